@@ -1,0 +1,129 @@
+"""The typed events the engine emits: the one seam between the engine and its front-ends.
+
+The dashboard and `--headless` render this stream; `events.jsonl` in a run directory is the same
+stream on disk, minus the log batches (those go to the per-rank log files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Stream = Literal["stdout", "stderr"]
+HostStatus = Literal[
+    "connecting", "connected", "unreachable", "starting", "running", "done", "failed", "stopped"
+]
+RunStatus = Literal["succeeded", "failed", "stopped", "unreachable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The first failure of a run, or one of several merged across hosts."""
+
+    host: str
+    rank: int | None  # None when the node failed as a whole (lost, could not start)
+    exit_code: int | None
+    message: str  # one line a person reads first
+    local_rank: int | None = None
+    pid: int | None = None
+    seen_at: float = 0.0  # launcher clock: when its traceback (or exit) reached us
+    traceback: tuple[str, ...] = ()  # the last lines of the rank's stderr
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base class: every event knows how to serialise itself."""
+
+    def to_json(self) -> str:
+        return json.dumps({"event": type(self).__name__, **dataclasses.asdict(self)})
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted(Event):
+    run_id: str
+    run_dir: str
+    hosts: tuple[str, ...]
+    world_size: int | None  # None until known (e.g. nproc_per_node: auto)
+    launcher: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostState(Event):
+    host: str
+    node_rank: int
+    state: HostStatus
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStarted(Event):
+    host: str
+    node_rank: int
+    pid: int
+    hostname: str
+    ranks: tuple[int, ...]  # global ranks this node runs; () when only the run reveals them
+    ifname: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LogBatch(Event):
+    """Whole lines from one node's stream, in order. rank is None for the node's own lines."""
+
+    host: str
+    node_rank: int
+    stream: Stream
+    lines: tuple[tuple[int | None, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeExited(Event):
+    host: str
+    node_rank: int
+    exit_code: int | None
+    failures: tuple[Failure, ...] = ()
+    stopped: bool = False  # True when ddptui asked it to stop
+
+
+@dataclass(frozen=True, slots=True)
+class Notice(Event):
+    level: Literal["info", "warning", "error"]
+    text: str
+    host: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunFinished(Event):
+    status: RunStatus
+    exit_code: int
+    elapsed: float
+    failure: Failure | None = None
+    failures: tuple[Failure, ...] = field(default=())
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (RunStarted, HostState, NodeStarted, LogBatch, NodeExited, Notice, RunFinished)
+}
+
+
+def from_json(line: str) -> Event:
+    """Rebuild an event written by `Event.to_json` (replay, tests)."""
+    data: dict[str, Any] = json.loads(line)
+    cls = EVENT_TYPES[data.pop("event")]
+    for key in ("failure",):
+        if isinstance(data.get(key), dict):
+            data[key] = _failure(data[key])
+    if "failures" in data:
+        data["failures"] = tuple(_failure(f) for f in data["failures"])
+    for key in ("hosts", "ranks"):
+        if key in data:
+            data[key] = tuple(data[key])
+    if "lines" in data:
+        data["lines"] = tuple(tuple(x) for x in data["lines"])
+    return cls(**data)
+
+
+def _failure(data: dict[str, Any]) -> Failure:
+    return Failure(**{**data, "traceback": tuple(data.get("traceback", ()))})

@@ -1,0 +1,164 @@
+"""Finding the first failure: torchrun's ChildFailedError report plus what each rank printed.
+
+Each host knows only its own failures, so the engine merges them: the earliest traceback seen
+(by the launcher's clock) is the root cause; ranks that died because a peer did come after it.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections import defaultdict, deque
+from dataclasses import dataclass
+
+from .events import Failure
+
+TRACEBACK_START = "Traceback (most recent call last):"
+TAIL = 60  # stderr lines kept per rank, enough for the end of a traceback
+SHOWN = 20  # traceback lines carried in a Failure
+
+# torch's excepthook prefixes a worker's traceback with "[rankN]: " (distributed_c10d.py).
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+# A rank that died of its peer's death, or of its launcher's TERM, is an echo, not a cause.
+_ECHO = re.compile(
+    r"closed by peer|reset by peer|Connection refused|remote process exited|"
+    r"NCCL communicator was aborted|Broken pipe|SIGTERM|SIGINT|SIGHUP"
+)
+_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*)$")
+_RANK = re.compile(r"(-?\d+)(?: \(local_rank: (\d+)\))?")
+_EXIT = re.compile(r"(-?\d+)(?: \(pid: (\d+)\))?")
+
+
+@dataclass
+class ReportedFailure:
+    """One entry of torchrun's `Root Cause` / `Failures` blocks."""
+
+    rank: int
+    local_rank: int | None = None
+    exit_code: int | None = None
+    pid: int | None = None
+    host: str | None = None
+    root: bool = False  # torchrun named it its node's root cause
+
+
+def parse_child_failed(lines: list[str]) -> list[ReportedFailure]:
+    """The rank entries of torchrun's ChildFailedError report, in the order printed."""
+    found: dict[int, ReportedFailure] = {}
+    current: ReportedFailure | None = None
+    in_root = False
+    for line in lines:
+        if "Root Cause" in line:
+            in_root = True
+        m = _FIELD.match(line)
+        if not m:
+            continue
+        key, value = m.groups()
+        if key == "rank" and (r := _RANK.match(value)):
+            rank = int(r.group(1))
+            local = int(r.group(2)) if r.group(2) else None
+            current = found.setdefault(rank, ReportedFailure(rank, local))
+            current.root = current.root or in_root
+        elif current and key == "exitcode" and (e := _EXIT.match(value)):
+            current.exit_code = int(e.group(1))
+            current.pid = int(e.group(2)) if e.group(2) else None
+        elif current and key == "host":
+            current.host = value.strip()
+    return sorted(found.values(), key=lambda r: not r.root)
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "no exit code"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (out of memory?)" if name == "SIGKILL" else ""
+        return f"killed by {name}{hint}"
+    return f"exit code {code}"
+
+
+class FailureTracker:
+    """Watches stderr lines as they arrive; turns a node's exit into Failures."""
+
+    def __init__(self) -> None:
+        self.tails: dict[tuple[str, int | None], deque[str]] = defaultdict(
+            lambda: deque(maxlen=TAIL)
+        )
+        self.first_traceback: dict[tuple[str, int | None], float] = {}
+
+    def feed(self, host: str, lines: tuple[tuple[int | None, str], ...]) -> None:
+        now = time.time()
+        for rank, text in lines:
+            key = (host, rank)
+            text = _RANK_PREFIX.sub("", text, count=1)
+            self.tails[key].append(text)
+            if text.startswith(TRACEBACK_START) and key not in self.first_traceback:
+                self.first_traceback[key] = now
+
+    def node_failures(self, host: str, exit_code: int | None, why: str = "") -> list[Failure]:
+        """Failures of one node that ended badly, one per failed rank when torchrun says so."""
+        now = time.time()
+        node_lines = list(self.tails[(host, None)])
+        reported = parse_child_failed(node_lines)
+        if not reported:
+            tb = self._traceback(host, None)
+            return [
+                Failure(
+                    host=host,
+                    rank=None,
+                    exit_code=exit_code,
+                    message=why or _last_line(tb) or describe_exit(exit_code),
+                    seen_at=self._seen(host, None, now),
+                    traceback=tb,
+                )
+            ]
+        out = []
+        for r in reported:
+            tb = self._traceback(host, r.rank)
+            out.append(
+                Failure(
+                    host=host,
+                    rank=r.rank,
+                    exit_code=r.exit_code,
+                    local_rank=r.local_rank,
+                    pid=r.pid,
+                    message=_last_line(tb) or describe_exit(r.exit_code),
+                    seen_at=self._seen(host, r.rank, now),
+                    traceback=tb,
+                )
+            )
+        return out
+
+    def _seen(self, host: str, rank: int | None, default: float) -> float:
+        return self.first_traceback.get((host, rank), default)
+
+    def _traceback(self, host: str, rank: int | None) -> tuple[str, ...]:
+        lines = list(self.tails.get((host, rank), ()))
+        starts = [i for i, line in enumerate(lines) if line.startswith(TRACEBACK_START)]
+        if starts:
+            lines = lines[starts[-1] :]
+        return tuple(lines[-SHOWN:])
+
+
+def _last_line(lines: tuple[str, ...]) -> str:
+    for line in reversed(lines):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def is_echo(f: Failure) -> bool:
+    """Did this rank die of another's failure (lost peer, its launcher's TERM)?"""
+    killed = f.exit_code is not None and f.exit_code < 0 and -f.exit_code != signal.SIGKILL
+    return killed or bool(_ECHO.search(f.message))
+
+
+def first(failures: list[Failure]) -> Failure | None:
+    """The root cause: a failure of its own before echoes, then the earliest traceback.
+
+    Arrival order alone cannot decide: torchrun's tee polls each rank's log every 0.1 s.
+    """
+    return min(failures, key=lambda f: (is_echo(f), f.seen_at)) if failures else None

@@ -1,0 +1,277 @@
+"""inventory.yaml → a typed, resolved model. Every mistake names the file, the line and the key.
+
+pydantic does the validation (types, unknown keys, choices); the YAML node tree maps an error's
+location back to the line it came from.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+EnvValue = str | int | float | bool
+
+
+class InventoryError(Exception):
+    """A mistake in the inventory, worded for the person who wrote it."""
+
+    def __init__(self, path: Path, line: int | None, message: str) -> None:
+        self.path, self.line, self.message = path, line, message
+        where = f"{path}:{line}" if line else str(path)
+        super().__init__(f"{where}: {message}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _HostFields(_Strict):
+    """Keys that `defaults` sets for every host and any host may override."""
+
+    user: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    python: str | None = None
+    workdir: str | None = None
+    env: dict[str, EnvValue] = Field(default_factory=dict)
+    transport: Literal["ssh", "local"] | None = None
+    gpus: int | None = Field(default=None, ge=0)
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, EnvValue]) -> dict[str, EnvValue]:
+        for name in env:
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"{name!r} is not a valid environment variable name")
+        return env
+
+
+class _HostEntry(_HostFields):
+    host: str = Field(min_length=1)
+    name: str | None = None
+
+
+class Nccl(_Strict):
+    socket_ifname: str | None = "auto"  # auto: the interface that routes to the master
+    ib_disable: bool = False
+    debug: str | None = None  # NCCL_DEBUG, e.g. INFO
+
+
+class SpawnArgs(_Strict):
+    """spawn style: the names of the arguments the script takes."""
+
+    world_size: str = "--world_size"
+    rank: str = "--rank"
+    init_method: str = "--init_method"
+
+
+class Job(_Strict):
+    script: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    launcher: Literal["torchrun", "launch", "spawn", "env"] = "torchrun"
+    nproc_per_node: int | Literal["auto"] = 1
+    master_port: int = Field(default=29500, ge=1, le=65535)
+    master_addr: str | None = None  # else the first host's address
+    rdzv_backend: Literal["static", "c10d"] = "static"
+    max_restarts: int = Field(default=0, ge=0)
+    stop_grace: float = Field(default=5.0, ge=0)  # seconds between TERM and KILL
+    nccl: Nccl = Field(default_factory=Nccl)
+    spawn_args: SpawnArgs = Field(default_factory=lambda: SpawnArgs())
+
+    @field_validator("nproc_per_node")
+    @classmethod
+    def _positive(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError("must be at least 1 (or auto)")
+        return value
+
+
+class _File(_Strict):
+    defaults: _HostFields = Field(default_factory=_HostFields)
+    hosts: list[_HostEntry] = Field(min_length=1)
+    job: Job
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host with its defaults applied. node_rank is its place in the inventory."""
+
+    node_rank: int
+    host: str
+    name: str
+    transport: Literal["ssh", "local"]
+    user: str | None
+    port: int | None
+    identity_file: str | None
+    known_hosts: str | None
+    python: str
+    workdir: str | None
+    env: dict[str, str]
+    gpus: int | None
+
+
+@dataclass(frozen=True)
+class Inventory:
+    path: Path
+    hosts: tuple[Host, ...]
+    job: Job
+
+    @property
+    def master(self) -> Host:
+        return self.hosts[0]
+
+
+def load(path: str | Path) -> Inventory:
+    """Read and validate an inventory file, or raise InventoryError."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InventoryError(path, None, f"cannot read inventory: {exc.strerror}") from None
+    return parse(text, path)
+
+
+def parse(text: str, path: Path) -> Inventory:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        line = mark.line + 1 if mark else None
+        raise InventoryError(path, line, f"invalid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise InventoryError(path, 1, "the inventory must be a mapping with hosts: and job:")
+    try:
+        raw = _File.model_validate(data)
+    except ValidationError as exc:
+        # An unknown key usually explains the other errors (a typo leaves a key "missing").
+        err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+        loc = tuple(err["loc"])
+        raise InventoryError(path, _line_of(node, loc), _describe(loc, err)) from None
+    return _resolve(raw, path, node)
+
+
+def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
+    hosts = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(raw.hosts):
+        merged = {
+            **raw.defaults.model_dump(exclude_unset=True),
+            **entry.model_dump(exclude_unset=True),
+        }
+        env = {**raw.defaults.env, **entry.env}
+        name = entry.name or entry.host
+        if name in seen:
+            loc = ("hosts", i, "name" if entry.name else "host")
+            msg = f"hosts[{i}]: {name!r} appears twice (first as hosts[{seen[name]}]); "
+            raise InventoryError(path, _line_of(node, loc), msg + "give each host its own name")
+        seen[name] = i
+        hosts.append(
+            Host(
+                node_rank=i,
+                host=entry.host,
+                name=name,
+                transport=merged.get("transport") or "ssh",
+                user=merged.get("user"),
+                port=merged.get("port"),
+                identity_file=merged.get("identity_file"),
+                known_hosts=merged.get("known_hosts"),
+                python=merged.get("python") or _default_python(merged.get("transport")),
+                workdir=merged.get("workdir"),
+                env={k: env_text(v) for k, v in env.items()},
+                gpus=merged.get("gpus"),
+            )
+        )
+    return Inventory(path=path, hosts=tuple(hosts), job=raw.job)
+
+
+def _default_python(transport: str | None) -> str:
+    """A local node runs on ddptui's own interpreter (its venv); remote hosts on python3."""
+    return sys.executable if transport == "local" else "python3"
+
+
+def env_text(value: EnvValue) -> str:
+    """YAML scalars become the text a shell user would have exported (true → 1)."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+_MESSAGES = {
+    "int_parsing": "must be an integer",
+    "int_type": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_parsing": "must be a number",
+    "float_type": "must be a number",
+    "bool_parsing": "must be true or false",
+    "bool_type": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "missing": "is required",
+    "too_short": "must not be empty",
+    "string_too_short": "must not be empty",
+}
+
+
+def _describe(loc: tuple[Any, ...], err: Any) -> str:
+    kind: str = err["type"]
+    loc = _clean(loc)
+    key = _dotted(loc)
+    if kind == "extra_forbidden":
+        parent = _dotted(loc[:-1]) or "the top level"
+        return f"unknown key `{loc[-1]}` in {parent} (check the spelling)"
+    if kind == "literal_error":
+        return f"`{key}` must be one of {err['ctx']['expected']}, got {err['input']!r}"
+    if kind in ("greater_than_equal", "less_than_equal"):
+        return f"`{key}` {err['msg'].lower()}, got {err['input']!r}"
+    if kind in _MESSAGES:
+        got = "" if kind == "missing" else f", got {err['input']!r}"
+        return f"`{key}` {_MESSAGES[kind]}{got}"
+    if kind == "value_error":
+        return f"`{key}`: {err['ctx']['error']}"
+    return f"`{key}`: {err['msg']}"
+
+
+def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """pydantic adds union branch names (`int`, `literal['auto']`, `str`) to locations."""
+    tags = ("int", "str", "float", "bool")
+    return tuple(
+        p for p in loc if not (isinstance(p, str) and (p in tags or p.startswith("literal[")))
+    )
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
+    """Walk the YAML node tree along a validation error's location; 1-based line."""
+    line = node.start_mark.line + 1 if node else None
+    for part in _clean(loc):
+        if isinstance(node, yaml.MappingNode):
+            match = [(k, v) for k, v in node.value if k.value == part]
+            if not match:
+                return line
+            key, node = match[0]
+            line = key.start_mark.line + 1
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line

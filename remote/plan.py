@@ -1,0 +1,198 @@
+"""What to run on each node: argv, environment, ranks. Pure: no I/O, fully unit-tested.
+
+Every launch style from the field is planned here (job.launcher):
+  torchrun  `python -m torch.distributed.run`, static or c10d rendezvous (default)
+  launch    legacy `python -m torch.distributed.launch --use-env` (deprecated upstream)
+  spawn     the script mp.spawns itself and takes --world_size/--rank/--init_method
+  env       plain `python script` with MASTER_ADDR/PORT, NODE_RANK, WORLD_SIZE (Lightning)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .inventory import Host, Inventory, env_text
+
+# torchrun prefixes each teed worker line with this; ${rank} is the global rank (torch >= 2.2).
+LINE_PREFIX_TEMPLATE = "[${rank}]:"
+# The interface variables `nccl.socket_ifname` sets; gloo needs a concrete name (design §2).
+IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    host: Host
+    argv: tuple[str, ...]
+    env: dict[str, str]  # exported to the job, on top of the host's own environment
+    ranks: tuple[int, ...]  # global ranks on this node; () when only the run reveals them
+    rank_tagged: bool  # whether lines arrive tagged "[rank]:" (else they belong to the node)
+    route_to: str | None  # set IFNAME_VARS to the interface that routes to this address
+    scratch: str | None  # a directory on the host the supervisor removes when the run ends
+
+    @property
+    def node_rank(self) -> int:
+        return self.host.node_rank
+
+
+@dataclass(frozen=True)
+class Plan:
+    nodes: tuple[NodePlan, ...]
+    world_size: int | None  # None when the script decides (spawn)
+    notices: tuple[str, ...] = ()
+
+
+def build(
+    inv: Inventory,
+    *,
+    run_id: str,
+    addrs: Sequence[str],
+    nprocs: Sequence[int],
+    extra_args: Sequence[str] = (),
+) -> Plan:
+    """addrs: each host's address as its peers reach it; nprocs: processes per host."""
+    job = inv.job
+    master_addr = job.master_addr or addrs[0]
+    world = sum(nprocs)
+    nodes = []
+    for host in inv.hosts:
+        k = host.node_rank
+        first = sum(nprocs[:k])
+        argv, tagged = _argv(inv, k, run_id, master_addr, addrs[k], nprocs[k], extra_args)
+        ranks = tuple(range(first, first + nprocs[k])) if _ranks_known(inv) else ()
+        nodes.append(
+            NodePlan(
+                host=host,
+                argv=argv,
+                env=_env(inv, host, master_addr, world),
+                ranks=ranks,
+                rank_tagged=tagged,
+                route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
+                scratch=f"/tmp/ddptui-{run_id}-n{k}" if tagged else None,
+            )
+        )
+    notices = []
+    if job.launcher == "launch":
+        notices.append(
+            "torch.distributed.launch is deprecated upstream; "
+            "launcher: torchrun starts the same job"
+        )
+    if job.launcher in ("spawn", "env"):
+        notices.append(
+            f"launcher {job.launcher}: the script starts its own processes, so lines "
+            "are tagged with their node, not their rank"
+        )
+    return Plan(
+        nodes=tuple(nodes),
+        world_size=None if job.launcher == "spawn" else world,
+        notices=tuple(notices),
+    )
+
+
+def _ranks_known(inv: Inventory) -> bool:
+    """c10d assigns ranks by hostname order at rendezvous; spawn scripts pick their own."""
+    job = inv.job
+    if job.launcher == "torchrun":
+        return job.rdzv_backend == "static"
+    return job.launcher in ("launch", "env")
+
+
+def _argv(
+    inv: Inventory,
+    k: int,
+    run_id: str,
+    master: str,
+    local_addr: str,
+    nproc: int,
+    extra: Sequence[str],
+) -> tuple[tuple[str, ...], bool]:
+    job, host = inv.job, inv.hosts[k]
+    script = (job.script, *job.args, *extra)
+    nnodes = str(len(inv.hosts))
+    if job.launcher == "spawn":
+        names = job.spawn_args
+        return (
+            host.python,
+            *script,
+            names.world_size,
+            nnodes,
+            names.rank,
+            str(k),
+            names.init_method,
+            f"tcp://{_url_host(master)}:{job.master_port}",
+        ), False
+    if job.launcher == "env":
+        return (host.python, *script), False
+    # torchrun and the legacy launcher take the same node arguments.
+    module = (
+        ["torch.distributed.run"]
+        if job.launcher == "torchrun"
+        else ["torch.distributed.launch", "--use-env"]
+    )
+    common = [
+        "--nnodes",
+        nnodes,
+        "--nproc-per-node",
+        str(nproc),
+        "--max-restarts",
+        str(job.max_restarts),
+        "--tee",
+        "3",
+        "--log-dir",
+        f"/tmp/ddptui-{run_id}-n{k}",
+    ]
+    if job.launcher == "torchrun" and job.rdzv_backend == "c10d":
+        rdzv = [
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            f"{_url_host(master)}:{job.master_port}",
+            "--rdzv-id",
+            run_id,
+            "--local-addr",
+            local_addr,
+        ]
+        if k == 0:
+            rdzv += ["--rdzv-conf", "is_host=1"]
+    else:
+        rdzv = [
+            "--rdzv-backend",
+            "static",
+            "--node-rank",
+            str(k),
+            "--master-addr",
+            master,
+            "--master-port",
+            str(job.master_port),
+        ]
+    return (host.python, "-m", *module, *common, *rdzv, *script), True
+
+
+def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
+    job = inv.job
+    env = {"PYTHONUNBUFFERED": "1"}
+    nccl = job.nccl
+    if nccl.socket_ifname and nccl.socket_ifname != "auto":
+        env.update(dict.fromkeys(IFNAME_VARS, nccl.socket_ifname))
+    if nccl.ib_disable:
+        env["NCCL_IB_DISABLE"] = "1"
+    if nccl.debug:
+        env["NCCL_DEBUG"] = nccl.debug
+    env.update(host.env)  # the user's word wins over our defaults...
+    env.update(
+        {  # ...but not over what makes the nodes find each other
+            "MASTER_ADDR": master,
+            "MASTER_PORT": env_text(job.master_port),
+            "NODE_RANK": str(host.node_rank),
+        }
+    )
+    if job.launcher in ("torchrun", "launch"):
+        env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = LINE_PREFIX_TEMPLATE
+    if job.launcher == "env":
+        env["WORLD_SIZE"] = str(world)
+        env.pop("LOCAL_RANK", None)  # Lightning spawns nothing when LOCAL_RANK is set
+    return env
+
+
+def _url_host(addr: str) -> str:
+    return f"[{addr}]" if ":" in addr else addr

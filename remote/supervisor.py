@@ -1,0 +1,240 @@
+"""The supervisor: runs on each host for the length of a run and owns that host's part of the job.
+
+It travels over the SSH channel (or a local pipe) and runs on the host's own python3 (>= 3.8),
+standard library only; nothing is installed on the host. Protocol:
+
+  stdin  (launcher → host): one JSON line with the spec, then control lines: "stop".
+         EOF means the launcher is gone: stop the job.
+  stdout (host → launcher): one JSON object per line:
+         {"t": "started", "pid", "hostname", "ifname"}   the job is running
+         {"t": "out", "s": 1|2, "d": "whole lines"}      the job's stdout (1) / stderr (2)
+         {"t": "exit", "code": N, "stopped": bool}       the job ended and nothing of it is left
+         {"t": "error", "msg": "..."}                     the job could not start
+
+Control never depends on SSH signals or on the channel closing (both unreliable, design §2): the
+job runs in its own session with DDPTUI_RUN_ID and DDPTUI_NODE in its environment, inherited by
+every process it starts (torchrun's workers too, which run in sessions of their own). To stop,
+every process carrying both tags gets TERM, then KILL after a grace period. The supervisor is a
+child subreaper, so the job's orphans stay its descendants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+SIOCGIFADDR = 0x8915
+CHUNK = 1 << 16
+
+
+class Channel:
+    """Writes protocol messages to the launcher; stays quiet once the launcher is gone."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.gone = threading.Event()
+
+    def send(self, **msg):
+        data = (json.dumps(msg, ensure_ascii=False) + "\n").encode("utf-8", "surrogateescape")
+        with self.lock:
+            if self.gone.is_set():
+                return
+            try:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+            except (BrokenPipeError, OSError):
+                self.gone.set()
+
+
+def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    # The launcher going away must not kill us before we have cleaned up.
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    spec = json.loads(sys.stdin.buffer.readline())
+    chan = Channel()
+    _become_subreaper()
+    tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(spec["node"])}
+    env = dict(os.environ)
+    env.update(spec["env"])
+    ifname = None
+    if spec.get("route_to"):
+        ifname = route_ifname(spec["route_to"])
+        for name in spec.get("ifname_vars", ()):
+            if ifname and name not in spec["env"]:
+                env[name] = ifname
+    env.update(tags)
+    cwd = os.path.expanduser(spec["workdir"]) if spec.get("workdir") else None
+    try:
+        proc = subprocess.Popen(
+            spec["argv"],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        what = cwd if exc.filename == cwd else spec["argv"][0]
+        chan.send(t="error", msg="cannot start {}: {}".format(what, exc.strerror))
+        return 127
+    chan.send(t="started", pid=proc.pid, hostname=socket.gethostname(), ifname=ifname)
+    stop = threading.Event()
+    pumps = [_thread(pump, proc.stdout, 1, chan), _thread(pump, proc.stderr, 2, chan)]
+    _thread(watch_launcher, stop, chan)
+    _thread(stop_on_request, stop, tags, spec.get("grace", 5.0))
+    code = proc.wait()
+    # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
+    sweep(tags, spec.get("grace", 5.0))
+    for t in pumps:
+        t.join(timeout=5)
+    if spec.get("scratch"):
+        shutil.rmtree(spec["scratch"], ignore_errors=True)
+    chan.send(t="exit", code=code, stopped=stop.is_set())
+    return 0
+
+
+def _thread(fn, *args):
+    t = threading.Thread(target=fn, args=args, daemon=True)
+    t.start()
+    return t
+
+
+def pump(pipe, stream, chan):
+    """Relay whole lines; a partial line waits for its end (or EOF)."""
+    fd = pipe.fileno()
+    rest = b""
+    while True:
+        data = os.read(fd, CHUNK)
+        if not data:
+            break
+        data = rest + data
+        cut = data.rfind(b"\n") + 1
+        rest = data[cut:]
+        if cut:
+            chan.send(t="out", s=stream, d=data[:cut].decode("utf-8", "replace"))
+        if len(rest) > CHUNK * 16:  # a runaway line without newline: pass it on anyway
+            chan.send(t="out", s=stream, d=rest.decode("utf-8", "replace") + "\n")
+            rest = b""
+    if rest:
+        chan.send(t="out", s=stream, d=rest.decode("utf-8", "replace") + "\n")
+
+
+def watch_launcher(stop, chan):
+    """A line "stop" asks for a clean stop; EOF means the launcher is gone."""
+    for line in sys.stdin.buffer:
+        if line.strip() == b"stop":
+            stop.set()
+    chan.gone.set()
+    stop.set()
+
+
+def stop_on_request(stop, tags, grace):
+    stop.wait()
+    sweep(tags, grace)
+
+
+def sweep(tags, grace):
+    """TERM every process carrying the tags, KILL what is left after `grace` seconds."""
+    pids = tagged_pids(tags)
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while pids and time.monotonic() < deadline:
+        time.sleep(0.05)
+        _reap()
+        pids = tagged_pids(tags)
+    while pids:
+        _signal_all(pids, signal.SIGKILL)
+        time.sleep(0.05)
+        _reap()
+        pids = tagged_pids(tags)
+    _reap()
+
+
+def tagged_pids(tags):
+    """Live processes whose environment carries every tag (zombies have an empty environ)."""
+    want = {"{}={}".format(k, v).encode() for k, v in tags.items()}
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open("/proc/{}/environ".format(entry), "rb") as f:
+                environ = set(f.read().split(b"\0"))
+        except OSError:
+            continue
+        if want <= environ:
+            found.append(int(entry))
+    return found
+
+
+def _signal_all(pids, sig):
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+
+
+def _reap():
+    """Collect exited children (ours and adopted orphans) so they stop showing as alive."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _become_subreaper():
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the environment sweep still finds everything
+
+
+def route_ifname(addr):
+    """The name of the interface this host uses to reach addr (what gloo and NCCL need)."""
+    try:
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((addr, 9))  # UDP connect sends nothing; it only picks a route
+            local = s.getsockname()[0]
+    except OSError:
+        return None
+    return ifname_of(local)
+
+
+def ifname_of(local_addr):
+    import fcntl
+    import struct
+
+    if local_addr.startswith("127."):
+        return "lo"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            req = struct.pack("256s", name.encode()[:15])
+            try:
+                got = fcntl.ioctl(s.fileno(), SIOCGIFADDR, req)
+            except OSError:
+                continue
+            if socket.inet_ntoa(got[20:24]) == local_addr:
+                return name
+    return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""How the engine reaches a host: over SSH (asyncssh) or, for `transport: local`, right here.
+
+Both give the same two things: `start` a long-lived process with pipes (the supervisor), and
+`run` a short command to completion (probes). Errors come out as HostError in plain words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import socket
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import asyncssh
+
+from .inventory import Host
+
+CONNECT_TIMEOUT = 10.0
+KEEPALIVE = 5.0  # a silent host is declared lost after KEEPALIVE * 3 seconds
+LINE_LIMIT = 1 << 24
+
+
+class HostError(Exception):
+    """A host could not be reached, logged into, or used; `reason` is for a person."""
+
+    def __init__(self, host: str, reason: str) -> None:
+        self.host, self.reason = host, reason
+        super().__init__(f"{host}: {reason}")
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int | None
+    stdout: bytes
+    stderr: bytes
+
+
+class Process(Protocol):
+    """A running command with pipes: the supervisor's end of the conversation."""
+
+    async def readline(self) -> bytes: ...
+    def write(self, data: bytes) -> None: ...
+    def close_stdin(self) -> None: ...
+    async def wait(self) -> int | None: ...
+    def stderr_tail(self) -> str: ...
+    def kill(self) -> None: ...
+
+
+class Transport(ABC):
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        self.address = host.host  # as peers reach it; refined on connect
+
+    @abstractmethod
+    async def connect(self) -> float:
+        """Connect and log in; returns the seconds it took. Raises HostError."""
+
+    @abstractmethod
+    async def start(self, argv: list[str]) -> Process: ...
+
+    @abstractmethod
+    async def run(self, argv: list[str], input: bytes = b"", timeout: float = 30) -> Result: ...
+
+    async def close(self) -> None:
+        return None
+
+
+def for_host(host: Host) -> Transport:
+    return LocalTransport(host) if host.transport == "local" else SSHTransport(host)
+
+
+class _StderrTail:
+    """Keeps the last lines a process wrote to stderr (a supervisor's crash explains itself)."""
+
+    def __init__(self, reader: Any) -> None:
+        self.lines: deque[str] = deque(maxlen=20)
+        self.task = asyncio.ensure_future(self._read(reader))
+
+    async def _read(self, reader: Any) -> None:
+        with contextlib.suppress(Exception):
+            while line := await reader.readline():
+                self.lines.append(line.decode("utf-8", "replace").rstrip())
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+class _LocalProcess:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        assert proc.stdin and proc.stdout
+        self._stdin, self._stdout = proc.stdin, proc.stdout
+        self._err = _StderrTail(proc.stderr)
+
+    async def readline(self) -> bytes:
+        return await self._stdout.readline()
+
+    def write(self, data: bytes) -> None:
+        if not self._stdin.is_closing():
+            self._stdin.write(data)
+
+    def close_stdin(self) -> None:
+        if not self._stdin.is_closing():
+            self._stdin.close()
+
+    async def wait(self) -> int | None:
+        code = await self.proc.wait()
+        await self._err.task
+        return code
+
+    def stderr_tail(self) -> str:
+        return self._err.text()
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+
+
+class LocalTransport(Transport):
+    """Runs on this machine, no SSH (the bundled inventory, laptops, tests)."""
+
+    def __init__(self, host: Host) -> None:
+        super().__init__(host)
+        self.address = "127.0.0.1" if host.host in ("localhost", "127.0.0.1") else host.host
+
+    async def connect(self) -> float:
+        return 0.0
+
+    async def start(self, argv: list[str]) -> Process:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                limit=LINE_LIMIT,
+            )
+        except OSError as exc:
+            raise HostError(self.host.name, f"cannot run {argv[0]}: {exc.strerror}") from None
+        return _LocalProcess(proc)
+
+    async def run(self, argv: list[str], input: bytes = b"", timeout: float = 30) -> Result:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as exc:
+            raise HostError(self.host.name, f"cannot run {argv[0]}: {exc.strerror}") from None
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input), timeout)
+        except TimeoutError:
+            proc.kill()
+            raise HostError(self.host.name, f"{argv[0]} did not answer in {timeout:g} s") from None
+        return Result(proc.returncode, out, err)
+
+
+class _SSHProcess:
+    def __init__(self, proc: asyncssh.SSHClientProcess[bytes]) -> None:
+        self.proc = proc
+        self._err = _StderrTail(proc.stderr)
+
+    async def readline(self) -> bytes:
+        try:
+            return await self.proc.stdout.readline()
+        except (asyncssh.Error, OSError):
+            return b""  # the connection is gone: same as EOF for the caller
+
+    def write(self, data: bytes) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError, BrokenPipeError):
+            self.proc.stdin.write(data)
+
+    def close_stdin(self) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError, BrokenPipeError):
+            self.proc.stdin.write_eof()
+
+    async def wait(self) -> int | None:
+        with contextlib.suppress(asyncssh.Error, OSError):
+            await self.proc.wait()
+        await self._err.task
+        return self.proc.exit_status
+
+    def stderr_tail(self) -> str:
+        return self._err.text()
+
+    def kill(self) -> None:
+        self.proc.close()
+
+
+class SSHTransport(Transport):
+    """One asyncssh connection per host; ~/.ssh/config, ssh-agent and known_hosts honoured."""
+
+    conn: asyncssh.SSHClientConnection | None = None
+
+    async def connect(self) -> float:
+        h = self.host
+        t0 = time.monotonic()
+        options: dict[str, Any] = {
+            "connect_timeout": CONNECT_TIMEOUT,
+            "keepalive_interval": KEEPALIVE,
+            "keepalive_count_max": 3,
+        }
+        if h.port:
+            options["port"] = h.port
+        if h.user:
+            options["username"] = h.user
+        if h.identity_file:
+            options["client_keys"] = [str(Path(h.identity_file).expanduser())]
+        if h.known_hosts:  # host keys are always checked; this only says where they are
+            options["known_hosts"] = str(Path(h.known_hosts).expanduser())
+        try:
+            self.conn = await asyncssh.connect(h.host, **options)
+        except Exception as exc:  # every way a login can fail, worded per kind below
+            raise HostError(h.name, ssh_reason(exc, h)) from None
+        peer = self.conn.get_extra_info("peername")
+        if peer:
+            self.address = peer[0]
+        return time.monotonic() - t0
+
+    def _conn(self) -> asyncssh.SSHClientConnection:
+        if self.conn is None:
+            raise HostError(self.host.name, "not connected")
+        return self.conn
+
+    async def start(self, argv: list[str]) -> Process:
+        try:
+            proc = await self._conn().create_process(shlex.join(argv), encoding=None)
+        except (asyncssh.Error, OSError) as exc:
+            raise HostError(self.host.name, f"cannot start a session: {exc}") from None
+        return _SSHProcess(proc)
+
+    async def run(self, argv: list[str], input: bytes = b"", timeout: float = 30) -> Result:
+        try:
+            res = await self._conn().run(
+                shlex.join(argv), input=input, encoding=None, timeout=timeout, check=False
+            )
+        except asyncssh.TimeoutError:
+            raise HostError(self.host.name, f"{argv[0]} did not answer in {timeout:g} s") from None
+        except (asyncssh.Error, OSError) as exc:
+            raise HostError(self.host.name, f"command failed: {exc}") from None
+        out, err = res.stdout or b"", res.stderr or b""
+        assert isinstance(out, bytes) and isinstance(err, bytes)  # encoding=None
+        return Result(res.exit_status, out, err)
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            with contextlib.suppress(Exception):
+                await self.conn.wait_closed()
+
+
+def ssh_reason(exc: BaseException, host: Host) -> str:
+    """Why a login failed, in words a person acts on."""
+    target = f"{host.user + '@' if host.user else ''}{host.host}:{host.port or 22}"
+    if isinstance(exc, asyncssh.HostKeyNotVerifiable):
+        where = host.known_hosts or "~/.ssh/known_hosts"
+        return (
+            f"host key not verified for {target} ({exc.reason}); "
+            f"check {where} (ssh-keyscan, or ssh once by hand)"
+        )
+    if isinstance(exc, asyncssh.PermissionDenied):
+        key = host.identity_file or "ssh-agent / default keys"
+        return f"authentication refused for {target} (tried {key})"
+    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
+        return f"timed out connecting to {target} after {CONNECT_TIMEOUT:g} s"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused by {target} (is sshd running on that port?)"
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve host name {host.host!r}"
+    if isinstance(exc, asyncssh.KeyImportError | FileNotFoundError | PermissionError):
+        return f"cannot read SSH key or config: {exc}"
+    if isinstance(exc, OSError):
+        return f"cannot connect to {target}: {exc.strerror or exc}"
+    if isinstance(exc, asyncssh.Error):
+        return f"SSH error from {target}: {exc.reason}"
+    return f"cannot connect to {target}: {exc}"

@@ -1,0 +1,85 @@
+"""The `ddptui` command: the dashboard by default, `--headless launch|check` for scripts and CI."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from remote import inventory
+from remote.run import EXIT_USAGE
+
+USAGE = """\
+ddptui [-i INVENTORY]                                  the dashboard
+ddptui --headless launch [-i INVENTORY] [--run-dir DIR] [-- SCRIPT ARGS...]
+ddptui --headless check  [-i INVENTORY] [--json]"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="ddptui",
+        usage=USAGE,
+        description="Launch multi-node PyTorch training over SSH and watch every rank.",
+        epilog="exit status: 0 every rank succeeded, 1 a rank or check failed, "
+        "2 bad usage or inventory, 3 a host could not be reached, 130 interrupted",
+    )
+    p.add_argument("--headless", action="store_true", help="no dashboard: print to the terminal")
+    p.add_argument(
+        "-i",
+        "--inventory",
+        type=Path,
+        default=Path("inventory.yaml"),
+        help="host inventory (default: ./inventory.yaml)",
+    )
+    p.add_argument(
+        "command",
+        nargs="?",
+        choices=["launch", "check"],
+        help="with --headless: launch the job, or only check the hosts",
+    )
+    p.add_argument(
+        "--run-dir",
+        type=Path,
+        help="where the run's logs go (default: the user data dir, runs/<run id>)",
+    )
+    p.add_argument("--json", action="store_true", help="check: print the facts as JSON")
+    p.add_argument("--skip-checks", action="store_true", help="launch: do not check hosts first")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in args_in:  # everything after -- goes to the training script
+        cut = args_in.index("--")
+        args_in, extra = args_in[:cut], args_in[cut + 1 :]
+    p = parser()
+    args = p.parse_args(args_in)
+    if args.headless and not args.command:
+        p.error("--headless needs a command: launch or check")
+    try:
+        inv = inventory.load(args.inventory)
+    except inventory.InventoryError as exc:
+        if not args.headless:
+            return _dashboard(args.inventory, error=exc)
+        print(f"ddptui: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not args.headless:
+        return _dashboard(args.inventory)
+    if args.command == "launch":
+        from . import headless
+
+        return asyncio.run(headless.launch(inv, args.run_dir, extra))
+    print("ddptui: check is not available yet", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _dashboard(path: Path, error: Exception | None = None) -> int:
+    print("ddptui: the dashboard is not available yet; use --headless", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
