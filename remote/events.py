@@ -102,9 +102,76 @@ class RunFinished(Event):
     failures: tuple[Failure, ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    pid: int
+    memory_mib: int
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One GPU as nvidia-smi reports it."""
+
+    index: int
+    name: str
+    memory_total_mib: int
+    memory_used_mib: int
+    utilization_pct: int | None = None
+    temperature_c: int | None = None
+    processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One result of the checks: a failure blocks a launch, a warning does not."""
+
+    level: Literal["ok", "warning", "failure"]
+    check: str  # short id, e.g. "gpu", "torch", "script", "route", "port", "same-torch"
+    message: str
+    host: str | None = None  # None for findings across hosts
+
+
+@dataclass(frozen=True, slots=True)
+class HostChecked(Event):
+    """Everything one probe round trip learned about a host (issue: checks before launch)."""
+
+    host: str
+    node_rank: int
+    facts: dict[str, Any]  # hostname, os, python, torch, cuda, driver, ifname, disk, ...
+    gpus: tuple[Gpu, ...] = ()
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ChecksDone(Event):
+    ok: bool  # False when any finding is a failure
+    findings: tuple[Finding, ...] = ()  # every host's findings and those across hosts
+
+
+@dataclass(frozen=True, slots=True)
+class GpuStats(Event):
+    """A live refresh of one host's GPUs while a job runs."""
+
+    host: str
+    node_rank: int
+    gpus: tuple[Gpu, ...]
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
-    for cls in (RunStarted, HostState, NodeStarted, LogBatch, NodeExited, Notice, RunFinished)
+    for cls in (
+        RunStarted,
+        HostState,
+        NodeStarted,
+        LogBatch,
+        NodeExited,
+        Notice,
+        RunFinished,
+        HostChecked,
+        ChecksDone,
+        GpuStats,
+    )
 }
 
 

@@ -1,0 +1,37 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from testhosts import TestCluster, check_prerequisites
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "e2e: needs the ssh test-host cluster (root, sshd, netns)")
+
+
+def _under_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def require_testhosts() -> None:
+    """Skip where this machine can't run test hosts, except under CI, where that fails."""
+    try:
+        check_prerequisites()
+    except RuntimeError as exc:
+        if _under_ci():
+            raise
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def cluster(
+    require_testhosts: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestCluster]:
+    """Four ssh test hosts node0..node3 (see testhosts.py), shared by the whole session."""
+    with TestCluster(n=4, root=tmp_path_factory.mktemp("testhosts")) as c:
+        yield c

@@ -1,0 +1,610 @@
+"""Test hosts: real OpenSSH servers in Linux network namespaces on this one machine.
+
+Each "host" i is a network namespace ``ddpt-h{i}`` with address ``10.213.7.{11+i}/24`` on a
+veth pair plugged into the bridge ``ddptbr0`` (``10.213.7.1/24``, in the root namespace), and a
+real ``/usr/sbin/sshd -D -e`` started under ``unshare --uts`` so ``hostname`` says ``node{i}``.
+Hosts share the filesystem and the pid namespace (one venv serves all, ``/proc`` sees all).
+
+Choices worth knowing:
+
+- ``SetEnv PATH=...`` in sshd_config reaches commands run over ssh (OpenSSH 9.2; SetEnv exists
+  since 7.8 and overrides sshd's default PATH). With ``UsePAM no`` nothing else rewrites it. The
+  PATH is ``<host bin>:<venv bin>:`` + root's usual Debian PATH (sbin included, so hosts find
+  ``ip``), letting each host carry its own tools, e.g. a fake ``nvidia-smi``.
+- Every host gets its own ed25519 host key, generated in parallel (a few ms each), so host-key
+  checking is real: ``known_hosts`` lists each key under the host's IP and alias.
+- ``MaxStartups 100:30:200``: with the default 10:30:100, 60 simultaneous connections to one
+  sshd lost 20 ("kex_exchange_identification: Connection closed by remote host"), which looks
+  like flaky networking when a launcher opens several connections per host at once.
+- Bridge netfilter is switched off on our bridge only (``nf_call_iptables 0``), so firewall
+  rules of the machine (e.g. Docker's FORWARD DROP) cannot eat host-to-host traffic.
+- ``unused_addr`` (10.213.7.250) is in the subnet but nobody answers ARP: connecting to it fails
+  with "No route to host" after about 3 s, the way an unplugged machine does.
+- Each host's HOME is its own ``hosts/node{i}/home`` (also via SetEnv; the working directory
+  stays /root). Otherwise bash, which sources ~/.bashrc for ssh commands, runs this machine's
+  /root/.bashrc (pyenv init: ~125 ms CPU per command, and pyenv shims ahead of our PATH). A test
+  may write a host's ``home/.bashrc`` to model a real one.
+- Only one cluster per prefix at a time: ``up()`` holds an flock on
+  ``/run/lock/<prefix>-testhosts.lock`` (a concurrent pytest session waits instead of tearing
+  down the running one), then removes leftovers of a crashed earlier run with the same prefix.
+  A cluster started by ``scripts/testhosts.py up`` counts as a leftover for the next ``up``.
+  A second cluster alongside needs another prefix *and* another subnet.
+
+pdsh against the cluster (its ssh module runs ``ssh -oConnectTimeout=10 <APPEND> -2 -a -x
+node0 CMD``; ``TestCluster.pdsh_env()`` returns this environment)::
+
+    PDSH_RCMD_TYPE=ssh PDSH_SSH_ARGS_APPEND="-F <root>/ssh_config" pdsh -w node[0-3] hostname
+
+Standard library only; needs root, ``ip`` (iproute2), ``unshare``, ``sshd``, ``ssh`` and
+``ssh-keygen``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from types import TracebackType
+
+SUBNET = "10.213.7"  # first three octets of the /24; the bridge is .1
+FIRST_HOST_OCTET = 11
+UNUSED_OCTET = 250
+MAX_HOSTS = 200  # .11 .. .210, well below the unused address
+DEFAULT_PREFIX = "ddpt"
+SSHD = "/usr/sbin/sshd"
+NETNS_DIR = Path("/run/netns")
+LOCK_DIR = Path("/run/lock")
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+REQUIRED_TOOLS = ("ip", "unshare", "ssh", "ssh-keygen")
+
+
+@dataclass
+class TestHost:
+    """One test host: a network namespace running its own sshd."""
+
+    __test__ = False  # not a pytest test class
+
+    index: int
+    name: str
+    addr: str
+    netns: str
+    dir: Path
+    bin_dir: Path
+    pid: int | None = None
+
+    @property
+    def sshd_config(self) -> Path:
+        return self.dir / "sshd_config"
+
+    @property
+    def host_key(self) -> Path:
+        return self.dir / "ssh_host_ed25519_key"
+
+    @property
+    def home(self) -> Path:
+        return self.dir / "home"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "sshd.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "sshd.log"
+
+
+class TestCluster:
+    """``n`` ssh-reachable hosts under ``root``; a context manager that tears itself down."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(
+        self,
+        n: int = 4,
+        *,
+        root: Path | str,
+        tools: dict[int, dict[str, str]] | None = None,
+        prefix: str = DEFAULT_PREFIX,
+        subnet: str = SUBNET,
+        lock_timeout: float = 900.0,
+    ) -> None:
+        if not 1 <= n <= MAX_HOSTS:
+            raise ValueError(f"n must be in 1..{MAX_HOSTS}, got {n}")
+        self.n = n
+        self.root = Path(root).resolve()
+        self.tools = tools or {}
+        self.prefix = prefix
+        self.subnet = subnet
+        self.bridge_addr = f"{subnet}.1"
+        self.lock_timeout = lock_timeout
+        self.bridge = bridge_name(prefix)
+        self.identity_file = self.root / "id_ed25519"
+        self.known_hosts = self.root / "known_hosts"
+        self.ssh_config = self.root / "ssh_config"
+        self.authorized_keys = self.root / "authorized_keys"
+        self.unused_addr = f"{subnet}.{UNUSED_OCTET}"
+        self.python = sys.executable
+        self.hosts = [self._make_host(i) for i in range(n)]
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._lock_fd: int | None = None
+
+    def _make_host(self, i: int) -> TestHost:
+        host_dir = self.root / "hosts" / f"node{i}"
+        return TestHost(
+            index=i,
+            name=f"node{i}",
+            addr=f"{self.subnet}.{FIRST_HOST_OCTET + i}",
+            netns=f"{self.prefix}-h{i}",
+            dir=host_dir,
+            bin_dir=host_dir / "bin",
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> TestCluster:
+        return self.up()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.down()
+
+    def up(self) -> TestCluster:
+        """Build the network, keys and configs, start every sshd; wait until all listen."""
+        check_prerequisites()
+        self._lock_fd = acquire_lock(self.prefix, self.lock_timeout)
+        try:
+            teardown_all(self.prefix)
+            self._write_files()
+            self._create_network()
+            for host in self.hosts:
+                self._spawn_sshd(host)
+            for host in self.hosts:
+                self._wait_sshd(host)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self) -> None:
+        """Kill everything in our namespaces, delete them, the veths and the bridge."""
+        if self._lock_fd is None:  # not up (or already down): the prefix may be someone else's
+            return
+        try:
+            teardown_all(self.prefix)
+            for proc in self._procs.values():
+                _reap(proc)
+        finally:
+            self._procs.clear()
+            for host in self.hosts:
+                host.pid = None
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+    # -- files -------------------------------------------------------------------------------
+
+    def _write_files(self) -> None:
+        shutil.rmtree(self.root / "hosts", ignore_errors=True)  # a previous run's
+        for host in self.hosts:
+            host.bin_dir.mkdir(parents=True, exist_ok=True)
+            host.home.mkdir()
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privsep chroot
+        self.identity_file.unlink(missing_ok=True)
+        keygens = [_keygen(self.identity_file, "ddptui-testhosts-client")]
+        keygens += [_keygen(h.host_key, h.name) for h in self.hosts]
+        for proc in keygens:
+            if proc.wait() != 0:
+                raise RuntimeError(f"ssh-keygen failed: {proc.args!r}")
+        self.authorized_keys.write_text(self.identity_file.with_suffix(".pub").read_text())
+        self.known_hosts.write_text("".join(self._known_hosts_line(h) for h in self.hosts))
+        self.ssh_config.write_text(self._client_config())
+        for host in self.hosts:
+            host.sshd_config.write_text(self._sshd_config(host))
+        for i, files in self.tools.items():
+            for name, text in files.items():
+                self.put_tool(i, name, text)
+
+    def _known_hosts_line(self, host: TestHost) -> str:
+        keytype, key = host.host_key.with_suffix(".pub").read_text().split()[:2]
+        return f"{host.addr},{host.name} {keytype} {key}\n"
+
+    def _client_config(self) -> str:
+        common = [
+            "User root",
+            "Port 22",
+            f"IdentityFile {self.identity_file}",
+            "IdentitiesOnly yes",
+            f"UserKnownHostsFile {self.known_hosts}",
+            "StrictHostKeyChecking yes",
+            "BatchMode yes",
+            "ConnectTimeout 10",
+        ]
+        blocks = [[f"Host {h.name}", f"HostName {h.addr}", *common] for h in self.hosts]
+        blocks.append([f"Host {self.subnet}.*", *common])  # raw addresses work too
+        return "\n".join("\n    ".join(block) + "\n" for block in blocks)
+
+    def _sshd_config(self, host: TestHost) -> str:
+        lines = [
+            f"ListenAddress {host.addr}",
+            "Port 22",
+            f"HostKey {host.host_key}",
+            f"PidFile {host.pid_file}",
+            "PermitRootLogin yes",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            "StrictModes no",
+            f"AuthorizedKeysFile {self.authorized_keys}",
+            "MaxStartups 100:30:200",
+            "MaxSessions 20",
+            f"SetEnv PATH={host.bin_dir}:{Path(self.python).parent}:{SYSTEM_PATH} HOME={host.home}",
+            "AcceptEnv LANG LC_*",
+            "UseDNS no",
+            "PrintMotd no",
+            "PrintLastLog no",
+            "Subsystem sftp internal-sftp",
+        ]
+        if sshd_version() >= (9, 8):
+            # Newer sshd blocks a source address after failed auths; every test comes from .1.
+            lines.append("PerSourcePenalties no")
+        return "\n".join(lines) + "\n"
+
+    def put_tool(self, i: int, name: str, text: str) -> Path:
+        """Write an executable ``name`` into host ``i``'s bin dir (first on its ssh PATH)."""
+        if "/" in name:
+            raise ValueError(f"tool name must be a plain file name: {name!r}")
+        path = self.hosts[i].bin_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+        return path
+
+    # -- network -----------------------------------------------------------------------------
+
+    def _create_network(self) -> None:
+        cmds = [f"netns add {h.netns}" for h in self.hosts]
+        cmds += [
+            f"link add {self.bridge} type bridge",
+            f"addr add {self.bridge_addr}/24 dev {self.bridge}",
+            f"link set {self.bridge} up",
+        ]
+        for h in self.hosts:
+            veth = veth_name(self.prefix, h.index)
+            cmds.append(f"link add {veth} type veth peer name eth0 netns {h.netns}")
+            cmds.append(f"link set {veth} master {self.bridge} up")
+        _ip_batch(cmds)
+        # Without br_netfilter loaded the kernel may refuse this; then there is nothing to bypass.
+        _ip_batch(
+            [f"link set {self.bridge} type bridge nf_call_iptables 0 nf_call_arptables 0"],
+            check=False,
+        )
+        procs = [_ip_batch_start(self._netns_cmds(h), netns=h.netns) for h in self.hosts]
+        for proc in procs:
+            _ip_batch_finish(proc)
+
+    def _netns_cmds(self, host: TestHost) -> list[str]:
+        return [
+            "link set lo up",
+            f"addr add {host.addr}/24 dev eth0",
+            "link set eth0 up",
+            f"route add default via {self.bridge_addr}",
+        ]
+
+    # -- sshd --------------------------------------------------------------------------------
+
+    def _spawn_sshd(self, host: TestHost) -> None:
+        host.pid_file.unlink(missing_ok=True)
+        script = f"hostname {host.name} && exec {SSHD} -D -e -f {host.sshd_config}"
+        # ip netns exec and unshare (no --fork) both exec, so the Popen pid is sshd's pid.
+        with open(host.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c", script],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # a Ctrl-C in the terminal must not reach the hosts
+            )
+        self._procs[host.index] = proc
+        host.pid = proc.pid
+
+    def _wait_sshd(self, host: TestHost, timeout: float = 15.0) -> None:
+        # sshd writes its pid file only after it has bound its listening socket.
+        proc = self._procs[host.index]
+        deadline = time.monotonic() + timeout
+        while not _pid_file_ready(host.pid_file, proc.pid):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = host.log_file.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"sshd on {host.name} ({host.netns}) did not start:\n{log}")
+            time.sleep(0.02)
+
+    def stop_sshd(self, i: int) -> None:
+        """Stop host ``i``'s listening sshd (new connections are refused; sessions live on)."""
+        host = self.hosts[i]
+        proc = self._procs.pop(i, None)
+        if proc is not None:
+            proc.terminate()
+            _reap(proc)
+        elif host.pid is not None:
+            _kill_and_wait([host.pid], signal.SIGTERM)
+        host.pid_file.unlink(missing_ok=True)
+        host.pid = None
+
+    def start_sshd(self, i: int) -> None:
+        """(Re)start host ``i``'s sshd and wait until it listens."""
+        if self.hosts[i].pid is not None:
+            return
+        self._spawn_sshd(self.hosts[i])
+        self._wait_sshd(self.hosts[i])
+
+    # -- helpers for tests -------------------------------------------------------------------
+
+    def ssh(
+        self, i: int, command: str, timeout: float = 30.0, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``command`` on host ``i`` with the system ssh client and this cluster's config."""
+        argv = ["ssh", "-F", str(self.ssh_config), self.hosts[i].name, command]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=input)
+
+    def netns_exec(
+        self, i: int, argv: list[str], timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` directly in host ``i``'s network namespace (no ssh, no hostname)."""
+        full = ["ip", "netns", "exec", self.hosts[i].netns, *argv]
+        return subprocess.run(full, capture_output=True, text=True, timeout=timeout)
+
+    def pids_with_env(self, key: str, value: str) -> list[int]:
+        """Pids of live processes (any namespace) whose environment holds ``key=value``."""
+        return pids_with_env(key, value)
+
+    def inventory_defaults(self) -> dict[str, str | int]:
+        """What an inventory's ``defaults:`` needs to reach these hosts."""
+        return {
+            "user": "root",
+            "port": 22,
+            "identity_file": str(self.identity_file),
+            "known_hosts": str(self.known_hosts),
+            "python": self.python,
+        }
+
+    def pdsh_env(self) -> dict[str, str]:
+        """Environment that makes pdsh use ssh with this cluster's config."""
+        return {
+            **os.environ,
+            "PDSH_RCMD_TYPE": "ssh",
+            "PDSH_SSH_ARGS_APPEND": f"-F {self.ssh_config}",
+        }
+
+
+# -- module-level helpers --------------------------------------------------------------------
+
+
+def bridge_name(prefix: str) -> str:
+    return f"{prefix}br0"
+
+
+def veth_name(prefix: str, i: int) -> str:
+    return f"{prefix}-v{i}"  # root side; the namespace side is always eth0
+
+
+def check_prerequisites() -> None:
+    """Raise RuntimeError naming whatever this machine lacks to run test hosts."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root privileges (network namespaces need CAP_NET_ADMIN)")
+    search = f"{os.environ.get('PATH', '')}:{SYSTEM_PATH}"
+    missing += [f"`{t}`" for t in REQUIRED_TOOLS if shutil.which(t, path=search) is None]
+    if not os.access(SSHD, os.X_OK):
+        missing.append(f"`{SSHD}`")
+    if missing:
+        hint = "apt-get install -y openssh-server openssh-client iproute2"
+        raise RuntimeError(f"ssh test hosts need {', '.join(missing)}; run as root after `{hint}`")
+
+
+@cache
+def sshd_version() -> tuple[int, int]:
+    # sshd has no version flag before 9.8 but prints its version with the usage text.
+    out = subprocess.run([SSHD, "-V"], capture_output=True, text=True).stderr
+    match = re.search(r"OpenSSH_(\d+)\.(\d+)", out)
+    return (int(match[1]), int(match[2])) if match else (0, 0)
+
+
+@contextmanager
+def cluster_lock(prefix: str = DEFAULT_PREFIX, timeout: float = 900.0) -> Iterator[None]:
+    """Hold the cluster lock of ``prefix`` (for tools that tear down outside a TestCluster)."""
+    fd = acquire_lock(prefix, timeout)
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def acquire_lock(prefix: str, timeout: float) -> int:
+    """flock the prefix's lock file, waiting up to ``timeout`` s; returns the fd to close."""
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    path = LOCK_DIR / f"{prefix}-testhosts.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # close-on-exec: sshd can't inherit it
+    deadline = time.monotonic() + timeout
+    told = False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            holder = path.read_text().strip() or "?"
+            if time.monotonic() > deadline:
+                os.close(fd)
+                raise RuntimeError(f"test hosts {prefix!r} still in use by pid {holder}") from None
+            if not told:
+                print(f"testhosts: waiting for pid {holder} to release {path}", file=sys.stderr)
+                told = True
+            time.sleep(0.2)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def teardown_all(prefix: str = DEFAULT_PREFIX) -> None:
+    """Remove every namespace, veth and bridge named with ``prefix`` and all their processes.
+
+    Works from names alone, so it also cleans what a crashed run left; cheap when nothing is left.
+    """
+    namespaces = _our_netns(prefix)
+    ns_ids = _netns_ids(namespaces)
+    if ns_ids:
+        _kill_and_wait_netns(ns_ids)
+    links = _our_links(prefix)
+    cmds = [f"link del {name}" for name in links]  # deleting one end removes the veth pair
+    cmds += [f"netns del {name}" for name in namespaces]
+    if cmds:
+        _ip_batch(cmds, check=False)
+    left = _our_netns(prefix) + _our_links(prefix)
+    if left:
+        raise RuntimeError(f"teardown left {left} behind")
+
+
+def pids_with_env(key: str, value: str) -> list[int]:
+    """Scan /proc/*/environ for processes whose environment contains ``key=value``."""
+    needle = f"{key}={value}".encode()
+    found = []
+    for pid in _all_pids():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+        except OSError:  # gone, or a kernel thread
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(pid)
+    return found
+
+
+def _our_netns(prefix: str) -> list[str]:
+    pattern = re.compile(rf"{re.escape(prefix)}-h\d+")
+    names = os.listdir(NETNS_DIR) if NETNS_DIR.is_dir() else []
+    return sorted(n for n in names if pattern.fullmatch(n))
+
+
+def _our_links(prefix: str) -> list[str]:
+    pattern = re.compile(rf"{re.escape(prefix)}-v\d+|{re.escape(bridge_name(prefix))}")
+    return sorted(n for n in os.listdir("/sys/class/net") if pattern.fullmatch(n))
+
+
+def _netns_ids(names: list[str]) -> set[tuple[int, int]]:
+    """(st_dev, st_ino) of each named namespace, what /proc/PID/ns/net resolves to."""
+    ids = set()
+    for name in names:
+        try:
+            st = os.stat(NETNS_DIR / name)
+        except OSError:
+            continue
+        ids.add((st.st_dev, st.st_ino))
+    return ids
+
+
+def _all_pids() -> list[int]:
+    return [int(e.name) for e in os.scandir("/proc") if e.name.isdigit()]
+
+
+def _pids_in_netns(ns_ids: set[tuple[int, int]]) -> list[int]:
+    pids = []
+    for pid in _all_pids():
+        try:
+            st = os.stat(f"/proc/{pid}/ns/net")
+        except OSError:  # gone, or a zombie (which has left its namespaces already)
+            continue
+        if (st.st_dev, st.st_ino) in ns_ids:
+            pids.append(pid)
+    return pids
+
+
+def _kill_and_wait_netns(ns_ids: set[tuple[int, int]], timeout: float = 10.0) -> None:
+    # Repeat: a dying sshd session may still fork; SIGKILL leaves nothing a chance to linger.
+    deadline = time.monotonic() + timeout
+    while pids := _pids_in_netns(ns_ids):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"processes {pids} survive SIGKILL in the test namespaces")
+        for pid in pids:
+            _signal(pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _kill_and_wait(pids: list[int], sig: signal.Signals, timeout: float = 5.0) -> None:
+    for pid in pids:
+        _signal(pid, sig)
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.stat(f"/proc/{pid}/ns/net")  # fails for a zombie too
+    except OSError:
+        return False
+    return True
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError):
+        os.kill(pid, sig)
+
+
+def _reap(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _pid_file_ready(path: Path, pid: int) -> bool:
+    try:
+        return path.read_text().strip() == str(pid)
+    except OSError:
+        return False
+
+
+def _keygen(path: Path, comment: str) -> subprocess.Popen[bytes]:
+    path.unlink(missing_ok=True)
+    path.with_suffix(".pub").unlink(missing_ok=True)
+    argv = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)]
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+
+
+def _ip_batch_start(cmds: list[str], netns: str | None = None) -> subprocess.Popen[str]:
+    # -force: keep going past a failed line (teardown of half-built leftovers).
+    argv = ["ip", *(["-n", netns] if netns else []), "-force", "-batch", "-"]
+    proc = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdin is not None
+    proc.stdin.write("\n".join(cmds) + "\n")
+    proc.stdin.close()
+    return proc
+
+
+def _ip_batch_finish(proc: subprocess.Popen[str], check: bool = True) -> None:
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    proc.stderr.close()
+    proc.wait()
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"ip -batch failed: {err.strip()}")
+
+
+def _ip_batch(cmds: list[str], netns: str | None = None, check: bool = True) -> None:
+    _ip_batch_finish(_ip_batch_start(cmds, netns), check)
