@@ -46,6 +46,7 @@ def parse_child_failed(lines: list[str]) -> list[ReportedFailure]:
     """The rank entries of torchrun's ChildFailedError report, in the order printed."""
     found: dict[int, ReportedFailure] = {}
     current: ReportedFailure | None = None
+    host: str | None = None  # printed before the rank it belongs to
     in_root = False
     for line in lines:
         if "Root Cause" in line:
@@ -54,16 +55,18 @@ def parse_child_failed(lines: list[str]) -> list[ReportedFailure]:
         if not m:
             continue
         key, value = m.groups()
-        if key == "rank" and (r := _RANK.match(value)):
+        if key == "time":
+            current, host = None, None
+        elif key == "host":
+            host = value.strip()
+        elif key == "rank" and (r := _RANK.match(value)):
             rank = int(r.group(1))
             local = int(r.group(2)) if r.group(2) else None
-            current = found.setdefault(rank, ReportedFailure(rank, local))
+            current = found.setdefault(rank, ReportedFailure(rank, local, host=host))
             current.root = current.root or in_root
         elif current and key == "exitcode" and (e := _EXIT.match(value)):
             current.exit_code = int(e.group(1))
             current.pid = int(e.group(2)) if e.group(2) else None
-        elif current and key == "host":
-            current.host = value.strip()
     return sorted(found.values(), key=lambda r: not r.root)
 
 

@@ -42,6 +42,7 @@ Standard library only; needs root, ``ip`` (iproute2), ``unshare``, ``sshd``, ``s
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -49,13 +50,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import TracebackType
 
+REPO = Path(__file__).resolve().parent.parent
 SUBNET = "10.213.7"  # first three octets of the /24; the bridge is .1
 FIRST_HOST_OCTET = 11
 UNUSED_OCTET = 250
@@ -379,6 +381,26 @@ class TestCluster:
             "known_hosts": str(self.known_hosts),
             "python": self.python,
         }
+
+    def write_inventory(
+        self,
+        path: Path,
+        job: dict[str, object],
+        hosts: Sequence[int | dict[str, object]] = (0, 1, 2),
+        **defaults: object,
+    ) -> Path:
+        """An inventory.yaml reaching these hosts: ints are host indexes, dicts raw entries.
+
+        The job runs in the repository (so examples/ resolve) unless defaults say otherwise.
+        """
+        entries = [
+            {"host": self.hosts[h].addr, "name": self.hosts[h].name} if isinstance(h, int) else h
+            for h in hosts
+        ]
+        merged = {**self.inventory_defaults(), "workdir": str(REPO), **defaults}
+        doc = {"defaults": merged, "hosts": entries, "job": job}
+        path.write_text(json.dumps(doc, indent=2))  # JSON is YAML
+        return path
 
     def pdsh_env(self) -> dict[str, str]:
         """Environment that makes pdsh use ssh with this cluster's config."""

@@ -1,0 +1,43 @@
+# Two commands: `make demo` (set up, then launch the bundled job) and `make test` (set up, then
+# run every check CI runs). Both are idempotent; the venv is rebuilt when pyproject.toml changes.
+VENV ?= .venv
+# The CPU build: a plain `torch` requirement would pull a multi-GB CUDA build.
+TORCH ?= torch==2.13.0
+BIN := $(VENV)/bin
+TEST_TOOLS := sshd:openssh-server ssh:openssh-client ip:iproute2 tmux:tmux pdsh:pdsh
+
+.PHONY: setup demo dashboard test lint test-tools clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[train,dev]'
+	touch $@
+
+demo: setup  ## the bundled job: two local nodes x two ranks, gloo on CPU
+	$(BIN)/ddptui --headless launch -i inventory.yaml
+
+dashboard: setup
+	$(BIN)/ddptui -i inventory.yaml
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test-tools:  ## the end-to-end tests build real sshd hosts: install what they need
+	@missing=""; for t in $(TEST_TOOLS); do \
+	  command -v $${t%%:*} >/dev/null || [ -x /usr/sbin/$${t%%:*} ] || missing="$$missing $${t#*:}"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: setup test-tools lint
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

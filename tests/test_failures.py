@@ -1,0 +1,90 @@
+"""Root cause: torchrun's ChildFailedError report and what ranks printed, merged across hosts."""
+
+from __future__ import annotations
+
+from remote.events import Failure
+from remote.failures import FailureTracker, describe_exit, first, is_echo, parse_child_failed
+
+# As torch 2.13's torchrun prints it (recorded from a real run on this machine).
+REPORT = """\
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+examples/train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-22_10:58:29
+  host      : node1
+  rank      : 2 (local_rank: 0)
+  exitcode  : -15 (pid: 6538)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 6538
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_10:58:29
+  host      : node1
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 6537)
+  error_file: <N/A>
+  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
+============================================================""".splitlines()
+
+
+def test_parse_child_failed_puts_root_cause_first() -> None:
+    found = parse_child_failed(REPORT)
+    assert [(f.rank, f.local_rank, f.exit_code, f.pid, f.root) for f in found] == [
+        (3, 1, 1, 6537, True),
+        (2, 0, -15, 6538, False),
+    ]
+    assert found[0].host == "node1"
+
+
+def test_tracker_builds_failures_with_the_rank_traceback() -> None:
+    t = FailureTracker()
+    t.feed("node1", tuple((None, line) for line in REPORT))
+    t.feed(
+        "node1",
+        (
+            (3, "[rank3]: Traceback (most recent call last):"),
+            (3, '[rank3]:   File "train.py", line 76, in main'),
+            (3, "[rank3]: RuntimeError: rank 3 failed on purpose"),
+        ),
+    )
+    failures = t.node_failures("node1", 1)
+    root = failures[0]
+    assert (root.host, root.rank, root.exit_code, root.pid) == ("node1", 3, 1, 6537)
+    assert root.message == "RuntimeError: rank 3 failed on purpose"
+    assert root.traceback[0] == "Traceback (most recent call last):"
+    assert failures[1].message == "killed by SIGTERM"
+
+
+def test_node_without_report_fails_as_a_whole() -> None:
+    t = FailureTracker()
+    t.feed("n", ((None, "Traceback (most recent call last):"), (None, "ValueError: bad")))
+    [f] = t.node_failures("n", 2)
+    assert (f.rank, f.exit_code, f.message) == (None, 2, "ValueError: bad")
+
+
+def test_first_prefers_own_failures_over_echoes_then_time() -> None:
+    echo = Failure("a", 0, 1, "RuntimeError: Connection closed by peer [1.2.3.4]:5", seen_at=1.0)
+    killed = Failure("a", 1, -15, "killed by SIGTERM", seen_at=0.5)
+    own = Failure("b", 3, 1, "ValueError: nan loss", seen_at=2.0)
+    later = Failure("c", 5, 1, "KeyError: x", seen_at=3.0)
+    assert is_echo(echo) and is_echo(killed) and not is_echo(own)
+    assert first([echo, killed, later, own]) is own
+    assert first([echo, killed]) is killed
+    assert first([]) is None
+
+
+def test_oom_kill_is_not_an_echo() -> None:
+    assert not is_echo(Failure("a", 0, -9, "killed by SIGKILL (out of memory?)"))
+
+
+def test_describe_exit() -> None:
+    assert describe_exit(1) == "exit code 1"
+    assert describe_exit(-9) == "killed by SIGKILL (out of memory?)"
+    assert describe_exit(-15) == "killed by SIGTERM"
+    assert describe_exit(None) == "no exit code"

@@ -1,0 +1,137 @@
+"""The inventory: defaults, overrides, and an error naming file, line and key for each mistake."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from remote import inventory
+from remote.inventory import InventoryError
+
+GOOD = """\
+defaults:
+  user: root
+  port: 22
+  python: /opt/venv/bin/python
+  workdir: /srv/project
+  env: {NCCL_IB_DISABLE: "1", OMP_NUM_THREADS: 4, FLAG: true}
+hosts:
+  - host: 10.0.0.11
+    name: gpu-a
+    env: {EXTRA: x}
+  - host: gpu-b
+    port: 2222
+    user: alice
+  - host: localhost
+    name: here
+    transport: local
+job:
+  script: train.py
+  args: ["--epochs", "3"]
+  nproc_per_node: 2
+  master_port: 29500
+  rdzv_backend: static
+  nccl: {socket_ifname: auto, ib_disable: false, debug: null}
+"""
+
+
+def parse(text: str) -> inventory.Inventory:
+    return inventory.parse(text, Path("inventory.yaml"))
+
+
+def error(text: str) -> InventoryError:
+    with pytest.raises(InventoryError) as info:
+        parse(text)
+    return info.value
+
+
+def test_defaults_apply_and_hosts_override() -> None:
+    inv = parse(GOOD)
+    a, b, here = inv.hosts
+    assert [h.node_rank for h in inv.hosts] == [0, 1, 2]
+    assert (a.name, a.user, a.port, a.workdir) == ("gpu-a", "root", 22, "/srv/project")
+    assert (b.name, b.user, b.port) == ("gpu-b", "alice", 2222)
+    assert a.env == {"NCCL_IB_DISABLE": "1", "OMP_NUM_THREADS": "4", "FLAG": "1", "EXTRA": "x"}
+    assert "EXTRA" not in b.env
+    assert (a.transport, here.transport) == ("ssh", "local")
+    assert inv.master is a
+    assert inv.job.args == ["--epochs", "3"]
+
+
+def test_python_defaults_to_python3_remotely_and_this_interpreter_locally() -> None:
+    inv = parse("hosts:\n  - host: a\n  - host: b\n    transport: local\njob:\n  script: t.py\n")
+    assert inv.hosts[0].python == "python3"
+    assert inv.hosts[1].python == sys.executable
+
+
+def test_bundled_inventory_is_valid() -> None:
+    inv = inventory.load(Path(__file__).parent.parent / "inventory.yaml")
+    assert len(inv.hosts) == 2
+    assert all(h.transport == "local" for h in inv.hosts)
+
+
+def line_of(text: str, needle: str) -> int:
+    return text[: text.rindex(needle)].count("\n") + 1
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "words"),
+    [
+        ("  port: 2222", "  port: abc", 0, ["hosts[1].port", "integer", "'abc'"]),
+        ("  port: 22\n", "  prot: 22\n", 0, ["unknown key `prot`", "defaults"]),
+        ("    name: gpu-a", "    nmae: gpu-a", 0, ["unknown key `nmae`", "hosts[0]"]),
+        ("  nproc_per_node: 2", "  nproc_per_node: lots", 0, ["nproc_per_node", "integer"]),
+        ("  nproc_per_node: 2", "  nproc_per_node: 0", 0, ["nproc_per_node", "at least 1"]),
+        ("  rdzv_backend: static", "  rdzv_backend: etcd", 0, ["'static' or 'c10d'"]),
+        ("  master_port: 29500", "  master_port: 99999", 0, ["master_port", "65535"]),
+        ("    transport: local", "    transport: mosh", 0, ["transport", "'mosh'"]),
+        ("  script: train.py\n", "", 17, ["job.script", "required"]),
+        ('  args: ["--epochs", "3"]', "  args: --epochs", 0, ["job.args", "list"]),
+        ("debug: null}", "debug: null, bogus: 1}", 0, ["unknown key `bogus`", "job.nccl"]),
+        ("{EXTRA: x}", "{EXTRA: [x]}", 0, ["hosts[0].env.EXTRA", "string"]),
+        ("    name: here", "    name: gpu-a", 0, ["'gpu-a' appears twice"]),
+    ],
+)
+def test_each_mistake_names_line_and_key(old: str, new: str, line: int, words: list[str]) -> None:
+    assert old in GOOD
+    text = GOOD.replace(old, new, 1)
+    line = line or line_of(text, new.strip())
+    err = error(text)
+    assert err.line == line, str(err)
+    assert str(err).startswith(f"inventory.yaml:{line}: ")
+    for word in words:
+        assert word in str(err)
+    assert "\n" not in str(err)
+
+
+def test_yaml_syntax_error_names_the_line() -> None:
+    err = error("hosts:\n  - host: a\n   bad: [\njob: {script: t.py}\n")
+    assert err.line is not None and "invalid YAML" in str(err)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("", "mapping"),
+        ("- a\n- b\n", "mapping"),
+        ("hosts: []\njob: {script: t.py}\n", "must not be empty"),
+        ("hosts:\n  - host: a\n", "`job` is required"),
+        ("hosts:\n  - name: x\njob: {script: t.py}\n", "hosts[0].host"),
+        ("hostz: []\njob: {script: t.py}\n", "unknown key `hostz`"),
+    ],
+)
+def test_structural_mistakes(text: str, words: str) -> None:
+    assert words in str(error(text))
+
+
+def test_missing_file_is_an_inventory_error(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="cannot read inventory"):
+        inventory.load(tmp_path / "nope.yaml")
+
+
+def test_env_names_are_checked() -> None:
+    err = error("hosts:\n  - host: a\n    env: {'A=B': x}\njob: {script: t.py}\n")
+    assert "not a valid environment variable name" in str(err)
+    assert err.line == 3
