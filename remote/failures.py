@@ -19,7 +19,7 @@ TAIL = 60  # stderr lines kept per rank, enough for the end of a traceback
 SHOWN = 20  # traceback lines carried in a Failure
 
 # torch's excepthook prefixes a worker's traceback with "[rankN]: " (distributed_c10d.py).
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
 # A rank that died of its peer's death, or of its launcher's TERM, is an echo, not a cause.
 _ECHO = re.compile(
     r"closed by peer|reset by peer|Connection refused|remote process exited|"
@@ -95,8 +95,11 @@ class FailureTracker:
     def feed(self, host: str, lines: tuple[tuple[int | None, str], ...]) -> None:
         now = time.time()
         for rank, text in lines:
+            if m := _RANK_PREFIX.match(text):
+                text = text[m.end() :]
+                # Untagged styles (Lightning): torch's excepthook still names the rank.
+                rank = int(m[1]) if rank is None else rank
             key = (host, rank)
-            text = _RANK_PREFIX.sub("", text, count=1)
             self.tails[key].append(text)
             if text.startswith(TRACEBACK_START) and key not in self.first_traceback:
                 self.first_traceback[key] = now
@@ -106,6 +109,9 @@ class FailureTracker:
         now = time.time()
         node_lines = list(self.tails[(host, None)])
         reported = parse_child_failed(node_lines)
+        if not reported and not why:  # no torchrun report: the tracebacks that name a rank
+            ranked = sorted(r for h, r in self.first_traceback if h == host and r is not None)
+            reported = [ReportedFailure(r, exit_code=exit_code) for r in ranked]
         if not reported:
             tb = self._traceback(host, None)
             return [
@@ -113,7 +119,7 @@ class FailureTracker:
                     host=host,
                     rank=None,
                     exit_code=exit_code,
-                    message=why or _last_line(tb) or describe_exit(exit_code),
+                    message=why or _message_line(tb) or describe_exit(exit_code),
                     seen_at=self._seen(host, None, now),
                     traceback=tb,
                 )
@@ -128,7 +134,7 @@ class FailureTracker:
                     exit_code=r.exit_code,
                     local_rank=r.local_rank,
                     pid=r.pid,
-                    message=_last_line(tb) or describe_exit(r.exit_code),
+                    message=_message_line(tb) or describe_exit(r.exit_code),
                     seen_at=self._seen(host, r.rank, now),
                     traceback=tb,
                 )
@@ -146,7 +152,15 @@ class FailureTracker:
         return tuple(lines[-SHOWN:])
 
 
-def _last_line(lines: tuple[str, ...]) -> str:
+def _message_line(lines: tuple[str, ...]) -> str:
+    """A traceback's exception line (the first unindented line after its frames), else the
+    last line: warnings printed after a traceback (c10d's, NCCL's) are not its message."""
+    in_frames = False
+    for line in lines:
+        if line.startswith("  File "):
+            in_frames = True
+        elif in_frames and line.strip() and not line[0].isspace():
+            return line.strip()
     for line in reversed(lines):
         if line.strip():
             return line.strip()

@@ -29,6 +29,7 @@ class NodePlan:
     rank_tagged: bool  # whether lines arrive tagged "[rank]:" (else they belong to the node)
     route_to: str | None  # set IFNAME_VARS to the interface that routes to this address
     scratch: str | None  # a directory on the host the supervisor removes when the run ends
+    unset: tuple[str, ...] = ()  # removed from the job's environment, even the host's own
 
     @property
     def node_rank(self) -> int:
@@ -69,6 +70,8 @@ def build(
                 rank_tagged=tagged,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
                 scratch=f"/tmp/ddptui-{run_id}-n{k}" if tagged else None,
+                # Lightning spawns nothing when LOCAL_RANK is set (design §2).
+                unset=("LOCAL_RANK",) if job.launcher == "env" else (),
             )
         )
     notices = []
@@ -80,7 +83,9 @@ def build(
     if job.launcher in ("spawn", "env"):
         notices.append(
             f"launcher {job.launcher}: the script starts its own processes, so lines "
-            "are tagged with their node, not their rank"
+            "are tagged with their node, not their rank; each node's ranks are shown once "
+            "its processes have started"
+            + (" (taken to be node rank * processes + index)" if job.launcher == "spawn" else "")
         )
     return Plan(
         nodes=tuple(nodes),
@@ -90,11 +95,12 @@ def build(
 
 
 def _ranks_known(inv: Inventory) -> bool:
-    """c10d assigns ranks by hostname order at rendezvous; spawn scripts pick their own."""
+    """c10d assigns ranks in the order of the nodes' addresses at rendezvous; spawn scripts
+    and Lightning (its Trainer's `devices`) decide their own. The supervisor learns those."""
     job = inv.job
     if job.launcher == "torchrun":
         return job.rdzv_backend == "static"
-    return job.launcher in ("launch", "env")
+    return job.launcher == "launch"
 
 
 def _argv(
@@ -152,8 +158,9 @@ def _argv(
             "--local-addr",
             local_addr,
         ]
-        if k == 0:
-            rdzv += ["--rdzv-conf", "is_host=1"]
+        # Say who hosts the store: without is_host, torch resolves this host's own name to
+        # decide, which raises where hostnames do not resolve.
+        rdzv += ["--rdzv-conf", f"is_host={int(k == 0)}"]
     else:
         rdzv = [
             "--rdzv-backend",
@@ -186,6 +193,8 @@ def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
             "NODE_RANK": str(host.node_rank),
         }
     )
+    if job.launcher == "torchrun" and job.rdzv_backend == "c10d":
+        del env["NODE_RANK"]  # the rendezvous orders the nodes, not the inventory
     if job.launcher in ("torchrun", "launch"):
         env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = LINE_PREFIX_TEMPLATE
     if job.launcher == "env":

@@ -8,6 +8,7 @@ standard library only; nothing is installed on the host. Protocol:
   stdout (host → launcher): one JSON object per line:
          {"t": "started", "pid", "hostname", "ifname"}   the job is running
          {"t": "out", "s": 1|2, "d": "whole lines"}      the job's stdout (1) / stderr (2)
+         {"t": "ranks", "ranks": [...], "world": N}       the global ranks found running here
          {"t": "exit", "code": N, "stopped": bool}       the job ended and nothing of it is left
          {"t": "error", "msg": "..."}                     the job could not start
 
@@ -66,6 +67,8 @@ def main():
     tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(spec["node"])}
     env = dict(os.environ)
     env.update(spec["env"])
+    for name in spec.get("unset", ()):  # e.g. a LOCAL_RANK the host exports stops Lightning
+        env.pop(name, None)
     ifname = None
     if spec.get("route_to"):
         ifname = route_ifname(spec["route_to"])
@@ -93,7 +96,11 @@ def main():
     pumps = [_thread(pump, proc.stdout, 1, chan), _thread(pump, proc.stderr, 2, chan)]
     _thread(watch_launcher, stop, chan)
     _thread(stop_on_request, stop, tags, spec.get("grace", 5.0))
+    ended = threading.Event()
+    if spec.get("learn_ranks"):
+        _thread(watch_ranks, proc.pid, tags, spec["node"], spec.get("nnodes", 1), chan, ended)
     code = proc.wait()
+    ended.set()
     # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
     sweep(tags, spec.get("grace", 5.0))
     for t in pumps:
@@ -159,6 +166,78 @@ def sweep(tags, grace):
         _reap()
         pids = tagged_pids(tags)
     _reap()
+
+
+def watch_ranks(root, tags, node, nnodes, chan, ended):
+    """Report the global ranks running here once they hold still over two scans.
+
+    For styles where only the run reveals them (c10d, spawn, Lightning). A few cheap scans of
+    /proc, further apart each time; none after the answer is sent or the job has ended.
+    """
+    last, delay = None, 0.5
+    while not ended.wait(delay):
+        found = ranks_here(root, tags, node, nnodes)
+        if found[0] and found == last:
+            chan.send(t="ranks", ranks=found[0], world=found[1])
+            return
+        last, delay = found, min(delay * 1.5, 5.0)
+
+
+def ranks_here(root, tags, node, nnodes):
+    """(global ranks, world size) of the job's processes on this host, ([], None) if unknown."""
+    procs = [(pid, _environ(pid)) for pid in tagged_pids(tags)]
+    # torchrun's workers (c10d, launch) carry their global rank.
+    workers = [env for _, env in procs if "TORCHELASTIC_RUN_ID" in env and "RANK" in env]
+    if workers:
+        ranks = sorted(int(env["RANK"]) for env in workers)
+        return ranks, _int(workers[0].get("WORLD_SIZE"))
+    # Lightning's children carry LOCAL_RANK, NODE_RANK and the world size it computed; the
+    # script itself is local rank 0. Its global rank = node rank x processes per node + local.
+    for _, env in procs:
+        world, node_rank = _int(env.get("WORLD_SIZE")), _int(env.get("NODE_RANK"))
+        if "LOCAL_RANK" in env and world and node_rank is not None and nnodes:
+            per = world // nnodes
+            return list(range(node_rank * per, node_rank * per + per)), world
+    # mp.spawn children of the script: their ranks are the scripts' usual convention, node
+    # rank x processes + index (nothing in their environment says so).
+    spawned = [pid for pid, _ in procs if _ppid(pid) == root and _spawned(pid)]
+    if spawned:
+        n = len(spawned)
+        return list(range(node * n, node * n + n)), n * nnodes
+    return [], None
+
+
+def _environ(pid):
+    try:
+        with open("/proc/{}/environ".format(pid), "rb") as f:
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in data.split("\0") if "=" in item)
+
+
+def _ppid(pid):
+    try:
+        with open("/proc/{}/stat".format(pid), "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _spawned(pid):
+    """A multiprocessing 'spawn' child (torch.multiprocessing.spawn starts these)."""
+    try:
+        with open("/proc/{}/cmdline".format(pid), "rb") as f:
+            return b"--multiprocessing-fork" in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def _int(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
 
 
 def tagged_pids(tags):

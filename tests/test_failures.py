@@ -88,3 +88,32 @@ def test_describe_exit() -> None:
     assert describe_exit(-9) == "killed by SIGKILL (out of memory?)"
     assert describe_exit(-15) == "killed by SIGTERM"
     assert describe_exit(None) == "no exit code"
+
+
+def test_message_is_the_exception_even_with_a_warning_after_it() -> None:
+    t = FailureTracker()
+    t.feed(
+        "n",
+        (
+            (1, "Traceback (most recent call last):"),
+            (1, '  File "x.py", line 1'),
+            (1, "ValueError: bad batch"),
+            (1, "UserWarning: something printed on the way out"),
+        ),
+    )
+    report = [line.replace(": 3 (local_rank: 1)", ": 1 (local_rank: 1)") for line in REPORT]
+    t.feed("n", tuple((None, line) for line in report))
+    assert t.node_failures("n", 1)[0].message == "ValueError: bad batch"
+
+
+def test_untagged_lines_with_torch_rank_prefix_name_the_rank() -> None:
+    t = FailureTracker()  # Lightning / spawn: lines carry no ddptui tag, but torch's own prefix
+    t.feed(
+        "node1",
+        (
+            (None, "[rank3]: Traceback (most recent call last):"),
+            (None, "[rank3]: RuntimeError: boom"),
+        ),
+    )
+    [f] = t.node_failures("node1", 1)
+    assert (f.rank, f.message) == (3, "RuntimeError: boom")

@@ -82,10 +82,10 @@ def test_c10d_rendezvous() -> None:
         assert flag(argv, "--local-addr") == f"10.0.0.{11 + k}"
         assert flag(argv, "--max-restarts") == "2"
         assert "--node-rank" not in argv  # c10d ignores it; ranks come from the rendezvous
-        assert ("--rdzv-conf" in argv) == (k == 0)
+        assert flag(argv, "--rdzv-conf") == f"is_host={int(k == 0)}"
+        assert "NODE_RANK" not in node.env  # the rendezvous orders the nodes, not the inventory
         assert node.ranks == ()
         assert node.rank_tagged
-    assert flag(p.nodes[0].argv, "--rdzv-conf") == "is_host=1"
 
 
 def test_legacy_launch_uses_env_and_says_it_is_deprecated() -> None:
@@ -137,6 +137,8 @@ def test_env_style_for_lightning() -> None:
         assert node.env["WORLD_SIZE"] == "6"
         assert node.env["MASTER_PORT"] == "29500"
         assert "LOCAL_RANK" not in node.env  # Lightning would spawn nothing
+        assert node.unset == ("LOCAL_RANK",)  # not even from the host's own environment
+        assert node.ranks == ()  # the Trainer's `devices` decides; learned during the run
         assert "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" not in node.env
 
 
