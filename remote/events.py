@@ -68,6 +68,17 @@ class NodeStarted(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class NodeRanks(Event):
+    """The global ranks found running on a node, for styles where only the run reveals them
+    (c10d rendezvous, mp.spawn scripts, Lightning's launcher)."""
+
+    host: str
+    node_rank: int
+    ranks: tuple[int, ...]
+    world_size: int | None = None  # as the node's processes know it
+
+
+@dataclass(frozen=True, slots=True)
 class LogBatch(Event):
     """Whole lines from one node's stream, in order. rank is None for the node's own lines."""
 
@@ -164,6 +175,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunStarted,
         HostState,
         NodeStarted,
+        NodeRanks,
         LogBatch,
         NodeExited,
         Notice,
@@ -189,7 +201,15 @@ def from_json(line: str) -> Event:
             data[key] = tuple(data[key])
     if "lines" in data:
         data["lines"] = tuple(tuple(x) for x in data["lines"])
+    if "gpus" in data:
+        data["gpus"] = tuple(_gpu(g) for g in data["gpus"])
+    if "findings" in data:
+        data["findings"] = tuple(Finding(**f) for f in data["findings"])
     return cls(**data)
+
+
+def _gpu(data: dict[str, Any]) -> Gpu:
+    return Gpu(**{**data, "processes": tuple(GpuProcess(**p) for p in data.get("processes", ()))})
 
 
 def _failure(data: dict[str, Any]) -> Failure:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
-from .events import Event, LogBatch, RunFinished, RunStarted
+from .events import Event, GpuStats, LogBatch, RunFinished, RunStarted
 
 
 class Recorder:
@@ -30,6 +31,8 @@ class Recorder:
         if isinstance(event, LogBatch):
             self._write_lines(event)
             return
+        if isinstance(event, GpuStats):
+            return
         if isinstance(event, RunStarted):
             self.started = event
         self.events.write(event.to_json() + "\n")
@@ -38,17 +41,24 @@ class Recorder:
             self._summary(event)
 
     def _write_lines(self, batch: LogBatch) -> None:
-        touched = set()
-        for rank, text in batch.lines:
+        # One write per file and batch, not per line: 1M lines must flow.
+        ranks = set(map(itemgetter(0), batch.lines))
+        by_rank: dict[int | None, list[str]]
+        if len(ranks) == 1:  # the usual batch: one rank's lines
+            by_rank = {ranks.pop(): list(map(itemgetter(1), batch.lines))}
+        else:
+            by_rank = {rank: [] for rank in ranks}
+            for rank, text in batch.lines:
+                by_rank[rank].append(text)
+        for rank, texts in by_rank.items():
             name = f"rank-{rank}.log" if rank is not None else f"node-{batch.node_rank}.log"
             f = self.logs.get(name)
             if f is None:
                 f = self.logs[name] = open(  # noqa: SIM115
                     self.dir / name, "a", encoding="utf-8", errors="surrogateescape"
                 )
-            f.write(text + "\n")
-            touched.add(f)
-        for f in touched:
+            texts.append("")  # the last line's newline
+            f.write("\n".join(texts))
             f.flush()
 
     def _summary(self, fin: RunFinished) -> None:

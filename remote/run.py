@@ -8,22 +8,31 @@ each supervisor sees its stdin close and stops its node by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 
 import platformdirs
 
+from . import checks as checker
 from . import plan as planner
+from . import probe
 from .events import (
+    ChecksDone,
     Event,
     Failure,
+    HostChecked,
     HostState,
     LogBatch,
     NodeExited,
+    NodeRanks,
     NodeStarted,
     Notice,
     RunFinished,
@@ -32,7 +41,7 @@ from .events import (
     Stream,
 )
 from .failures import FailureTracker, describe_exit, first
-from .inventory import Inventory
+from .inventory import Host, Inventory
 from .record import Recorder
 from .transport import HostError, Process, Transport, for_host
 
@@ -43,8 +52,11 @@ BOOTSTRAP = (
     "exec(compile(b.read(n),'ddptui-supervisor','exec'))"
 )
 STREAMS: dict[int, Stream] = {1: "stdout", 2: "stderr"}
+# A line as torchrun tees it, `[<global rank>]:text`; \d is what int() reads.
+RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+GPU_REFRESH_S = 3.0  # live GPU figures while a job runs
 
 Emit = Callable[[Event], None]
 
@@ -69,6 +81,7 @@ class Run:
         run_id: str | None = None,
         extra_args: Sequence[str] = (),
         transports: Sequence[Transport] | None = None,
+        checks: bool = True,
     ) -> None:
         self.inv = inv
         self.run_id = run_id or new_run_id()
@@ -76,10 +89,15 @@ class Run:
         self.extra_args = tuple(extra_args)
         self.transports = list(transports or [for_host(h) for h in inv.hosts])
         self._emit_to = emit
+        self.checks = checks  # probe every host first; any failed check stops the launch
+        self._connect_s: dict[int, float] = {}  # node rank → seconds its login took
+        self._unreachable_why: dict[int, str] = {}
+        self._gpu_counts: dict[int, int] = {}  # node rank → GPUs found (`auto`, live refresh)
         self._procs: dict[int, Process] = {}
         self._tracker = FailureTracker()
         self._failures: list[Failure] = []
         self._cause: str | None = None  # "user" or "failure": why the run is ending early
+        self._stop_sent = 0.0  # when (time.time) the nodes were told to stop
         self._unreachable = False
         self._t0 = time.monotonic()
         self.recorder: Recorder | None = None
@@ -104,13 +122,34 @@ class Run:
 
     # -- the run ----------------------------------------------------------------------------
 
+    async def check(self) -> ChecksDone:
+        """Connect, probe every host, disconnect: the checks alone, nothing starts."""
+        try:
+            return await self._check_hosts(connect=True)
+        finally:
+            await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
+
     async def _execute(self) -> RunFinished:
         inv = self.inv
         names = tuple(h.name for h in inv.hosts)
-        nprocs = self.nprocs()
-        self.emit(RunStarted(self.run_id, str(self.run_dir), names, sum(nprocs), inv.job.launcher))
+        auto = inv.job.nproc_per_node == "auto"
+        # auto: known once the GPUs are counted; spawn: the script decides
+        world = None if auto or inv.job.launcher == "spawn" else sum(self.nprocs())
+        self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         if not await self._connect_all() or self._cause:
             return self._finish()
+        if self.checks:
+            done = await self._check_hosts()
+            if not done.ok:
+                return self._checks_failed(done)
+        elif auto:
+            await self._count_gpus()
+        if self.stopping:  # stopped while checking
+            return self._finish()
+        nprocs = self.nprocs()
+        if auto:
+            per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
+            self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
         plan = planner.build(
             inv,
             run_id=self.run_id,
@@ -120,32 +159,108 @@ class Run:
         )
         for text in plan.notices:
             self.emit(Notice("warning", text))
-        await asyncio.gather(*(self._node(node) for node in plan.nodes))
+        refresh = asyncio.create_task(self._refresh_gpus())
+        try:
+            await asyncio.gather(*(self._node(node) for node in plan.nodes))
+        finally:
+            refresh.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refresh
         return self._finish()
 
     def nprocs(self) -> list[int]:
-        """Processes per host. `auto` uses the host's GPU count, else `gpus:`, else 1."""
-        n = self.inv.job.nproc_per_node
-        return [n if isinstance(n, int) else (h.gpus or 1) for h in self.inv.hosts]
+        """Processes per host. `auto` uses the GPUs found on the host, else `gpus:`, else 1."""
+        return checker.nprocs(self.inv, self._gpu_counts)
+
+    async def _connect(self, t: Transport) -> bool:
+        h = t.host
+        self.emit(HostState(h.name, h.node_rank, "connecting"))
+        try:
+            took = await t.connect()
+        except HostError as exc:
+            self.emit(HostState(h.name, h.node_rank, "unreachable", exc.reason))
+            self._failures.append(Failure(h.name, None, None, exc.reason, seen_at=time.time()))
+            self._unreachable_why[h.node_rank] = exc.reason
+            return False
+        self._connect_s[h.node_rank] = took
+        self.emit(HostState(h.name, h.node_rank, "connected", f"{took:.2f} s"))
+        return True
 
     async def _connect_all(self) -> bool:
-        async def connect(t: Transport) -> bool:
-            h = t.host
-            self.emit(HostState(h.name, h.node_rank, "connecting"))
-            try:
-                took = await t.connect()
-            except HostError as exc:
-                self.emit(HostState(h.name, h.node_rank, "unreachable", exc.reason))
-                self._failures.append(Failure(h.name, None, None, exc.reason, seen_at=time.time()))
-                return False
-            self.emit(HostState(h.name, h.node_rank, "connected", f"{took:.2f} s"))
-            return True
-
-        ok = all(await asyncio.gather(*(connect(t) for t in self.transports)))
+        ok = all(await asyncio.gather(*(self._connect(t) for t in self.transports)))
         self._unreachable = not ok
         if not ok:
             self.emit(Notice("error", "not starting: every host must be reachable"))
         return ok
+
+    # -- checks before launch -----------------------------------------------------------------
+
+    async def _check_hosts(self, connect: bool = False) -> ChecksDone:
+        """Probe every host (one round trip each), then judge them together. connect: each
+        host's probe follows its own login, without waiting for the slowest host's."""
+        master_known = asyncio.Event()  # the master's address is where its sshd answered from
+        if not connect:
+            master_known.set()
+
+        async def one(t: Transport) -> HostChecked:
+            k = t.host.node_rank
+            if connect:
+                try:
+                    await self._connect(t)
+                finally:
+                    if k == 0:
+                        master_known.set()
+            await master_known.wait()
+            master_addr = self.inv.job.master_addr or self.transports[0].address
+            if k in self._unreachable_why:
+                checked = probe.unreachable(t.host, self._unreachable_why[k])
+            else:
+                checked = await probe.probe(
+                    t,
+                    self.inv.job,
+                    master_addr,
+                    workdir=self._workdir(t.host),
+                    connect_s=self._connect_s.get(k),
+                )
+            if checked.gpus:
+                self._gpu_counts[k] = len(checked.gpus)
+            self.emit(checked)
+            return checked
+
+        done = checker.done(await asyncio.gather(*(one(t) for t in self.transports)))
+        self.emit(done)
+        return done
+
+    def _checks_failed(self, done: ChecksDone) -> RunFinished:
+        failed = [f for f in done.findings if f.level == "failure"]
+        for f in failed:
+            message = f"check failed ({f.check}): {f.message}"
+            self._failures.append(Failure(f.host or "checks", None, None, message, seen_at=0.0))
+        self.emit(
+            Notice(
+                "error",
+                f"not starting: checks failed on {len({f.host for f in failed})} host(s) "
+                "(--skip-checks launches anyway)",
+            )
+        )
+        return self._finish()
+
+    async def _count_gpus(self) -> None:
+        """`auto` without the checks: one GPU query per host, nothing else."""
+        for stats in await asyncio.gather(*(probe.gpu_stats(t) for t in self.transports)):
+            if stats is not None:
+                self._gpu_counts[stats.node_rank] = len(stats.gpus)
+
+    async def _refresh_gpus(self) -> None:
+        """Live GPU figures while the job runs, over the open connections; ends by cancel."""
+        targets = [t for t in self.transports if self._gpu_counts.get(t.host.node_rank)]
+        while targets:
+            await asyncio.sleep(GPU_REFRESH_S)
+            for stats in await asyncio.gather(*(probe.gpu_stats(t) for t in targets)):
+                if stats is not None:
+                    self.emit(stats)
+
+    # -- nodes ----------------------------------------------------------------------------------
 
     async def _node(self, node: planner.NodePlan) -> None:
         """Start one node's supervisor and relay what it says until it is done."""
@@ -188,19 +303,22 @@ class Run:
                 "node": node.node_rank,
                 "argv": list(node.argv),
                 "env": node.env,
-                "workdir": node.host.workdir or self._local_workdir(node),
+                "workdir": self._workdir(node.host),
                 "route_to": node.route_to,
                 "ifname_vars": list(planner.IFNAME_VARS),
                 "grace": self.inv.job.stop_grace,
                 "scratch": node.scratch,
+                "unset": list(node.unset),
+                "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
+                "nnodes": len(self.inv.hosts),
             }
         ).encode()
 
-    def _local_workdir(self, node: planner.NodePlan) -> str | None:
+    def _workdir(self, host: Host) -> str | None:
         """A local node without workdir runs beside the inventory, where its script is."""
-        if node.host.transport == "local":
-            return str(self.inv.path.resolve().parent)
-        return None
+        if host.workdir or host.transport != "local":
+            return host.workdir
+        return str(self.inv.path.resolve().parent)
 
     async def _relay(self, node: planner.NodePlan, proc: Process) -> _End | None:
         """Turn supervisor messages into events; returns the final message, if any came."""
@@ -217,6 +335,10 @@ class Run:
                     )
                 )
                 self.emit(HostState(h.name, k, "running", _ranks_text(node.ranks)))
+            elif kind == "ranks":
+                ranks = tuple(msg["ranks"])
+                self.emit(NodeRanks(h.name, k, ranks, msg.get("world")))
+                self.emit(HostState(h.name, k, "running", _ranks_text(ranks)))
             elif kind == "error":
                 return _End(error=msg["msg"])
             elif kind == "exit":
@@ -224,11 +346,11 @@ class Run:
         return None
 
     def _lines(self, node: planner.NodePlan, stream: Stream, data: str) -> None:
-        texts = data.split("\n")[:-1]  # the supervisor sends whole lines only
+        # The supervisor sends whole lines only. No Python call per line: 1M lines must flow.
         if node.rank_tagged:
-            lines = tuple(_untag(t) for t in texts)
+            lines = _untag(data)
         else:
-            lines = tuple((None, t) for t in texts)
+            lines = tuple(zip(repeat(None), data.split("\n")[:-1]))
         if stream == "stderr":
             self._tracker.feed(node.host.name, lines)
         self.emit(LogBatch(node.host.name, node.node_rank, stream, lines))
@@ -239,6 +361,9 @@ class Run:
             self.emit(HostState(h.name, h.node_rank, "done"))
             self.emit(NodeExited(h.name, h.node_rank, code))
         elif stopped and self._cause:
+            if self._cause == "failure":  # its own tracebacks from before the stop still count
+                own = self._tracker.node_failures(h.name, code)
+                self._failures.extend(f for f in own if f.seen_at < self._stop_sent)
             self.emit(HostState(h.name, h.node_rank, "stopped", describe_exit(code)))
             self.emit(NodeExited(h.name, h.node_rank, code, stopped=True))
         else:
@@ -259,7 +384,7 @@ class Run:
 
     def _stop_all(self, cause: str) -> None:
         if self._cause is None:
-            self._cause = cause
+            self._cause, self._stop_sent = cause, time.time()
             if cause == "user":
                 self.emit(
                     Notice(
@@ -308,16 +433,23 @@ class _End:
     error: str | None = None
 
 
-def _untag(text: str) -> tuple[int | None, str]:
-    """`[3]:hello` → (3, "hello"); torchrun's own lines carry no tag."""
-    if text.startswith("["):
-        end = text.find("]:", 1, 12)
-        if end > 1 and text[1:end].isdigit():
-            return int(text[1:end]), text[end + 2 :]
-    return None, text
+def _untag(data: str) -> tuple[tuple[int | None, str], ...]:
+    """Each whole line of data: `[3]:hello` → (3, "hello"); torchrun's own lines carry no tag."""
+    found = RANK_TAG.findall(data)  # one pass in C over the whole chunk
+    ranks = {tag: int(tag) if tag else None for tag in set(map(itemgetter(0), found))}
+    if len(ranks) == 1:  # the usual chunk: one rank's lines
+        return tuple(zip(repeat(ranks.popitem()[1]), map(itemgetter(1), found)))
+    return tuple([(ranks[tag], text) for tag, text in found])
 
 
 def _ranks_text(ranks: tuple[int, ...]) -> str:
     if not ranks:
         return ""
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
+
+
+async def check(
+    inv: Inventory, emit: Emit, transports: Sequence[Transport] | None = None
+) -> ChecksDone:
+    """`ddptui --headless check`: connect to every host, probe it, judge them all, disconnect."""
+    return await Run(inv, emit, transports=transports).check()

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from remote import inventory
-from remote.run import EXIT_USAGE
+from remote.run import EXIT_INTERRUPTED, EXIT_USAGE
 
 USAGE = """\
 ddptui [-i INVENTORY]                                  the dashboard
@@ -68,17 +68,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if not args.headless:
         return _dashboard(args.inventory)
-    if args.command == "launch":
-        from . import headless
+    from . import headless
 
-        return asyncio.run(headless.launch(inv, args.run_dir, extra))
-    print("ddptui: check is not available yet", file=sys.stderr)
-    return EXIT_USAGE
+    if args.command == "launch":
+        return asyncio.run(headless.launch(inv, args.run_dir, extra, not args.skip_checks))
+    try:
+        return asyncio.run(headless.check(inv, as_json=args.json))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
 
 
 def _dashboard(path: Path, error: Exception | None = None) -> int:
-    print("ddptui: the dashboard is not available yet; use --headless", file=sys.stderr)
-    return EXIT_USAGE
+    """The Textual app. It reads the inventory itself: a mistake (`error`) opens it on the
+    error screen, where the user fixes the file and reloads it."""
+    from .app import create_app  # Textual loads only for the dashboard
+
+    return create_app(path).run() or 0
 
 
 if __name__ == "__main__":

@@ -11,12 +11,15 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import TextIO
 
 from remote.events import (
+    ChecksDone,
     Event,
     Failure,
+    HostChecked,
     HostState,
     LogBatch,
     Notice,
@@ -25,7 +28,10 @@ from remote.events import (
 )
 from remote.failures import describe_exit
 from remote.inventory import Inventory
-from remote.run import EXIT_INTERRUPTED, Run
+from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from remote.run import check as run_checks
+
+from .check_report import finding_line, print_json, print_table
 
 QUIET_STATES = {"connecting", "starting"}
 
@@ -52,16 +58,32 @@ class Printer:
             )
         elif isinstance(event, RunFinished):
             self._finished(event)
+        elif isinstance(event, ChecksDone):
+            self._checked(event)
 
     def _lines(self, batch: LogBatch) -> None:
         host = batch.host
-        text = "".join(
-            f"[r{rank} {host}] {line}\n" if rank is not None else f"[{host}] {line}\n"
-            for rank, line in batch.lines
-        )
+        tags = {  # one per rank in the batch, so each line costs a lookup, not a format
+            rank: f"[r{rank} {host}] " if rank is not None else f"[{host}] "
+            for rank in set(map(itemgetter(0), batch.lines))
+        }
+        if len(tags) == 1:  # the usual batch: one rank's lines
+            tag = next(iter(tags.values()))
+            text = tag + ("\n" + tag).join(map(itemgetter(1), batch.lines)) + "\n"
+        else:
+            text = "".join([tags[rank] + line + "\n" for rank, line in batch.lines])
         dst = self.out if batch.stream == "stdout" else self.err
         dst.write(text)
         dst.flush()
+
+    def _checked(self, done: ChecksDone) -> None:
+        """Before a launch: one line per failure or warning, then the verdict."""
+        shown = [f for f in done.findings if f.level != "ok"]
+        for f in shown:
+            self.say(finding_line(f))
+        failures = sum(1 for f in shown if f.level == "failure")
+        verdict = "failed" if failures else "passed"
+        self.say(f"checks {verdict}: {failures} failures, {len(shown) - failures} warnings")
 
     def _finished(self, fin: RunFinished) -> None:
         if fin.failure is not None:
@@ -83,9 +105,11 @@ def failure_line(f: Failure) -> str:
     return f"{who}{code}: {f.message}"
 
 
-async def launch(inv: Inventory, run_dir: Path | None, extra: Sequence[str]) -> int:
+async def launch(
+    inv: Inventory, run_dir: Path | None, extra: Sequence[str], checks: bool = True
+) -> int:
     printer = Printer()
-    run = Run(inv, printer, run_dir=run_dir, extra_args=extra)
+    run = Run(inv, printer, run_dir=run_dir, extra_args=extra, checks=checks)
     loop = asyncio.get_running_loop()
     interrupted = False
 
@@ -101,3 +125,16 @@ async def launch(inv: Inventory, run_dir: Path | None, extra: Sequence[str]) -> 
         loop.add_signal_handler(sig, interrupt)
     fin = await run.execute()
     return fin.exit_code
+
+
+async def check(inv: Inventory, as_json: bool = False, out: TextIO | None = None) -> int:
+    """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed."""
+    hosts: list[HostChecked] = []
+
+    def collect(event: Event) -> None:
+        if isinstance(event, HostChecked):
+            hosts.append(event)
+
+    done = await run_checks(inv, collect)
+    (print_json if as_json else print_table)(hosts, done, out or sys.stdout)
+    return EXIT_OK if done.ok else EXIT_FAILED

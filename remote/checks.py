@@ -1,0 +1,202 @@
+"""Judging the probe's facts: each host on its own, then the hosts against each other. Pure.
+
+A failure blocks a launch (the job would not start, or would hang); a warning does not (a busy
+GPU, a torch that differs between hosts: worth knowing, sometimes intended). The facts are the
+dict remote/probe.py builds; the `check` ids are what front-ends group and filter by.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from .events import ChecksDone, Finding, Gpu, HostChecked
+from .inventory import Inventory
+
+BUSY_MIB = 1024  # memory in use with no process in sight: a job of another container or user
+LOW_DISK_GIB = 5.0
+
+Level = Literal["ok", "warning", "failure"]
+Add = Callable[[Level, str, str], None]
+
+
+def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> tuple[Finding, ...]:
+    """Everything one host's probe says, worded for the person about to launch."""
+    found: list[Finding] = []
+
+    def add(level: Level, check: str, message: str) -> None:
+        found.append(Finding(level, check, message, name))
+
+    if not facts.get("reachable", True):
+        add("failure", "ssh", facts.get("error") or "unreachable")
+        return tuple(found)
+    took = facts.get("connect_s")
+    add("ok", "ssh", "connected" if took is None else f"connected in {took:.2f} s")
+    if facts.get("probe_error"):
+        check = "python" if facts.get("probe_exit") == 127 else "probe"
+        add("failure", check, facts["probe_error"])
+        return tuple(found)
+    _software(add, facts, gpus)
+    _gpus(add, facts, gpus)
+    _workdir(add, facts)
+    _network(add, facts)
+    return tuple(found)
+
+
+def _software(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
+    if f.get("python") is None:
+        add("failure", "python", f"no python at {f.get('python_path')} on this host")
+        return
+    add("ok", "python", f"python {f['python']} ({f.get('python_exe')})")
+    if f.get("torch") is None or f.get("torch_error"):
+        why = f.get("torch_error") or "not installed"
+        if why == "not installed":
+            why = "torch is not installed"
+        add("failure", "torch", f"{why} (for {f.get('python_exe')})")
+        return
+    cuda = f", CUDA {f['torch_cuda']}" if f.get("torch_cuda") else ""
+    nccl = f", NCCL {f['nccl']}" if f.get("nccl") else ""
+    add("ok", "torch", f"torch {f['torch']}{cuda}{nccl}")
+    if not gpus:
+        return
+    if not f.get("torch_cuda"):
+        add(
+            "warning",
+            "cuda",
+            f"torch {f['torch']} is a CPU build: the job cannot use this host's {len(gpus)} GPUs",
+        )
+    elif not f.get("cuda_available"):
+        add(
+            "failure",
+            "cuda",
+            f"torch {f['torch']} (built for CUDA {f['torch_cuda']}) cannot use the GPUs: "
+            f"torch.cuda.is_available() is False with driver {f.get('driver')} "
+            f"(CUDA {f.get('cuda')})",
+        )
+
+
+def _gpus(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
+    state = f.get("nvidia_smi")
+    if state == "missing":
+        add("ok", "gpu", "no nvidia-smi: a CPU host")
+        return
+    if state == "error":
+        add("failure", "gpu", f.get("gpu_error") or "nvidia-smi failed")
+        return
+    add("ok", "gpu", f"{gpu_summary(gpus)}, driver {f.get('driver')}, CUDA {f.get('cuda')}")
+    busy = [busy_text(g) for g in gpus if is_busy(g)]
+    if busy:
+        add("warning", "gpu-busy", "; ".join(busy))
+
+
+def is_busy(gpu: Gpu) -> bool:
+    return bool(gpu.processes) or gpu.memory_used_mib >= BUSY_MIB
+
+
+def busy_text(gpu: Gpu) -> str:
+    if not gpu.processes:
+        used = _gib(gpu.memory_used_mib)
+        return f"GPU {gpu.index} has {used} in use by processes not visible here"
+    procs = ", ".join(f"pid {p.pid} {p.name} ({_gib(p.memory_mib)})".strip() for p in gpu.processes)
+    return f"GPU {gpu.index} in use by {procs}"
+
+
+def gpu_summary(gpus: Sequence[Gpu]) -> str:
+    """`8× NVIDIA H100 80GB HBM3`; a host of mixed models lists each."""  # noqa: RUF002
+    counts: dict[str, int] = {}
+    for g in gpus:
+        counts[g.name] = counts.get(g.name, 0) + 1
+    return " + ".join(f"{n}× {name}" for name, n in counts.items()) or "no GPU"  # noqa: RUF001
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:.1f} GiB"
+
+
+def _workdir(add: Add, f: Mapping[str, Any]) -> None:
+    if not f.get("workdir_exists"):
+        add("failure", "workdir", f"the working directory {f.get('workdir')} does not exist")
+        return
+    if f.get("script_found"):
+        add("ok", "script", f"{f.get('script')} found")
+    else:
+        add("failure", "script", f"the script {f.get('script')} is not there")
+    disk = f.get("disk")
+    if disk is not None and disk < LOW_DISK_GIB:
+        add("warning", "disk", f"only {disk:g} GiB free in {f.get('workdir')}")
+    elif disk is not None:
+        add("ok", "disk", f"{disk:g} GiB free in {f.get('workdir')}")
+
+
+def _network(add: Add, f: Mapping[str, Any]) -> None:
+    master = f.get("master_addr")
+    if f.get("ifname"):
+        add("ok", "route", f"{f['ifname']} routes to the master {master}")
+    else:
+        add("failure", "route", f"no route to the master {master}")
+    if f.get("port") is None:
+        return  # only the master's port matters
+    if f.get("port_free"):
+        add("ok", "port", f"port {f['port']} is free")
+    else:
+        why = f" ({f['port_error']})" if f.get("port_error") else ""
+        add("failure", "port", f"port {f['port']} is in use on the master{why}")
+
+
+# -- across hosts ------------------------------------------------------------------------------
+
+
+def _model_key(h: HostChecked) -> str | None:
+    """The GPU models alone (counts may differ between hosts); None when unknown."""
+    if h.facts.get("nvidia_smi") == "missing":
+        return "no GPU"
+    return " + ".join(sorted({g.name for g in h.gpus})) or None
+
+
+SAME: tuple[tuple[str, str, Callable[[HostChecked], Any]], ...] = (
+    ("same-torch", "torch", lambda h: h.facts.get("torch")),
+    ("same-cuda", "CUDA (driver)", lambda h: h.facts.get("cuda")),
+    ("same-driver", "driver", lambda h: h.facts.get("driver")),
+    ("same-gpu", "GPU model", _model_key),
+)
+
+
+def across(hosts: Sequence[HostChecked]) -> tuple[Finding, ...]:
+    """torch, CUDA, driver and GPU model the same everywhere; a difference is a warning."""
+    probed = [h for h in _ordered(hosts) if h.facts.get("reachable", True)]
+    probed = [h for h in probed if not h.facts.get("probe_error")]
+    found = []
+    for check, label, value in SAME:
+        groups: dict[str, list[str]] = {}
+        for h in probed:
+            v = value(h)
+            if v is not None:
+                groups.setdefault(str(v), []).append(h.host)
+        if check == "same-gpu" and set(groups) <= {"no GPU"}:
+            continue  # no GPU anywhere: nothing to compare
+        if len(groups) > 1:
+            values = "; ".join(f"{v} on {', '.join(names)}" for v, names in groups.items())
+            found.append(Finding("warning", check, f"{label} differs across hosts: {values}"))
+        elif len(groups) == 1 and len(probed) > 1:
+            [(v, names)] = groups.items()
+            if len(names) == len(probed):  # not when the others have none (CPU hosts)
+                found.append(Finding("ok", check, f"{label} {v} on every host"))
+    return tuple(found)
+
+
+def done(hosts: Sequence[HostChecked]) -> ChecksDone:
+    """Every host's findings, in node order, then those across hosts."""
+    findings = tuple(f for h in _ordered(hosts) for f in h.findings) + across(hosts)
+    return ChecksDone(not any(f.level == "failure" for f in findings), findings)
+
+
+def _ordered(hosts: Sequence[HostChecked]) -> list[HostChecked]:
+    return sorted(hosts, key=lambda h: h.node_rank)
+
+
+def nprocs(inv: Inventory, gpu_counts: Mapping[int, int]) -> list[int]:
+    """Processes per host. `auto`: the GPUs found on the host, else its `gpus:`, else 1."""
+    n = inv.job.nproc_per_node
+    if isinstance(n, int):
+        return [n] * len(inv.hosts)
+    return [gpu_counts.get(h.node_rank) or h.gpus or 1 for h in inv.hosts]

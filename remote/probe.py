@@ -1,0 +1,307 @@
+"""Checks before launch, launcher side: one command per host learns everything; parse it here.
+
+`command()` is that one command: a `sh -c` wrapper finds the job's interpreter (or, when it is
+missing, any python3, so the rest is still learned and the missing one is named) and runs
+probe_host.py on it. `parse()` turns what came back into a HostChecked; remote/checks.py judges.
+The nvidia-smi GPU query and its parser also serve the live refresh while a job runs
+(`gpu_stats`), over the connections the run already holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import checks
+from .events import Gpu, GpuProcess, GpuStats, HostChecked
+from .inventory import Host, Job
+from .transport import HostError, Result, Transport
+
+GPU_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "memory.total",
+    "memory.used",
+    "utilization.gpu",
+    "temperature.gpu",
+    "driver_version",
+)
+APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
+CSV = "--format=csv,noheader,nounits"
+GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), CSV)
+APPS_QUERY = ("nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), CSV)
+# What the host runs, by name; plain `nvidia-smi` is the only place naming the driver's CUDA.
+SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": ()}
+
+PROBE_TIMEOUT = 90.0  # importing torch and waking 8 GPUs can take a while on a busy host
+REFRESH_TIMEOUT = 10.0
+MARK = "DDPTUI-PROBE "  # probe_host.MARK: the line to read, whatever else the host printed
+
+_HERE = Path(__file__).parent
+_SOURCES = ((_HERE / "supervisor.py").read_text(), (_HERE / "probe_host.py").read_text())
+# python -c BOOT SUPERVISOR PROBE SPEC [missing]: supervisor.py's source first, in a namespace
+# of its own (its route_ifname is reused, its main must not run), then the probe.
+BOOT = (
+    "import sys;a=sys.argv;s={'__name__':'ddptui-supervisor'};p={'__name__':'ddptui-probe'};"
+    "exec(compile(a[1],'ddptui-supervisor','exec'),s);"
+    "exec(compile(a[2],'ddptui-probe','exec'),p);"
+    "sys.exit(p['main'](s['route_ifname'],a[3],len(a)>4))"
+)
+# $1 is the job's interpreter. Without it, any python3 still learns the rest (told `missing`).
+WRAPPER = """py=$1; shift
+if command -v "$py" >/dev/null 2>&1; then exec "$py" -c "$@"; fi
+for alt in python3 python; do
+    if command -v "$alt" >/dev/null 2>&1; then exec "$alt" -c "$@" missing; fi
+done
+echo "no python on this host (tried $py, python3, python)" >&2
+exit 127"""
+EXIT_NO_PYTHON = 127
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    """One line of the GPU query: the Gpu, plus what maps processes to it and the driver."""
+
+    gpu: Gpu
+    uuid: str | None
+    driver: str | None
+
+
+def command(
+    host: Host, job: Job, master_addr: str, workdir: str | None, is_master: bool
+) -> list[str]:
+    """The one command that probes `host` (argv; the transport quotes it for the shell)."""
+    spec = {
+        "smi": {name: list(args) for name, args in SMI_RUNS.items()},
+        "script": job.script,
+        "workdir": workdir,
+        "master_addr": master_addr,
+        "master_port": job.master_port if is_master else None,
+    }
+    return ["sh", "-c", WRAPPER, "ddptui-probe", host.python, BOOT, *_SOURCES, json.dumps(spec)]
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    """The same command as one string for a remote shell (ssh, pdsh)."""
+    return shlex.join(argv)
+
+
+async def probe(
+    transport: Transport,
+    job: Job,
+    master_addr: str,
+    *,
+    workdir: str | None,
+    connect_s: float | None,
+) -> HostChecked:
+    """Probe one connected host in one round trip."""
+    host = transport.host
+    argv = command(host, job, master_addr, workdir, is_master=host.node_rank == 0)
+    try:
+        res = await transport.run(argv, timeout=PROBE_TIMEOUT)
+    except HostError as exc:
+        facts = _base(host, connect_s, master_addr)
+        return checked(host, {**facts, "probe_error": exc.reason})
+    return parse(host, res, connect_s=connect_s, master_addr=master_addr)
+
+
+def unreachable(host: Host, reason: str) -> HostChecked:
+    return checked(host, {"reachable": False, "error": reason, "python_path": host.python})
+
+
+def checked(host: Host, facts: dict[str, Any], gpus: Sequence[Gpu] = ()) -> HostChecked:
+    findings = checks.host_findings(host.name, facts, gpus)
+    return HostChecked(host.name, host.node_rank, facts, tuple(gpus), findings)
+
+
+def parse(host: Host, res: Result, *, connect_s: float | None, master_addr: str) -> HostChecked:
+    """What one probe run printed → the host's facts, GPUs and findings."""
+    facts = _base(host, connect_s, master_addr)
+    found = _found(res.stdout)
+    if found is None:
+        facts.update(probe_error=_why_silent(res), probe_exit=res.code)
+        return checked(host, facts)
+    facts.update(_facts(found))
+    gpus: tuple[Gpu, ...] = ()
+    smi = found.get("smi")
+    if smi is None:
+        facts["nvidia_smi"] = "missing"
+    elif error := smi_error(smi["gpus"]):
+        facts.update(nvidia_smi="error", gpu_error=error)
+    else:
+        rows = parse_gpus(smi["gpus"]["out"])
+        gpus = attach_processes(rows, smi["apps"]["out"] if smi["apps"]["code"] == 0 else "")
+        drivers = {r.driver for r in rows if r.driver}
+        facts.update(
+            nvidia_smi="ok",
+            driver=", ".join(sorted(drivers)) or None,
+            cuda=cuda_version(smi["summary"]["out"]),
+        )
+    facts["gpu_count"] = len(gpus)
+    return checked(host, facts, gpus)
+
+
+def _base(host: Host, connect_s: float | None, master_addr: str) -> dict[str, Any]:
+    return {
+        "reachable": True,
+        "connect_s": None if connect_s is None else round(connect_s, 3),
+        "python_path": host.python,
+        "master_addr": master_addr,
+    }
+
+
+def _found(stdout: bytes) -> dict[str, Any] | None:
+    for line in reversed(stdout.decode("utf-8", "replace").splitlines()):
+        if line.startswith(MARK):
+            try:
+                found: dict[str, Any] = json.loads(line[len(MARK) :])
+            except ValueError:
+                return None
+            return found
+    return None
+
+
+def _why_silent(res: Result) -> str:
+    """Why the probe said nothing: the host's own last words, or its exit status."""
+    lines = [s.strip() for s in res.stderr.decode("utf-8", "replace").splitlines() if s.strip()]
+    if res.code == EXIT_NO_PYTHON and lines:
+        return lines[-1]
+    tail = f": {lines[-1]}" if lines else ""
+    return f"the probe failed (exit {res.code}){tail}"
+
+
+def _facts(found: dict[str, Any]) -> dict[str, Any]:
+    torch = found.get("torch") or {}
+    wd = found.get("workdir") or {}
+    port = found.get("port") or {}
+    free = wd.get("free_bytes")
+    return {
+        "hostname": found.get("hostname"),
+        "os": found.get("os"),
+        "kernel": found.get("kernel"),
+        "python": found.get("python"),
+        "python_exe": found.get("python_exe"),
+        "torch": torch.get("version"),
+        "torch_path": torch.get("path"),
+        "torch_cuda": torch.get("cuda"),
+        "cuda_available": torch.get("cuda_available"),
+        "nccl": torch.get("nccl"),
+        "torch_error": torch.get("error"),
+        "workdir": wd.get("path"),
+        "workdir_exists": wd.get("exists"),
+        "disk": None if free is None else round(free / 2**30, 1),  # GiB free in workdir
+        "script": wd.get("script"),
+        "script_found": wd.get("script_found"),
+        "ifname": found.get("ifname"),
+        "port": port.get("port"),
+        "port_free": port.get("free"),
+        "port_error": port.get("error"),
+    }
+
+
+# -- nvidia-smi --------------------------------------------------------------------------------
+
+
+def smi_error(run: dict[str, Any]) -> str | None:
+    """nvidia-smi's own words when it failed (a driver not loaded exits 9), else None."""
+    if run.get("code") == 0:
+        return None
+    text = " ".join(
+        line.strip()
+        for line in (run.get("out", "") + "\n" + run.get("err", "")).splitlines()
+        if line.strip()
+    )
+    return f"nvidia-smi failed (exit {run.get('code')}): {text or 'no message'}"
+
+
+def _value(field: str) -> str | None:
+    """A CSV field; `[N/A]`, `[Not Supported]`, `[Unknown Error]` and the like mean unknown."""
+    field = field.strip()
+    return None if not field or (field.startswith("[") and field.endswith("]")) else field
+
+
+def _int(field: str) -> int | None:
+    value = _value(field)
+    try:
+        return None if value is None else round(float(value))
+    except ValueError:
+        return None
+
+
+def parse_gpus(text: str) -> list[GpuRow]:
+    """Rows of `--query-gpu=<GPU_FIELDS> --format=csv,noheader,nounits`."""
+    rows: list[GpuRow] = []
+    for line in text.splitlines():
+        fields = line.split(", ")
+        if len(fields) != len(GPU_FIELDS):
+            continue  # not a data line (a warning nvidia-smi printed first, say)
+        index, uuid, name, total, used, util, temp, driver = fields
+        number = _int(index)
+        gpu = Gpu(
+            index=len(rows) if number is None else number,
+            name=_value(name) or "unknown GPU",
+            memory_total_mib=_int(total) or 0,
+            memory_used_mib=_int(used) or 0,
+            utilization_pct=_int(util),
+            temperature_c=_int(temp),
+        )
+        rows.append(GpuRow(gpu, _value(uuid), _value(driver)))
+    return rows
+
+
+def parse_apps(text: str) -> list[tuple[str, GpuProcess]]:
+    """(gpu uuid, process) pairs of `--query-compute-apps=<APP_FIELDS>`; no lines, no apps."""
+    apps = []
+    for line in text.splitlines():
+        fields = line.split(", ", 3)  # a process name may hold ", "
+        if len(fields) != len(APP_FIELDS):
+            continue  # "No running processes found" on some versions
+        uuid, pid, used, name = fields
+        pid_value = _int(pid)
+        if pid_value is None:
+            continue
+        apps.append((uuid.strip(), GpuProcess(pid_value, _int(used) or 0, name.strip())))
+    return apps
+
+
+def attach_processes(rows: Sequence[GpuRow], apps_text: str) -> tuple[Gpu, ...]:
+    by_uuid: dict[str, list[GpuProcess]] = {}
+    for uuid, proc in parse_apps(apps_text):
+        by_uuid.setdefault(uuid, []).append(proc)
+    return tuple(
+        dataclasses.replace(r.gpu, processes=tuple(by_uuid.get(r.uuid or "", ()))) for r in rows
+    )
+
+
+_CUDA = re.compile(r"CUDA Version\s*:\s*([0-9][0-9.]*)")
+
+
+def cuda_version(summary: str) -> str | None:
+    """The CUDA version the driver supports, from plain `nvidia-smi` (or `-q`) output."""
+    m = _CUDA.search(summary)
+    return m[1] if m else None
+
+
+# -- live refresh ------------------------------------------------------------------------------
+
+
+async def gpu_stats(transport: Transport) -> GpuStats | None:
+    """One GPU query over an open connection; None when the host did not answer with GPUs."""
+    try:
+        res = await transport.run(list(GPU_QUERY), timeout=REFRESH_TIMEOUT)
+    except HostError:
+        return None
+    if res.code != 0:
+        return None
+    rows = parse_gpus(res.stdout.decode("utf-8", "replace"))
+    if not rows:
+        return None
+    host = transport.host
+    return GpuStats(host.name, host.node_rank, tuple(r.gpu for r in rows))

@@ -1,0 +1,149 @@
+"""The host side of the checks: one run of this script learns what a host offers the job.
+
+It runs on the job's own interpreter (python3 >= 3.8, standard library only) and travels in the
+command line itself, after supervisor.py's source, whose route_ifname it is handed: nothing is
+installed on the host, and pdsh can run the very same command. It prints one line, MARK + JSON.
+
+nvidia-smi's output goes back raw: the launcher parses it (remote/probe.py), so one parser serves
+this probe and the live refresh alike. torch is imported only where it could use a GPU (a CUDA
+build on a host with nvidia-smi): the import costs seconds of CPU, and its version and CUDA build
+are in torch/version.py anyway.
+"""
+
+from __future__ import annotations  # py3.8: annotations stay unevaluated
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+MARK = "DDPTUI-PROBE "
+SMI_TIMEOUT = 20.0
+
+
+def main(
+    route_ifname: Callable[[str], str | None], spec_text: str, missing_python: bool = False
+) -> int:
+    """spec: {smi: {name: argv}, script, workdir, master_addr, master_port (master only)}."""
+    spec = json.loads(spec_text)
+    smi = shutil.which("nvidia-smi")
+    # The queries run while the rest is gathered: nvidia-smi takes its time on a big host.
+    running = {name: _start([smi, *argv]) for name, argv in spec["smi"].items()} if smi else {}
+    found: dict[str, Any] = {
+        "hostname": socket.gethostname(),
+        "os": os_name(),
+        "kernel": os.uname().release,
+        "python": None if missing_python else "{}.{}.{}".format(*sys.version_info[:3]),
+        "python_exe": sys.executable,
+        "torch": None if missing_python else torch_info(smi is not None),
+        "workdir": workdir_info(spec.get("workdir"), spec["script"]),
+        "ifname": route_ifname(spec["master_addr"]),
+        "port": port_info(spec["master_port"]) if spec.get("master_port") else None,
+        "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,
+    }
+    sys.stdout.write(MARK + json.dumps(found) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+def os_name() -> str:
+    try:
+        with open("/etc/os-release", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return f"{os.uname().sysname} {os.uname().release}"
+
+
+def torch_info(has_smi: bool) -> dict[str, Any]:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch")
+    except (ImportError, ValueError) as exc:
+        return {"error": f"cannot look for torch: {exc}"}
+    if found is None or not found.origin:
+        return {"error": "not installed"}
+    where = os.path.dirname(found.origin)
+    info: dict[str, Any] = {
+        "path": where,
+        "version": None,
+        "cuda": None,  # the CUDA torch was built for; None: a CPU (or ROCm) build
+        "cuda_available": False,
+        "nccl": None,
+    }
+    try:
+        version: dict[str, Any] = {}
+        with open(os.path.join(where, "version.py"), encoding="utf-8") as f:
+            exec(compile(f.read(), "torch/version.py", "exec"), version)
+    except Exception:  # an odd install: ask torch itself
+        _import_torch(info)
+        return info
+    info["version"], info["cuda"] = version.get("__version__"), version.get("cuda")
+    if info["cuda"] and has_smi:  # only a CUDA build on a GPU host can use a GPU
+        _import_torch(info)
+    return info
+
+
+def _import_torch(info: dict[str, Any]) -> None:
+    try:
+        import torch
+
+        info["version"] = torch.__version__
+        info["cuda"] = torch.version.cuda
+        info["cuda_available"] = bool(torch.cuda.is_available())
+        if info["cuda"]:
+            nccl = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+            info["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+    except Exception as exc:  # a broken install says why; the checks report it
+        info["error"] = f"import torch failed: {type(exc).__name__}: {exc}"
+
+
+def workdir_info(workdir: str | None, script: str) -> dict[str, Any]:
+    path = os.path.expanduser(workdir) if workdir else os.getcwd()
+    info: dict[str, Any] = {"path": path, "exists": os.path.isdir(path)}
+    if info["exists"]:
+        info["free_bytes"] = shutil.disk_usage(path).free
+        info["script"] = os.path.join(path, os.path.expanduser(script))
+        info["script_found"] = os.path.isfile(info["script"])
+    return info
+
+
+def port_info(port: int) -> dict[str, Any]:
+    """Whether the master's rendezvous port can be bound, the way torchrun's store binds it."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("", port))
+    except OSError as exc:
+        return {"port": port, "free": False, "error": exc.strerror or str(exc)}
+    return {"port": port, "free": True}
+
+
+def _start(argv: list[str]) -> Any:
+    try:
+        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        return exc
+
+
+def _finish(proc: Any) -> dict[str, Any]:
+    if isinstance(proc, OSError):
+        return {"code": 126, "out": "", "err": f"cannot run nvidia-smi: {proc.strerror}"}
+    try:
+        out, err = proc.communicate(timeout=SMI_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"code": None, "out": "", "err": f"no answer in {SMI_TIMEOUT:g} s"}
+    text = {"out": out.decode("utf-8", "replace"), "err": err.decode("utf-8", "replace")}
+    return {"code": proc.returncode, **text}

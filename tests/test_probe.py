@@ -1,0 +1,317 @@
+"""The probe: nvidia-smi parsing (recorded real output), the one-command host probe run here
+through the local transport, the GPU refresh, and the events' JSON round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.metadata
+import json
+import os
+import shlex
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import nvidia_smi
+import pytest
+from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
+
+from remote import events, inventory, probe
+from remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
+from remote.run import Run
+from remote.run import check as run_checks
+from remote.transport import HostError, LocalTransport, Result
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def smi(machine: str) -> dict[str, Any]:
+    return {name: nvidia_smi.run(machine, args) for name, args in probe.SMI_RUNS.items()}
+
+
+# -- nvidia-smi output ------------------------------------------------------------------------
+
+
+def test_h100_rows_with_busy_gpus() -> None:
+    runs = smi(H100_BUSY)
+    rows = probe.parse_gpus(runs["gpus"]["out"])
+    gpus = probe.attach_processes(rows, runs["apps"]["out"])
+    assert [g.index for g in gpus] == list(range(8))
+    assert {g.name for g in gpus} == {"NVIDIA H100 80GB HBM3"}
+    assert {g.memory_total_mib for g in gpus} == {81559}
+    assert {r.driver for r in rows} == {"550.54.15"}
+    assert gpus[2].memory_used_mib == 72255 and gpus[2].utilization_pct == 98
+    assert gpus[2].temperature_c == 64
+    assert gpus[2].processes == (GpuProcess(48211, 71746, "/usr/bin/python3"),)
+    assert gpus[5].processes == (GpuProcess(48290, 40630, "python"),)
+    assert [g.index for g in gpus if g.processes] == [2, 5]
+    assert probe.cuda_version(runs["summary"]["out"]) == "12.4"
+
+
+def test_a100_idle() -> None:
+    runs = smi(A100)
+    assert runs["apps"] == {"code": 0, "out": "", "err": ""}  # nothing runs: no lines at all
+    rows = probe.parse_gpus(runs["gpus"]["out"])
+    gpus = probe.attach_processes(rows, runs["apps"]["out"])
+    assert [(g.name, g.memory_total_mib, g.memory_used_mib) for g in gpus] == [
+        ("NVIDIA A100-SXM4-40GB", 40960, 4)
+    ] * 4
+    assert not any(g.processes for g in gpus)
+    assert {r.driver for r in rows} == {"535.104.05"}
+    assert probe.cuda_version(runs["summary"]["out"]) == "12.2"
+
+
+def test_driver_error_is_nvidia_smis_own_message() -> None:
+    runs = smi(DRIVER_ERROR)
+    assert runs["gpus"]["code"] == 9
+    error = probe.smi_error(runs["gpus"])
+    assert error is not None
+    assert error.startswith("nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it ")
+    assert "couldn't communicate with the NVIDIA driver" in error
+    assert probe.smi_error(smi(A100)["gpus"]) is None
+
+
+def test_unknown_fields_are_none() -> None:
+    text = (
+        "0, GPU-aaaa, NVIDIA GH200 480GB, [N/A], [N/A], [Not Supported], [N/A], 560.35.03\n"
+        "1, [N/A], Tesla T4, 15360, 3, [Unknown Error], 41, 560.35.03\n"
+    )
+    a, b = probe.parse_gpus(text)
+    assert (a.gpu.memory_total_mib, a.gpu.memory_used_mib) == (0, 0)
+    assert (a.gpu.utilization_pct, a.gpu.temperature_c) == (None, None)
+    assert (b.uuid, b.gpu.utilization_pct, b.gpu.temperature_c) == (None, None, 41)
+
+
+def test_odd_lines_are_skipped() -> None:
+    assert probe.parse_gpus("WARNING: infoROM is corrupted at gpu 0000:18:00.0\n") == []
+    assert probe.parse_apps("No running processes found\n") == []
+    apps = probe.parse_apps("GPU-1, 77, [N/A], python, the trainer\nGPU-1, [N/A], 5, x\n")
+    assert apps == [("GPU-1", GpuProcess(77, 0, "python, the trainer"))]
+
+
+def test_cuda_version_from_query_output() -> None:
+    assert (
+        probe.cuda_version(
+            "Driver Version                            : 550.54.15\n"
+            "CUDA Version                              : 12.4\n"
+        )
+        == "12.4"
+    )
+    assert probe.cuda_version("no header here") is None
+
+
+def test_stand_in_refuses_other_queries() -> None:
+    res = nvidia_smi.run(A100, ("--query-gpu=name,pci.bus_id", probe.CSV))
+    assert res["code"] == 2 and "no recording" in res["err"]
+
+
+# -- the one command --------------------------------------------------------------------------
+
+
+def local_inventory(tmp_path: Path, job: str = "", host: str = "") -> inventory.Inventory:
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    text = (
+        f"defaults:\n  transport: local\n  workdir: {tmp_path}\n{host}"
+        "hosts:\n  - host: localhost\n    name: node0\n  - host: localhost\n    name: node1\n"
+        f"job:\n  script: train.py\n  master_port: {free_port()}\n{job}"
+    )
+    return inventory.parse(text, tmp_path / "inventory.yaml")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def run_probe(inv: inventory.Inventory, k: int = 0) -> HostChecked:
+    host = inv.hosts[k]
+    transport = LocalTransport(host)
+    return asyncio.run(
+        probe.probe(transport, inv.job, "127.0.0.1", workdir=host.workdir, connect_s=0.0)
+    )
+
+
+def levels(checked: HostChecked) -> dict[str, str]:
+    return {f.check: f.level for f in checked.findings}
+
+
+def with_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, machine: str) -> None:
+    nvidia_smi.install(tmp_path / "bin", machine)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+
+
+def test_command_survives_a_shell() -> None:
+    inv = inventory.load(REPO / "inventory.yaml")
+    argv = probe.command(inv.hosts[0], inv.job, "10.0.0.1", "/w d", is_master=True)
+    assert shlex.split(probe.shell_command(argv)) == argv
+    spec = json.loads(argv[-1])
+    assert spec["master_port"] == 29500 and spec["workdir"] == "/w d"
+    worker = probe.command(inv.hosts[1], inv.job, "10.0.0.1", None, is_master=False)
+    assert json.loads(worker[-1])["master_port"] is None
+
+
+def test_probe_a_gpu_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with_gpus(monkeypatch, tmp_path, H100_BUSY)
+    checked = run_probe(local_inventory(tmp_path))
+    f = checked.facts
+    assert f["hostname"] == socket.gethostname()
+    assert f["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert f["torch"] == importlib.metadata.version("torch")
+    assert f["script"] == str(tmp_path / "train.py") and f["script_found"]
+    assert f["ifname"] == "lo" and f["port_free"] is True
+    assert (f["driver"], f["cuda"], f["gpu_count"]) == ("550.54.15", "12.4", 8)
+    assert len(checked.gpus) == 8 and checked.gpus[2].processes
+    assert f["disk"] > 0
+    found = levels(checked)
+    assert found["gpu"] == "ok" and found["gpu-busy"] == "warning"
+    assert found["port"] == found["route"] == found["script"] == found["torch"] == "ok"
+    json.dumps(f)  # facts stay plain JSON
+
+
+def test_probe_a_cpu_host_checks_the_port_on_the_master_only(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("", inv.job.master_port))
+        taken.listen()
+        master, worker = run_probe(inv, 0), run_probe(inv, 1)
+    assert master.facts["nvidia_smi"] == "missing" and master.gpus == ()
+    assert levels(master)["gpu"] == "ok"
+    assert levels(master)["port"] == "failure"
+    assert f"port {inv.job.master_port} is in use" in _message(master, "port")
+    assert "port" not in levels(worker) and worker.facts["port"] is None
+
+
+def test_probe_a_driver_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with_gpus(monkeypatch, tmp_path, DRIVER_ERROR)
+    checked = run_probe(local_inventory(tmp_path))
+    assert checked.facts["nvidia_smi"] == "error" and checked.gpus == ()
+    assert levels(checked)["gpu"] == "failure"
+    assert "couldn't communicate with the NVIDIA driver" in _message(checked, "gpu")
+
+
+def test_missing_interpreter_names_the_path_and_still_learns_the_rest(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path, host="  python: /nowhere/bin/python3\n")
+    checked = run_probe(inv)
+    assert checked.facts["python"] is None and checked.facts["hostname"]
+    assert levels(checked)["python"] == "failure"
+    assert "/nowhere/bin/python3" in _message(checked, "python")
+
+
+def test_no_python_at_all(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    only_sh = tmp_path / "only-sh"
+    only_sh.mkdir()
+    (only_sh / "sh").symlink_to("/bin/sh")
+    monkeypatch.setenv("PATH", str(only_sh))
+    checked = run_probe(local_inventory(tmp_path, host="  python: /nowhere/python3\n"))
+    assert [(f.check, f.level) for f in checked.findings if f.level != "ok"] == [
+        ("python", "failure")
+    ]
+    assert "tried /nowhere/python3, python3, python" in _message(checked, "python")
+
+
+def test_missing_torch_names_the_interpreter(tmp_path: Path) -> None:
+    no_site = tmp_path / "python-without-site"
+    no_site.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    no_site.chmod(0o755)
+    checked = run_probe(local_inventory(tmp_path, host=f"  python: {no_site}\n"))
+    assert checked.facts["torch"] is None
+    assert levels(checked)["torch"] == "failure"
+    assert _message(checked, "torch") == f"torch is not installed (for {sys.executable})"
+
+
+def test_missing_script_and_workdir(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path, job="  args: []\n")
+    inv = dataclasses.replace(inv, job=inv.job.model_copy(update={"script": "nope.py"}))
+    assert levels(run_probe(inv))["script"] == "failure"
+    gone = dataclasses.replace(inv.hosts[0], workdir=str(tmp_path / "gone"))
+    inv = dataclasses.replace(inv, hosts=(gone, *inv.hosts[1:]))
+    checked = run_probe(inv)
+    assert levels(checked)["workdir"] == "failure" and "script" not in levels(checked)
+
+
+def test_silent_probe_is_a_failure_with_the_hosts_words() -> None:
+    host = inventory.load(REPO / "inventory.yaml").hosts[0]
+    res = Result(1, b"", b"Traceback (most recent call last):\nSyntaxError: invalid syntax\n")
+    checked = probe.parse(host, res, connect_s=0.1, master_addr="127.0.0.1")
+    assert [(f.check, f.level) for f in checked.findings if f.level != "ok"] == [
+        ("probe", "failure")
+    ]
+    assert _message(checked, "probe") == "the probe failed (exit 1): SyntaxError: invalid syntax"
+
+
+def _message(checked: HostChecked, check: str) -> str:
+    return next(f.message for f in checked.findings if f.check == check)
+
+
+# -- live refresh, the run's use of the checks --------------------------------------------------
+
+
+def test_gpu_stats(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    host = local_inventory(tmp_path).hosts[1]
+    assert asyncio.run(probe.gpu_stats(LocalTransport(host))) is None  # no nvidia-smi
+    with_gpus(monkeypatch, tmp_path, A100)
+    stats = asyncio.run(probe.gpu_stats(LocalTransport(host)))
+    assert stats is not None and (stats.host, stats.node_rank) == ("node1", 1)
+    assert [g.name for g in stats.gpus] == ["NVIDIA A100-SXM4-40GB"] * 4
+
+
+def test_a_failed_check_refuses_the_launch(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path)
+    inv = dataclasses.replace(inv, job=inv.job.model_copy(update={"script": "nope.py"}))
+    seen: list[events.Event] = []
+    fin = asyncio.run(Run(inv, seen.append, run_dir=tmp_path / "run").execute())
+    assert (fin.status, fin.exit_code) == ("failed", 1)
+    assert fin.failure is not None and fin.failure.message.startswith("check failed (script): ")
+    kinds = [type(e).__name__ for e in seen]
+    assert kinds.count("HostChecked") == 2 and "ChecksDone" in kinds
+    assert "NodeStarted" not in kinds and not any(
+        isinstance(e, events.HostState) and e.state == "starting" for e in seen
+    )
+    assert any(isinstance(e, events.Notice) and "checks failed" in e.text for e in seen)
+
+
+def test_auto_uses_the_gpus_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with_gpus(monkeypatch, tmp_path, A100)
+    inv = local_inventory(tmp_path, job="  nproc_per_node: auto\n")
+    run = Run(inv, lambda e: None)
+    assert run.nprocs() == [1, 1]  # before any probe: `gpus:` or 1
+    done = asyncio.run(run.check())
+    assert done.ok
+    assert run.nprocs() == [4, 4]
+
+
+class Unreachable(LocalTransport):
+    async def connect(self) -> float:
+        raise HostError(self.host.name, "timed out connecting to gone:22 after 10 s")
+
+
+def test_check_goes_on_past_an_unreachable_master(tmp_path: Path) -> None:
+    inv = local_inventory(tmp_path)
+    transports = [Unreachable(inv.hosts[0]), LocalTransport(inv.hosts[1])]
+    seen: list[events.Event] = []
+    done = asyncio.run(run_checks(inv, seen.append, transports))
+    assert not done.ok
+    assert [(f.host, f.check) for f in done.findings if f.level == "failure"] == [("node0", "ssh")]
+    checked = {e.host: e for e in seen if isinstance(e, HostChecked)}
+    assert checked["node0"].facts["reachable"] is False
+    assert checked["node1"].facts["hostname"] == socket.gethostname()
+
+
+# -- events -----------------------------------------------------------------------------------
+
+
+def test_check_events_survive_json() -> None:
+    gpu = Gpu(3, "NVIDIA H100 80GB HBM3", 81559, 72255, None, 64, (GpuProcess(1, 2, "py"),))
+    finding = Finding("warning", "gpu-busy", "GPU 3 in use", "node0")
+    facts = {"hostname": "n0", "gpu_count": 1, "torch": None, "disk": 1.5, "ok": True}
+    for event in (
+        HostChecked("node0", 0, facts, (gpu, dataclasses.replace(gpu, index=4)), (finding,)),
+        ChecksDone(False, (finding, Finding("failure", "same-torch", "differs"))),
+        GpuStats("node0", 0, (gpu,)),
+        HostChecked("node1", 1, {"reachable": False}),
+    ):
+        assert events.from_json(event.to_json()) == event
