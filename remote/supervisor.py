@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -35,6 +36,7 @@ import time
 PR_SET_CHILD_SUBREAPER = 36
 SIOCGIFADDR = 0x8915
 CHUNK = 1 << 16
+GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 
 
 class Channel:
@@ -125,6 +127,12 @@ def pump(pipe, stream, chan):
         data = os.read(fd, CHUNK)
         if not data:
             break
+        if len(data) < CHUNK // 4:
+            # Lines trickle in one write each (torchrun tees line by line): let a burst
+            # gather for a moment so it leaves as one message, not thousands.
+            time.sleep(GATHER_S)
+            if select.select([fd], [], [], 0)[0]:
+                data += os.read(fd, CHUNK)
         data = rest + data
         cut = data.rfind(b"\n") + 1
         rest = data[cut:]
@@ -316,4 +324,7 @@ def ifname_of(local_addr):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Leave without the interpreter's shutdown: watch_launcher's read holds stdin's lock, so a
+    # normal exit waits 1 s for it, then aborts ("could not acquire lock ... at shutdown").
+    os._exit(code)

@@ -1,0 +1,145 @@
+"""What the two benchmarks share: test hosts, inventories, the planned torchrun command, timing.
+
+The test hosts use their own prefix and subnet, so a benchmark never waits for (or tears down)
+the clusters of concurrent test runs. Timings on a shared 2-core machine drift with other load:
+the benchmarks alternate their variants and report medians and ratios, not single runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+
+from testhosts import TestCluster  # noqa: E402
+
+from remote import inventory  # noqa: E402
+from remote import plan as planner  # noqa: E402
+
+PREFIX, SUBNET = "ddptb", "10.213.9"  # apart from the tests' ddpt / 10.213.7
+HOST_IFNAME = "eth0"  # every test host reaches its peers (and itself) over eth0
+READ_CHUNK = 1 << 20
+
+
+def cluster(n: int, root: Path) -> TestCluster:
+    """n test hosts of the benchmarks' own (their names fail to resolve at once, see testhosts)."""
+    return TestCluster(n, root=root, prefix=PREFIX, subnet=SUBNET)
+
+
+def ddptui_command() -> list[str]:
+    """`ddptui` from this checkout (what the console script runs; timed() runs it in REPO)."""
+    return [sys.executable, "-m", "tui.cli"]
+
+
+def write_inventory(
+    path: Path, hosts: Sequence[Mapping[str, Any]], defaults: Mapping[str, Any], job: dict[str, Any]
+) -> inventory.Inventory:
+    doc = {"defaults": dict(defaults), "hosts": [dict(h) for h in hosts], "job": job}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return inventory.load(path)
+
+
+def planned(inv: inventory.Inventory, run_id: str, addrs: Sequence[str]) -> planner.Plan:
+    """The commands ddptui itself would run: the baselines run exactly these."""
+    n = inv.job.nproc_per_node
+    nprocs = [n if isinstance(n, int) else 1 for _ in inv.hosts]
+    return planner.build(inv, run_id=run_id, addrs=addrs, nprocs=nprocs)
+
+
+def replace_arg(node: planner.NodePlan, flag: str, value: str) -> planner.NodePlan:
+    """The node's command with `flag`'s value replaced (a baseline's own log dir, say)."""
+    argv = list(node.argv)
+    argv[argv.index(flag) + 1] = value
+    return dataclasses.replace(node, argv=tuple(argv))
+
+
+def shell_line(node: planner.NodePlan, ifname: str, workdir: str) -> str:
+    """One node's torchrun as a remote shell line, with the env ddptui's supervisor sets."""
+    env = dict(node.env)
+    for name in planner.IFNAME_VARS:  # the supervisor resolves these per host; ours are known
+        env.setdefault(name, ifname)
+    assigns = [f"{k}={v}" for k, v in env.items()]
+    return f"cd {shlex.quote(workdir)} && " + shlex.join(["env", *assigns, *node.argv])
+
+
+@dataclass
+class Timed:
+    wall: float
+    cpu: float  # CPU seconds of the command and the descendants it waited for
+    code: int
+    out: Path
+    err: Path
+    first_at: float | None  # seconds from start to the first chunk holding `marker`
+    last_at: float | None  # ... and to the last one
+
+
+def timed(
+    argv: Sequence[str],
+    out: Path,
+    err: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    marker: bytes | None = None,
+    timeout: float = 600,
+    cwd: Path = REPO,
+) -> Timed:
+    """Run argv with stdout read through a pipe (kept in `out`); time it and its CPU."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    first_at = last_at = None
+    with open(out, "wb") as keep, open(err, "wb") as errf:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errf, env=env, cwd=cwd)
+        assert proc.stdout is not None
+        fd = proc.stdout.fileno()
+        while chunk := os.read(fd, READ_CHUNK):
+            keep.write(chunk)
+            if marker is not None and marker in chunk:
+                last_at = time.monotonic() - t0
+                first_at = last_at if first_at is None else first_at
+        proc.stdout.close()
+        code = proc.wait(timeout=timeout)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return Timed(wall, cpu, code, out, err, first_at, last_at)
+
+
+def load() -> str:
+    """The machine's load average: other work on it moves every wall time."""
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def tail(path: Path, n: int = 15) -> str:
+    lines = path.read_text(errors="replace").splitlines()[-n:]
+    return "\n".join(f"    {line}" for line in lines)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [header, ["-" * w for w in widths], *rows]
+    return "\n".join(
+        "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w)
+            for i, (c, w) in enumerate(zip(line, widths, strict=True))
+        )
+        for line in lines
+    )

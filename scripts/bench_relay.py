@@ -1,0 +1,332 @@
+"""Log relay: one rank prints 1,000,000 lines; every one must reach the console and rank-0.log.
+
+    .venv/bin/python scripts/bench_relay.py [--lines 1000000] [--reps 3] [--transport local ssh]
+
+The rank is scripts/print_lines.py (it writes numbered lines in chunks, so the relay is what is
+measured, not the printing). Each transport runs three variants, alternating:
+
+  printer   the printer alone, its stdout read through a pipe (how fast lines can be produced)
+  torchrun  the very torchrun command ddptui plans (`--tee 3`, rank prefixes), run directly
+            (local) or through `ssh node0 '...'` (ssh): the baseline a user would otherwise have
+  ddptui    `ddptui --headless launch`: supervisor, JSON relay, console printer, rank-0.log
+
+"lines/s" is N over the time between the first and the last chunk of lines read from the
+command's stdout (the relay's steady rate); "wall" is the whole command, startup included.
+ddptui's runs are checked: the console carries every `[r0 node0] line i` in order, and rank-0.log
+is byte for byte what the printer wrote. The ssh transport uses one test host (prefix ddptb).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench_common import (
+    HOST_IFNAME,
+    REPO,
+    Timed,
+    cluster,
+    ddptui_command,
+    load,
+    median,
+    planned,
+    replace_arg,
+    shell_line,
+    table,
+    tail,
+    timed,
+    write_inventory,
+)
+
+from remote import inventory
+from remote.inventory import Host
+from remote.run import Run
+from remote.transport import Process, Result, Transport
+from tui.headless import Printer
+
+PRINTER = "scripts/print_lines.py"
+MARKER = b"line "
+PORT = 29790
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lines", type=int, default=1_000_000)
+    p.add_argument("--reps", type=int, default=3, help="runs of each variant (default 3)")
+    p.add_argument("--transport", nargs="*", choices=["local", "ssh"], default=["local", "ssh"])
+    p.add_argument("--keep", action="store_true", help="keep logs and outputs")
+    p.add_argument(
+        "--engine",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="first measure the engine alone, fed by a fake supervisor (default: on)",
+    )
+    args = p.parse_args(argv)
+    os.chdir(REPO)  # the printer and torchrun take the script's path from here
+    work = Path(tempfile.mkdtemp(prefix="ddptui-bench-relay-"))
+    rows: list[list[str]] = []
+    failed = False
+    try:
+        if args.engine:
+            engine_only(args, work / "engine")
+        for transport in args.transport:
+            failed |= not bench(args, transport, work / transport, rows)
+    finally:
+        if args.keep:
+            print(f"outputs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    header = ["transport", "variant", "wall s", "lines/s", "CPU s", "wall / torchrun"]
+    print(f"\n{args.lines} lines from one rank, median of {args.reps} runs")
+    print(table(header, rows))
+    print(
+        "lines/s: lines over the time from the first to the last chunk of them read from the "
+        "command's stdout\nCPU: the command and its children on this machine (over ssh: the "
+        "launcher only; the host's side runs under sshd)"
+    )
+    print(load())
+    return 1 if failed else 0
+
+
+def bench(args: argparse.Namespace, transport: str, work: Path, rows: list[list[str]]) -> bool:
+    work.mkdir(parents=True)
+    job = {"script": PRINTER, "args": [str(args.lines)], "nproc_per_node": 1, "master_port": PORT}
+    defaults: dict[str, Any] = {"workdir": str(REPO), "python": sys.executable}
+    if transport == "local":
+        defaults["transport"] = "local"
+        inv = write_inventory(
+            work / "inv.yaml", [{"host": "localhost", "name": "node0"}], defaults, job
+        )
+        return run_variants(args, transport, work, inv, local_torchrun(inv, work), rows)
+    with cluster(1, work / "hosts") as c:
+        defaults.update(c.inventory_defaults())
+        host = c.hosts[0]
+        inv = write_inventory(
+            work / "inv.yaml", [{"host": host.addr, "name": "node0"}], defaults, job
+        )
+        node = planned(inv, "bench-relay", [host.addr]).nodes[0]
+        node = replace_arg(node, "--log-dir", str(work / "torchrun-logs"))
+        ssh = ["ssh", "-F", str(c.ssh_config), host.name, shell_line(node, HOST_IFNAME, str(REPO))]
+        return run_variants(args, transport, work, inv, (ssh, None), rows)
+
+
+def engine_only(args: argparse.Namespace, work: Path) -> None:
+    """ddptui's side of the relay alone: Run fed supervisor messages by a fake transport.
+
+    CPU seconds of this process (time.process_time), so other load on the machine hardly
+    matters: the figure to compare engine versions by. Chunk sizes as seen from real
+    supervisors: ~60 lines a message over ssh, ~1000 locally.
+    """
+    work.mkdir(parents=True)
+    job = {"script": PRINTER, "args": [str(args.lines)], "nproc_per_node": 1}
+    defaults = {"transport": "local", "workdir": str(REPO)}
+    hosts = [{"host": "localhost", "name": "node0"}]
+    inv = write_inventory(work / "inv.yaml", hosts, defaults, job)
+    print(f"engine alone, {args.lines} lines, CPU of the launcher process (median of {args.reps})")
+    for per_msg in (64, 1000):
+        msgs = supervisor_messages(args.lines, per_msg)
+        cpus = []
+        for rep in range(args.reps):
+            run_dir = work / f"run-{per_msg}-{rep}"
+            with open(os.devnull, "w") as null:
+                cpus.append(relay_cpu(inv, msgs, run_dir, Printer(null, null)))
+            problem = compare((run_dir / "rank-0.log").read_bytes(), expected(args.lines), "log")
+            if problem:
+                sys.exit(f"bench: engine alone: {problem}")
+        cpu = median(cpus)
+        print(f"  {per_msg:5d} lines/message: {cpu:5.2f} s CPU, {args.lines / cpu:>10,.0f} lines/s")
+
+
+def supervisor_messages(n: int, per_msg: int) -> list[bytes]:
+    """What a supervisor sends for a torchrun rank printing n lines (see supervisor.pump)."""
+    msgs = [json.dumps({"t": "started", "pid": 1, "hostname": "node0", "ifname": "lo"})]
+    for start in range(0, n, per_msg):
+        chunk = "".join(
+            f"[0]:line {i} from rank 0\n" for i in range(start, min(n, start + per_msg))
+        )
+        msgs.append(json.dumps({"t": "out", "s": 1, "d": chunk}, ensure_ascii=False))
+    msgs.append(json.dumps({"t": "exit", "code": 0, "stopped": False}))
+    return [m.encode() + b"\n" for m in msgs]
+
+
+class FakeSupervisor:
+    """A Process that replays recorded supervisor messages."""
+
+    def __init__(self, msgs: list[bytes]) -> None:
+        self.msgs = iter(msgs)
+
+    async def readline(self) -> bytes:
+        return next(self.msgs, b"")
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def close_stdin(self) -> None:
+        pass
+
+    async def wait(self) -> int | None:
+        return 0
+
+    def stderr_tail(self) -> str:
+        return ""
+
+    def kill(self) -> None:
+        pass
+
+
+class ReplayTransport(Transport):
+    def __init__(self, host: Host, msgs: list[bytes]) -> None:
+        super().__init__(host)
+        self.msgs = msgs
+
+    async def connect(self) -> float:
+        return 0.0
+
+    async def start(self, argv: list[str]) -> Process:
+        return FakeSupervisor(self.msgs)
+
+    async def run(self, argv: list[str], input: bytes = b"", timeout: float = 30) -> Result:
+        return Result(0, b"", b"")
+
+
+def relay_cpu(
+    inv: inventory.Inventory, msgs: list[bytes], run_dir: Path, printer: Printer
+) -> float:
+    transports = [ReplayTransport(inv.hosts[0], msgs)]
+    has_checks = "checks" in inspect.signature(Run).parameters  # engines before the checks
+    options: dict[str, Any] = {"checks": False} if has_checks else {}
+    run = Run(inv, printer, run_dir=run_dir, transports=transports, **options)
+    t0 = time.process_time()
+    fin = asyncio.run(run.execute())
+    cpu = time.process_time() - t0
+    if fin.exit_code != 0:
+        sys.exit(f"bench: engine alone: the run ended {fin.status}")
+    return cpu
+
+
+def local_torchrun(inv: inventory.Inventory, work: Path) -> tuple[list[str], dict[str, str]]:
+    node = planned(inv, "bench-relay", ["127.0.0.1"]).nodes[0]
+    node = replace_arg(node, "--log-dir", str(work / "torchrun-logs"))
+    ifname = "lo"  # what the supervisor finds for 127.0.0.1
+    env = {**os.environ, **dict.fromkeys(("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"), ifname)}
+    return list(node.argv), {**env, **node.env}
+
+
+def run_variants(
+    args: argparse.Namespace,
+    transport: str,
+    work: Path,
+    inv: inventory.Inventory,
+    torchrun: tuple[list[str], dict[str, str] | None],
+    rows: list[list[str]],
+) -> bool:
+    ddptui = ddptui_command()
+    variants: dict[str, Callable[[int], tuple[list[str], dict[str, str] | None]]] = {
+        "torchrun": lambda run: torchrun,
+        "ddptui": lambda run: (
+            [
+                *ddptui,
+                "--headless",
+                "launch",
+                "-i",
+                str(inv.path),
+                "--run-dir",
+                str(work / f"run-{run}"),
+            ],
+            None,
+        ),
+    }
+    if transport == "local":
+        variants = {
+            "printer": lambda run: ([sys.executable, PRINTER, str(args.lines)], None),
+            **variants,
+        }
+    names = list(variants)
+    results: dict[str, list[Timed]] = {name: [] for name in names}
+    run = 0
+    for rep in range(args.reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            run += 1
+            argv, env = variants[name](run)
+            res = timed(
+                argv, work / f"out-{run}.txt", work / f"err-{run}.txt", env=env, marker=MARKER
+            )
+            problem = check(name, res, work / f"run-{run}", args.lines)
+            rate = rate_of(res, args.lines)
+            print(
+                f"  {transport} rep {rep + 1} {name:<9} {res.wall:6.2f} s  {rate:>10,.0f} lines/s"
+                f"  {problem or 'all lines arrived'}",
+                flush=True,
+            )
+            if problem:
+                print(f"bench: {transport} {name}: {problem}\n{tail(res.err)}")
+                return False
+            results[name].append(res)
+    base = median([r.wall for r in results["torchrun"]])
+    for name in names:
+        walls = [r.wall for r in results[name]]
+        rows.append(
+            [
+                transport,
+                name,
+                f"{median(walls):.2f}",
+                f"{median([rate_of(r, args.lines) for r in results[name]]):,.0f}",
+                f"{median([r.cpu for r in results[name]]):.2f}",
+                f"{median(walls) / base:.2f}",
+            ]
+        )
+    return True
+
+
+def rate_of(res: Timed, n: int) -> float:
+    if res.first_at is None or res.last_at is None or res.last_at <= res.first_at:
+        return float("nan")
+    return n / (res.last_at - res.first_at)
+
+
+def check(name: str, res: Timed, run_dir: Path, n: int) -> str | None:
+    """None when every line arrived; else what went wrong."""
+    if res.code != 0:
+        return f"exit {res.code}"
+    out = res.out.read_bytes()
+    if name == "printer":
+        return compare(out, expected(n), "stdout")
+    if name == "torchrun":
+        return compare(tagged(out, b"[0]:"), expected(n), "stdout")
+    return compare(tagged(out, b"[r0 node0] "), expected(n), "console") or compare(
+        (run_dir / "rank-0.log").read_bytes(), expected(n), "rank-0.log"
+    )
+
+
+def expected(n: int) -> bytes:
+    return b"".join(b"line %d from rank 0\n" % i for i in range(n))
+
+
+def tagged(out: bytes, prefix: bytes) -> bytes:
+    """The lines carrying `prefix`, without it."""
+    cut = len(prefix)
+    return b"".join(line[cut:] + b"\n" for line in out.split(b"\n") if line.startswith(prefix))
+
+
+def compare(got: bytes, want: bytes, where: str) -> str | None:
+    if got == want:
+        return None
+    got_lines, want_lines = got.split(b"\n"), want.split(b"\n")
+    for i, (g, w) in enumerate(zip(got_lines, want_lines, strict=False)):
+        if g != w:
+            return f"{where}: line {i} is {g[:60]!r}, expected {w[:60]!r}"
+    return f"{where}: {len(got_lines) - 1} lines, expected {len(want_lines) - 1}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Every line a rank prints reaches the console and its rank-N.log, whole and in order.
+
+The real engine on this machine (local transport): torchrun, the supervisor, the relay, the
+recorder and the headless printer. Speed is scripts/bench_relay.py's business, not this test's.
+"""
+
+from __future__ import annotations
+
+import io
+import socket
+import sys
+from pathlib import Path
+
+import yaml
+
+from remote import inventory
+from remote.run import Run
+from tui.headless import Printer
+
+REPO = Path(__file__).resolve().parents[1]
+LINES = 20_000  # per rank: enough for many batches, some holding both ranks' lines
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_inventory(path: Path) -> inventory.Inventory:
+    doc = {
+        "defaults": {"transport": "local", "workdir": str(REPO), "python": sys.executable},
+        "hosts": [{"host": "localhost", "name": "node0"}],
+        "job": {
+            "script": "scripts/print_lines.py",
+            "args": [str(LINES)],
+            "nproc_per_node": 2,
+            "master_port": free_port(),
+        },
+    }
+    path.write_text(yaml.safe_dump(doc))
+    return inventory.load(path)
+
+
+async def test_every_line_reaches_console_and_rank_log(tmp_path: Path) -> None:
+    inv = write_inventory(tmp_path / "inventory.yaml")
+    out, err = io.StringIO(), io.StringIO()
+    run = Run(inv, Printer(out, err), run_dir=tmp_path / "run", checks=False)
+    fin = await run.execute()
+    assert fin.exit_code == 0, err.getvalue()[-2000:]
+    console = out.getvalue().splitlines()
+    for rank in (0, 1):
+        want = [f"line {i} from rank {rank}" for i in range(LINES)]
+        tag = f"[r{rank} node0] "
+        assert [line[len(tag) :] for line in console if line.startswith(tag)] == want
+        log = (tmp_path / "run" / f"rank-{rank}.log").read_text()
+        assert log == "".join(f"{line}\n" for line in want)
