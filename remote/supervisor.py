@@ -99,10 +99,14 @@ def main():
     _thread(watch_launcher, stop, chan)
     _thread(stop_on_request, stop, tags, spec.get("grace", 5.0))
     ended = threading.Event()
+    watchers = []
     if spec.get("learn_ranks"):
-        _thread(watch_ranks, proc.pid, tags, spec["node"], spec.get("nnodes", 1), chan, ended)
+        args = (proc.pid, tags, spec["node"], spec.get("nnodes", 1), chan, ended)
+        watchers.append(_thread(watch_ranks, *args))
     code = proc.wait()
     ended.set()
+    for t in watchers:  # its last word comes before "exit"
+        t.join(timeout=5)
     # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
     sweep(tags, spec.get("grace", 5.0))
     for t in pumps:
@@ -182,13 +186,16 @@ def watch_ranks(root, tags, node, nnodes, chan, ended):
     For styles where only the run reveals them (c10d, spawn, Lightning). A few cheap scans of
     /proc, further apart each time; none after the answer is sent or the job has ended.
     """
-    last, delay = None, 0.5
+    last, delay = ([], None), 0.5
     while not ended.wait(delay):
         found = ranks_here(root, tags, node, nnodes)
         if found[0] and found == last:
-            chan.send(t="ranks", ranks=found[0], world=found[1])
-            return
+            break
         last, delay = found, min(delay * 1.5, 5.0)
+    else:  # the job ended first (a short job on a busy host): report what was last seen
+        found = last
+    if found[0]:
+        chan.send(t="ranks", ranks=found[0], world=found[1])
 
 
 def ranks_here(root, tags, node, nnodes):
