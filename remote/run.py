@@ -323,7 +323,11 @@ class Run:
     async def _relay(self, node: planner.NodePlan, proc: Process) -> _End | None:
         """Turn supervisor messages into events; returns the final message, if any came."""
         h, k = node.host, node.node_rank
+        seen = 0
         while line := await proc.readline():
+            seen += 1
+            if seen % 64 == 0:  # readline does not suspend while data is buffered: let the
+                await asyncio.sleep(0)  # dashboard and the other nodes have the loop too
             msg = json.loads(line)
             kind = msg["t"]
             if kind == "out":

@@ -186,7 +186,7 @@ def watch_ranks(root, tags, node, nnodes, chan, ended):
     For styles where only the run reveals them (c10d, spawn, Lightning). A few cheap scans of
     /proc, further apart each time; none after the answer is sent or the job has ended.
     """
-    last, delay = ([], None), 0.5
+    last, delay = ([], None), 0.5  # type: tuple[list[int], int | None], float
     while not ended.wait(delay):
         found = ranks_here(root, tags, node, nnodes)
         if found[0] and found == last:

@@ -57,17 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_in, extra = args_in[:cut], args_in[cut + 1 :]
     p = parser()
     args = p.parse_args(args_in)
-    if args.headless and not args.command:
+    if not args.headless:  # the app reads the inventory itself and shows a mistake in place
+        return _dashboard(args.inventory, args.run_dir, extra)
+    if not args.command:
         p.error("--headless needs a command: launch or check")
     try:
         inv = inventory.load(args.inventory)
     except inventory.InventoryError as exc:
-        if not args.headless:
-            return _dashboard(args.inventory, error=exc)
         print(f"ddptui: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if not args.headless:
-        return _dashboard(args.inventory)
     from . import headless
 
     if args.command == "launch":
@@ -78,12 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _dashboard(path: Path, error: Exception | None = None) -> int:
-    """The Textual app. It reads the inventory itself: a mistake (`error`) opens it on the
-    error screen, where the user fixes the file and reloads it."""
+def _dashboard(path: Path, runs_dir: Path | None, extra: Sequence[str]) -> int:
+    """The Textual app; a mistake in the inventory opens it on the error screen, where the
+    user fixes the file and reloads it. Each run's logs go to runs_dir/<run id>."""
     from .app import create_app  # Textual loads only for the dashboard
 
-    return create_app(path).run() or 0
+    return create_app(path, runs_dir=runs_dir, extra_args=extra).run() or 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,226 @@
+"""Helpers for the dashboard's tests: inventories, a scripted fake run, waiting, screen text."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from textual.pilot import Pilot
+
+from remote.events import (
+    ChecksDone,
+    Event,
+    Failure,
+    Finding,
+    Gpu,
+    GpuProcess,
+    GpuStats,
+    HostChecked,
+    HostState,
+    LogBatch,
+    NodeExited,
+    NodeStarted,
+    RunFinished,
+    RunStarted,
+)
+from remote.inventory import Inventory
+from remote.run import Emit
+from tui.app import Dashboard, RunLike, create_app
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "examples" / "train.py"
+RUN_ID = "20250101-120000-abcd"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def write_inventory(
+    path: Path,
+    hosts: Sequence[dict[str, Any]],
+    job: dict[str, Any],
+    defaults: dict[str, Any] | None = None,
+) -> Path:
+    data: dict[str, Any] = {"hosts": list(hosts), "job": job}
+    if defaults:
+        data["defaults"] = defaults
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def local_inventory(tmp: Path, args: Sequence[str], nodes: int = 2, nproc: int = 1) -> Path:
+    """`nodes` local nodes running examples/train.py, on a free master port."""
+    return write_inventory(
+        tmp / "inventory.yaml",
+        [{"host": "localhost", "name": f"node{i}"} for i in range(nodes)],
+        {
+            "script": str(TRAIN),
+            "args": list(args),
+            "nproc_per_node": nproc,
+            "master_port": free_port(),
+            "stop_grace": 2,
+        },
+        {"transport": "local"},
+    )
+
+
+# -- a scripted run ---------------------------------------------------------------------------
+
+
+class FakeRun:
+    """Emits a script of events; then ends with `finish`, or waits to be stopped."""
+
+    def __init__(self, emit: Emit, run_id: str, script: Sequence[Event], finish: bool) -> None:
+        self.emit, self.run_id, self.script, self.finish = emit, run_id, script, finish
+        self.stopped = asyncio.Event()
+        self.stops = 0
+
+    async def execute(self) -> RunFinished:
+        for event in self.script:
+            self.emit(event)
+            if isinstance(event, RunFinished):
+                return event
+        if self.finish:
+            fin = RunFinished("succeeded", 0, 12.5)
+        else:
+            await self.stopped.wait()
+            fin = RunFinished("stopped", 130, 12.5)
+        self.emit(fin)
+        return fin
+
+    def stop(self) -> None:
+        self.stops += 1
+        self.stopped.set()
+
+
+class FakeRuns:
+    """A run factory for the app: each launch gets a FakeRun playing `script(run_id)`."""
+
+    def __init__(self, script: Callable[[str], Sequence[Event]], finish: bool = False) -> None:
+        self.script, self.finish = script, finish
+        self.runs: list[FakeRun] = []
+
+    def __call__(self, inv: Inventory, emit: Emit, run_id: str) -> RunLike:
+        run = FakeRun(emit, run_id, self.script(run_id), self.finish)
+        self.runs.append(run)
+        return run
+
+
+def fake_app(
+    inventory_path: Path,
+    script: Callable[[str], Sequence[Event]],
+    finish: bool = False,
+) -> tuple[Dashboard, FakeRuns]:
+    runs = FakeRuns(script, finish)
+    ids = iter([RUN_ID, *(f"20250101-12000{i}-abcd" for i in range(1, 10))])
+    app = create_app(inventory_path, run_factory=runs, clock=lambda: 100.0, run_ids=ids.__next__)
+    return app, runs
+
+
+H100 = Gpu(0, "NVIDIA H100 80GB HBM3", 81559, 40960, 87, 61, (GpuProcess(4242, 40000, "python"),))
+
+
+def two_node_script(run_id: str, lines: int = 6) -> list[Event]:
+    """Two nodes, two ranks each, checked (node0: 2 H100s), running, some lines."""
+    gpus = (H100, Gpu(1, "NVIDIA H100 80GB HBM3", 81559, 20480, 45, 55))
+    out: list[Event] = [
+        RunStarted(run_id, f"/runs/{run_id}", ("node0", "node1"), 4, "torchrun"),
+        HostState("node0", 0, "connected", "0.10 s"),
+        HostState("node1", 1, "connected", "0.12 s"),
+        HostChecked(
+            "node0",
+            0,
+            {"hostname": "gpu-a", "python": "3.11.9", "torch": "2.13.0", "cuda": "12.4"},
+            gpus,
+            (Finding("ok", "gpu", "2 GPUs", "node0"),),
+        ),
+        HostChecked(
+            "node1",
+            1,
+            {"hostname": "gpu-b", "python": "3.11.9", "torch": "2.13.0"},
+            (),
+            (Finding("warning", "gpu", "no GPU: ranks run on CPU", "node1"),),
+        ),
+        ChecksDone(True, ()),
+        NodeStarted("node0", 0, 101, "gpu-a", (0, 1), "eth0"),
+        HostState("node0", 0, "running", "ranks 0-1"),
+        NodeStarted("node1", 1, 102, "gpu-b", (2, 3), "eth0"),
+        HostState("node1", 1, "running", "ranks 2-3"),
+        LogBatch("node0", 0, "stderr", ((None, "torchrun: starting 2 workers"),)),
+    ]
+    for i in range(lines):
+        out.append(
+            LogBatch(
+                "node0", 0, "stdout", ((0, f"step {i} loss {1 / (i + 1):.3f}"), (1, f"step {i}"))
+            )
+        )
+        out.append(LogBatch("node1", 1, "stdout", ((2, f"step {i}"), (3, f"step {i}"))))
+    out.append(LogBatch("node1", 1, "stderr", ((3, "UserWarning: something minor"),)))
+    out.append(GpuStats("node0", 0, (dataclasses.replace(H100, utilization_pct=99), gpus[1])))
+    return out
+
+
+TRACEBACK = (
+    "Traceback (most recent call last):",
+    '  File "/work/examples/train.py", line 101, in <module>',
+    "    main()",
+    '  File "/work/examples/train.py", line 80, in main',
+    '    raise RuntimeError(f"rank {rank} failed on purpose at step {step}")',
+    "RuntimeError: rank 3 failed on purpose at step 3",
+)
+
+
+def failing_script(run_id: str) -> list[Event]:
+    """two_node_script, then rank 3 on node1 dies with a traceback; the run fails."""
+    failure = Failure(
+        "node1", 3, 1, TRACEBACK[-1], local_rank=1, pid=4321, seen_at=1.0, traceback=TRACEBACK
+    )
+    return [
+        *two_node_script(run_id),
+        LogBatch("node1", 1, "stderr", tuple((3, line) for line in TRACEBACK)),
+        HostState("node1", 1, "failed", TRACEBACK[-1]),
+        NodeExited("node1", 1, 1, (failure,)),
+        HostState("node0", 0, "stopped", "killed by SIGTERM"),
+        NodeExited("node0", 0, -15, stopped=True),
+        RunFinished("failed", 1, 21.0, failure, (failure,)),
+    ]
+
+
+# -- waiting and looking ----------------------------------------------------------------------
+
+
+async def wait_for(
+    pilot: Pilot[Any], predicate: Callable[[], object], what: str, timeout: float = 60.0
+) -> None:
+    """Let the app work until `predicate()` holds (polled between its message rounds)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await pilot.pause(0.05)
+
+
+async def settle(pilot: Pilot[Any]) -> None:
+    """Process every posted message, then draw pending log lines now (not at the next tick)."""
+    await pilot.pause()
+    app = pilot.app
+    assert isinstance(app, Dashboard)
+    app.flush()
+    app.show_status()
+    await pilot.pause()
+
+
+def screen_text(app: Dashboard) -> str:
+    """What the terminal shows, as plain text."""
+    strips = app.screen._compositor.render_strips()
+    return "\n".join("".join(segment.text for segment in strip) for strip in strips)

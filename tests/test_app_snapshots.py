@@ -1,0 +1,110 @@
+"""Snapshots of the dashboard at fixed sizes, from fixed events (pytest-textual-snapshot 1.1.0).
+
+Regenerate after a deliberate change with `pytest tests/test_app_snapshots.py --snapshot-update`
+and look at the SVGs (snapshot_report.html shows the differences when a test fails).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apptools import RUN_ID, FakeRuns, failing_script, settle, two_node_script
+from textual.pilot import Pilot
+
+from remote.events import Event
+from tui.app import Dashboard, create_app
+
+# Fixed text (no temporary paths, no free port) so the screens are the same on every machine.
+INVENTORY = """\
+defaults:
+  transport: local
+hosts:
+  - host: localhost
+    name: node0
+  - host: localhost
+    name: node1
+job:
+  script: examples/train.py
+  args: ["--epochs", "3"]
+  nproc_per_node: 2
+  master_port: 29500
+"""
+
+SnapCompare = Callable[..., bool]
+
+
+class Clock:
+    """The run starts at 100 s and the screenshot is taken at 165 s: 01:05 elapsed."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # the inventory shows as a relative path
+
+
+def dashboard(
+    script: Callable[[str], Sequence[Event]], finish: bool = False
+) -> tuple[Dashboard, Callable[[Pilot[Any]], Awaitable[None]]]:
+    """The app on the fixed inventory, and what to do before the screenshot: press l, let
+    the scripted run play (to its end, if it ends), 65 s pass, no toasts."""
+    Path("inventory.yaml").write_text(INVENTORY)
+    clock = Clock()
+    app = create_app(
+        Path("inventory.yaml"),
+        run_factory=FakeRuns(script, finish),
+        clock=clock,
+        run_ids=lambda: RUN_ID,
+    )
+
+    async def launched(pilot: Pilot[Any]) -> None:
+        await pilot.press("l")
+        if finish:
+            assert app.worker is not None
+            await app.worker.wait()
+        await settle(pilot)
+        clock.now = 165.0
+        app.clear_notifications()
+        await settle(pilot)
+
+    return app, launched
+
+
+def test_main_screen(snap_compare: SnapCompare) -> None:
+    app, launched = dashboard(two_node_script)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=launched)
+
+
+def test_main_screen_80x24(snap_compare: SnapCompare) -> None:
+    app, launched = dashboard(two_node_script)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=launched)
+
+
+def test_failure_banner(snap_compare: SnapCompare) -> None:
+    app, launched = dashboard(failing_script, finish=True)
+    assert snap_compare(app, terminal_size=(100, 30), run_before=launched)
+
+
+def test_inventory_error_screen(snap_compare: SnapCompare) -> None:
+    app, _ = dashboard(two_node_script)
+    Path("inventory.yaml").write_text(INVENTORY.replace("master_port", "master_prot"))
+    assert snap_compare(app, terminal_size=(80, 24))
+
+
+def test_main_screen_light_theme(snap_compare: SnapCompare) -> None:
+    """Readable on a light background too: rank colours and marks switch to darker shades."""
+    app, launched = dashboard(failing_script, finish=True)
+
+    async def light(pilot: Pilot[Any]) -> None:
+        app.theme = "textual-light"
+        await launched(pilot)
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=light)

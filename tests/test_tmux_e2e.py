@@ -1,0 +1,118 @@
+"""`ddptui` in a real terminal (tmux): launch on the ssh test hosts, see rank lines, quit.
+
+tmux gives the app a real pty; send-keys types, capture-pane reads the screen as a user sees it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from testhosts import REPO, TestCluster, pids_with_env
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux"),
+]
+
+# Long epochs: each rank's greeting stays on screen while we look for it.
+JOB = {
+    "script": "examples/train.py",
+    "args": ["--epochs", "1000", "--step-time", "0.2", "--samples", "1024"],
+    "nproc_per_node": 1,
+    "master_port": 29651,
+    "stop_grace": 2,
+}
+RUN_ID = re.compile(r"run (\d{8}-\d{6}-[0-9a-f]{4})")
+
+
+class Tmux:
+    """One tmux server of our own (its own socket), one window running a command."""
+
+    def __init__(self, command: list[str], env: dict[str, str], size: tuple[int, int]) -> None:
+        self.socket = f"ddptui-test-{os.getpid()}"
+        cols, rows = size
+        env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
+        self.tmux("new-session", "-d", "-s", "t", "-x", str(cols), "-y", str(rows),
+                  *env_args, "-c", str(REPO), *command)  # fmt: skip
+
+    def tmux(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, timeout=10
+        )
+
+    def send(self, *keys: str) -> None:
+        self.tmux("send-keys", "-t", "t", *keys)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "t").stdout
+
+    @property
+    def alive(self) -> bool:
+        return self.tmux("has-session", "-t", "t").returncode == 0
+
+    def kill(self) -> None:
+        self.tmux("kill-server")
+
+
+def wait_for(cond: Callable[[], object], what: str, timeout: float, show: Tmux) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}; the screen:\n{show.screen()}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def tmux_app(cluster: TestCluster, tmp_path: Path) -> Iterator[Tmux]:
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", JOB, hosts=(0, 1))
+    ddptui = str(Path(sys.executable).parent / "ddptui")
+    env = {
+        "XDG_DATA_HOME": str(tmp_path / "data"),  # the run's logs go here (platformdirs)
+        "TERM": "xterm-256color",
+        "COLORTERM": "truecolor",
+    }
+    term = Tmux([ddptui, "-i", str(inv)], env, (100, 30))
+    try:
+        yield term
+    finally:
+        term.kill()
+
+
+def test_launch_see_rank_lines_and_quit(tmux_app: Tmux, tmp_path: Path) -> None:
+    term = tmux_app
+    wait_for(lambda: "l Launch" in term.screen(), "the dashboard", 30, term)
+    assert "node0" in term.screen() and "node1" in term.screen()
+    term.send("l")
+    wait_for(
+        lambda: (
+            "r0 node0 │ rank 0/2 on node0" in (s := term.screen())
+            and "r1 node1 │ rank 1/2 on node1" in s
+        ),
+        "both ranks' first lines",
+        120,
+        term,
+    )
+    screen = term.screen()
+    assert "│ running │" in screen and "hosts up 2/2" in screen
+    match = RUN_ID.search(screen)
+    assert match, screen
+    run_id = match.group(1)
+    assert pids_with_env("DDPTUI_RUN_ID", run_id)
+    assert (tmp_path / "data" / "ddptui" / "runs" / run_id / "rank-1.log").exists()
+
+    term.send("q")
+    wait_for(lambda: "A job is running on 2 hosts." in term.screen(), "the question", 30, term)
+    term.send("s")  # stop the job and quit
+    wait_for(lambda: not term.alive, "ddptui to exit", 60, term)
+    deadline = time.monotonic() + 20
+    while pids_with_env("DDPTUI_RUN_ID", run_id) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not pids_with_env("DDPTUI_RUN_ID", run_id), "processes of the run were left"

@@ -1,0 +1,186 @@
+"""The hosts pane: one row per host, kept up to date from the engine's events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from remote.events import Finding, Gpu
+from remote.inventory import Host
+
+from .colours import theme_colour
+
+COLUMNS = (
+    ("host", "Host"),
+    ("address", "Address"),
+    ("node", "Node"),
+    ("state", "State"),
+    ("ranks", "Ranks"),
+    ("gpus", "GPUs"),
+    ("util", "Util"),
+    ("mem", "GPU mem"),
+)
+STATE_WIDTH = 19  # a long reason is cut here; the host's detail view shows all of it
+FIXED_WIDTHS = {"node": 4, "state": STATE_WIDTH, "ranks": 5, "gpus": 7, "util": 4, "mem": 8}
+# Engine states as a person reads them; "connected" means ready to start.
+STATE_NAMES = {"connected": "ready", "idle": "-"}
+STATE_STYLES = {
+    "connecting": "text-warning",
+    "starting": "text-warning",
+    "connected": "text-success",
+    "running": "text-success",
+    "done": "text-success",
+    "unreachable": "text-error",
+    "failed": "text-error",
+    "stopped": "text-warning",
+}
+SHOW_DETAIL = {"unreachable", "failed"}  # other states' details repeat other columns
+
+
+@dataclass
+class HostInfo:
+    """What the dashboard knows about one host, from the inventory and the events."""
+
+    node_rank: int
+    name: str
+    address: str
+    state: str = "idle"
+    detail: str = ""
+    ranks: tuple[int, ...] = ()
+    hostname: str = ""
+    ifname: str | None = None
+    pid: int | None = None
+    gpus: tuple[Gpu, ...] | None = None  # None until checked
+    facts: dict[str, Any] = field(default_factory=dict)
+    findings: tuple[Finding, ...] = ()
+
+    user: str | None = None
+    port: int | None = None
+
+    @classmethod
+    def from_host(cls, host: Host) -> HostInfo:
+        address = host.host if host.transport == "ssh" else "local"
+        return cls(host.node_rank, host.name, address, user=host.user, port=host.port)
+
+    @property
+    def up(self) -> bool:
+        return self.state in ("connected", "starting", "running", "done") or bool(self.facts)
+
+    def state_text(self) -> str:
+        text = STATE_NAMES.get(self.state, self.state)
+        if self.state in ("idle", "connected"):
+            text = self._check_summary() or text
+        elif self.state in SHOW_DETAIL and self.detail:
+            text = f"{text}: {self.detail}"
+        return text if len(text) <= STATE_WIDTH else text[: STATE_WIDTH - 1] + "…"
+
+    def _check_summary(self) -> str:
+        failures = [f for f in self.findings if f.level == "failure"]
+        warnings = [f for f in self.findings if f.level == "warning"]
+        if failures:
+            return f"check failed: {failures[0].message}"
+        if warnings:
+            return f"ready, {len(warnings)} warning{'s' * (len(warnings) > 1)}"
+        return "ready" if self.facts else ""
+
+    def state_style(self) -> str | None:
+        if any(f.level == "failure" for f in self.findings) and self.state in ("idle", "connected"):
+            return "text-error"
+        return STATE_STYLES.get(self.state)
+
+
+def ranks_text(ranks: tuple[int, ...]) -> str:
+    if not ranks:
+        return ""
+    if ranks == tuple(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(map(str, ranks))
+
+
+def gpu_cells(gpus: tuple[Gpu, ...] | None) -> tuple[str, str, str]:
+    """GPUs (count and model), mean utilisation, memory used/total across the host's GPUs."""
+    if gpus is None:
+        return "", "", ""
+    if not gpus:
+        return "none", "", ""
+    models = {_short_model(g.name) for g in gpus}
+    model = models.pop() if len(models) == 1 else "mixed"
+    utils = [g.utilization_pct for g in gpus if g.utilization_pct is not None]
+    util = f"{sum(utils) / len(utils):.0f}%" if utils else "?"
+    used = sum(g.memory_used_mib for g in gpus) / 1024
+    total = sum(g.memory_total_mib for g in gpus) / 1024
+    return f"{len(gpus)}× {model}", util, f"{used:.0f}/{total:.0f}G"  # noqa: RUF001
+
+
+def _short_model(name: str) -> str:
+    """`NVIDIA H100 80GB HBM3` → `H100`: the pane is narrow; the detail view has it all."""
+    words = name.split()
+    while len(words) > 1 and words[0] in ("NVIDIA", "Tesla", "GeForce", "Quadro"):
+        words.pop(0)
+    return words[0] if words else "?"
+
+
+class HostsTable(DataTable[str | Text]):
+    """The hosts pane. Enter (or a click) on a row opens that host's details."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row")
+        self.infos: dict[int, HostInfo] = {}
+
+    def set_hosts(self, hosts: tuple[Host, ...]) -> None:
+        """Rows for a (re)loaded inventory; what is known of hosts that stay is kept."""
+        old = {info.name: info for info in self.infos.values()}
+        self.clear(columns=True)
+        self._add_columns(hosts)
+        self.infos = {}
+        for host in hosts:
+            info = HostInfo.from_host(host)
+            prev = old.get(host.name)
+            if prev is not None and (prev.address, prev.user, prev.port) == (
+                info.address,
+                info.user,
+                info.port,
+            ):
+                info = prev
+                info.node_rank = host.node_rank
+            self.infos[host.node_rank] = info
+            self.add_row(*self._cells(info), key=str(host.node_rank))
+
+    def _add_columns(self, hosts: tuple[Host, ...]) -> None:
+        """Fixed widths: columns don't jump as states change (and need no re-measuring)."""
+        widths = dict(FIXED_WIDTHS)
+        widths["host"] = max(len(h.name) for h in hosts) + 2  # room for a check mark
+        widths["address"] = min(max(len(HostInfo.from_host(h).address) for h in hosts), 24)
+        for key, label in COLUMNS:
+            self.add_column(label, key=key, width=max(widths[key], len(label)))
+
+    def info(self, node_rank: int) -> HostInfo | None:
+        return self.infos.get(node_rank)
+
+    def refresh_host(self, node_rank: int) -> None:
+        info = self.infos.get(node_rank)
+        if info is None:
+            return
+        for (key, _), value in zip(COLUMNS, self._cells(info), strict=True):
+            self.update_cell(str(node_rank), key, value)
+
+    def reset(self) -> None:
+        """A new run: states start over; facts and GPUs stay until refreshed."""
+        for info in self.infos.values():
+            info.state, info.detail, info.ranks, info.pid = "idle", "", (), None
+            self.refresh_host(info.node_rank)
+
+    def _cells(self, info: HostInfo) -> tuple[str | Text, ...]:
+        style = info.state_style()
+        state = Text(info.state_text(), style=theme_colour(self, style) if style else "")
+        name = Text(info.name)
+        if any(f.level == "failure" for f in info.findings):
+            name.append(" ✗", style=theme_colour(self, "text-error"))
+        elif any(f.level == "warning" for f in info.findings):
+            name.append(" !", style=theme_colour(self, "text-warning"))
+        gpus, util, mem = gpu_cells(info.gpus)
+        ranks = ranks_text(info.ranks)
+        return (name, info.address, str(info.node_rank), state, ranks, gpus, util, mem)

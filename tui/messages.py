@@ -1,0 +1,22 @@
+"""The dashboard's own messages, as dataclasses in one place."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from remote.events import Event
+
+
+@dataclass
+class EngineEvent(Message):
+    """An engine event, posted by the `emit` callback the app gives `remote.run.Run`."""
+
+    run_id: str  # events of a run that is no longer current are dropped
+    event: Event
+
+
+@dataclass
+class JumpToFailure(Message):
+    """The failure banner was clicked: show the failing rank's log."""

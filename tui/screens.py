@@ -1,0 +1,204 @@
+"""The dashboard's other screens: quit while a job runs, a bad inventory, one host's details."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Label, Static
+
+from remote import inventory
+from remote.events import Gpu
+
+from .colours import theme_colour
+from .hosts import HostInfo, gpu_cells, ranks_text
+
+EXCERPT = 3  # lines shown around the line of an inventory mistake
+
+
+class QuitScreen(ModalScreen[bool]):
+    """Asked when the user quits while a job runs: True means stop it and quit."""
+
+    AUTO_FOCUS = "#stay"
+    BINDINGS = [
+        Binding("s", "answer(True)", "Stop and quit", id="quit-stop", tooltip="Stop the job"),
+        Binding("escape,n", "answer(False)", "Stay", id="quit-stay", tooltip="Keep running"),
+    ]
+
+    def __init__(self, hosts: int) -> None:
+        super().__init__()
+        self.hosts = hosts
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="quit-dialog"):
+            where = f"{self.hosts} host{'s' * (self.hosts != 1)}"
+            yield Label(f"A job is running on {where}.", id="quit-question")
+            yield Label("Quitting stops it on every host (TERM, then KILL after the grace).")
+            with Horizontal(id="quit-buttons"):
+                yield Button("Stop the job and quit", id="stop", variant="error")
+                yield Button("Stay", id="stay", variant="primary")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "stop")
+
+    def action_answer(self, stop: bool) -> None:
+        self.dismiss(stop)
+
+
+class InventoryErrorScreen(Screen[inventory.Inventory]):
+    """A bad inventory, shown where it is wrong; dismissed with the inventory once fixed."""
+
+    BINDINGS = [
+        Binding("r", "reload", "Reload", id="reload", tooltip="Read the inventory file again"),
+    ]
+
+    def __init__(self, error: inventory.InventoryError) -> None:
+        super().__init__()
+        self.error = error
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="inventory-error"):
+            yield Static("The inventory has a mistake", id="inventory-error-title")
+            yield Static(id="inventory-error-body")
+            yield Static(
+                "Fix the file, then press r to read it again (q quits).",
+                id="inventory-error-hint",
+            )
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.show(self.error)
+
+    def show(self, error: inventory.InventoryError) -> None:
+        self.error = error
+        self.query_one("#inventory-error-body", Static).update(self._describe(error))
+
+    def _describe(self, error: inventory.InventoryError) -> RenderableType:
+        facts = Table.grid(padding=(0, 2))
+        facts.add_row(Text("file", style="bold"), str(error.path))
+        if error.line:
+            facts.add_row(Text("line", style="bold"), str(error.line))
+        facts.add_row(Text("error", style="bold"), Text(error.message))
+        excerpt = _excerpt(error.path, error.line, theme_colour(self, "text-error"))
+        return Group(facts, Text(), excerpt) if excerpt else facts
+
+    def action_reload(self) -> None:
+        try:
+            inv = inventory.load(self.error.path)
+        except inventory.InventoryError as exc:
+            self.show(exc)
+            self.notify("the inventory still has a mistake", severity="error", timeout=3)
+            return
+        self.dismiss(inv)
+
+
+def _excerpt(path: Path, line: int | None, colour: str) -> Text | None:
+    """The lines around `line`, numbered, the wrong one marked."""
+    if not line:
+        return None
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    first, last = max(1, line - EXCERPT), min(len(lines), line + EXCERPT)
+    width = len(str(last))
+    out = Text()
+    for n in range(first, last + 1):
+        mark = "▶" if n == line else " "
+        row = Text(f"{mark} {n:>{width}} │ {lines[n - 1]}\n")
+        if n == line:
+            row.stylize(f"bold {colour}")
+        else:
+            row.stylize("dim")
+        out.append_text(row)
+    return out
+
+
+class HostDetailScreen(ModalScreen[None]):
+    """Everything known about one host: state, checks (facts, findings), GPUs."""
+
+    BINDINGS = [
+        Binding("escape,enter,q", "dismiss", "Close", id="host-close", tooltip="Back"),
+    ]
+
+    def __init__(self, info: HostInfo) -> None:
+        super().__init__()
+        self.info = info
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="host-detail") as box:
+            box.border_title = f"{self.info.name} (node {self.info.node_rank})"
+            yield Static(self._state(), id="host-state")
+            yield Static(self._findings(), id="host-findings")
+            yield Static(self._facts(), id="host-facts")
+            yield Static(self._gpus(), id="host-gpus")
+        yield Footer()
+
+    def _state(self) -> Table:
+        info = self.info
+        grid = Table.grid(padding=(0, 2))
+        where = f"{info.user}@{info.address}" if info.user else info.address
+        rows = [
+            ("address", f"{where}:{info.port}" if info.port else where),
+            ("state", f"{info.state}: {info.detail}" if info.detail else info.state),
+            ("ranks", ranks_text(info.ranks)),
+            ("hostname", info.hostname),
+            ("interface", info.ifname or ""),
+            ("supervisor pid", str(info.pid) if info.pid else ""),
+        ]
+        for key, value in rows:
+            if value:
+                grid.add_row(Text(key, style="bold"), Text(value))
+        return grid
+
+    def _findings(self) -> RenderableType:
+        if not self.info.findings:
+            return Text("checks: none yet" if not self.info.facts else "checks: all passed")
+        out = Text("checks\n", style="bold")
+        marks = {"ok": ("✓", "text-success"), "warning": ("!", "text-warning")}
+        for f in self.info.findings:
+            mark, colour = marks.get(f.level, ("✗", "text-error"))
+            out.append(f" {mark} ", style=theme_colour(self, colour))
+            out.append(f"{f.check}: ", style="bold")
+            out.append(f"{f.message}\n")
+        return out
+
+    def _facts(self) -> RenderableType:
+        if not self.info.facts:
+            return Text()
+        grid = Table.grid(padding=(0, 2))
+        for key, value in self.info.facts.items():
+            grid.add_row(Text(str(key), style="bold"), Text(_fact(value)))
+        return Group(Text("facts", style="bold"), grid)
+
+    def _gpus(self) -> RenderableType:
+        gpus = self.info.gpus
+        if not gpus:
+            return Text("GPUs: none" if gpus == () else "")
+        table = Table("#", "model", "util", "memory", "temp", "processes", box=None)
+        for g in gpus:
+            table.add_row(*_gpu_row(g))
+        count, util, mem = gpu_cells(gpus)
+        return Group(Text(f"GPUs: {count}, {util} busy, {mem}", style="bold"), table)
+
+
+def _gpu_row(g: Gpu) -> tuple[str, ...]:
+    util = f"{g.utilization_pct}%" if g.utilization_pct is not None else "?"
+    temp = f"{g.temperature_c} °C" if g.temperature_c is not None else ""
+    procs = ", ".join(f"{p.pid} {p.name} {p.memory_mib} MiB".strip() for p in g.processes)
+    mem = f"{g.memory_used_mib}/{g.memory_total_mib} MiB"
+    return str(g.index), g.name, util, mem, temp, procs
+
+
+def _fact(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)

@@ -1,0 +1,118 @@
+"""Small widgets of the main screen: the status bar, the failure banner, the filter box."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.widgets import Input, Static
+
+from remote.events import Failure
+
+from .colours import theme_colour
+from .headless import failure_line
+from .messages import JumpToFailure
+
+TRACEBACK_SHOWN = 4  # traceback lines in the banner; the rank's log has the rest
+
+
+@dataclass
+class Status:
+    """What the status bar shows."""
+
+    run_id: str | None = None
+    state: str = "idle"
+    elapsed: float | None = None
+    world_size: int | None = None
+    hosts_up: int = 0
+    hosts: int = 0
+
+    def text(self) -> str:
+        run = f"run {self.run_id}" if self.run_id else "no run yet (l launches)"
+        parts = [run, self.state]
+        if self.elapsed is not None:
+            parts.append(clock_text(self.elapsed))
+        if self.world_size:
+            parts.append(f"world size {self.world_size}")
+        parts.append(f"hosts up {self.hosts_up}/{self.hosts}")
+        return " │ ".join(parts)
+
+
+def clock_text(seconds: float) -> str:
+    s = int(seconds)
+    h, m = divmod(s // 60, 60)
+    return f"{h}:{m:02}:{s % 60:02}" if h else f"{m:02}:{s % 60:02}"
+
+
+STATE_STYLES = {
+    "running": "text-success",
+    "succeeded": "text-success",
+    "failed": "text-error",
+    "unreachable": "text-error",
+    "error": "text-error",
+    "stopping": "text-warning",
+    "stopped": "text-warning",
+    "connecting": "text-warning",
+}
+
+
+class StatusBar(Static):
+    """run id │ state │ elapsed │ world size │ hosts up / total"""
+
+    _shown = ""
+
+    def show(self, status: Status) -> None:
+        plain = status.text()
+        if plain == self._shown:  # an update re-lays out the screen: only when it changed
+            return
+        self._shown = plain
+        text = Text(plain)
+        if colour := STATE_STYLES.get(status.state):
+            start = text.plain.find(f" │ {status.state}") + 3
+            text.stylize(f"bold {theme_colour(self, colour)}", start, start + len(status.state))
+        self.update(text, layout=False)  # one line, always: no need to lay out the screen
+
+
+class FailureBanner(Static):
+    """The first failing rank, its host, exit code and traceback tail; a click shows its log."""
+
+    def show_failure(self, failure: Failure) -> None:
+        colour = theme_colour(self, "text-error")
+        text = Text()
+        text.append("✗ ", style=f"bold {colour}")
+        text.append(failure_line(failure), style="bold")
+        for line in _tail(failure):
+            text.append(f"\n  {line}", style="dim" if line[:1].isspace() else colour)
+        self.update(text)
+        where = f"rank {failure.rank}" if failure.rank is not None else failure.host
+        self.border_title = "first failure"
+        self.border_subtitle = f"j: {where}'s log"
+        self.set_class(True, "-shown")
+
+    def hide(self) -> None:
+        self.set_class(False, "-shown")
+
+    def on_click(self, event: events.Click) -> None:
+        self.post_message(JumpToFailure())
+
+
+def _tail(failure: Failure) -> list[str]:
+    """The traceback's last lines; its last line is already the failure's message."""
+    lines = [line for line in failure.traceback if line.strip()]
+    if lines and lines[-1].strip() == failure.message:
+        lines.pop()
+    return lines[-TRACEBACK_SHOWN:]
+
+
+class FilterInput(Input):
+    """The regex filter of the log view: enter keeps it, escape clears it."""
+
+    BINDINGS = [
+        Binding("escape", "clear_filter", "Clear filter", id="filter-clear", tooltip="No filter"),
+    ]
+
+    def action_clear_filter(self) -> None:
+        self.value = ""
+        self.post_message(self.Submitted(self, ""))
