@@ -113,8 +113,18 @@ class Run:
         try:
             return await self._execute()
         finally:
+            await self._hang_up()
             await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
             self.recorder.close()
+
+    async def _hang_up(self) -> None:
+        """EOF to every supervisor, and wait for their sweep. A no-op after a normal end; after
+        a cancel it stops each node (local nodes would see no link drop while ddptui lives)."""
+        for proc in self._procs.values():
+            proc.close_stdin()
+        waits = [asyncio.ensure_future(proc.wait()) for proc in self._procs.values()]
+        if waits:
+            await asyncio.wait(waits, timeout=self.inv.job.stop_grace + 5)
 
     @property
     def stopping(self) -> bool:
