@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,9 +27,11 @@ from bench_common import (
     cluster,
     ddptui_command,
     median,
+    require_pdsh,
     table,
     tail,
     timed,
+    workspace,
     write_inventory,
 )
 from nvidia_smi import H100_BUSY, stand_in
@@ -49,19 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=20, help="GPU refresh rounds (default 20)")
     p.add_argument("--keep", action="store_true", help="keep logs and outputs")
     args = p.parse_args(argv)
-    if shutil.which("pdsh") is None:
-        sys.exit("bench: pdsh is not installed (apt-get install -y pdsh)")
-    work = Path(tempfile.mkdtemp(prefix="ddptui-bench-check-"))
-    try:
-        with cluster(args.hosts, work / "hosts") as c:
-            for i in range(args.hosts):
-                c.put_tool(i, "nvidia-smi", stand_in(H100_BUSY))
-            return bench(args, c, work)
-    finally:
-        if args.keep:
-            print(f"outputs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    require_pdsh()
+    with workspace("check", args.keep) as work, cluster(args.hosts, work / "hosts") as c:
+        for i in range(args.hosts):
+            c.put_tool(i, "nvidia-smi", stand_in(H100_BUSY))
+        return bench(args, c, work)
 
 
 def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:

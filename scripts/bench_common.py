@@ -1,4 +1,4 @@
-"""What the two benchmarks share: test hosts, inventories, the planned torchrun command, timing.
+"""What the benchmarks share: a workspace, test hosts, inventories, the planned command, timing.
 
 The test hosts use their own prefix and subnet, so a benchmark never waits for (or tears down)
 the clusters of concurrent test runs. Timings on a shared 2-core machine drift with other load:
@@ -11,11 +11,14 @@ import dataclasses
 import os
 import resource
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +47,24 @@ def cluster(n: int, root: Path) -> TestCluster:
 def ddptui_command() -> list[str]:
     """`ddptui` from this checkout (what the console script runs; timed() runs it in REPO)."""
     return [sys.executable, "-m", "tui.cli"]
+
+
+@contextmanager
+def workspace(name: str, keep: bool) -> Iterator[Path]:
+    """A scratch directory for one benchmark's outputs, removed afterwards unless kept."""
+    work = Path(tempfile.mkdtemp(prefix=f"ddptui-bench-{name}-"))
+    try:
+        yield work
+    finally:
+        if keep:
+            print(f"outputs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def require_pdsh() -> None:
+    if shutil.which("pdsh") is None:
+        sys.exit("bench: pdsh is not installed (apt-get install -y pdsh)")
 
 
 def write_inventory(

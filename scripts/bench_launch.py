@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,10 +29,12 @@ from bench_common import (
     median,
     planned,
     replace_arg,
+    require_pdsh,
     shell_line,
     table,
     tail,
     timed,
+    workspace,
     write_inventory,
 )
 from testhosts import TestCluster
@@ -54,17 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-time", default="0.1", help="seconds per step (train.py)")
     p.add_argument("--keep", action="store_true", help="keep logs and outputs")
     args = p.parse_args(argv)
-    if shutil.which("pdsh") is None:
-        sys.exit("bench: pdsh is not installed (apt-get install -y pdsh)")
-    work = Path(tempfile.mkdtemp(prefix="ddptui-bench-launch-"))
-    try:
-        with cluster(args.hosts, work / "hosts") as c:
-            return bench(args, c, work)
-    finally:
-        if args.keep:
-            print(f"outputs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+    require_pdsh()
+    with workspace("launch", args.keep) as work, cluster(args.hosts, work / "hosts") as c:
+        return bench(args, c, work)
 
 
 def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:

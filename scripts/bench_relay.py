@@ -23,9 +23,7 @@ import asyncio
 import inspect
 import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -45,6 +43,7 @@ from bench_common import (
     table,
     tail,
     timed,
+    workspace,
     write_inventory,
 )
 
@@ -73,19 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     os.chdir(REPO)  # the printer and torchrun take the script's path from here
-    work = Path(tempfile.mkdtemp(prefix="ddptui-bench-relay-"))
     rows: list[list[str]] = []
     failed = False
-    try:
+    with workspace("relay", args.keep) as work:
         if args.engine:
             engine_only(args, work / "engine")
         for transport in args.transport:
             failed |= not bench(args, transport, work / transport, rows)
-    finally:
-        if args.keep:
-            print(f"outputs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
     header = ["transport", "variant", "wall s", "lines/s", "CPU s", "wall / torchrun"]
     print(f"\n{args.lines} lines from one rank, median of {args.reps} runs")
     print(table(header, rows))
