@@ -11,6 +11,7 @@ import signal
 import time
 from collections import defaultdict, deque
 from dataclasses import dataclass
+from operator import itemgetter
 
 from .events import Failure
 
@@ -70,6 +71,17 @@ def parse_child_failed(lines: list[str]) -> list[ReportedFailure]:
     return sorted(found.values(), key=lambda r: not r.root)
 
 
+def _plain(lines: tuple[tuple[int | None, str], ...]) -> bool:
+    """One rank's lines, no traceback, no torch rank prefix: stderr that is just logging
+    (Python's logging writes there), where only the last TAIL lines matter. Checked in C."""
+    text = "\n".join(map(itemgetter(1), lines))
+    return (
+        TRACEBACK_START not in text
+        and "[rank" not in text
+        and len(set(map(itemgetter(0), lines))) == 1
+    )
+
+
 def describe_exit(code: int | None) -> str:
     if code is None:
         return "no exit code"
@@ -94,6 +106,8 @@ class FailureTracker:
 
     def feed(self, host: str, lines: tuple[tuple[int | None, str], ...]) -> None:
         now = time.time()
+        if len(lines) > TAIL and _plain(lines):
+            lines = lines[-TAIL:]  # the rest would only pass through the tail: skip the work
         for rank, text in lines:
             if m := _RANK_PREFIX.match(text):
                 text = text[m.end() :]
