@@ -200,26 +200,47 @@ def watch_ranks(root, tags, node, nnodes, chan, ended):
 
 def ranks_here(root, tags, node, nnodes):
     """(global ranks, world size) of the job's processes on this host, ([], None) if unknown."""
+    by_pid, world = ranks_by_pid(tags, node, nnodes, root)
+    return sorted(by_pid.values()), world
+
+
+def ranks_by_pid(tags, node, nnodes, root=None):
+    """({pid: global rank}, world size) of the job's rank processes here, ({}, None) if unknown.
+
+    root: the job's own process (the script itself in the spawn and env styles); found among
+    the tagged processes when not given.
+    """
     procs = [(pid, _environ(pid)) for pid in tagged_pids(tags)]
     # torchrun's workers (c10d, launch) carry their global rank.
-    workers = [env for _, env in procs if "TORCHELASTIC_RUN_ID" in env and "RANK" in env]
+    workers = [(pid, env) for pid, env in procs if "TORCHELASTIC_RUN_ID" in env and "RANK" in env]
     if workers:
-        ranks = sorted(int(env["RANK"]) for env in workers)
-        return ranks, _int(workers[0].get("WORLD_SIZE"))
+        ranks = {pid: int(env["RANK"]) for pid, env in workers if _int(env["RANK"]) is not None}
+        return ranks, _int(workers[0][1].get("WORLD_SIZE"))
+    if root is None:
+        pids = {pid for pid, _ in procs}
+        root = next((pid for pid in sorted(pids) if _ppid(pid) not in pids), None)
     # Lightning's children carry LOCAL_RANK, NODE_RANK and the world size it computed; the
     # script itself is local rank 0. Its global rank = node rank x processes per node + local.
     for _, env in procs:
         world, node_rank = _int(env.get("WORLD_SIZE")), _int(env.get("NODE_RANK"))
         if "LOCAL_RANK" in env and world and node_rank is not None and nnodes:
-            per = world // nnodes
-            return list(range(node_rank * per, node_rank * per + per)), world
+            first = node_rank * (world // nnodes)
+            ranks = {
+                pid: first + (_int(e.get("LOCAL_RANK")) or 0)
+                for pid, e in procs
+                if "LOCAL_RANK" in e and _int(e.get("NODE_RANK")) == node_rank
+            }
+            if root is not None:
+                ranks[root] = first
+            return ranks, world
     # mp.spawn children of the script: their ranks are the scripts' usual convention, node
-    # rank x processes + index (nothing in their environment says so).
-    spawned = [pid for pid, _ in procs if _ppid(pid) == root and _spawned(pid)]
+    # rank x processes + index, the index in the order they were started (nothing in their
+    # environment says so).
+    spawned = sorted(pid for pid, _ in procs if _ppid(pid) == root and _spawned(pid))
     if spawned:
         n = len(spawned)
-        return list(range(node * n, node * n + n)), n * nnodes
-    return [], None
+        return {pid: node * n + i for i, pid in enumerate(spawned)}, n * nnodes
+    return {}, None
 
 
 def _environ(pid):

@@ -6,7 +6,12 @@ import os
 from collections.abc import Iterator
 
 import pytest
-from testhosts import TestCluster, check_prerequisites
+from testhosts import DEFAULT_PREFIX, SUBNET, TestCluster, check_prerequisites
+
+
+# DDPTUI_TESTHOSTS=PREFIX:SUBNET runs this session's hosts apart from another session's (two
+# checkouts testing at once on one machine); the default is testhosts.py's.
+PREFIX, _, SUBNET = os.environ.get("DDPTUI_TESTHOSTS", f"{DEFAULT_PREFIX}:{SUBNET}").partition(":")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -33,5 +38,6 @@ def cluster(
     require_testhosts: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestCluster]:
     """Four ssh test hosts node0..node3 (see testhosts.py), shared by the whole session."""
-    with TestCluster(n=4, root=tmp_path_factory.mktemp("testhosts")) as c:
+    root = tmp_path_factory.mktemp("testhosts")
+    with TestCluster(n=4, root=root, prefix=PREFIX, subnet=SUBNET) as c:
         yield c
