@@ -17,7 +17,7 @@ import nvidia_smi
 import pytest
 from testhosts import REPO, TestCluster
 
-from remote import inventory, run
+from remote import inventory, monitor
 from remote.events import Event, GpuStats, HostChecked
 from remote.run import Run
 
@@ -182,7 +182,7 @@ def test_auto_launch_on_cpu_hosts_uses_their_gpus_entry(tmp_path: Path) -> None:
 def test_live_gpu_refresh_while_the_job_runs(
     gpu_cluster: TestCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run, "GPU_REFRESH_S", 0.2)
+    monkeypatch.setattr(monitor, "INTERVAL", 0.2)
     flag = tmp_path / "enough"
     (tmp_path / "wait.py").write_text(
         f"import os, time\nwhile not os.path.exists({str(flag)!r}):\n    time.sleep(0.05)\n"
