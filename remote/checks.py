@@ -40,6 +40,7 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
     _gpus(add, facts, gpus)
     _workdir(add, facts)
     _network(add, facts)
+    _stacks(add, facts)
     return tuple(found)
 
 
@@ -141,6 +142,28 @@ def _network(add: Add, f: Mapping[str, Any]) -> None:
     else:
         why = f" ({f['port_error']})" if f.get("port_error") else ""
         add("failure", "port", f"port {f['port']} is in use on the master{why}")
+
+
+def _stacks(add: Add, f: Mapping[str, Any]) -> None:
+    """py-spy, for every rank's stack (`d`, `ddptui stacks`, a hang): a warning, not a failure."""
+    if f.get("python") is None or "py_spy" not in f:
+        return
+    if not f["py_spy"]:
+        add(
+            "warning",
+            "py-spy",
+            f"no py-spy for {f.get('python_exe')}: stacks of the ranks need it "
+            "(pip install py-spy, in the train extra)",
+        )
+    elif not f.get("ptrace"):
+        add("warning", "py-spy", f"py-spy cannot read the ranks here: {PTRACE_NEEDED}")
+    else:
+        add("ok", "py-spy", f"py-spy at {f['py_spy']} (ptrace allowed: {f['ptrace']})")
+
+
+PTRACE_NEEDED = (
+    "ptrace needs root, kernel.yama.ptrace_scope 0 or CAP_SYS_PTRACE (docker: --cap-add SYS_PTRACE)"
+)
 
 
 # -- across hosts ------------------------------------------------------------------------------

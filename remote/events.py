@@ -118,6 +118,7 @@ class GpuProcess:
     pid: int
     memory_mib: int
     name: str = ""
+    user: str = ""  # whose it is, when the host can tell (live figures); "?" when it cannot
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +170,24 @@ class GpuStats(Event):
     gpus: tuple[Gpu, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class HangDetected(Event):
+    """No rank printed a line (or the job's GPUs sat at 0 %) for `job.hang_after` seconds."""
+
+    ranks: tuple[int, ...]  # the silent ranks: every rank still running
+    hosts: tuple[str, ...]
+    since: float  # seconds of silence (or idle GPUs)
+    reason: Literal["silent", "gpus-idle"] = "silent"
+
+
+@dataclass(frozen=True, slots=True)
+class StacksCaptured(Event):
+    """Every rank's stack, grouped, saved in the run directory (after a hang, or asked for)."""
+
+    path: str  # stacks-<time>.txt
+    summary: str  # the first group's line: the odd one out
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -183,6 +202,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         HostChecked,
         ChecksDone,
         GpuStats,
+        HangDetected,
+        StacksCaptured,
     )
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from . import flight
 from .inventory import Host, Inventory, env_text
 
 # torchrun prefixes each teed worker line with this; ${rank} is the global rank (torch >= 2.2).
@@ -61,15 +62,19 @@ def build(
         first = sum(nprocs[:k])
         argv, tagged = _argv(inv, k, run_id, master_addr, addrs[k], nprocs[k], extra_args)
         ranks = tuple(range(first, first + nprocs[k])) if _ranks_known(inv) else ()
+        scratch = f"/tmp/ddptui-{run_id}-n{k}" if tagged else None
+        # The flight recorder's pipes and traces go in the node's scratch dir (torchrun makes
+        # it: its --log-dir); the inventory's env may still override any of it.
+        recorder = flight.env(scratch) if job.nccl.flight_recorder and scratch else {}
         nodes.append(
             NodePlan(
                 host=host,
                 argv=argv,
-                env=_env(inv, host, master_addr, world),
+                env={**recorder, **_env(inv, host, master_addr, world)},
                 ranks=ranks,
                 rank_tagged=tagged,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
-                scratch=f"/tmp/ddptui-{run_id}-n{k}" if tagged else None,
+                scratch=scratch,
                 # Lightning spawns nothing when LOCAL_RANK is set (design §2).
                 unset=("LOCAL_RANK",) if job.launcher == "env" else (),
             )
@@ -79,6 +84,11 @@ def build(
         notices.append(
             "torch.distributed.launch is deprecated upstream; "
             "launcher: torchrun starts the same job"
+        )
+    if job.nccl.flight_recorder and job.launcher in ("spawn", "env"):
+        notices.append(
+            f"nccl.flight_recorder is not set up for launcher {job.launcher} "
+            "(torchrun and launch only)"
         )
     if job.launcher in ("spawn", "env"):
         notices.append(

@@ -181,6 +181,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
     torch = found.get("torch") or {}
     wd = found.get("workdir") or {}
     port = found.get("port") or {}
+    spy = found.get("py_spy") or {}
     free = wd.get("free_bytes")
     return {
         "hostname": found.get("hostname"),
@@ -203,6 +204,8 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         "port": port.get("port"),
         "port_free": port.get("free"),
         "port_error": port.get("error"),
+        "py_spy": spy.get("path"),
+        "ptrace": spy.get("ptrace"),
     }
 
 

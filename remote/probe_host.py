@@ -47,6 +47,7 @@ def main(
         "ifname": route_ifname(spec["master_addr"]),
         "port": port_info(spec["master_port"]) if spec.get("master_port") else None,
         "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,
+        "py_spy": {"path": find_py_spy(), "ptrace": ptrace_rights()},
     }
     sys.stdout.write(MARK + json.dumps(found) + "\n")
     sys.stdout.flush()
@@ -127,6 +128,38 @@ def port_info(port: int) -> dict[str, Any]:
     except OSError as exc:
         return {"port": port, "free": False, "error": exc.strerror or str(exc)}
     return {"port": port, "free": True}
+
+
+def find_py_spy() -> str | None:
+    """py-spy (every rank's stack) on PATH, or beside this interpreter (a venv's bin)."""
+    beside = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    return shutil.which("py-spy") or (beside if os.access(beside, os.X_OK) else None)
+
+
+CAP_SYS_PTRACE = 19
+
+
+def ptrace_rights() -> str | None:
+    """What lets py-spy read another process of this user here; None when nothing does."""
+    scope = _read("/proc/sys/kernel/yama/ptrace_scope")
+    if scope == "3":
+        return None  # no process may be traced, not even by root
+    caps = next((ln.split()[1] for ln in _lines("/proc/self/status") if ln[:7] == "CapEff:"), "0")
+    if int(caps, 16) >> CAP_SYS_PTRACE & 1:
+        return "root" if os.geteuid() == 0 else "CAP_SYS_PTRACE"
+    return "ptrace_scope 0" if scope in (None, "0") else None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def _lines(path: str) -> list[str]:
+    return (_read(path) or "").splitlines()
 
 
 def _start(argv: list[str]) -> Any:

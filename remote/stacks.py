@@ -1,0 +1,264 @@
+"""Every rank's stack, grouped: what a stalled job is doing, on every host at once.
+
+`dump()` asks every host in one round trip (remote/stacks_host.py: py-spy on each rank process
+of the run, side by side) and groups identical stacks (LLNL STAT's idea): with 512 dumps, the
+odd group out is the answer, so the smallest groups come first. A group is keyed by the main
+thread's frames (function, file, line), innermost first.
+
+`capture()` also saves the report in the run directory (`stacks-<time>.txt`, and `.json`) and,
+with the flight recorder on, the ranks' NCCL traces with the analyser's verdict (flight.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import flight as recorder
+from . import fold, probe
+from .checks import PTRACE_NEEDED
+from .events import Event, Notice, StacksCaptured
+from .transport import HostError, Transport
+
+MARK = "DDPTUI-STACKS "  # stacks_host.MARK
+TIMEOUT = 60.0
+FLIGHT_WAIT = 5.0  # seconds the ranks have to write their flight recorder traces
+SHOWN_FRAMES = 8  # frames of a group on its text line; the JSON and the file have them all
+
+_HERE = Path(__file__).parent
+_SOURCES = tuple(
+    (_HERE / f).read_text() for f in ("supervisor.py", "probe_host.py", "stacks_host.py")
+)
+# python -c BOOT SUPERVISOR PROBE STACKS SPEC: each in a namespace of its own (their mains must
+# not run); the stacks script gets the other two.
+BOOT = (
+    "import sys;a=sys.argv;n=[{'__name__':'ddptui-'+w} for w in ('supervisor','probe','stacks')];"
+    "[exec(compile(a[i+1],n[i]['__name__'],'exec'),n[i]) for i in range(3)];"
+    "sys.exit(n[2]['main'](n[0],n[1],a[4]))"
+)
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str
+    line: int | None
+    path: str = ""  # the full path on the host (the JSON has it; the text shows `file`)
+
+    def text(self) -> str:
+        return f"{self.function} ({self.file}:{self.line if self.line is not None else '?'})"
+
+
+@dataclass(frozen=True)
+class RankStack:
+    rank: int
+    host: str
+    pid: int | None
+    frames: tuple[Frame, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Group:
+    ranks: tuple[int, ...]
+    hosts: tuple[str, ...]
+    frames: tuple[Frame, ...] = ()
+    error: str | None = None  # ranks whose stack could not be read, and why
+
+    def label(self) -> str:
+        many = len(self.ranks) > 1
+        what = f"ranks {fold.ranks(self.ranks)}" if many else f"rank {self.ranks[0]}"
+        return f"{what} ({fold.hosts(self.hosts)})"
+
+    def line(self, frames: int = SHOWN_FRAMES) -> str:
+        if self.error is not None:
+            return f"no stack: {self.error}"
+        shown = " ← ".join(f.text() for f in self.frames[:frames])
+        return shown + (" ← …" if len(self.frames) > frames else "") or "(no Python frame)"
+
+
+@dataclass
+class Report:
+    run_id: str
+    groups: tuple[Group, ...] = ()
+    problems: dict[str, str] = field(default_factory=dict)  # host → why it gave no stacks
+    elapsed: float = 0.0
+    flight: recorder.Collected | None = None
+
+    def text(self, frames: int = SHOWN_FRAMES) -> str:
+        """One line per group, odd ones out first, then each host that gave nothing."""
+        labels = [g.label() for g in self.groups]
+        width = max(map(len, labels), default=0) + 2
+        lines = [
+            f"{label:<{width}}{g.line(frames)}"
+            for label, g in zip(labels, self.groups, strict=True)
+        ]
+        lines += [f"{host}: {why}" for host, why in self.problems.items()]
+        if self.flight is not None:
+            lines += self.flight.lines()
+        return "\n".join(lines or ["no rank of this run found on any host"])
+
+    def as_json(self) -> dict[str, Any]:
+        def group(g: Group) -> dict[str, Any]:
+            out: dict[str, Any] = {"ranks": list(g.ranks), "hosts": list(g.hosts)}
+            if g.error is None:
+                out["frames"] = [asdict(f) for f in g.frames]
+            else:
+                out["error"] = g.error
+            return out
+
+        return {
+            "run_id": self.run_id,
+            "groups": [group(g) for g in self.groups if g.error is None],
+            "errors": [group(g) for g in self.groups if g.error is not None],
+            "hosts": self.problems,
+            "elapsed_s": round(self.elapsed, 3),
+            **({"flight_recorder": self.flight.as_json()} if self.flight else {}),
+        }
+
+
+def command(
+    python: str, run_id: str, node: int, nnodes: int, native: bool, flight: bool
+) -> list[str]:
+    spec = {
+        "run_id": run_id,
+        "node": node,
+        "nnodes": nnodes,
+        "native": native,
+        "flight_wait": FLIGHT_WAIT if flight else 0,
+    }
+    # The job's interpreter runs the dump (its venv holds py-spy); any python3 will do else.
+    return ["sh", "-c", probe.WRAPPER, "ddptui-stacks", python, BOOT, *_SOURCES, json.dumps(spec)]
+
+
+async def dump(
+    transports: Sequence[Transport],
+    run_id: str,
+    *,
+    native: bool = False,
+    flight: bool = False,
+) -> Report:
+    """Every rank's stack on every host (one round trip each, all hosts at once), grouped."""
+    t0 = time.monotonic()
+    nnodes = len(transports)
+    answers = await asyncio.gather(*(_host(t, run_id, nnodes, native, flight) for t in transports))
+    stacks: list[RankStack] = []
+    problems: dict[str, str] = {}
+    traces: dict[int, bytes] = {}
+    missing: dict[int, str] = {}
+    for t, answer in zip(transports, answers, strict=True):
+        name = t.host.name
+        if isinstance(answer, str):
+            problems[name] = answer
+            continue
+        if answer.get("error"):
+            problems[name] = answer["error"]
+        stacks += _rank_stacks(name, answer)
+        for rank, got in (answer.get("flight") or {}).items():
+            if "data" in got:
+                traces[int(rank)] = base64.b64decode(got["data"])
+            else:
+                missing[int(rank)] = got.get("error", "no trace")
+    report = Report(run_id, group(stacks), problems, time.monotonic() - t0)
+    if flight:
+        report.flight = recorder.Collected(traces, missing)
+    return report
+
+
+async def _host(
+    t: Transport, run_id: str, nnodes: int, native: bool, flight: bool
+) -> dict[str, Any] | str:
+    """What one host's dump said, or why it said nothing."""
+    h = t.host
+    argv = command(h.python, run_id, h.node_rank, nnodes, native, flight)
+    try:
+        res = await t.run(argv, timeout=TIMEOUT)
+    except HostError as exc:
+        return exc.reason
+    for line in reversed(res.stdout.decode("utf-8", "replace").splitlines()):
+        if line.startswith(MARK):
+            try:
+                found: dict[str, Any] = json.loads(line[len(MARK) :])
+            except ValueError:
+                break
+            return found
+    err = [s for s in res.stderr.decode("utf-8", "replace").splitlines() if s.strip()]
+    return f"the stacks dump failed (exit {res.code})" + (f": {err[-1]}" if err else "")
+
+
+def _rank_stacks(host: str, answer: dict[str, Any]) -> list[RankStack]:
+    out = []
+    for rank, got in answer.get("ranks", {}).items():
+        error = got.get("error")
+        if error and _refused(error):
+            error = f"{error} ({PTRACE_NEEDED})"
+        threads = got.get("threads") or []
+        main = next((th for th in threads if th.get("main")), threads[0] if threads else None)
+        frames = tuple(_frame(f) for f in (main or {}).get("frames", ()))
+        out.append(RankStack(int(rank), host, got.get("pid"), frames, error))
+    return out
+
+
+def _frame(f: dict[str, Any]) -> Frame:
+    return Frame(f.get("function") or "?", f.get("file") or "?", f.get("line"), f.get("path") or "")
+
+
+def _refused(error: str) -> bool:
+    """py-spy's words when ptrace is not allowed."""
+    lowered = error.lower()
+    return "permission denied" in lowered or "not permitted" in lowered
+
+
+def group(stacks: Sequence[RankStack]) -> tuple[Group, ...]:
+    """Identical stacks together; the smallest groups (the odd ones out) first, then by rank.
+    Ranks whose stack could not be read come last, grouped by why."""
+    by_key: dict[tuple[Any, ...], list[RankStack]] = {}
+    for s in sorted(stacks, key=lambda s: s.rank):
+        where = tuple((f.function, f.file, f.line) for f in s.frames)
+        key = ("error", s.error) if s.error else where
+        by_key.setdefault(key, []).append(s)
+    groups = [
+        Group(
+            tuple(s.rank for s in members),
+            tuple(dict.fromkeys(s.host for s in members)),
+            members[0].frames,
+            members[0].error,
+        )
+        for members in by_key.values()
+    ]
+    return tuple(sorted(groups, key=lambda g: (g.error is not None, len(g.ranks), g.ranks)))
+
+
+Emit = Callable[[Event], None]
+
+
+async def capture(
+    transports: Sequence[Transport],
+    run_id: str,
+    run_dir: Path,
+    emit: Emit | None = None,
+    *,
+    native: bool = False,
+    flight: bool = False,
+) -> tuple[Report, Path]:
+    """Dump, then save the report in the run dir (`stacks-<time>.txt` and `.json`); with the
+    flight recorder, its traces and the analyser's verdict too. Says what it saved on `emit`."""
+    report = await dump(transports, run_id, native=native, flight=flight)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    if report.flight is not None:
+        await report.flight.save(run_dir / f"flight-{stamp}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / f"stacks-{stamp}.txt"
+    path.write_text(report.text(frames=1_000) + "\n")
+    path.with_suffix(".json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
+    if emit is not None:
+        first = report.text().splitlines()[0]
+        emit(StacksCaptured(str(path), first))
+        emit(Notice("warning", f"every rank's stack saved to {path}; first: {first}"))
+    return report, path
