@@ -8,13 +8,13 @@ each supervisor sees its stdin close and stops its node by itself.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
@@ -22,8 +22,8 @@ from pathlib import Path
 import platformdirs
 
 from . import checks as checker
+from . import hang, monitor, probe, stacks
 from . import plan as planner
-from . import probe
 from .events import (
     ChecksDone,
     Event,
@@ -56,7 +56,6 @@ STREAMS: dict[int, Stream] = {1: "stdout", 2: "stderr"}
 RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-GPU_REFRESH_S = 3.0  # live GPU figures while a job runs
 
 Emit = Callable[[Event], None]
 
@@ -101,6 +100,7 @@ class Run:
         self._unreachable = False
         self._t0 = time.monotonic()
         self.recorder: Recorder | None = None
+        self._hang = hang.HangWatch(inv.job.hang_after)  # fed every event (emit)
 
     # -- public -----------------------------------------------------------------------------
 
@@ -132,12 +132,14 @@ class Run:
 
     # -- the run ----------------------------------------------------------------------------
 
-    async def check(self) -> ChecksDone:
-        """Connect, probe every host, disconnect: the checks alone, nothing starts."""
+    async def check(self, *, close: bool = True) -> ChecksDone:
+        """Connect, probe every host, disconnect: the checks alone, nothing starts. close=False
+        keeps the connections (the dashboard streams GPU figures over them: remote/cluster.py)."""
         try:
             return await self._check_hosts(connect=True)
         finally:
-            await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
+            if close:
+                await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
 
     async def _execute(self) -> RunFinished:
         inv = self.inv
@@ -170,12 +172,17 @@ class Run:
         for text in plan.notices:
             self.emit(Notice("warning", text))
         refresh = asyncio.create_task(self._refresh_gpus())
+        capture = partial(
+            stacks.capture, self.transports, self.run_id, self.run_dir, self.emit,
+            flight=inv.job.nccl.flight_recorder,
+        )  # fmt: skip
+        hangs = asyncio.create_task(hang.guard(self._hang, self.emit, capture))
         try:
             await asyncio.gather(*(self._node(node) for node in plan.nodes))
         finally:
-            refresh.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await refresh
+            for task in (refresh, hangs):
+                task.cancel()
+            await asyncio.gather(refresh, hangs, return_exceptions=True)
         return self._finish()
 
     def nprocs(self) -> list[int]:
@@ -262,13 +269,9 @@ class Run:
                 self._gpu_counts[stats.node_rank] = len(stats.gpus)
 
     async def _refresh_gpus(self) -> None:
-        """Live GPU figures while the job runs, over the open connections; ends by cancel."""
-        targets = [t for t in self.transports if self._gpu_counts.get(t.host.node_rank)]
-        while targets:
-            await asyncio.sleep(GPU_REFRESH_S)
-            for stats in await asyncio.gather(*(probe.gpu_stats(t) for t in targets)):
-                if stats is not None:
-                    self.emit(stats)
+        """Live GPU figures while the job runs: a monitor per host streams them over the open
+        connection (remote/monitor.py); ends by cancel."""
+        await monitor.watch(self.transports, self.emit)
 
     # -- nodes ----------------------------------------------------------------------------------
 
@@ -433,6 +436,7 @@ class Run:
         return fin
 
     def emit(self, event: Event) -> None:
+        self._hang.feed(event)
         if self.recorder is not None:
             self.recorder(event)
         self._emit_to(event)

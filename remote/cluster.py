@@ -1,0 +1,83 @@
+"""The cluster at a glance: the dashboard's own connection to every host, from the moment it opens.
+
+`run()` connects to every host and checks it (what `ddptui check` does), then keeps each host's
+GPU figures live with a monitor (remote/monitor.py), run or no run, until cancelled. Nothing of
+a job is started: a monitor ends with its connection. `check()` again logs in afresh and probes
+(the dashboard's `c`). While a run streams figures of its own, `pause()` stops the sampling.
+A host whose link drops is reported unreachable until the next check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+
+from .events import ChecksDone, Event, HostState
+from .inventory import Inventory
+from .monitor import Emit, Monitor
+from .run import Run
+from .transport import Transport, for_host
+
+LOST = "connection lost (c checks again)"
+
+
+class Cluster:
+    def __init__(
+        self, inv: Inventory, emit: Emit, transports: Sequence[Transport] | None = None
+    ) -> None:
+        self.inv, self._emit_to = inv, emit
+        self.transports = list(transports or [for_host(h) for h in inv.hosts])
+        self.paused = False
+        self._monitors: dict[int, tuple[Monitor, asyncio.Task[None]]] = {}
+        self._checking: asyncio.Lock | None = None
+
+    async def run(self) -> None:
+        """Check, then keep the GPU figures live until cancelled; closes everything then."""
+        try:
+            await self.check()
+            await asyncio.Event().wait()  # the monitors run as tasks of their own
+        finally:
+            await self.close()
+
+    async def check(self) -> ChecksDone:
+        """Log in to every host afresh and probe it; each host's monitor starts at its login."""
+        self._checking = self._checking or asyncio.Lock()
+        async with self._checking:
+            await self.close()
+            run = Run(self.inv, self._emit, transports=self.transports)
+            return await run.check(close=False)
+
+    def pause(self, paused: bool) -> None:
+        """Stop (or restart) sampling on every host, e.g. while a run streams its own."""
+        self.paused = paused
+        for monitor, _ in self._monitors.values():
+            monitor.pause(paused)
+
+    async def close(self) -> None:
+        """Stop every monitor and close every connection (each host's monitor leaves at EOF)."""
+        tasks = [task for _, task in self._monitors.values()]
+        self._monitors.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
+
+    def _emit(self, event: Event) -> None:
+        self._emit_to(event)
+        if isinstance(event, HostState) and event.state == "connected":
+            self._watch(self.transports[event.node_rank])
+
+    def _watch(self, transport: Transport) -> None:
+        """Start the host's monitor as soon as it is logged in: its figures come before the
+        probe's answer."""
+        monitor = Monitor(transport, self._emit_to)
+        monitor.paused = self.paused
+        task = asyncio.ensure_future(self._stream(monitor))
+        self._monitors[transport.host.node_rank] = (monitor, task)
+
+    async def _stream(self, monitor: Monitor) -> None:
+        host = monitor.transport.host
+        with contextlib.suppress(asyncio.CancelledError):
+            if await monitor.run() == "lost":
+                self._emit_to(HostState(host.name, host.node_rank, "unreachable", LOST))
