@@ -4,6 +4,7 @@
 GPU figures live with a monitor (remote/monitor.py), run or no run, until cancelled. Nothing of
 a job is started: a monitor ends with its connection. `check()` again logs in afresh and probes
 (the dashboard's `c`). While a run streams figures of its own, `pause()` stops the sampling.
+`stacks()` dumps a run's stacks over these connections (the dashboard's `d`).
 A host whose link drops is reported unreachable until the next check.
 """
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from pathlib import Path
 
+from . import stacks
 from .events import ChecksDone, Event, HostState
 from .inventory import Inventory
 from .monitor import Emit, Monitor
@@ -47,6 +50,12 @@ class Cluster:
             await self.close()
             run = Run(self.inv, self._emit, transports=self.transports)
             return await run.check(close=False)
+
+    async def stacks(
+        self, run_id: str, run_dir: Path, *, flight: bool = False
+    ) -> tuple[stacks.Report, Path]:
+        """Every rank's stack of a run on these hosts, grouped and saved in its run dir."""
+        return await stacks.capture(self.transports, run_id, run_dir, flight=flight)
 
     def pause(self, paused: bool) -> None:
         """Stop (or restart) sampling on every host, e.g. while a run streams its own."""

@@ -10,6 +10,7 @@ nothing for LEASE seconds (a cut link never closes it), so we say a word every B
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,6 +25,7 @@ from .transport import HostError, Process, Transport
 INTERVAL = 2.0  # seconds between samples
 BEAT = 5.0  # seconds between our words to the host's process
 LEASE = 20.0  # the host's process leaves after this long without one
+REAP_S = 1.0  # how long a stopped monitor waits for its process to be gone (a dead link: not)
 MARK = "DDPTUI-GPU "  # monitor_host.MARK
 
 _HERE = Path(__file__).parent
@@ -43,11 +45,12 @@ Emit = Callable[[Event], None]
 Ending = Literal["no-gpu", "lost", "ended"]
 
 
-def command(python: str, owner: str) -> list[str]:
+def command(python: str, owner: str, paused: bool = False) -> list[str]:
     """The monitor's command (argv). owner names the launcher (pid@host): what tests look for."""
     spec = {
         "interval": INTERVAL,
         "lease": LEASE,
+        "paused": paused,
         "smi": {"gpus": list(probe.GPU_QUERY[1:]), "apps": list(probe.APPS_QUERY[1:])},
         "owner": owner,
     }
@@ -70,11 +73,10 @@ class Monitor:
         """Stream until the host has no GPU, the link goes, or this is cancelled."""
         host = self.transport.host
         try:
-            self.proc = proc = await self.transport.start(command(host.python, owner_tag()))
+            argv = command(host.python, owner_tag(), self.paused)
+            self.proc = proc = await self.transport.start(argv)
         except HostError:
             return "lost"
-        if self.paused:
-            proc.write(b"pause\n")
         beat = asyncio.ensure_future(self._beat(proc))
         try:
             while line := await proc.readline():
@@ -82,6 +84,7 @@ class Monitor:
                 if msg is None:
                     continue  # whatever else the host printed (a greeting wrapper, say)
                 if msg.get("smi") is None:
+                    await proc.wait()  # it leaves at once
                     return "no-gpu"
                 stats = parse(host.name, host.node_rank, msg)
                 if stats is not None:
@@ -91,6 +94,8 @@ class Monitor:
         finally:
             beat.cancel()
             proc.close_stdin()  # the host's process leaves at once
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(proc.wait(), REAP_S)
 
     async def _beat(self, proc: Process) -> None:
         while True:

@@ -49,13 +49,14 @@ class Lease:
 
 
 def main(probe: dict[str, Any], spec_text: str) -> int:
-    """probe: probe_host.py's namespace; spec: {interval, lease, smi: {name: argv}}."""
+    """probe: probe_host.py's namespace; spec: {interval, lease, paused, smi: {name: argv}}."""
     spec = json.loads(spec_text)
     smi = shutil.which("nvidia-smi")
     if smi is None:  # a CPU host: say so once, and stay no longer
         send({"smi": None})
         return 0
     lease = Lease()
+    lease.paused = spec.get("paused", False)
     threading.Thread(target=lease.listen, daemon=True).start()
     while not lease.gone.is_set() and time.monotonic() - lease.heard < spec["lease"]:
         if not lease.paused and not send(sample(probe, smi, spec["smi"])):

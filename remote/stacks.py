@@ -143,11 +143,15 @@ async def dump(
     *,
     native: bool = False,
     flight: bool = False,
+    connect: bool = False,
 ) -> Report:
-    """Every rank's stack on every host (one round trip each, all hosts at once), grouped."""
+    """Every rank's stack on every host (one round trip each, all hosts at once), grouped.
+    connect: log in first (the transports are not connected yet)."""
     t0 = time.monotonic()
     nnodes = len(transports)
-    answers = await asyncio.gather(*(_host(t, run_id, nnodes, native, flight) for t in transports))
+    answers = await asyncio.gather(
+        *(_host(t, run_id, nnodes, native, flight, connect) for t in transports)
+    )
     stacks: list[RankStack] = []
     problems: dict[str, str] = {}
     traces: dict[int, bytes] = {}
@@ -172,12 +176,14 @@ async def dump(
 
 
 async def _host(
-    t: Transport, run_id: str, nnodes: int, native: bool, flight: bool
+    t: Transport, run_id: str, nnodes: int, native: bool, flight: bool, connect: bool
 ) -> dict[str, Any] | str:
     """What one host's dump said, or why it said nothing."""
     h = t.host
     argv = command(h.python, run_id, h.node_rank, nnodes, native, flight)
     try:
+        if connect:
+            await t.connect()
         res = await t.run(argv, timeout=TIMEOUT)
     except HostError as exc:
         return exc.reason
@@ -246,10 +252,11 @@ async def capture(
     *,
     native: bool = False,
     flight: bool = False,
+    connect: bool = False,
 ) -> tuple[Report, Path]:
     """Dump, then save the report in the run dir (`stacks-<time>.txt` and `.json`); with the
     flight recorder, its traces and the analyser's verdict too. Says what it saved on `emit`."""
-    report = await dump(transports, run_id, native=native, flight=flight)
+    report = await dump(transports, run_id, native=native, flight=flight, connect=connect)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     if report.flight is not None:
         await report.flight.save(run_dir / f"flight-{stamp}")

@@ -31,7 +31,9 @@ from remote.events import (
 )
 from remote.inventory import Inventory
 from remote.run import Emit
+from remote.stacks import Frame, Group, Report
 from tui.app import Dashboard, RunLike, create_app
+from tui.glance import ClusterLike
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "examples" / "train.py"
@@ -116,14 +118,81 @@ class FakeRuns:
         return run
 
 
+class FakeCluster:
+    """The dashboard's own connections, scripted: `script` is what opening them (and each
+    check) emits; the stacks dump answers `report`."""
+
+    def __init__(self, emit: Emit, script: Sequence[Event], report: Report) -> None:
+        self.emit, self.script, self.report = emit, script, report
+        self.checks = 0
+        self.paused: list[bool] = []
+        self.dumps: list[tuple[str, Path, bool]] = []
+
+    async def run(self) -> None:
+        await self.check()
+        await asyncio.Event().wait()
+
+    async def check(self) -> ChecksDone:
+        self.checks += 1
+        for event in self.script:
+            self.emit(event)
+        return ChecksDone(True, ())
+
+    def pause(self, paused: bool) -> None:
+        self.paused.append(paused)
+
+    async def stacks(
+        self, run_id: str, run_dir: Path, *, flight: bool = False
+    ) -> tuple[Report, Path]:
+        self.dumps.append((run_id, run_dir, flight))
+        return self.report, run_dir / "stacks-20250101-120100.txt"
+
+
+def stall_report(run_id: str = RUN_ID) -> Report:
+    """Rank 3 alone in its own function; the five others in a barrier."""
+    barrier = (
+        Frame("barrier", "torch/distributed/distributed_c10d.py", 4815),
+        Frame("wrapper", "torch/distributed/c10d_logger.py", 83),
+        Frame("train_step", "stall.py", 31),
+        Frame("main", "stall.py", 44),
+    )
+    alone = (Frame("load_batch", "stall.py", 17), *barrier[2:])
+    groups = (
+        Group((3,), ("node1",), alone),
+        Group((0, 1, 2, 4, 5), ("node0", "node1", "node2"), barrier),
+    )
+    return Report(run_id, groups, {}, 0.42)
+
+
+class FakeClusters:
+    """A cluster factory for the app: each inventory (re)opened gets a FakeCluster."""
+
+    def __init__(self, script: Sequence[Event] = (), report: Report | None = None) -> None:
+        self.script, self.report = script, report or stall_report()
+        self.made: list[FakeCluster] = []
+
+    def __call__(self, inv: Inventory, emit: Emit) -> ClusterLike:
+        cluster = FakeCluster(emit, self.script, self.report)
+        self.made.append(cluster)
+        return cluster
+
+
 def fake_app(
     inventory_path: Path,
     script: Callable[[str], Sequence[Event]],
     finish: bool = False,
+    cluster: FakeClusters | None = None,
+    clock: Callable[[], float] = lambda: 100.0,
 ) -> tuple[Dashboard, FakeRuns]:
     runs = FakeRuns(script, finish)
     ids = iter([RUN_ID, *(f"20250101-12000{i}-abcd" for i in range(1, 10))])
-    app = create_app(inventory_path, run_factory=runs, clock=lambda: 100.0, run_ids=ids.__next__)
+    app = create_app(
+        inventory_path,
+        run_factory=runs,
+        clock=clock,
+        run_ids=ids.__next__,
+        cluster_factory=cluster or FakeClusters(),
+    )
     return app, runs
 
 

@@ -113,16 +113,20 @@ async def test_switching_views_by_key_and_by_list(inv: Path) -> None:
         assert list(app.log_view.lines)[:2] == ["│ step 0 loss 1.000", "│ step 1 loss 0.500"]
         assert app.log_view.border_title == "rank 0 · following"
         await pilot.press("left_square_bracket", "left_square_bracket")
-        assert app.logs.view == View("node", 0)  # wraps around to the last view
+        assert app.showing_checks  # the checks' findings come before all ranks
+        await pilot.press("left_square_bracket")
+        assert app.logs.view == View("node", 0) and not app.showing_checks  # wraps around
         await pilot.press("a")
         assert app.logs.view == ALL
-        # the views list: rank 2 is the fourth entry (all, r0, r1, r2)
+        # the views list: rank 2 is the fifth entry (checks, all, r0, r1, r2)
         app.views.focus()
-        await pilot.press("home", "down", "down", "down", "enter")
+        await pilot.press("home", "down", "down", "down", "down", "enter")
         assert app.logs.view == View("rank", 2)
         assert all(line.startswith("│ step") for line in app.log_view.lines)
-        await pilot.click("#views", offset=(3, 2))  # the row of r0, by mouse
+        await pilot.click("#views", offset=(3, 3))  # the row of r0, by mouse
         assert app.logs.view == View("rank", 0)
+        await pilot.click("#views", offset=(3, 1))  # the checks
+        assert app.showing_checks and "hosts passed every check" in screen_text(app)
 
 
 async def test_filter_regex_smart_case_and_invalid(inv: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apptools import RUN_ID, FakeRuns, failing_script, settle, two_node_script
+from apptools import RUN_ID, FakeClusters, FakeRuns, failing_script, settle, two_node_script
 from textual.pilot import Pilot
 
 from remote.events import Event
@@ -63,6 +63,7 @@ def dashboard(
         run_factory=FakeRuns(script, finish),
         clock=clock,
         run_ids=lambda: RUN_ID,
+        cluster_factory=FakeClusters(),
     )
 
     async def launched(pilot: Pilot[Any]) -> None:

@@ -1,29 +1,29 @@
-"""The dashboard: the hosts, every rank's log live, launch / stop / restart, the first failure.
+"""The dashboard: the cluster at a glance from the moment it opens, every rank's log live,
+launch / stop / restart, the first failure, every rank's stack when a job stalls.
 
 It renders the engine's events only: `remote.run.Run(inv, emit=...)` runs in a worker (group
-"run") on the app's own loop, and `emit` posts each event as an `EngineEvent` message. Log lines
-go into bounded buffers (`LogBuffer`); a timer draws the visible view's new lines in one batch.
+"run") on the app's own loop, and `emit` posts each event as an `EngineEvent` message; the
+dashboard's own connections (`remote.cluster.Cluster`, tui/glance.py) post `ClusterEvent`s.
+Log lines go into bounded buffers (`LogBuffer`); a timer draws the visible view's new lines in
+one batch (tui/logpane.py: the log pane, the views list, filter and find).
 """
 
 from __future__ import annotations
 
 import gc
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, OptionList
-from textual.widgets.option_list import Option
+from textual.widgets import DataTable, Footer
 from textual.worker import Worker, WorkerState
 
 from remote import inventory
@@ -32,6 +32,7 @@ from remote.events import (
     Event,
     Failure,
     GpuStats,
+    HangDetected,
     HostChecked,
     HostState,
     LogBatch,
@@ -45,21 +46,24 @@ from remote.events import (
 from remote.failures import first
 from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
-from .colours import rank_colour
+from .findings import FindingsView
+from .glance import ClusterFactory, Glance, _home, engine_cluster
 from .hosts import HostsTable
-from .logbuffer import ALL, LogBuffer, View
+from .logbuffer import LogBuffer, View
+from .logpane import LogPane
 from .logview import RankLog
 from .messages import EngineEvent, JumpToFailure
 from .screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
-from .widgets import FailureBanner, FilterInput, Status, StatusBar
+from .stacks_screen import StacksScreen
+from .views import ViewList
+from .widgets import FailureBanner, FilterInput, FindInput, Status, StatusBar
 
 FLUSH_EVERY = 0.2  # seconds between drawing batches of new lines (5 frames a second)
-VIEW_LABEL = 16  # columns of a view's name in the views list
 SEVERITY: dict[str, SeverityLevel] = {"info": "information", "warning": "warning", "error": "error"}
 # Actions of the main screen: hidden while another screen (a dialog, the inventory error) is up.
 MAIN_ACTIONS = {
     "launch", "stop", "restart", "filter", "errors", "follow", "jump",
-    "view_all", "view_next", "view_prev",
+    "view_all", "view_next", "view_prev", "check", "find",
 }  # fmt: skip
 
 
@@ -86,7 +90,7 @@ def engine_runs(runs_dir: Path | None = None, extra_args: Sequence[str] = ()) ->
     return make
 
 
-class Dashboard(App[int]):
+class Dashboard(Glance, LogPane, App[int]):
     CSS_PATH = Path(__file__).parent / "app.tcss"  # absolute: subclasses live elsewhere
     TITLE = "ddptui"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -113,6 +117,11 @@ class Dashboard(App[int]):
         ),
         Binding("q", "quit", "Quit", id="quit", tooltip="Quit (asks first if a job runs)"),
         Binding("j", "jump", "Failure", id="jump-to-failure", tooltip="Show its log"),
+        Binding("c", "check", "Check", id="check", tooltip="Check every host again"),
+        Binding(
+            "d", "stacks", "Stacks", id="stacks",
+            tooltip="Every rank's Python stack, grouped: the odd ones out first",
+        ),
     ]  # fmt: skip
 
     def __init__(
@@ -122,15 +131,18 @@ class Dashboard(App[int]):
         run_factory: RunFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
         run_ids: Callable[[], str] = new_run_id,
+        cluster_factory: ClusterFactory = engine_cluster,
     ) -> None:
         super().__init__()
         self.run_ids = run_ids
         self.inventory_path = inventory_path
         self.inventory: inventory.Inventory | None = None
         self.run_factory = run_factory or engine_runs()
+        self.cluster_factory = cluster_factory
         self.clock = clock
         self.current_run: RunLike | None = None
         self.run_id: str | None = None
+        self.run_dir: str | None = None
         self.worker: Worker[RunFinished] | None = None
         self.logs = LogBuffer()
         self.status = Status()
@@ -142,8 +154,9 @@ class Dashboard(App[int]):
         self._started_at: float | None = None
         self._stopping = False  # the user asked the run to stop
         self._after_run: Callable[[], None] | None = None  # restart or quit, once it ended
-        self._views: list[View] = []
-        self._view_labels: list[str] = []
+        self.showing_checks = True  # the checks' findings where the logs go, until a run
+        self._view_count = -1  # log views in the views list
+        self._rate_mark: tuple[float, int] | None = None  # (when, lines received) for lines/s
         self._handlers: dict[type[Event], Callable[[Any], None]] = {
             RunStarted: self._run_started,
             HostState: self._host_state,
@@ -155,6 +168,7 @@ class Dashboard(App[int]):
             HostChecked: self._host_checked,
             ChecksDone: self._checks_done,
             GpuStats: self._gpu_stats,
+            HangDetected: self.hang_detected,
         }
 
     # -- layout -----------------------------------------------------------------------------
@@ -162,27 +176,31 @@ class Dashboard(App[int]):
     def compose(self) -> ComposeResult:
         yield HostsTable(id="hosts")
         yield FailureBanner(id="banner")
-        with Horizontal(id="body"):
-            yield OptionList(id="views")
+        with Horizontal(id="body", classes="-checks"):
+            yield ViewList(id="views")
             yield RankLog(id="log")
+            yield FindingsView(id="findings")
         yield FilterInput(placeholder="regex; enter keeps it, escape clears it", id="filter")
+        yield FindInput(id="find")
         yield StatusBar(id="status")
         yield Footer(show_command_palette=False)  # ctrl+p still opens it: room for the keys
 
     def on_mount(self) -> None:
         self.hosts = self.query_one(HostsTable)
         self.banner = self.query_one(FailureBanner)
-        self.views = self.query_one("#views", OptionList)
+        self.views = self.query_one(ViewList)
         self.log_view = self.query_one(RankLog)
+        self.findings = self.query_one(FindingsView)
         self.filter_box = self.query_one(FilterInput)
+        self.find_box = self.query_one(FindInput)
         self.status_bar = self.query_one(StatusBar)
         self.hosts.border_title = "hosts"
         self.views.border_title = "views"
-        self._sync_views()
+        self.sync_views()
         self._title()
-        self.log_view.focus()
+        self.hosts.focus()
         self.set_interval(FLUSH_EVERY, self.flush)
-        self.set_interval(1.0, self.show_status)
+        self.set_interval(1.0, self.tick)
         try:
             self._use_inventory(inventory.load(self.inventory_path))
         except inventory.InventoryError as exc:
@@ -203,8 +221,19 @@ class Dashboard(App[int]):
         self.hosts.set_hosts(inv.hosts)
         self.status.hosts = len(inv.hosts)
         self.sub_title = str(inv.path)
+        self.open_cluster(inv)  # connects and checks, unless already connected to these hosts
         self.show_status()
         self.refresh_bindings()
+
+    def reload_inventory(self) -> inventory.Inventory | None:
+        """The inventory read afresh (edits since count); a mistake opens its screen."""
+        try:
+            inv = inventory.load(self.inventory_path)
+        except inventory.InventoryError as exc:
+            self._inventory_error(exc)
+            return None
+        self._use_inventory(inv)
+        return inv
 
     def _inventory_error(self, exc: inventory.InventoryError) -> None:
         self.inventory = None
@@ -226,12 +255,9 @@ class Dashboard(App[int]):
     def action_launch(self) -> None:
         if self.running:
             return
-        try:
-            inv = inventory.load(self.inventory_path)  # edits since the last run count
-        except inventory.InventoryError as exc:
-            self._inventory_error(exc)
+        inv = self.reload_inventory()  # edits since the last run count
+        if inv is None:
             return
-        self._use_inventory(inv)
         self._reset()
         self.run_id = run_id = self.run_ids()
         self.current_run = self.run_factory(inv, partial(self._emit, run_id), run_id)
@@ -239,6 +265,11 @@ class Dashboard(App[int]):
         self.worker = self.run_worker(
             self.current_run.execute(), name="run", group="run", exit_on_error=False
         )
+        if self.cluster is not None:
+            self.cluster.pause(True)  # the run streams the figures over its own connections
+        self.findings.start(len(inv.hosts))  # the run checks the hosts too
+        self.show_view(self.logs.view)
+        self.log_view.focus()
         self.refresh_bindings()
         self.show_status()
 
@@ -286,6 +317,9 @@ class Dashboard(App[int]):
             self.status.state = "error"
             self.notify(f"the run ended on an internal error: {event.worker.error!r}",
                         severity="error", timeout=30)  # fmt: skip
+        if self.cluster is not None:
+            self.cluster.pause(False)
+        self.status.alert, self.status.lines_per_s = "", None
         self.refresh_bindings()
         self.show_status()
         after, self._after_run = self._after_run, None
@@ -299,10 +333,11 @@ class Dashboard(App[int]):
         self.failure, self.failures, self.finished = None, [], None
         self._started_at, self._stopping = None, False
         self.follow, self._paused_by_scroll = True, False
+        self._rate_mark = None
         self.banner.hide()
         self.hosts.reset()
         self.status = Status(hosts=self.status.hosts, world_size=self.status.world_size)
-        self._sync_views()
+        self.sync_views()
         self._title()
 
     # -- engine events ----------------------------------------------------------------------
@@ -312,7 +347,7 @@ class Dashboard(App[int]):
             return  # a previous run's last words
         event = message.event
         if type(event) is LogBatch:  # the hot path
-            self.logs.add(event)
+            self.logs.add(event, self.clock())
             return
         handler = self._handlers.get(type(event))
         if handler is not None:
@@ -320,6 +355,7 @@ class Dashboard(App[int]):
 
     def _run_started(self, ev: RunStarted) -> None:
         self._started_at = self.clock()
+        self.run_dir = ev.run_dir
         self.status.world_size = ev.world_size or self.status.world_size
         self.log_view.border_subtitle = f"logs in {_home(ev.run_dir)}"
         self.show_status()
@@ -381,11 +417,16 @@ class Dashboard(App[int]):
         info = self.hosts.info(ev.node_rank)
         if info is not None:
             info.facts, info.findings = ev.facts, ev.findings
-            info.gpus = ev.gpus
+            info.hostname = ev.facts.get("hostname") or info.hostname
+            if ev.gpus or info.gpus is None:  # the live figures, when they came first, stay
+                info.gpus = ev.gpus
             self.hosts.refresh_host(ev.node_rank)
             self.show_status()
+        self.findings.host_checked(ev)
+        self.sync_views()  # the checks' mark
 
     def _checks_done(self, ev: ChecksDone) -> None:
+        self.findings.checks_done(ev)
         failures = [f for f in ev.findings if f.level == "failure"]
         warnings = [f for f in ev.findings if f.level == "warning"]
         if failures:
@@ -399,6 +440,7 @@ class Dashboard(App[int]):
         info = self.hosts.info(ev.node_rank)
         if info is not None:
             info.gpus = ev.gpus
+            info.history.add(ev.gpus)
             self.hosts.refresh_host(ev.node_rank)
 
     def _show_failure(self, failure: Failure | None) -> None:
@@ -406,116 +448,39 @@ class Dashboard(App[int]):
             return
         self.failure = failure
         self.banner.show_failure(failure)
-        self._views = []  # relabel: the failed rank gets a mark
+        self.sync_views()  # the failed rank gets a mark
         self.refresh_bindings()
-
-    # -- drawing ----------------------------------------------------------------------------
-
-    def flush(self) -> None:
-        """Draw what arrived since the last flush (timer): new views, new lines of this one."""
-        if len(self._views) != len(self.logs.by_view) + 1:
-            self._sync_views()
-        log = self.log_view
-        if self.follow and log.scrolled_up:
-            self._set_follow(False, by_scroll=True)  # hold the view still while they read
-        elif not self.follow and self._paused_by_scroll and log.is_vertical_scroll_end:
-            self._set_follow(True)  # they scrolled back down to the end
-        if self.follow:
-            log.show(self.logs.take(), widths=self._widths())
-            if not log.is_vertical_scroll_end:  # the pane changed size (banner, terminal)
-                log.pin_to_end()
-
-    def _set_follow(self, on: bool, by_scroll: bool = False) -> None:
-        self.follow = on
-        self._paused_by_scroll = by_scroll
-        if on:
-            self._redraw()
-        self._title()
-
-    def _redraw(self) -> None:
-        """Draw the view from the buffer, at its end, following again."""
-        self.follow, self._paused_by_scroll = True, False
-        self.log_view.replace(self.logs.select(), widths=self._widths())
-
-    def _widths(self) -> tuple[int, int] | None:
-        return self.logs.tag_widths() if self.logs.view.kind == "all" else None
-
-    def _title(self) -> None:
-        logs = self.logs
-        parts = [logs.view.label(logs.hosts)]
-        if logs.pattern is not None:
-            parts.append(f"/{logs.pattern.pattern}/")
-        if logs.errors_only:
-            parts.append("errors only")
-        parts.append("following" if self.follow else "paused (f follows)")
-        self.log_view.border_title = " · ".join(parts)
 
     def show_status(self) -> None:
         status = self.status
         if self._started_at is not None and self.finished is None:
             status.elapsed = self.clock() - self._started_at
+            self._measure_rate()
+            self.clear_alert()
         status.hosts_up = sum(info.up for info in self.hosts.infos.values())
         self.status_bar.show(status)
 
-    # -- views ------------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Every second: the status bar, and the views list's silence ages."""
+        self.show_status()
+        if self._started_at is not None and self.finished is None:
+            self.sync_views()
 
-    def _sync_views(self) -> None:
-        views = self.logs.views()
-        failed = {f.rank for f in self.failures + ([self.failure] if self.failure else [])}
-        labels = [self._view_label(v, v.kind == "rank" and v.key in failed) for v in views]
-        if views == self._views and labels == self._view_labels:
+    def _measure_rate(self) -> None:
+        """Lines per second over the last second or more (the status bar)."""
+        now, received = self.clock(), self.logs.received
+        if self._rate_mark is None:
+            self._rate_mark = (now, received)
             return
-        self._views, self._view_labels = views, labels
-        self.views.clear_options()
-        self.views.add_options(
-            Option(self._view_prompt(v, label), id=f"{v.kind}-{v.key}")
-            for v, label in zip(views, labels, strict=True)
-        )
-        self.views.highlighted = views.index(self.logs.view) if self.logs.view in views else 0
+        then, before = self._rate_mark
+        if now - then >= 1.0:
+            self.status.lines_per_s = (received - before) / (now - then)
+            self._rate_mark = (now, received)
 
-    def _view_label(self, view: View, failed: bool) -> str:
-        if view.kind == "all":
-            return "all ranks"
-        host = self.logs.hosts.get(self.logs.rank_hosts.get(view.key, -1), "")
-        if view.kind == "node":
-            host = self.logs.hosts.get(view.key, f"node {view.key}")
-            return f"{host} (own)"[:VIEW_LABEL]
-        return (f"{'✗' if failed else ' '}r{view.key} {host}")[:VIEW_LABEL]
+    def logs_received(self) -> int:
+        return self.logs.received
 
-    def _view_prompt(self, view: View, label: str) -> Text:
-        if view.kind != "rank":
-            return Text(label, style="italic" if view.kind == "node" else "bold")
-        colour = rank_colour(view.key, self.current_theme.dark)
-        return Text.assemble(label[:1], (label[1:], colour))
-
-    def show_view(self, view: View) -> None:
-        if view == self.logs.view:
-            return
-        self.logs.view = view
-        self._redraw()
-        self._title()
-        if view in self._views:
-            self.views.highlighted = self._views.index(view)
-
-    @on(OptionList.OptionSelected, "#views")
-    def _view_chosen(self, event: OptionList.OptionSelected) -> None:
-        index = event.option_index
-        if 0 <= index < len(self._views):
-            self.show_view(self._views[index])
-
-    def action_view_all(self) -> None:
-        self.show_view(ALL)
-
-    def action_view_next(self) -> None:
-        self._step_view(1)
-
-    def action_view_prev(self) -> None:
-        self._step_view(-1)
-
-    def _step_view(self, step: int) -> None:
-        views = self.logs.views()
-        at = views.index(self.logs.view) if self.logs.view in views else 0
-        self.show_view(views[(at + step) % len(views)])
+    # -- failure -----------------------------------------------------------------------------
 
     def action_jump(self) -> None:
         f = self.failure
@@ -530,62 +495,6 @@ class Dashboard(App[int]):
 
     def on_jump_to_failure(self, message: JumpToFailure) -> None:
         self.action_jump()
-
-    def action_errors(self) -> None:
-        self.logs.errors_only = not self.logs.errors_only
-        self._redraw()
-        self._title()
-
-    def action_follow(self) -> None:
-        self._set_follow(not self.follow)
-
-    # -- filter -----------------------------------------------------------------------------
-
-    def action_filter(self) -> None:
-        box = self.filter_box
-        box.value = self.logs.pattern.pattern if self.logs.pattern else ""
-        box.add_class("-shown")
-        box.focus()
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        valid, pattern = self._compile(event.value)
-        if valid:
-            self._apply_filter(pattern)
-
-    @on(Input.Submitted, "#filter")
-    def _filter_submitted(self, event: Input.Submitted) -> None:
-        valid, pattern = self._compile(event.value)
-        if not valid:
-            self.notify(str(self.filter_box.border_title), severity="error", timeout=4)
-            return
-        self._apply_filter(pattern)
-        self.filter_box.remove_class("-shown")
-        self.log_view.focus()
-
-    def _compile(self, text: str) -> tuple[bool, re.Pattern[str] | None]:
-        """(valid, regex); no text is a valid empty filter. An invalid one is noted in the box."""
-        box = self.filter_box
-        pattern = None
-        try:
-            # Smart case: lowercase matches any case, as in less -i and ripgrep -S.
-            if text:
-                pattern = re.compile(text, 0 if text != text.lower() else re.IGNORECASE)
-        except re.error as exc:
-            box.add_class("-invalid")
-            box.border_title = f"invalid regex: {exc}"
-            return False, None
-        box.remove_class("-invalid")
-        box.border_title = "filter"
-        return True, pattern
-
-    def _apply_filter(self, pattern: re.Pattern[str] | None) -> None:
-        current = self.logs.pattern
-        if (pattern and pattern.pattern) == (current and current.pattern):
-            return
-        self.logs.pattern = pattern
-        self._redraw()
-        self._title()
 
     # -- hosts ------------------------------------------------------------------------------
 
@@ -612,6 +521,14 @@ class Dashboard(App[int]):
             return None if self.inventory is None else True
         if action == "jump":
             return self.failure is not None
+        if action == "check":
+            return None if self.running or self.inventory is None else True
+        if action == "stacks":
+            if self.screen is not self.screen_stack[0] and not isinstance(
+                self.screen, StacksScreen
+            ):
+                return False
+            return True if self.running and self.run_id is not None else None
         return True
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
@@ -627,11 +544,6 @@ class Dashboard(App[int]):
                 )
 
 
-def _home(path: str) -> str:
-    home = str(Path.home())
-    return "~" + path[len(home) :] if path.startswith(home + "/") else path
-
-
 def create_app(
     inventory_path: Path = Path("inventory.yaml"),
     *,
@@ -640,11 +552,14 @@ def create_app(
     run_factory: RunFactory | None = None,
     clock: Callable[[], float] = time.monotonic,
     run_ids: Callable[[], str] = new_run_id,
+    cluster_factory: ClusterFactory = engine_cluster,
 ) -> Dashboard:
-    """The app factory `ddptui` and the tests use (tests fake the run, the clock, the ids)."""
+    """The app factory `ddptui` and the tests use (tests fake the run, the cluster, the clock,
+    the ids)."""
     return Dashboard(
         inventory_path,
         run_factory=run_factory or engine_runs(runs_dir, extra_args),
         clock=clock,
         run_ids=run_ids,
+        cluster_factory=cluster_factory,
     )

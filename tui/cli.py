@@ -14,7 +14,8 @@ from remote.run import EXIT_INTERRUPTED, EXIT_USAGE
 USAGE = """\
 ddptui [-i INVENTORY]                                  the dashboard
 ddptui --headless launch [-i INVENTORY] [--run-dir DIR] [-- SCRIPT ARGS...]
-ddptui --headless check  [-i INVENTORY] [--json]"""
+ddptui --headless check  [-i INVENTORY] [--json]
+ddptui --headless stacks RUN [-i INVENTORY] [--json] [--native]"""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,9 +37,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "command",
         nargs="?",
-        choices=["launch", "check"],
-        help="with --headless: launch the job, or only check the hosts",
+        choices=["launch", "check", "stacks"],
+        help="with --headless: launch the job, only check the hosts, or dump every rank's stack",
     )
+    p.add_argument("run", nargs="?", help="stacks: a run id, a unique prefix, or a run directory")
+    p.add_argument("--native", action="store_true", help="stacks: C/C++ frames too (py-spy)")
     p.add_argument(
         "--run-dir",
         type=Path,
@@ -61,6 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dashboard(args.inventory, args.run_dir, extra)
     if not args.command:
         p.error("--headless needs a command: launch or check")
+    if args.command == "stacks":  # its inventory may be the one saved with the run
+        if not args.run:
+            p.error("stacks needs RUN: a run id, a unique prefix of one, or a run directory")
+        from .stacks_cmd import stacks
+
+        return asyncio.run(stacks(args.run, args.inventory, as_json=args.json, native=args.native))
     try:
         inv = inventory.load(args.inventory)
     except inventory.InventoryError as exc:
@@ -70,6 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "launch":
         return asyncio.run(headless.launch(inv, args.run_dir, extra, not args.skip_checks))
+
     try:
         return asyncio.run(headless.check(inv, as_json=args.json))
     except KeyboardInterrupt:

@@ -1,30 +1,45 @@
-"""The hosts pane: one row per host, kept up to date from the engine's events."""
+"""The hosts pane: one row per host, kept up to date from the engine's events.
+
+From the moment the dashboard opens each row says whether the host answered (or why not), what
+its checks found, its GPUs with bars of utilisation and memory over the last minutes, and the
+processes on them and whose. `/` in the pane narrows it to the hosts matching a search.
+"""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
+from remote import fold
 from remote.events import Finding, Gpu
 from remote.inventory import Host
 
 from .colours import theme_colour
+from .history import GpuHistory, bars
 
 COLUMNS = (
     ("host", "Host"),
     ("address", "Address"),
-    ("node", "Node"),
     ("state", "State"),
     ("ranks", "Ranks"),
     ("gpus", "GPUs"),
     ("util", "Util"),
     ("mem", "GPU mem"),
+    ("procs", "GPU processes"),
 )
-STATE_WIDTH = 19  # a long reason is cut here; the host's detail view shows all of it
-FIXED_WIDTHS = {"node": 4, "state": STATE_WIDTH, "ranks": 5, "gpus": 7, "util": 4, "mem": 8}
+STATE_WIDTH = 18  # a long reason is cut here; the host's detail view shows all of it
+UTIL_BARS, MEM_BARS = 4, 3  # bars of the last minutes before the current figure
+PROCS_WIDTH = 16  # the last column: the host's detail view lists every process
+ADDRESS_WIDTH = 16
+FIXED_WIDTHS = {
+    **{"state": STATE_WIDTH, "ranks": 5, "gpus": 7},
+    **{"util": UTIL_BARS + 5, "mem": MEM_BARS + 9, "procs": PROCS_WIDTH},
+}
 # Engine states as a person reads them; "connected" means ready to start.
 STATE_NAMES = {"connected": "ready", "idle": "-"}
 STATE_STYLES = {
@@ -47,8 +62,10 @@ class HostInfo:
     node_rank: int
     name: str
     address: str
-    state: str = "idle"
+    state: str = "idle"  # of the run: idle until one starts
     detail: str = ""
+    reach: str = ""  # of the dashboard's own connection: connecting, connected, unreachable
+    reach_detail: str = ""
     ranks: tuple[int, ...] = ()
     hostname: str = ""
     ifname: str | None = None
@@ -56,6 +73,7 @@ class HostInfo:
     gpus: tuple[Gpu, ...] | None = None  # None until checked
     facts: dict[str, Any] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
+    history: GpuHistory = field(default_factory=GpuHistory)
 
     user: str | None = None
     port: int | None = None
@@ -67,11 +85,15 @@ class HostInfo:
 
     @property
     def up(self) -> bool:
+        if self.state == "idle" and self.reach:
+            return self.reach == "connected"
         return self.state in ("connected", "starting", "running", "done") or bool(self.facts)
 
     def state_text(self) -> str:
         text = STATE_NAMES.get(self.state, self.state)
-        if self.state in ("idle", "connected"):
+        if self.state == "idle" and self.reach in ("connecting", "unreachable"):
+            text = f"{self.reach}: {self.reach_detail}" if self.reach_detail else self.reach
+        elif self.state in ("idle", "connected"):
             text = self._check_summary() or text
         elif self.state in SHOW_DETAIL and self.detail:
             text = f"{text}: {self.detail}"
@@ -87,17 +109,19 @@ class HostInfo:
         return "ready" if self.facts else ""
 
     def state_style(self) -> str | None:
+        if self.state == "idle" and self.reach in ("connecting", "unreachable"):
+            return STATE_STYLES[self.reach]
         if any(f.level == "failure" for f in self.findings) and self.state in ("idle", "connected"):
             return "text-error"
         return STATE_STYLES.get(self.state)
 
+    def matches(self, needle: str) -> bool:
+        """The search of the hosts pane: name, address or hostname, any case."""
+        return any(needle in v.lower() for v in (self.name, self.address, self.hostname))
+
 
 def ranks_text(ranks: tuple[int, ...]) -> str:
-    if not ranks:
-        return ""
-    if ranks == tuple(range(ranks[0], ranks[-1] + 1)) and len(ranks) > 1:
-        return f"{ranks[0]}-{ranks[-1]}"
-    return ",".join(map(str, ranks))
+    return fold.ranks(ranks)
 
 
 def gpu_cells(gpus: tuple[Gpu, ...] | None) -> tuple[str, str, str]:
@@ -115,6 +139,17 @@ def gpu_cells(gpus: tuple[Gpu, ...] | None) -> tuple[str, str, str]:
     return f"{len(gpus)}× {model}", util, f"{used:.0f}/{total:.0f}G"  # noqa: RUF001
 
 
+def processes_text(gpus: tuple[Gpu, ...] | None) -> str:
+    """`2:python3 5:python (alice)`: each GPU's processes, by program name and owner."""
+    out = []
+    for g in gpus or ():
+        for p in g.processes:
+            who = f" ({p.user})" if p.user and p.user != "?" else ""
+            out.append(f"{g.index}:{os.path.basename(p.name) or p.pid}{who}")
+    text = " ".join(out)
+    return text if len(text) <= PROCS_WIDTH else text[: PROCS_WIDTH - 1] + "…"
+
+
 def _short_model(name: str) -> str:
     """`NVIDIA H100 80GB HBM3` → `H100`: the pane is narrow; the detail view has it all."""
     words = name.split()
@@ -126,9 +161,17 @@ def _short_model(name: str) -> str:
 class HostsTable(DataTable[str | Text]):
     """The hosts pane. Enter (or a click) on a row opens that host's details."""
 
+    BINDINGS = [
+        Binding(
+            "slash", "app.find('hosts')", "Find host", id="find-host", key_display="/",
+            tooltip="Show only the hosts whose name or address contains the text",
+        ),
+    ]  # fmt: skip
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row")
         self.infos: dict[int, HostInfo] = {}
+        self.needle = ""  # the search: only matching hosts have rows
 
     def set_hosts(self, hosts: tuple[Host, ...]) -> None:
         """Rows for a (re)loaded inventory; what is known of hosts that stay is kept."""
@@ -147,13 +190,26 @@ class HostsTable(DataTable[str | Text]):
                 info = prev
                 info.node_rank = host.node_rank
             self.infos[host.node_rank] = info
-            self.add_row(*self._cells(info), key=str(host.node_rank))
+        self._add_rows()
+
+    def find(self, needle: str) -> None:
+        """Rows for the hosts matching `needle` only ("" shows every host)."""
+        if needle.lower() != self.needle:
+            self.needle = needle.lower()
+            self.clear()
+            self._add_rows()
+
+    def _add_rows(self) -> None:
+        for k, info in self.infos.items():
+            if not self.needle or info.matches(self.needle):
+                self.add_row(*self._cells(info), key=str(k))
 
     def _add_columns(self, hosts: tuple[Host, ...]) -> None:
         """Fixed widths: columns don't jump as states change (and need no re-measuring)."""
         widths = dict(FIXED_WIDTHS)
         widths["host"] = max(len(h.name) for h in hosts) + 2  # room for a check mark
-        widths["address"] = min(max(len(HostInfo.from_host(h).address) for h in hosts), 24)
+        address = max(len(HostInfo.from_host(h).address) for h in hosts)
+        widths["address"] = min(address, ADDRESS_WIDTH)
         for key, label in COLUMNS:
             self.add_column(label, key=key, width=max(widths[key], len(label)))
 
@@ -162,7 +218,7 @@ class HostsTable(DataTable[str | Text]):
 
     def refresh_host(self, node_rank: int) -> None:
         info = self.infos.get(node_rank)
-        if info is None:
+        if info is None or str(node_rank) not in self.rows:
             return
         for (key, _), value in zip(COLUMNS, self._cells(info), strict=True):
             self.update_cell(str(node_rank), key, value)
@@ -182,5 +238,10 @@ class HostsTable(DataTable[str | Text]):
         elif any(f.level == "warning" for f in info.findings):
             name.append(" !", style=theme_colour(self, "text-warning"))
         gpus, util, mem = gpu_cells(info.gpus)
+        if util:  # the last minutes, then now
+            util = f"{bars(info.history.util, 100, UTIL_BARS)} {util:>4}"
+            mem = f"{bars(info.history.memory, 1, MEM_BARS)} {mem}"
         ranks = ranks_text(info.ranks)
-        return (name, info.address, str(info.node_rank), state, ranks, gpus, util, mem)
+        procs = processes_text(info.gpus)
+        address = info.address[:ADDRESS_WIDTH]
+        return (name, address, state, ranks, gpus, util, mem, procs)

@@ -163,6 +163,7 @@ class LogBuffer:
         self.pattern: re.Pattern[str] | None = None
         self.pending: deque[Line] = deque(maxlen=shown)
         self.received = 0
+        self.last_seen: dict[View, float] = {}  # when each view's last line arrived
 
     # -- input ------------------------------------------------------------------------------
 
@@ -173,7 +174,7 @@ class LogBuffer:
             self.rank_hosts[rank] = node_rank
             self._buffers(View("rank", rank))
 
-    def add(self, batch: LogBatch) -> None:
+    def add(self, batch: LogBatch, now: float = 0.0) -> None:
         # The hot path (every line of every rank): locals only, one dict lookup per line.
         k, host, stream = batch.node_rank, batch.host, batch.stream
         self.hosts.setdefault(k, host)
@@ -208,7 +209,9 @@ class LogBuffer:
                 and (pattern is None or pattern.search(text))
             ):
                 add_pending(line)
+        last_seen = self.last_seen
         for src in touched:
+            last_seen[src.view] = now
             src.buf.extend(tuple(src.batch))
             src.batch.clear()
             if src.error_batch:

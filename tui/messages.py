@@ -18,5 +18,13 @@ class EngineEvent(Message):
 
 
 @dataclass
+class ClusterEvent(Message):
+    """An event of the dashboard's own connections (checks, live GPU figures), no run's."""
+
+    generation: int  # events of a cluster the dashboard has replaced are dropped
+    event: Event
+
+
+@dataclass
 class JumpToFailure(Message):
     """The failure banner was clicked: show the failing rank's log."""

@@ -1,7 +1,9 @@
-"""The dashboard's other screens: quit while a job runs, a bad inventory, one host's details."""
+"""The dashboard's other screens: quit while a job runs, a bad inventory, one host's details
+(its GPUs live, each with sparklines of its utilisation and memory over the last minutes)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Group, RenderableType
@@ -11,15 +13,17 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Label, Static
+from textual.widgets import Button, Footer, Label, Sparkline, Static
 
 from remote import inventory
 from remote.events import Gpu
 
 from .colours import theme_colour
+from .history import HISTORY
 from .hosts import HostInfo, gpu_cells, ranks_text
 
 EXCERPT = 3  # lines shown around the line of an inventory mistake
+REDRAW_S = 2.0  # the detail screen's GPU figures follow the live ones
 
 
 class QuitScreen(ModalScreen[bool]):
@@ -138,7 +142,32 @@ class HostDetailScreen(ModalScreen[None]):
             yield Static(self._findings(), id="host-findings")
             yield Static(self._facts(), id="host-facts")
             yield Static(self._gpus(), id="host-gpus")
+            for index in sorted(self.info.history.per_gpu):
+                with Horizontal(classes="gpu-sparks"):
+                    yield Label(f"GPU {index}", classes="gpu-name")
+                    for what in ("util", "mem"):
+                        yield Label(what, classes="gpu-what")
+                        yield Sparkline(id=f"gpu-{index}-{what}", classes="gpu-spark")
+                        yield Label(id=f"gpu-{index}-{what}-now", classes="gpu-now")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self._redraw_gpus()
+        self.set_interval(REDRAW_S, self._redraw_gpus)
+
+    def _redraw_gpus(self) -> None:
+        """The figures as they are now (the app keeps updating this host's info)."""
+        self.query_one("#host-gpus", Static).update(self._gpus())
+        minutes = HISTORY * 2 // 60
+        for index, (util, mem) in self.info.history.per_gpu.items():
+            gpu = next((g for g in self.info.gpus or () if g.index == index), None)
+            for what, data in (("util", util), ("mem", mem)):
+                found = self.query(f"#gpu-{index}-{what}")
+                if not found or not data:
+                    continue
+                found.first(Sparkline).data = list(data)
+                now = self.query_one(f"#gpu-{index}-{what}-now", Label)
+                now.update(_spark_label(what, data, gpu, minutes))
 
     def _state(self) -> Table:
         info = self.info
@@ -188,10 +217,22 @@ class HostDetailScreen(ModalScreen[None]):
         return Group(Text(f"GPUs: {count}, {util} busy, {mem}", style="bold"), table)
 
 
+def _spark_label(what: str, values: Sequence[float], gpu: Gpu | None, minutes: int) -> str:
+    """The figure now, and the range the sparkline spans (it scales to its own min..max)."""
+    low, high = min(values), max(values)
+    if what == "util":
+        return f"{values[-1]:.0f}% ({low:.0f}-{high:.0f}, {minutes} min)"
+    total = gpu.memory_total_mib if gpu else 0
+    return f"{values[-1] / 1024:.0f}/{total / 1024:.0f}G ({low / 1024:.0f}-{high / 1024:.0f})"
+
+
 def _gpu_row(g: Gpu) -> tuple[str, ...]:
     util = f"{g.utilization_pct}%" if g.utilization_pct is not None else "?"
     temp = f"{g.temperature_c} °C" if g.temperature_c is not None else ""
-    procs = ", ".join(f"{p.pid} {p.name} {p.memory_mib} MiB".strip() for p in g.processes)
+    procs = ", ".join(
+        f"{p.pid} {p.name} {p.memory_mib} MiB{f' ({p.user})' if p.user else ''}".strip()
+        for p in g.processes
+    )
     mem = f"{g.memory_used_mib}/{g.memory_total_mib} MiB"
     return str(g.index), g.name, util, mem, temp, procs
 

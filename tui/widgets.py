@@ -1,4 +1,5 @@
-"""Small widgets of the main screen: the status bar, the failure banner, the filter box."""
+"""Small widgets of the main screen: the status bar, the failure banner, the filter and find
+boxes."""
 
 from __future__ import annotations
 
@@ -28,16 +29,29 @@ class Status:
     world_size: int | None = None
     hosts_up: int = 0
     hosts: int = 0
+    lines_per_s: float | None = None  # while a run goes
+    alert: str = ""  # e.g. a stall, until the ranks speak again
 
     def text(self) -> str:
         run = f"run {self.run_id}" if self.run_id else "no run yet (l launches)"
         parts = [run, self.state]
+        if self.alert:
+            parts.append(self.alert)
         if self.elapsed is not None:
             parts.append(clock_text(self.elapsed))
         if self.world_size:
             parts.append(f"world size {self.world_size}")
+        if self.lines_per_s is not None:
+            parts.append(f"{rate_text(self.lines_per_s)} lines/s")
         parts.append(f"hosts up {self.hosts_up}/{self.hosts}")
         return " │ ".join(parts)
+
+
+def rate_text(rate: float) -> str:
+    """`950`, `12.3k`, `1.2M`."""
+    if rate >= 1e6:
+        return f"{rate / 1e6:.1f}M"
+    return f"{rate / 1e3:.1f}k" if rate >= 1e4 else f"{rate:.0f}"
 
 
 def clock_text(seconds: float) -> str:
@@ -72,6 +86,10 @@ class StatusBar(Static):
         if colour := STATE_STYLES.get(status.state):
             start = text.plain.find(f" │ {status.state}") + 3
             text.stylize(f"bold {theme_colour(self, colour)}", start, start + len(status.state))
+        if status.alert:
+            start = text.plain.find(status.alert)
+            colour = theme_colour(self, "text-warning")
+            text.stylize(f"bold {colour}", start, start + len(status.alert))
         self.update(text, layout=False)  # one line, always: no need to lay out the screen
 
 
@@ -106,13 +124,27 @@ def _tail(failure: Failure) -> list[str]:
     return lines[-TRACEBACK_SHOWN:]
 
 
-class FilterInput(Input):
+class ClearableInput(Input):
+    """A box that escape empties, and submits empty (the filter and find boxes)."""
+
+    def action_clear(self) -> None:
+        self.value = ""
+        self.post_message(self.Submitted(self, ""))
+
+
+class FilterInput(ClearableInput):
     """The regex filter of the log view: enter keeps it, escape clears it."""
 
     BINDINGS = [
-        Binding("escape", "clear_filter", "Clear filter", id="filter-clear", tooltip="No filter"),
+        Binding("escape", "clear", "Clear filter", id="filter-clear", tooltip="No filter"),
     ]
 
-    def action_clear_filter(self) -> None:
-        self.value = ""
-        self.post_message(self.Submitted(self, ""))
+
+class FindInput(ClearableInput):
+    """The search of the hosts pane or the views list: each key narrows it, escape clears."""
+
+    BINDINGS = [
+        Binding("escape", "clear", "Clear search", id="find-clear", tooltip="Show them all"),
+    ]
+
+    target = ""  # "hosts" or "views"

@@ -1,0 +1,251 @@
+"""Every rank's stack: grouping and its text and JSON, the real dump (py-spy) of processes
+tagged as a run's ranks here through the local transport, the flight recorder's planning,
+collection (a stand-in rank writing its trace on demand) and torch's analyser on recorded
+traces."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from apptools import write_inventory
+
+from remote import flight, inventory, plan, stacks
+from remote.events import Event, Notice, StacksCaptured
+from remote.inventory import Host
+from remote.stacks import Frame, RankStack
+from remote.transport import LocalTransport
+
+DATA = Path(__file__).parent / "data" / "flight-recorder"
+RUN = "20250101-120000-stck"
+SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+needs_py_spy = pytest.mark.skipif(not os.access(SPY, os.X_OK), reason="needs py-spy")
+
+BARRIER = (Frame("barrier", "c10d.py", 10), Frame("step", "train.py", 40))
+ALONE = (Frame("load_batch", "data.py", 88), Frame("step", "train.py", 40))
+
+
+def test_groups_odd_ones_out_first_then_errors() -> None:
+    ranks = [RankStack(r, f"gpu-{'abc'[r // 2]}", 100 + r, BARRIER) for r in (0, 1, 2, 4, 5)]
+    ranks += [
+        RankStack(3, "gpu-b", 103, ALONE),
+        RankStack(7, "gpu-d", 107, error="py-spy: Permission denied"),
+        RankStack(6, "gpu-d", 106, error="py-spy: Permission denied"),
+    ]
+    groups = stacks.group(ranks)
+    assert [(g.ranks, g.hosts) for g in groups] == [
+        ((3,), ("gpu-b",)),
+        ((0, 1, 2, 4, 5), ("gpu-a", "gpu-b", "gpu-c")),
+        ((6, 7), ("gpu-d",)),
+    ]
+    report = stacks.Report(RUN, groups, {"gpu-e": "py-spy not found"}, 0.5)
+    assert report.text().splitlines() == [
+        "rank 3 (gpu-b)                     load_batch (data.py:88) ← step (train.py:40)",
+        "ranks 0-2,4-5 (gpu-a,gpu-b,gpu-c)  barrier (c10d.py:10) ← step (train.py:40)",
+        "ranks 6-7 (gpu-d)                  no stack: py-spy: Permission denied",
+        "gpu-e: py-spy not found",
+    ]
+    data = report.as_json()
+    assert data["groups"][0] == {
+        "ranks": [3],
+        "hosts": ["gpu-b"],
+        "frames": [
+            {"function": "load_batch", "file": "data.py", "line": 88, "path": ""},
+            {"function": "step", "file": "train.py", "line": 40, "path": ""},
+        ],
+    }
+    assert data["errors"] == [
+        {"ranks": [6, 7], "hosts": ["gpu-d"], "error": "py-spy: Permission denied"}
+    ]
+    assert data["hosts"] == {"gpu-e": "py-spy not found"}
+
+
+def test_long_stacks_are_cut_on_their_line_only() -> None:
+    frames = tuple(Frame(f"f{i}", "x.py", i) for i in range(12))
+    report = stacks.Report(RUN, stacks.group([RankStack(0, "a", 1, frames)]))
+    assert report.text().endswith("f7 (x.py:7) ← …")
+    assert report.text(frames=100).endswith("f11 (x.py:11)")
+
+
+def test_ptrace_refused_is_explained() -> None:
+    answer = {"ranks": {"0": {"pid": 5, "error": "py-spy: Permission Denied: Try sudo"}}}
+    [stack] = stacks._rank_stacks("a", answer)
+    assert stack.error is not None and "CAP_SYS_PTRACE" in stack.error
+
+
+# -- the real dump, here ------------------------------------------------------------------------
+
+RANK = textwrap.dedent(
+    """\
+    import os, sys, threading, time
+    rank = int(os.environ["RANK"])
+    pipe, trace = os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"), os.environ.get(
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+
+    def dump_on_demand():  # the stand-in for the flight recorder's pipe reader
+        path = f"{pipe}{rank}.pipe"
+        os.mkfifo(path)
+        while True:
+            with open(path, "rb") as f:
+                if f.read(1):
+                    with open(f"{trace}{rank}", "wb") as out:
+                        out.write(b"trace of rank %d" % rank)
+
+    if pipe:
+        threading.Thread(target=dump_on_demand, daemon=True).start()
+
+    def load_batch():
+        time.sleep(300)
+
+    def barrier():
+        time.sleep(300)
+
+    print("ready", flush=True)
+    load_batch() if rank == 3 else barrier()
+    """
+)
+
+
+def local_hosts(n: int) -> list[LocalTransport]:
+    return [
+        LocalTransport(
+            Host(k, "localhost", f"node{k}", "local", None, None, None, None,
+                 sys.executable, None, {}, None)
+        )  # fmt: skip
+        for k in range(n)
+    ]
+
+
+@pytest.fixture
+def ranks(tmp_path: Path) -> Iterator[Path]:
+    """Six processes tagged as ranks 0-5 of RUN on nodes 0-2 (as torchrun's workers are);
+    rank 3 sleeps in a function of its own. With the flight recorder's variables set."""
+    procs = []
+    for rank in range(6):
+        env = {
+            **os.environ,
+            "DDPTUI_RUN_ID": RUN,
+            "DDPTUI_NODE": str(rank // 2),
+            "TORCHELASTIC_RUN_ID": RUN,
+            "RANK": str(rank),
+            "WORLD_SIZE": "6",
+            **flight.env(str(tmp_path)),
+        }
+        procs.append(
+            subprocess.Popen([sys.executable, "-c", RANK], env=env, stdout=subprocess.PIPE)
+        )
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == b"ready\n"
+        while len(list(tmp_path.glob("*.pipe"))) < 6:
+            time.sleep(0.01)
+        yield tmp_path
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@needs_py_spy
+async def test_dump_groups_the_odd_rank_out(ranks: Path) -> None:
+    report = await stacks.dump(local_hosts(3), RUN)
+    assert not report.problems
+    [alone, rest] = report.groups
+    assert alone.ranks == (3,) and alone.hosts == ("node1",)
+    assert alone.frames[0].function == "load_batch" and alone.frames[0].line == 19
+    assert rest.ranks == (0, 1, 2, 4, 5) and rest.hosts == ("node0", "node1", "node2")
+    assert rest.frames[0].function == "barrier"
+    assert report.elapsed < 5
+
+
+@needs_py_spy
+async def test_capture_collects_the_flight_recorder_and_saves(ranks: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    seen: list[Event] = []
+    report, path = await stacks.capture(local_hosts(3), RUN, run_dir, seen.append, flight=True)
+    assert report.flight is not None and sorted(report.flight.traces) == [0, 1, 2, 3, 4, 5]
+    assert report.flight.traces[3] == b"trace of rank 3"
+    assert report.flight.dir is not None and report.flight.dir.parent == run_dir
+    assert (report.flight.dir / "nccl_trace_rank_5").read_bytes() == b"trace of rank 5"
+    assert path.parent == run_dir and path.name.startswith("stacks-")
+    assert path.read_text().startswith("rank 3 (node1)")
+    assert json.loads(path.with_suffix(".json").read_text())["groups"][0]["ranks"] == [3]
+    captured = [e for e in seen if isinstance(e, StacksCaptured)]
+    assert captured and captured[0].path == str(path)
+    assert captured[0].summary.startswith("rank 3 (node1)")
+    assert any(isinstance(e, Notice) and str(path) in e.text for e in seen)
+    # the analyser ran on them (real torch here) and said what it made of these stand-ins
+    assert report.flight.verdict is not None
+    assert (report.flight.dir / "analysis.txt").exists()
+
+
+async def test_no_rank_of_the_run_here() -> None:
+    report = await stacks.dump(local_hosts(1), "no-such-run")
+    assert report.groups == ()
+    assert report.problems == {"node0": "no rank of run no-such-run runs on this host"}
+
+
+# -- the flight recorder -----------------------------------------------------------------------
+
+
+def test_plan_turns_the_flight_recorder_on_per_node(tmp_path: Path) -> None:
+    path = write_inventory(
+        tmp_path / "inv.yaml",
+        [{"host": "a"}, {"host": "b", "env": {"TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}}],
+        {"script": "t.py", "nccl": {"flight_recorder": True}},
+    )
+    p = plan.build(inventory.load(path), run_id=RUN, addrs=["10.0.0.1", "10.0.0.2"], nprocs=[2, 2])
+    a, b = p.nodes
+    assert a.env["TORCH_NCCL_DEBUG_INFO_PIPE_FILE"] == f"/tmp/ddptui-{RUN}-n0/nccl_pipe_rank_"
+    assert a.env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"/tmp/ddptui-{RUN}-n0/nccl_trace_rank_"
+    assert a.env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert a.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == a.env["TORCH_FR_BUFFER_SIZE"] == "2000"
+    assert b.env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith(f"/tmp/ddptui-{RUN}-n1/")
+    assert b.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "50"  # the inventory's env wins
+    assert a.scratch == f"/tmp/ddptui-{RUN}-n0"  # torchrun makes it, the supervisor removes it
+    off = write_inventory(tmp_path / "off.yaml", [{"host": "a"}], {"script": "t.py"})
+    p = plan.build(inventory.load(off), run_id=RUN, addrs=["10.0.0.1"], nprocs=[1])
+    assert not any(k.startswith("TORCH_NCCL_DEBUG") for k in p.nodes[0].env)
+
+
+def test_plan_says_the_flight_recorder_needs_torchrun(tmp_path: Path) -> None:
+    path = write_inventory(
+        tmp_path / "inv.yaml",
+        [{"host": "a"}],
+        {"script": "t.py", "launcher": "spawn", "nccl": {"flight_recorder": True}},
+    )
+    p = plan.build(inventory.load(path), run_id=RUN, addrs=["10.0.0.1"], nprocs=[1])
+    assert any("flight_recorder" in n for n in p.notices)
+
+
+async def test_analyser_names_the_missing_rank(tmp_path: Path) -> None:
+    collected = flight.Collected(
+        {r: (DATA / "barrier-missing-rank-1" / f"nccl_trace_rank_{r}").read_bytes() for r in (0, 1)},
+        {},
+    )
+    await collected.save(tmp_path / "fr")
+    assert collected.analyser, "torch is installed here: its analyser is found"
+    assert collected.verdict is not None and "missing ranks: {1}" in collected.verdict
+    assert "collective: gloo:barrier" in collected.verdict
+    lines = collected.lines()
+    assert lines[0] == f"flight recorder: 2 trace(s) in {tmp_path / 'fr'}"
+    assert any("missing ranks: {1}" in ln for ln in lines)
+
+
+async def test_without_an_analyser(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flight, "analyser", lambda: [])
+    collected = flight.Collected({0: b"x"}, {1: "cannot write /tmp/p1.pipe: No such device"})
+    await collected.save(tmp_path / "fr")
+    assert collected.verdict is None
+    assert collected.lines()[1:] == [
+        "  rank 1: cannot write /tmp/p1.pipe: No such device",
+        "  no analyser here (torch not installed for ddptui: torchfrtrace DIR)",
+    ]

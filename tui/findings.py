@@ -1,0 +1,89 @@
+"""The checks' findings, where the logs will go: what the dashboard shows from the moment it
+opens, before any run. Failures first, then warnings; the same finding on many hosts is one
+line naming them folded (`node[01-64]`); then how many hosts passed everything.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from remote import fold
+from remote.events import ChecksDone, Finding, HostChecked
+
+from .colours import theme_colour
+
+MARKS = {"failure": ("✗", "text-error"), "warning": ("!", "text-warning")}
+
+
+class FindingsView(VerticalScroll):
+    """The checks' findings of every host, as they arrive."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.hosts = 0
+        self.checked: dict[int, HostChecked] = {}
+        self.done: ChecksDone | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="findings-body")
+
+    def on_mount(self) -> None:
+        self.border_title = "checks"
+        self._draw()
+
+    def start(self, hosts: int) -> None:
+        """A new round of checks on `hosts` hosts."""
+        self.hosts, self.checked, self.done = hosts, {}, None
+        self._draw()
+
+    def host_checked(self, ev: HostChecked) -> None:
+        self.checked[ev.node_rank] = ev
+        self._draw()
+
+    def checks_done(self, ev: ChecksDone) -> None:
+        self.done = ev
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.is_mounted:
+            return
+        self.query_one("#findings-body", Static).update(self.render_findings())
+
+    def render_findings(self) -> Text:
+        out = Text()
+        if self.done is None:
+            out.append(f"checking: {len(self.checked)} of {self.hosts} hosts answered\n", "bold")
+        findings = [f for h in self.checked.values() for f in h.findings]
+        if self.done is not None:  # add those across hosts
+            findings += [f for f in self.done.findings if f.host is None]
+        for level in ("failure", "warning"):
+            for (check, message), hosts in grouped(findings, level).items():
+                mark, colour = MARKS[level]
+                out.append(f"{mark} ", style=f"bold {theme_colour(self, colour)}")
+                out.append(f"{check}", style="bold")
+                out.append(f" {fold.hosts(hosts)}" if hosts else "", style="bold")
+                out.append(f": {message}\n")
+        bad = {f.host for f in findings if f.level != "ok"}
+        clean = [h.host for h in self.checked.values() if h.host not in bad]
+        if clean:
+            colour = theme_colour(self, "text-success")
+            out.append("✓ ", style=f"bold {colour}")
+            out.append(f"{len(clean)} of {self.hosts} hosts passed every check")
+            out.append(f" ({fold.hosts(clean)})\n", style="dim")
+        if self.done is not None:
+            out.append("\nl launches the job · c checks again · Enter on a host: its facts", "dim")
+        return out
+
+
+def grouped(findings: list[Finding], level: str) -> dict[tuple[str, str], list[str]]:
+    """(check, message) → the hosts it was found on, in order; [] for findings across hosts."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for f in findings:
+        if f.level == level:
+            hosts = out.setdefault((f.check, f.message), [])
+            if f.host is not None:
+                hosts.append(f.host)
+    return out

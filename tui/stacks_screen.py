@@ -1,0 +1,63 @@
+"""Every rank's stack, grouped (`d`): the odd ones out first, each group's frames innermost
+first, then the hosts that gave none and the flight recorder's verdict."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from remote.stacks import Report
+
+from .colours import theme_colour
+
+
+class StacksScreen(ModalScreen[None]):
+    BINDINGS = [
+        Binding("escape,q", "dismiss", "Close", id="stacks-close", tooltip="Back to the logs"),
+        Binding("d", "app.stacks", "Again", id="stacks-again", tooltip="Dump every stack again"),
+    ]
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__()
+        self.run_id = run_id
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="stacks") as box:
+            box.border_title = f"every rank's stack · run {self.run_id}"
+            yield Static("dumping every rank's stack on every host…", id="stacks-body")
+        yield Footer()
+
+    def waiting(self) -> None:
+        self.query_one("#stacks-body", Static).update("dumping every rank's stack again…")
+
+    def show(self, report: Report, saved: str) -> None:
+        box = self.query_one("#stacks", VerticalScroll)
+        box.border_subtitle = f"{report.elapsed:.2f} s · saved to {saved}"
+        self.query_one("#stacks-body", Static).update(self.render_report(report))
+
+    def render_report(self, report: Report) -> Text:
+        out = Text()
+        odd = theme_colour(self, "text-warning")
+        error = theme_colour(self, "text-error")
+        for i, group in enumerate(report.groups):
+            style = error if group.error else (odd if i == 0 and len(report.groups) > 1 else "")
+            out.append(group.label(), style=f"bold {style}".strip())
+            out.append(f"  {len(group.ranks)} rank{'s' * (len(group.ranks) > 1)}\n", "dim")
+            if group.error:
+                out.append(f"    no stack: {group.error}\n", style=error)
+            for frame in group.frames:
+                out.append(f"    {frame.function}", style="bold")
+                out.append(f" ({frame.file}:{frame.line})\n", style="dim")
+            out.append("\n")
+        for host, why in report.problems.items():
+            out.append(f"{host}: ", style=f"bold {error}")
+            out.append(f"{why}\n")
+        if report.flight is not None:
+            out.append("\n" + "\n".join(report.flight.lines()) + "\n")
+        if not report.groups and not report.problems:
+            out.append("no rank of this run was found on any host\n")
+        return out
