@@ -21,7 +21,9 @@ from remote.events import Event, GpuStats
 from remote.inventory import Host
 from remote.transport import LocalTransport
 
-HOST = Host(0, "localhost", "gpu-a", "local", None, None, None, None, sys.executable, None, {}, None)
+HOST = Host(
+    0, "localhost", "gpu-a", "local", None, None, None, None, sys.executable, None, {}, None
+)
 
 
 @pytest.fixture
@@ -34,8 +36,8 @@ def smi_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def sample(machine: str, owners: dict[str, str] | None = None) -> dict[str, object]:
-    runs = {name: nvidia_smi.run(machine, args) for name, args in (
-        ("gpus", monitor.probe.GPU_QUERY[1:]), ("apps", monitor.probe.APPS_QUERY[1:]))}  # fmt: skip
+    queries = {"gpus": monitor.probe.GPU_QUERY[1:], "apps": monitor.probe.APPS_QUERY[1:]}
+    runs = {name: nvidia_smi.run(machine, args) for name, args in queries.items()}
     return {"smi": runs, "owners": owners or {}}
 
 

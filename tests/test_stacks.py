@@ -115,13 +115,11 @@ RANK = textwrap.dedent(
 
 
 def local_hosts(n: int) -> list[LocalTransport]:
-    return [
-        LocalTransport(
-            Host(k, "localhost", f"node{k}", "local", None, None, None, None,
-                 sys.executable, None, {}, None)
-        )  # fmt: skip
-        for k in range(n)
-    ]
+    def host(k: int) -> Host:
+        none = (None,) * 4  # user, port, identity_file, known_hosts
+        return Host(k, "localhost", f"node{k}", "local", *none, sys.executable, None, {}, None)
+
+    return [LocalTransport(host(k)) for k in range(n)]
 
 
 @pytest.fixture
@@ -227,10 +225,9 @@ def test_plan_says_the_flight_recorder_needs_torchrun(tmp_path: Path) -> None:
 
 
 async def test_analyser_names_the_missing_rank(tmp_path: Path) -> None:
-    collected = flight.Collected(
-        {r: (DATA / "barrier-missing-rank-1" / f"nccl_trace_rank_{r}").read_bytes() for r in (0, 1)},
-        {},
-    )
+    recorded = DATA / "barrier-missing-rank-1"
+    traces = {r: (recorded / f"nccl_trace_rank_{r}").read_bytes() for r in (0, 1)}
+    collected = flight.Collected(traces, {})
     await collected.save(tmp_path / "fr")
     assert collected.analyser, "torch is installed here: its analyser is found"
     assert collected.verdict is not None and "missing ranks: {1}" in collected.verdict
