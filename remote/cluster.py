@@ -1,7 +1,8 @@
 """The cluster at a glance: the dashboard's own connection to every host, from the moment it opens.
 
-`run()` connects to every host and checks it (what `ddptui check` does), then keeps each host's
-GPU figures live with a monitor (remote/monitor.py), run or no run, until cancelled. Nothing of
+`run()` connects to every host and checks it (what `ddptui check` does: its GPU figures fill the
+table first), then keeps each host's GPU figures live with a monitor (remote/monitor.py), run or
+no run, until cancelled. Nothing of
 a job is started: a monitor ends with its connection. `check()` again logs in afresh and probes
 (the dashboard's `c`). While a run streams figures of its own, `pause()` stops the sampling.
 `stacks()` dumps a run's stacks over these connections (the dashboard's `d`).
@@ -23,6 +24,7 @@ from .run import Run
 from .transport import Transport, for_host
 
 LOST = "connection lost (c checks again)"
+WATCH_AFTER_S = 0.5  # after the checks, before the monitors start: the table is drawn
 
 
 class Cluster:
@@ -33,6 +35,8 @@ class Cluster:
         self.transports = list(transports or [for_host(h) for h in inv.hosts])
         self.paused = False
         self._monitors: dict[int, tuple[Monitor, asyncio.Task[None]]] = {}
+        self._up: dict[int, bool] = {}  # node rank → logged in
+        self._watch_later: asyncio.TimerHandle | None = None
         self._checking: asyncio.Lock | None = None
 
     async def run(self) -> None:
@@ -44,7 +48,7 @@ class Cluster:
             await self.close()
 
     async def check(self) -> ChecksDone:
-        """Log in to every host afresh and probe it; each host's monitor starts at its login."""
+        """Log in to every host afresh and probe it; the monitors start once all answered."""
         self._checking = self._checking or asyncio.Lock()
         async with self._checking:
             await self.close()
@@ -65,6 +69,8 @@ class Cluster:
 
     async def close(self) -> None:
         """Stop every monitor and close every connection (each host's monitor leaves at EOF)."""
+        if self._watch_later is not None:
+            self._watch_later.cancel()
         tasks = [task for _, task in self._monitors.values()]
         self._monitors.clear()
         for task in tasks:
@@ -74,12 +80,21 @@ class Cluster:
 
     def _emit(self, event: Event) -> None:
         self._emit_to(event)
-        if isinstance(event, HostState) and event.state == "connected":
-            self._watch(self.transports[event.node_rank])
+        if isinstance(event, HostState):
+            self._up[event.node_rank] = event.state == "connected"
+        if isinstance(event, ChecksDone):
+            up = [t for t in self.transports if self._up.get(t.host.node_rank)]
+            loop = asyncio.get_running_loop()
+            self._watch_later = loop.call_later(WATCH_AFTER_S, self._watch_all, up)
+
+    def _watch_all(self, transports: list[Transport]) -> None:
+        """Start each host's monitor once the checks are in (they bring the first figures)
+        and drawn: started at each login, the monitors slowed the checks by a third on 32
+        hosts here."""
+        for t in transports:
+            self._watch(t)
 
     def _watch(self, transport: Transport) -> None:
-        """Start the host's monitor as soon as it is logged in: its figures come before the
-        probe's answer."""
         monitor = Monitor(transport, self._emit_to)
         monitor.paused = self.paused
         task = asyncio.ensure_future(self._stream(monitor))

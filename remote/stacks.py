@@ -91,8 +91,9 @@ class Report:
     elapsed: float = 0.0
     flight: recorder.Collected | None = None
 
-    def text(self, frames: int = SHOWN_FRAMES) -> str:
-        """One line per group, odd ones out first, then each host that gave nothing."""
+    def text(self, frames: int = SHOWN_FRAMES, flight: bool = True) -> str:
+        """One line per group, odd ones out first, then each host that gave nothing, then
+        (unless not `flight`) what became of the flight recorder's traces."""
         labels = [g.label() for g in self.groups]
         width = max(map(len, labels), default=0) + 2
         lines = [
@@ -100,7 +101,7 @@ class Report:
             for label, g in zip(labels, self.groups, strict=True)
         ]
         lines += [f"{host}: {why}" for host, why in self.problems.items()]
-        if self.flight is not None:
+        if flight and self.flight is not None:
             lines += self.flight.lines()
         return "\n".join(lines or ["no rank of this run found on any host"])
 
@@ -244,6 +245,16 @@ def group(stacks: Sequence[RankStack]) -> tuple[Group, ...]:
 Emit = Callable[[Event], None]
 
 
+def _stamp(run_dir: Path) -> str:
+    """The time, made unique among the run's dumps (a hang's and one asked for may meet)."""
+    stamp = base = time.strftime("%Y%m%d-%H%M%S")
+    n = 1
+    while (run_dir / f"stacks-{stamp}.txt").exists():
+        n += 1
+        stamp = f"{base}-{n}"
+    return stamp
+
+
 async def capture(
     transports: Sequence[Transport],
     run_id: str,
@@ -253,19 +264,28 @@ async def capture(
     native: bool = False,
     flight: bool = False,
     connect: bool = False,
+    dumped: Callable[[Report], None] | None = None,
 ) -> tuple[Report, Path]:
     """Dump, then save the report in the run dir (`stacks-<time>.txt` and `.json`); with the
-    flight recorder, its traces and the analyser's verdict too. Says what it saved on `emit`."""
+    flight recorder, its traces and the analyser's verdict too. Says what it saved on `emit`.
+    `dumped` sees the stacks before the analyser runs (it imports torch: seconds)."""
     report = await dump(transports, run_id, native=native, flight=flight, connect=connect)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    if report.flight is not None:
-        await report.flight.save(run_dir / f"flight-{stamp}")
     run_dir.mkdir(parents=True, exist_ok=True)
+    stamp = _stamp(run_dir)
     path = run_dir / f"stacks-{stamp}.txt"
-    path.write_text(report.text(frames=1_000) + "\n")
-    path.with_suffix(".json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
+    _save(report, path)
+    if dumped is not None:
+        dumped(report)
     if emit is not None:
         first = report.text().splitlines()[0]
         emit(StacksCaptured(str(path), first))
         emit(Notice("warning", f"every rank's stack saved to {path}; first: {first}"))
+    if report.flight is not None:
+        await report.flight.save(run_dir / f"flight-{stamp}")
+        _save(report, path)  # with the traces' fate and the verdict
     return report, path
+
+
+def _save(report: Report, path: Path) -> None:
+    path.write_text(report.text(frames=1_000) + "\n")
+    path.with_suffix(".json").write_text(json.dumps(report.as_json(), indent=2) + "\n")

@@ -239,6 +239,28 @@ def two_node_script(run_id: str, lines: int = 6) -> list[Event]:
     return out
 
 
+BUSY = Gpu(2, "NVIDIA H100 80GB HBM3", 81559, 72255, 98, 64,
+           (GpuProcess(48211, 71746, "/usr/bin/python3", "alice"),))  # fmt: skip
+IDLE = Gpu(0, "NVIDIA H100 80GB HBM3", 81559, 1, 0, 31)
+BUSY_TEXT = "GPU 2 in use by pid 48211 /usr/bin/python3 (70.1 GiB)"
+
+
+def opening(samples: int = 1) -> list[Event]:
+    """What the dashboard's own connections say when it opens: node0 with two H100s, one busy
+    with alice's process; node1 a CPU host; `samples` live samples of node0, util rising."""
+    out: list[Event] = [HostState(f"node{k}", k, "connecting") for k in (0, 1)]
+    out += [HostState(f"node{k}", k, "connected", "0.05 s") for k in (0, 1)]
+    for i in range(samples):
+        util = min(100, 10 * i)
+        gpus = (dataclasses.replace(IDLE, utilization_pct=util), BUSY)
+        out.append(GpuStats("node0", 0, gpus))
+    busy = Finding("warning", "gpu-busy", BUSY_TEXT, "node0")
+    out.append(HostChecked("node0", 0, {"hostname": "gpu-a"}, (IDLE, BUSY), (busy,)))
+    out.append(HostChecked("node1", 1, {"hostname": "cpu-b", "nvidia_smi": "missing"}, ()))
+    out.append(ChecksDone(True, (busy,)))
+    return out
+
+
 TRACEBACK = (
     "Traceback (most recent call last):",
     '  File "/work/examples/train.py", line 101, in <module>',
@@ -285,7 +307,10 @@ async def settle(pilot: Pilot[Any]) -> None:
     app = pilot.app
     assert isinstance(app, Dashboard)
     app.flush()
+    app.hosts.flush()
     app.show_status()
+    if app.findings._due:  # its redraw waits a moment for more hosts' answers
+        app.findings._redraw()
     await pilot.pause()
 
 

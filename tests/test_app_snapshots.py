@@ -6,15 +6,27 @@ and look at the SVGs (snapshot_report.html shows the differences when a test fai
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from apptools import RUN_ID, FakeClusters, FakeRuns, failing_script, settle, two_node_script
+from apptools import (
+    BUSY,
+    IDLE,
+    RUN_ID,
+    FakeClusters,
+    FakeRuns,
+    failing_script,
+    opening,
+    settle,
+    two_node_script,
+    wait_for,
+)
 from textual.pilot import Pilot
 
-from remote.events import Event
+from remote.events import Event, GpuStats
 from tui.app import Dashboard, create_app
 
 # Fixed text (no temporary paths, no free port) so the screens are the same on every machine.
@@ -52,7 +64,9 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def dashboard(
-    script: Callable[[str], Sequence[Event]], finish: bool = False
+    script: Callable[[str], Sequence[Event]],
+    finish: bool = False,
+    clusters: FakeClusters | None = None,
 ) -> tuple[Dashboard, Callable[[Pilot[Any]], Awaitable[None]]]:
     """The app on the fixed inventory, and what to do before the screenshot: press l, let
     the scripted run play (to its end, if it ends), 65 s pass, no toasts."""
@@ -63,7 +77,7 @@ def dashboard(
         run_factory=FakeRuns(script, finish),
         clock=clock,
         run_ids=lambda: RUN_ID,
-        cluster_factory=FakeClusters(),
+        cluster_factory=clusters or FakeClusters(),
     )
 
     async def launched(pilot: Pilot[Any]) -> None:
@@ -109,3 +123,59 @@ def test_main_screen_light_theme(snap_compare: SnapCompare) -> None:
         await launched(pilot)
 
     assert snap_compare(app, terminal_size=(100, 30), run_before=light)
+
+
+# -- the cluster at a glance ------------------------------------------------------------------
+
+
+def glance() -> FakeClusters:
+    """Five minutes of node0's figures: GPU 0 busy in waves, GPU 2 held by alice's job."""
+    waves = [0, 5, 30, 80, 100, 100, 95, 60, 20, 0, 0, 10, 70, 100, 100, 100, 85, 40, 5, 0]
+    samples = [
+        GpuStats(
+            "node0",
+            0,
+            (
+                dataclasses.replace(IDLE, utilization_pct=u, memory_used_mib=400 * u),
+                dataclasses.replace(BUSY, utilization_pct=90 + i % 10),
+            ),
+        )
+        for i, u in enumerate(waves * 3)
+    ]
+    return FakeClusters([*opening(), *samples])
+
+
+async def opened(pilot: Pilot[Any]) -> None:
+    await settle(pilot)
+    pilot.app.clear_notifications()
+    await settle(pilot)
+
+
+def test_opens_on_the_cluster(snap_compare: SnapCompare) -> None:
+    """No key pressed: the checks' findings where the logs go, bars of the last minutes."""
+    app, _ = dashboard(two_node_script, clusters=glance())
+    assert snap_compare(app, terminal_size=(100, 30), run_before=opened)
+
+
+def test_host_detail_sparklines(snap_compare: SnapCompare) -> None:
+    app, _ = dashboard(two_node_script, clusters=glance())
+
+    async def detail(pilot: Pilot[Any]) -> None:
+        await opened(pilot)
+        await pilot.press("enter")  # node0: the hosts pane has the focus
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=detail)
+
+
+def test_stacks_screen(snap_compare: SnapCompare) -> None:
+    clusters = glance()
+    app, launched = dashboard(two_node_script, clusters=clusters)
+
+    async def stacks(pilot: Pilot[Any]) -> None:
+        await launched(pilot)
+        await pilot.press("d")
+        await wait_for(pilot, lambda: clusters.made[0].dumps, "the dump")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=(100, 30), run_before=stacks)

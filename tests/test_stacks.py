@@ -5,6 +5,7 @@ traces."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -19,10 +20,11 @@ import pytest
 from apptools import write_inventory
 
 from remote import flight, inventory, plan, stacks
-from remote.events import Event, Notice, StacksCaptured
+from remote.events import Event, Notice, RunStarted, StacksCaptured
 from remote.inventory import Host
 from remote.stacks import Frame, RankStack
 from remote.transport import LocalTransport
+from tui import stacks_cmd
 
 DATA = Path(__file__).parent / "data" / "flight-recorder"
 RUN = "20250101-120000-stck"
@@ -90,17 +92,21 @@ RANK = textwrap.dedent(
     pipe, trace = os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE"), os.environ.get(
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
-    def dump_on_demand():  # the stand-in for the flight recorder's pipe reader
-        path = f"{pipe}{rank}.pipe"
-        os.mkfifo(path)
+    def dump_on_demand(fd):  # the flight recorder's pipe reader, as torch's: never closed
         while True:
-            with open(path, "rb") as f:
-                if f.read(1):
-                    with open(f"{trace}{rank}", "wb") as out:
-                        out.write(b"trace of rank %d" % rank)
+            time.sleep(0.02)
+            try:
+                poked = os.read(fd, 1)
+            except BlockingIOError:  # a writer opened it, and has not written yet
+                continue
+            if poked:
+                with open(f"{trace}{rank}", "wb") as out:
+                    out.write(b"trace of rank %d" % rank)
 
     if pipe:
-        threading.Thread(target=dump_on_demand, daemon=True).start()
+        os.mkfifo(f"{pipe}{rank}.pipe")
+        fd = os.open(f"{pipe}{rank}.pipe", os.O_RDONLY | os.O_NONBLOCK)
+        threading.Thread(target=dump_on_demand, args=(fd,), daemon=True).start()
 
     def load_batch():
         time.sleep(300)
@@ -246,3 +252,42 @@ async def test_without_an_analyser(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         "  rank 1: cannot write /tmp/p1.pipe: No such device",
         "  no analyser here (torch not installed for ddptui: torchfrtrace DIR)",
     ]
+
+
+# -- `ddptui --headless stacks RUN` -------------------------------------------------------------
+
+
+def ddptui(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+@needs_py_spy
+async def test_stacks_command_on_a_run_dir(ranks: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    started = RunStarted(RUN, str(run_dir), ("node0", "node1", "node2"), 6, "torchrun")
+    (run_dir / "events.jsonl").write_text(started.to_json() + "\n")
+    inv = write_inventory(
+        tmp_path / "inv.yaml",
+        [{"host": "localhost", "name": f"node{k}"} for k in range(3)],
+        {"script": "t.py", "nproc_per_node": 2},
+        {"transport": "local"},
+    )
+    out = io.StringIO()
+    code = await stacks_cmd.stacks(str(run_dir), inv, as_json=True, native=False, out=out)
+    assert code == 0
+    found = json.loads(out.getvalue())
+    assert [g["ranks"] for g in found["groups"]] == [[3], [0, 1, 2, 4, 5]]
+    assert found["groups"][0]["frames"][0]["function"] == "load_batch"
+    assert len(list(run_dir.glob("stacks-*.txt"))) == 1
+
+
+def test_stacks_command_mistakes_are_one_line(tmp_path: Path) -> None:
+    res = ddptui("stacks", cwd=tmp_path)
+    assert res.returncode == 2 and "stacks needs RUN" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = ddptui("stacks", "20990101-nosuchrun", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.startswith("ddptui: no run matching '20990101-nosuchrun'")
+    assert "Traceback" not in res.stderr

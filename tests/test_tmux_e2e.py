@@ -39,6 +39,9 @@ class Tmux:
     def __init__(self, command: list[str], env: dict[str, str], size: tuple[int, int]) -> None:
         self.socket = f"ddptui-test-{os.getpid()}"
         cols, rows = size
+        # Something under pytest exports COLUMNS=80 LINES=24, which tmux hands on and the app
+        # believes over the terminal's own size: say the real one.
+        env = {**env, "COLUMNS": str(cols), "LINES": str(rows)}
         env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
         self.tmux("new-session", "-d", "-s", "t", "-x", str(cols), "-y", str(rows),
                   *env_args, "-c", str(REPO), *command)  # fmt: skip

@@ -15,6 +15,7 @@ from remote.events import ChecksDone, Finding, HostChecked
 
 from .colours import theme_colour
 
+REDRAW_AFTER = 0.1  # seconds
 MARKS = {"failure": ("✗", "text-error"), "warning": ("!", "text-warning")}
 
 
@@ -26,6 +27,7 @@ class FindingsView(VerticalScroll):
         self.hosts = 0
         self.checked: dict[int, HostChecked] = {}
         self.done: ChecksDone | None = None
+        self._due = False  # a redraw is scheduled
 
     def compose(self) -> ComposeResult:
         yield Static(id="findings-body")
@@ -48,8 +50,14 @@ class FindingsView(VerticalScroll):
         self._draw()
 
     def _draw(self) -> None:
-        if not self.is_mounted:
-            return
+        """Redraw once the events of this moment are in: each redraw lays the screen out
+        again, and 32 hosts answer within a few frames."""
+        if self.is_mounted and not self._due:
+            self._due = True
+            self.set_timer(REDRAW_AFTER, self._redraw)
+
+    def _redraw(self) -> None:
+        self._due = False
         self.query_one("#findings-body", Static).update(self.render_findings())
 
     def render_findings(self) -> Text:

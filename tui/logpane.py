@@ -20,7 +20,7 @@ from .findings import FindingsView
 from .hosts import HostsTable
 from .logbuffer import ALL, LogBuffer, View
 from .logview import RankLog
-from .views import CHECKS, Entry, ViewList, label
+from .views import CHECKS, LABEL, Entry, ViewList
 from .widgets import FilterInput, FindInput
 
 if TYPE_CHECKING:
@@ -100,13 +100,12 @@ class LogPane(_Base):
     # -- views ------------------------------------------------------------------------------
 
     def sync_views(self) -> None:
-        """The views list as it should be now: new views, failure marks, silence ages."""
+        """The views list as it should be now: new views, failure marks."""
         self._view_count = len(self.logs.by_view)
         failed = {f.rank for f in self.failures + ([self.failure] if self.failure else [])}
-        ages = self.silences()
         entries: list[tuple[Entry, Text]] = [(CHECKS, self._checks_prompt())]
         for v in self.logs.views():
-            text = label(self._view_label(v, v.kind == "rank" and v.key in failed), ages.get(v))
+            text = self._view_label(v, v.kind == "rank" and v.key in failed)[:LABEL]
             entries.append((v, self._view_prompt(v, text)))
         self.views.show(entries, self.current_entry)
 

@@ -64,15 +64,22 @@ async def stacks(
         print(f"ddptui: {exc}", file=sys.stderr)
         return EXIT_USAGE
     transports = [for_host(h) for h in inv.hosts]
+
+    def show(report: dumper.Report) -> None:  # the stacks at once; the analyser takes seconds
+        out.write(report.text(flight=False) + "\n")
+        out.flush()
+
     try:
         report, path = await dumper.capture(
-            transports, run_id, run_dir, native=native,
-            flight=inv.job.nccl.flight_recorder, connect=True,
+            transports, run_id, run_dir, native=native, flight=inv.job.nccl.flight_recorder,
+            connect=True, dumped=None if as_json else show,
         )  # fmt: skip
     finally:
         await asyncio.gather(*(t.close() for t in transports), return_exceptions=True)
-    out.write(json.dumps(report.as_json(), indent=2) if as_json else report.text())
-    out.write("\n")
+    if as_json:
+        out.write(json.dumps(report.as_json(), indent=2) + "\n")
+    elif report.flight is not None:
+        out.write("\n".join(report.flight.lines()) + "\n")
     out.flush()
     print(f"ddptui: saved to {path}", file=sys.stderr)
     complete = report.groups and not report.problems and all(g.error is None for g in report.groups)

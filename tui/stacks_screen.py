@@ -24,6 +24,8 @@ class StacksScreen(ModalScreen[None]):
     def __init__(self, run_id: str) -> None:
         super().__init__()
         self.run_id = run_id
+        self.report: Report | None = None
+        self.saved = ""
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="stacks") as box:
@@ -31,13 +33,23 @@ class StacksScreen(ModalScreen[None]):
             yield Static("dumping every rank's stack on every host…", id="stacks-body")
         yield Footer()
 
+    def on_mount(self) -> None:
+        self._draw()  # the dump may have answered before the screen was up
+
     def waiting(self) -> None:
         self.query_one("#stacks-body", Static).update("dumping every rank's stack again…")
 
     def show(self, report: Report, saved: str) -> None:
+        self.report, self.saved = report, saved
+        self._draw()
+
+    def _draw(self) -> None:
+        body = self.query("#stacks-body").first(Static) if self.query("#stacks-body") else None
+        if self.report is None or body is None:
+            return
         box = self.query_one("#stacks", VerticalScroll)
-        box.border_subtitle = f"{report.elapsed:.2f} s · saved to {saved}"
-        self.query_one("#stacks-body", Static).update(self.render_report(report))
+        box.border_subtitle = f"{self.report.elapsed:.2f} s · saved to {self.saved}"
+        body.update(self.render_report(self.report))
 
     def render_report(self, report: Report) -> Text:
         out = Text()

@@ -1,0 +1,252 @@
+"""The cluster at a glance and into a hang, on the ssh test hosts.
+
+- `ddptui` in a real terminal (tmux) on 3 hosts with recorded nvidia-smi stand-ins: each
+  host's GPUs and the busy GPU's process within 20 s, no key pressed, nothing started; `q`
+  quits at once and leaves no monitor on any host.
+- The monitors never outlive the launcher: SIGKILLed, or its link to a host cut (veth down).
+- A stall on 3 hosts x 2 ranks (tests/data/stall.py, real torchrun with gloo): `hang_after`
+  warns and saves every rank's stack unasked; `stacks --json` puts rank 3 alone in its own
+  function and the five others in one group; the flight recorder's traces come back with
+  torch's analyser naming rank 3 as missing from the barrier.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import nvidia_smi
+import pytest
+from test_tmux_e2e import Tmux
+from test_tmux_e2e import wait_for as wait_on_screen
+from testhosts import REPO, TestCluster, pids_with_env, veth_name
+
+pytestmark = pytest.mark.e2e
+
+MACHINES = {0: nvidia_smi.H100_BUSY, 1: nvidia_smi.A100}  # node2: a CPU host
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def gpu_hosts(cluster: TestCluster) -> Iterator[TestCluster]:
+    for i, machine in MACHINES.items():
+        cluster.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(machine))
+    try:
+        yield cluster
+    finally:
+        for host in cluster.hosts:
+            (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)
+
+
+def monitors_of(pid: int) -> list[int]:
+    """Pids of the GPU monitors (remote/monitor_host.py) the launcher `pid` started."""
+    owner = f'"owner": "{pid}@'.encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"ddptui-monitor" in cmdline and owner in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def on_host(cluster: TestCluster, i: int) -> list[int]:
+    """What runs on test host i, less its sshd (the listener, and each session's: `sshd:
+    root@notty` names itself so)."""
+    netns = os.stat(f"/run/netns/{cluster.hosts[i].netns}")
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            ns = os.stat(f"/proc/{entry.name}/ns/net")
+            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        program = Path(cmdline.split(b"\0")[0].decode(errors="replace")).name
+        if (ns.st_dev, ns.st_ino) == (netns.st_dev, netns.st_ino) and not program.startswith(
+            "sshd"
+        ):
+            found.append(int(entry.name))
+    return found
+
+
+def wait(cond: Callable[[], object], what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.1)
+
+
+# -- the dashboard opens on the cluster ----------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
+    gpu_hosts: TestCluster, tmp_path: Path
+) -> None:
+    job = {"script": "examples/train.py", "master_port": 29661}
+    inv = gpu_hosts.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1, 2))
+    ddptui = str(Path(sys.executable).parent / "ddptui")
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "TERM": "xterm-256color"}
+    term = Tmux([ddptui, "-i", str(inv)], env, (120, 32))
+    try:
+        pid = int(term.tmux("list-panes", "-t", "t", "-F", "#{pane_pid}").stdout.split()[0])
+        t0 = time.monotonic()
+
+        def glance() -> bool:
+            s = term.screen()
+            return all(x in s for x in ("8× H100", "4× A100", "2:python3", "5:python"))  # noqa: RUF001
+
+        wait_on_screen(glance, "every host's GPUs and the busy GPUs' processes", 20, term)
+        took = time.monotonic() - t0
+        screen = term.screen()
+        assert "GPU 2 in use by pid 48211 /usr/bin/python3 (70.1 GiB)" in screen, screen
+        assert "none" in next(ln for ln in screen.splitlines() if "node2" in ln)
+        wait_on_screen(lambda: "hosts up 3/3" in term.screen(), "every host up", 20, term)
+        assert "no run yet" in term.screen()
+        monitors = monitors_of(pid)
+        assert len(monitors) == 2  # node0 and node1; the CPU host's left at once
+        running = [p for h in (0, 1, 2) for p in on_host(gpu_hosts, h) if p not in monitors]
+        assert running == [], "nothing but the monitors runs on the hosts"
+        term.send("q")
+        t1 = time.monotonic()
+        wait_on_screen(lambda: not term.alive, "ddptui to exit", 10, term)
+        quit_s = time.monotonic() - t1
+        wait(lambda: not monitors_of(pid), "the monitors to leave", 10)
+        assert not any(on_host(gpu_hosts, h) for h in (0, 1, 2)), "nothing left on the hosts"
+        print(f"GPUs of every host on screen after {took:.1f} s; q took {quit_s:.2f} s")
+        assert quit_s < 3
+    finally:
+        term.kill()
+
+
+# -- the monitors never outlive the launcher ---------------------------------------------------
+
+WATCHER = """
+import asyncio, sys
+from remote import inventory, monitor
+from remote.cluster import Cluster
+monitor.LEASE, monitor.BEAT = {lease}, 1.0
+inv = inventory.load(sys.argv[1])
+def emit(event):
+    print(type(event).__name__, getattr(event, "host", ""), getattr(event, "state", ""), flush=True)
+asyncio.run(Cluster(inv, emit).run())
+"""
+
+
+def watcher(inv: Path, lease: float) -> subprocess.Popen[str]:
+    """A launcher of its own holding the cluster's connections (and monitors) open."""
+    code = WATCHER.format(lease=lease)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, str(inv)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+def test_monitors_leave_when_the_launcher_is_killed(gpu_hosts: TestCluster, tmp_path: Path) -> None:
+    inv = gpu_hosts.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
+    proc = watcher(inv, lease=20.0)
+    try:
+        wait(lambda: len(monitors_of(proc.pid)) == 2, "a monitor on each host", 30)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        wait(lambda: not monitors_of(proc.pid), "the monitors to leave (stdin EOF)", 10)
+    finally:
+        proc.kill()
+
+
+def test_a_monitor_leaves_when_its_link_is_cut(gpu_hosts: TestCluster, tmp_path: Path) -> None:
+    """A cut link never closes the monitor's stdin (its sshd does not notice): the lease."""
+    inv = gpu_hosts.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
+    proc = watcher(inv, lease=3.0)
+    veth = veth_name(gpu_hosts.prefix, 1)
+    try:
+        wait(lambda: len(monitors_of(proc.pid)) == 2, "a monitor on each host", 30)
+        [on_node1] = [p for p in monitors_of(proc.pid) if p in on_host(gpu_hosts, 1)]
+        subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+        t0 = time.monotonic()
+        wait(lambda: not Path(f"/proc/{on_node1}").exists(), "node1's monitor to leave", 15)
+        print(f"node1's monitor left {time.monotonic() - t0:.1f} s after its link was cut")
+        assert len(monitors_of(proc.pid)) == 1  # node0's goes on
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=False)
+        proc.kill()
+        proc.wait()
+
+
+# -- into a hang -------------------------------------------------------------------------------
+
+
+def ddptui(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tui.cli", "--headless", *args]
+
+
+def test_a_stall_is_caught_and_every_rank_stack_grouped(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    job = {
+        "script": str(DATA / "stall.py"),
+        "nproc_per_node": 2,
+        "master_port": 29662,
+        "stop_grace": 2,
+        "hang_after": 15,
+        "nccl": {"flight_recorder": True},
+    }
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1, 2))
+    run_dir = tmp_path / "run"
+    log = tmp_path / "launch.log"  # the ranks' lines and ddptui's own
+    out = log.open("w")
+    launch = subprocess.Popen(
+        ddptui("launch", "-i", str(inv), "--run-dir", str(run_dir)),
+        cwd=REPO, stdout=out, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait(lambda: log.read_text().count("all_reduce done") == 6, "every rank's all_reduce", 120)
+        t0 = time.monotonic()
+        res = subprocess.run(
+            ddptui("stacks", str(run_dir), "-i", str(inv), "--json"),
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        took = time.monotonic() - t0
+        assert res.returncode == 0, res.stderr
+        found = json.loads(res.stdout)
+        alone, rest = found["groups"]
+        assert alone["ranks"] == [3] and alone["hosts"] == ["node1"]
+        assert alone["frames"][0]["function"] == "load_batch"
+        assert alone["frames"][0]["file"].endswith("stall.py")
+        assert rest["ranks"] == [0, 1, 2, 4, 5] and rest["hosts"] == ["node0", "node1", "node2"]
+        assert any(f["function"] == "barrier" for f in rest["frames"])
+        assert found["elapsed_s"] < 5, found["elapsed_s"]
+        recorder = found["flight_recorder"]
+        assert recorder["ranks"] == [0, 1, 2, 3, 4, 5], recorder
+        assert "missing ranks: {3}" in recorder["verdict"], recorder["verdict"]
+        print(f"stacks --json of 6 ranks on 3 hosts: {took:.2f} s (dump {found['elapsed_s']} s)")
+        # hang_after: 15 s after the last line, unasked: the warning and a stacks file
+        wait(lambda: "every rank's stack saved to" in log.read_text(), "the hang's capture", 60)
+        text = log.read_text()
+        assert "no rank printed a line for 1" in text and "ranks 0-5 on node[0-2]" in text
+        saved = sorted(run_dir.glob("stacks-*.txt"))
+        assert len(saved) == 2  # the one asked for, and the hang's
+        assert saved[-1].read_text().startswith("rank 3 (node1)")
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").open()]
+        assert any(e["event"] == "HangDetected" and e["ranks"] == list(range(6)) for e in events)
+        assert any(e["event"] == "StacksCaptured" for e in events)
+    finally:
+        launch.send_signal(signal.SIGINT)
+        launch.wait(timeout=60)
+        out.close()
+    run_id = json.loads((run_dir / "events.jsonl").open().readline())["run_id"]
+    wait(lambda: not pids_with_env("DDPTUI_RUN_ID", run_id), "nothing of the run left", 20)
