@@ -181,7 +181,6 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
     torch = found.get("torch") or {}
     wd = found.get("workdir") or {}
     port = found.get("port") or {}
-    spy = found.get("py_spy") or {}
     free = wd.get("free_bytes")
     return {
         "hostname": found.get("hostname"),
@@ -204,9 +203,16 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         "port": port.get("port"),
         "port_free": port.get("free"),
         "port_error": port.get("error"),
-        "py_spy": spy.get("path"),
-        "ptrace": spy.get("ptrace"),
+        **_py_spy(found),
     }
+
+
+def _py_spy(found: dict[str, Any]) -> dict[str, Any]:
+    """py-spy's path and the ptrace rights, where the probe looked (older ones did not)."""
+    if "py_spy" not in found:
+        return {}
+    spy = found["py_spy"] or {}
+    return {"py_spy": spy.get("path"), "ptrace": spy.get("ptrace")}
 
 
 # -- nvidia-smi --------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from apptools import write_inventory
 
-from remote import flight, inventory, plan, stacks
+from remote import checks, flight, inventory, plan, probe_host, stacks
 from remote.events import Event, Notice, RunStarted, StacksCaptured
 from remote.inventory import Host
 from remote.stacks import Frame, RankStack
@@ -292,3 +292,36 @@ def test_stacks_command_mistakes_are_one_line(tmp_path: Path) -> None:
     assert res.returncode == 2
     assert res.stderr.startswith("ddptui: no run matching '20990101-nosuchrun'")
     assert "Traceback" not in res.stderr
+
+
+# -- the check reports py-spy and ptrace ---------------------------------------------------------
+
+
+def spy_findings(**facts: object) -> list[tuple[str, str]]:
+    base = {"python": "3.11.7", "python_exe": "/opt/venv/bin/python3"}
+    found = checks.host_findings("gpu-a", {**base, **facts}, ())
+    return [(f.level, f.message) for f in found if f.check == "py-spy"]
+
+
+def test_check_warns_without_py_spy_or_ptrace() -> None:
+    assert spy_findings(py_spy=None, ptrace=None) == [
+        ("warning", "no py-spy for /opt/venv/bin/python3: stacks of the ranks need it "
+         "(pip install py-spy, in the train extra)")
+    ]  # fmt: skip
+    assert spy_findings(py_spy="/opt/venv/bin/py-spy", ptrace=None) == [
+        ("warning", "py-spy cannot read the ranks here: ptrace needs root, "
+         "kernel.yama.ptrace_scope 0 or CAP_SYS_PTRACE (docker: --cap-add SYS_PTRACE)")
+    ]  # fmt: skip
+    assert spy_findings(py_spy="/opt/venv/bin/py-spy", ptrace="ptrace_scope 0") == [
+        ("ok", "py-spy at /opt/venv/bin/py-spy (ptrace allowed: ptrace_scope 0)")
+    ]
+    assert spy_findings() == []  # a probe that did not look says nothing
+
+
+@needs_py_spy
+def test_the_probe_finds_py_spy_and_the_rights_here() -> None:
+    ns: dict[str, object] = {}
+    exec(compile(Path(probe_host.__file__).read_text(), "probe_host", "exec"), ns)
+    assert ns["find_py_spy"]() is not None  # type: ignore[operator]
+    rights = ns["ptrace_rights"]()  # type: ignore[operator]
+    assert rights == ("root" if os.geteuid() == 0 else rights)
