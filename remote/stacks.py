@@ -6,7 +6,8 @@ odd group out is the answer, so the smallest groups come first. A group is keyed
 thread's frames (function, file, line), innermost first.
 
 `capture()` also saves the report in the run directory (`stacks-<time>.txt`, and `.json`) and,
-with the flight recorder on, the ranks' NCCL traces with the analyser's verdict (flight.py).
+with the flight recorder on, the ranks' NCCL traces (`traces()`, a round trip of its own beside
+the stacks') with the analyser's verdict (flight.py).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .transport import HostError, Transport
 
 MARK = "DDPTUI-STACKS "  # stacks_host.MARK
 TIMEOUT = 60.0
-FLIGHT_WAIT = 5.0  # seconds the ranks have to write their flight recorder traces
+FLIGHT_WAIT = 15.0  # seconds the ranks have to write their traces (a first dump: ~5 s here)
 SHOWN_FRAMES = 8  # frames of a group on its text line; the JSON and the file have them all
 
 _HERE = Path(__file__).parent
@@ -124,39 +125,19 @@ class Report:
         }
 
 
-def command(
-    python: str, run_id: str, node: int, nnodes: int, native: bool, flight: bool
-) -> list[str]:
-    spec = {
-        "run_id": run_id,
-        "node": node,
-        "nnodes": nnodes,
-        "native": native,
-        "flight_wait": FLIGHT_WAIT if flight else 0,
-    }
+def command(python: str, run_id: str, node: int, nnodes: int, **what: object) -> list[str]:
+    """The host's dump (argv). what: native (bool), stacks (bool), flight_wait (seconds)."""
+    spec = {"run_id": run_id, "node": node, "nnodes": nnodes, **what}
     # The job's interpreter runs the dump (its venv holds py-spy); any python3 will do else.
     return ["sh", "-c", probe.WRAPPER, "ddptui-stacks", python, BOOT, *_SOURCES, json.dumps(spec)]
 
 
-async def dump(
-    transports: Sequence[Transport],
-    run_id: str,
-    *,
-    native: bool = False,
-    flight: bool = False,
-    connect: bool = False,
-) -> Report:
-    """Every rank's stack on every host (one round trip each, all hosts at once), grouped.
-    connect: log in first (the transports are not connected yet)."""
+async def dump(transports: Sequence[Transport], run_id: str, *, native: bool = False) -> Report:
+    """Every rank's stack on every host (one round trip each, all hosts at once), grouped."""
     t0 = time.monotonic()
-    nnodes = len(transports)
-    answers = await asyncio.gather(
-        *(_host(t, run_id, nnodes, native, flight, connect) for t in transports)
-    )
+    answers = await _ask(transports, run_id, native=native, stacks=True, flight_wait=0)
     stacks: list[RankStack] = []
     problems: dict[str, str] = {}
-    traces: dict[int, bytes] = {}
-    missing: dict[int, str] = {}
     for t, answer in zip(transports, answers, strict=True):
         name = t.host.name
         if isinstance(answer, str):
@@ -165,26 +146,40 @@ async def dump(
         if answer.get("error"):
             problems[name] = answer["error"]
         stacks += _rank_stacks(name, answer)
+    return Report(run_id, group(stacks), problems, time.monotonic() - t0)
+
+
+async def traces(transports: Sequence[Transport], run_id: str) -> recorder.Collected:
+    """Every rank's flight recorder trace, asked for through its dump pipe. A round trip of its
+    own beside the stacks': a rank's first dump can take seconds."""
+    answers = await _ask(transports, run_id, stacks=False, flight_wait=FLIGHT_WAIT)
+    found: dict[int, bytes] = {}
+    missing: dict[int, str] = {}
+    for answer in answers:
+        if isinstance(answer, str):
+            continue  # the stacks' round trip says why the host gave nothing
         for rank, got in (answer.get("flight") or {}).items():
             if "data" in got:
-                traces[int(rank)] = base64.b64decode(got["data"])
+                found[int(rank)] = base64.b64decode(got["data"])
             else:
                 missing[int(rank)] = got.get("error", "no trace")
-    report = Report(run_id, group(stacks), problems, time.monotonic() - t0)
-    if flight:
-        report.flight = recorder.Collected(traces, missing)
-    return report
+    return recorder.Collected(found, missing)
+
+
+async def _ask(
+    transports: Sequence[Transport], run_id: str, **what: object
+) -> list[dict[str, Any] | str]:
+    """Every host's answer, or why it gave none."""
+    nnodes = len(transports)
+    return list(await asyncio.gather(*(_host(t, run_id, nnodes, what) for t in transports)))
 
 
 async def _host(
-    t: Transport, run_id: str, nnodes: int, native: bool, flight: bool, connect: bool
+    t: Transport, run_id: str, nnodes: int, what: dict[str, object]
 ) -> dict[str, Any] | str:
-    """What one host's dump said, or why it said nothing."""
     h = t.host
-    argv = command(h.python, run_id, h.node_rank, nnodes, native, flight)
+    argv = command(h.python, run_id, h.node_rank, nnodes, **what)
     try:
-        if connect:
-            await t.connect()
         res = await t.run(argv, timeout=TIMEOUT)
     except HostError as exc:
         return exc.reason
@@ -268,8 +263,17 @@ async def capture(
 ) -> tuple[Report, Path]:
     """Dump, then save the report in the run dir (`stacks-<time>.txt` and `.json`); with the
     flight recorder, its traces and the analyser's verdict too. Says what it saved on `emit`.
-    `dumped` sees the stacks before the analyser runs (it imports torch: seconds)."""
-    report = await dump(transports, run_id, native=native, flight=flight, connect=connect)
+    `dumped` sees the stacks before the traces (they take longer) and their analysis.
+    connect: log in first (the transports are not connected yet)."""
+    if connect:
+        await _connect(transports)
+    flights = asyncio.ensure_future(traces(transports, run_id)) if flight else None
+    try:
+        report = await dump(transports, run_id, native=native)
+    except BaseException:
+        if flights is not None:
+            flights.cancel()
+        raise
     run_dir.mkdir(parents=True, exist_ok=True)
     stamp = _stamp(run_dir)
     path = run_dir / f"stacks-{stamp}.txt"
@@ -280,10 +284,16 @@ async def capture(
         first = report.text().splitlines()[0]
         emit(StacksCaptured(str(path), first))
         emit(Notice("warning", f"every rank's stack saved to {path}; first: {first}"))
-    if report.flight is not None:
+    if flights is not None:
+        report.flight = await flights
         await report.flight.save(run_dir / f"flight-{stamp}")
         _save(report, path)  # with the traces' fate and the verdict
     return report, path
+
+
+async def _connect(transports: Sequence[Transport]) -> None:
+    """Log in everywhere at once; a host that cannot be reached says so in the dump."""
+    await asyncio.gather(*(t.connect() for t in transports), return_exceptions=True)
 
 
 def _save(report: Report, path: Path) -> None:

@@ -34,19 +34,21 @@ FLIGHT_POLL = 0.1
 
 
 def main(sup: dict[str, Any], probe: dict[str, Any], spec_text: str) -> int:
-    """spec: {run_id, node, nnodes, native, flight_wait (seconds; 0: no flight recorder)}."""
+    """spec: {run_id, node, nnodes, native, stacks (bool), flight_wait (seconds; 0: no
+    flight recorder)}."""
     spec = json.loads(spec_text)
     tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(spec["node"])}
     by_pid, _ = sup["ranks_by_pid"](tags, spec["node"], spec["nnodes"])
     found: dict[str, Any] = {"hostname": socket.gethostname(), "ranks": {}, "error": None}
-    spy = probe["find_py_spy"]()
     if not by_pid:
         found["error"] = f"no rank of run {spec['run_id']} runs on this host"
-    elif spy is None:
-        found["error"] = "py-spy not found (pip install py-spy, in the train extra)"
-    else:
-        found["ranks"] = dump_all(spy, by_pid, spec.get("native", False))
-        found["ptrace"] = probe["ptrace_rights"]()
+    elif spec.get("stacks", True):
+        spy = probe["find_py_spy"]()
+        if spy is None:
+            found["error"] = "py-spy not found (pip install py-spy, in the train extra)"
+        else:
+            found["ranks"] = dump_all(spy, by_pid, spec.get("native", False))
+            found["ptrace"] = probe["ptrace_rights"]()
     if by_pid and spec.get("flight_wait"):
         found["flight"] = flight(sup["_environ"], by_pid, spec["flight_wait"])
     sys.stdout.write(MARK + json.dumps(found) + "\n")

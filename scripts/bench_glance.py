@@ -201,7 +201,7 @@ def bench_stacks(args: argparse.Namespace, c: TestCluster, work: Path) -> None:
                     if res.code != 0:
                         sys.exit(f"bench: stacks failed:\n{tail(res.err)}\n{tail(res.out)}")
                     cli.append(res.wall)
-                what = "with flight recorder" if flight else "py-spy only"
+                what = "then the flight recorder's traces" if flight else "py-spy only"
                 rows.append([f"dump, {what}", f"{median(dumps):.2f}", _runs(dumps)])
                 rows.append([f"ddptui stacks, {what}", f"{median(cli):.2f}", _runs(cli)])
             finally:
@@ -219,8 +219,11 @@ async def dump_times(inv: inventory.Inventory, run_id: str, reps: int, flight: b
         took = []
         for _ in range(reps):
             t0 = time.monotonic()
-            report = await stacks.dump(transports, run_id, flight=flight)
+            collected = await stacks.traces(transports, run_id) if flight else None
+            report = await stacks.dump(transports, run_id)
             took.append(time.monotonic() - t0)
+            if collected is not None and sorted(collected.traces) != list(range(6)):
+                sys.exit(f"bench: traces missing: {collected.missing}")
             if report.problems or [g.ranks for g in report.groups] != [(3,), (0, 1, 2, 4, 5)]:
                 sys.exit(f"bench: unexpected dump:\n{report.text()}")
         return took

@@ -99,6 +99,16 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
 ) -> None:
     job = {"script": "examples/train.py", "master_port": 29661}
     inv = gpu_hosts.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1, 2))
+    # node0's busy GPU 2 runs a process of user nobody that exists here (the recorded pid
+    # does not), so the dashboard can say whose it is
+    owned = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                              "sleep", "300"])  # fmt: skip
+    recording = tmp_path / "h100-owned"
+    shutil.copytree(nvidia_smi.DATA / nvidia_smi.H100_BUSY, recording)
+    apps = recording / "query-compute-apps.csv"
+    apps.write_text(apps.read_text().replace("48211", str(owned.pid)))
+    stand_in = f"#!/bin/sh\ndata={recording}\n" + (nvidia_smi.DATA / "stand-in.sh").read_text()
+    gpu_hosts.put_tool(0, "nvidia-smi", stand_in)
     ddptui = str(Path(sys.executable).parent / "ddptui")
     env = {"XDG_DATA_HOME": str(tmp_path / "data"), "TERM": "xterm-256color"}
     term = Tmux([ddptui, "-i", str(inv)], env, (120, 32))
@@ -113,12 +123,14 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
         wait_on_screen(glance, "every host's GPUs and the busy GPUs' processes", 20, term)
         took = time.monotonic() - t0
         screen = term.screen()
-        assert "GPU 2 in use by pid 48211 /usr/bin/python3 (70.1 GiB)" in screen, screen
+        assert f"GPU 2 in use by pid {owned.pid} /usr/bin/python3 (70.1 GiB)" in screen, screen
         assert "none" in next(ln for ln in screen.splitlines() if "node2" in ln)
         wait_on_screen(lambda: "hosts up 3/3" in term.screen(), "every host up", 20, term)
         assert "no run yet" in term.screen()
+        # the checks brought the first figures; then a monitor keeps them live on each GPU host
+        wait(lambda: len(monitors_of(pid)) == 2, "node0's and node1's monitors", 10)
+        wait_on_screen(lambda: "2:python3 (nobody)" in term.screen(), "whose process", 10, term)
         monitors = monitors_of(pid)
-        assert len(monitors) == 2  # node0 and node1; the CPU host's left at once
         running = [p for h in (0, 1, 2) for p in on_host(gpu_hosts, h) if p not in monitors]
         assert running == [], "nothing but the monitors runs on the hosts"
         term.send("q")
@@ -131,6 +143,9 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
         assert quit_s < 3
     finally:
         term.kill()
+        owned.kill()
+        owned.wait()
+        gpu_hosts.put_tool(0, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H100_BUSY))
 
 
 # -- the monitors never outlive the launcher ---------------------------------------------------

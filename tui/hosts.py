@@ -34,7 +34,7 @@ COLUMNS = (
 )
 STATE_WIDTH = 17  # a long reason is cut here; the host's detail view shows all of it
 UTIL_BARS, MEM_BARS = 4, 3  # bars of the last minutes before the current figure
-PROCS_WIDTH = 18  # the last column: the host's detail view lists every process
+PROCS_WIDTH = 18  # the last field, at least: it takes what room the pane has left
 ADDRESS_WIDTH = 16
 GAP = "  "  # between fields
 FIXED_WIDTHS = {
@@ -140,15 +140,15 @@ def gpu_cells(gpus: tuple[Gpu, ...] | None) -> tuple[str, str, str]:
     return f"{len(gpus)}× {model}", util, f"{used:.0f}/{total:.0f}G"  # noqa: RUF001
 
 
-def processes_text(gpus: tuple[Gpu, ...] | None) -> str:
-    """`2:python3 5:python (alice)`: each GPU's processes, by program name and owner."""
+def processes_text(gpus: tuple[Gpu, ...] | None, width: int = PROCS_WIDTH) -> str:
+    """`2:python3 (alice) 5:python`: each GPU's processes, by program name and owner."""
     out = []
     for g in gpus or ():
         for p in g.processes:
             who = f" ({p.user})" if p.user and p.user != "?" else ""
             out.append(f"{g.index}:{os.path.basename(p.name) or p.pid}{who}")
     text = " ".join(out)
-    return text if len(text) <= PROCS_WIDTH else text[: PROCS_WIDTH - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _short_model(name: str) -> str:
@@ -222,8 +222,23 @@ class HostsTable(DataTable[Text]):
         address = max(len(HostInfo.from_host(h).address) for h in hosts)
         widths["address"] = min(address, ADDRESS_WIDTH)
         self._widths = [max(widths[key], len(label)) for key, label in COLUMNS]
+        self._widths[-1] = max(self._widths[-1], self._room())
         header = self._join([Text(label) for _, label in COLUMNS])
         self.add_column(header, key="host", width=header.cell_len)
+
+    def _room(self) -> int:
+        """The width the pane leaves for the last field (the GPU processes)."""
+        used = sum(self._widths[:-1]) + len(GAP) * (len(self._widths) - 1)
+        return self.scrollable_content_region.width - 2 * self.cell_padding - used
+
+    def on_resize(self) -> None:
+        """The processes take the room there is: lay the rows out again if it changed."""
+        if self._widths and max(PROCS_WIDTH, self._room()) != self._widths[-1]:
+            self._widths[-1] = max(PROCS_WIDTH, self._room())
+            header = self._join([Text(label) for _, label in COLUMNS])
+            self.clear(columns=True)
+            self.add_column(header, key="host", width=header.cell_len)
+            self._add_rows()
 
     def _join(self, cells: list[Text]) -> Text:
         """The fields side by side, each cut or padded to its width."""
@@ -276,5 +291,6 @@ class HostsTable(DataTable[Text]):
         if util:  # the last minutes, then now
             util = f"{bars(info.history.util, 100, UTIL_BARS)} {util:>4}"
             mem = f"{bars(info.history.memory, 1, MEM_BARS)} {mem}"
-        rest = (ranks_text(info.ranks), gpus, util, mem, processes_text(info.gpus))
+        procs = processes_text(info.gpus, self._widths[-1])
+        rest = (ranks_text(info.ranks), gpus, util, mem, procs)
         return self._join([name, Text(info.address), state, *map(Text, rest)])
