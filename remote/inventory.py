@@ -9,12 +9,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 
 EnvValue = str | int | float | bool
+# Durations and sizes: numbers only (`yes` is not 1 second), finite, and above zero.
+Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
 
 
 class InventoryError(Exception):
@@ -56,11 +58,20 @@ class _HostEntry(_HostFields):
     host: str = Field(min_length=1)
     name: str | None = None
 
+    @field_validator("host")
+    @classmethod
+    def _no_login(cls, host: str) -> str:
+        user, at, rest = host.rpartition("@")
+        if at:  # ssh's user@host: the login has its own key, which defaults can set for all
+            raise ValueError(f"{host!r} has a login in it: write `user: {user}` and `host: {rest}`")
+        return host
+
 
 class Nccl(_Strict):
     socket_ifname: str | None = "auto"  # auto: the interface that routes to the master
     ib_disable: bool = False
     debug: str | None = None  # NCCL_DEBUG, e.g. INFO
+    flight_recorder: bool = False  # NCCL's flight recorder: a trace of collectives per rank
 
 
 class SpawnArgs(_Strict):
@@ -80,7 +91,11 @@ class Job(_Strict):
     master_addr: str | None = None  # else the first host's address
     rdzv_backend: Literal["static", "c10d"] = "static"
     max_restarts: int = Field(default=0, ge=0)
-    stop_grace: float = Field(default=5.0, ge=0)  # seconds between TERM and KILL
+    # seconds between TERM and KILL
+    stop_grace: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] = 5.0
+    link_timeout: Positive = 60.0  # seconds a host's part runs on without word from ddptui
+    spool_max_mb: Positive = 1024.0  # MB of output each host keeps for replay
+    hang_after: Positive | None = 600.0  # seconds without progress before a hang; null: off
     nccl: Nccl = Field(default_factory=Nccl)
     spawn_args: SpawnArgs = Field(default_factory=lambda: SpawnArgs())
 
@@ -148,6 +163,7 @@ def parse(text: str, path: Path) -> Inventory:
         raise InventoryError(path, line, f"invalid YAML: {problem}") from None
     if not isinstance(data, dict):
         raise InventoryError(path, 1, "the inventory must be a mapping with hosts: and job:")
+    _args_as_written(data, node)
     try:
         raw = _File.model_validate(data)
     except ValidationError as exc:
@@ -155,7 +171,41 @@ def parse(text: str, path: Path) -> Inventory:
         err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         loc = tuple(err["loc"])
         raise InventoryError(path, _line_of(node, loc), _describe(loc, err)) from None
+    if (loc := _nul_at(data)) is not None:  # no argv or environment can carry one
+        raise InventoryError(path, _line_of(node, loc), f"`{_dotted(loc)}` contains a NUL byte")
     return _resolve(raw, path, node)
+
+
+def _args_as_written(data: dict[str, Any], node: yaml.Node | None) -> None:
+    """`args: [--epochs, 3, --amp, on]`: a number or flag reaches the script as the file spells
+    it ("on", not True; "1.50", not 1.5), as if typed in a shell."""
+    job, args = data.get("job"), _node_at(node, ("job", "args"))
+    if not isinstance(job, dict) or not isinstance(job.get("args"), list):
+        return
+    if not isinstance(args, yaml.SequenceNode) or len(args.value) != len(job["args"]):
+        return  # YAML merge keys and the like: leave it to the validation
+    job["args"] = [
+        item.value
+        if isinstance(value, int | float) and isinstance(item, yaml.ScalarNode)
+        else value
+        for value, item in zip(job["args"], args.value, strict=True)
+    ]  # bool is an int: true, yes and on stay as written too
+
+
+def _nul_at(value: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
+    """Where the first string (key or value) holding a NUL byte is, if any."""
+    if isinstance(value, str):
+        return loc if "\0" in value else None
+    if isinstance(value, list):
+        value = dict(enumerate(value))
+    if not isinstance(value, dict):
+        return None
+    for key, item in value.items():
+        if isinstance(key, str) and "\0" in key:
+            return (*loc, key)
+        if (found := _nul_at(item, (*loc, key))) is not None:
+            return found
+    return None
 
 
 def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
@@ -217,6 +267,7 @@ _MESSAGES = {
     "dict_type": "must be a mapping",
     "model_type": "must be a mapping",
     "model_attributes_type": "must be a mapping",
+    "finite_number": "must be a finite number",
     "missing": "is required",
     "too_short": "must not be empty",
     "string_too_short": "must not be empty",
@@ -232,7 +283,7 @@ def _describe(loc: tuple[Any, ...], err: Any) -> str:
         return f"unknown key `{loc[-1]}` in {parent} (check the spelling)"
     if kind == "literal_error":
         return f"`{key}` must be one of {err['ctx']['expected']}, got {err['input']!r}"
-    if kind in ("greater_than_equal", "less_than_equal"):
+    if kind in ("greater_than", "greater_than_equal", "less_than_equal"):
         return f"`{key}` {err['msg'].lower()}, got {err['input']!r}"
     if kind in _MESSAGES:
         got = "" if kind == "missing" else f", got {err['input']!r}"
@@ -258,20 +309,31 @@ def _dotted(loc: tuple[Any, ...]) -> str:
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """Walk the YAML node tree along a validation error's location; 1-based line."""
+    """The 1-based line of a validation error's location (or of its nearest parent)."""
+    return _walk(node, loc)[1]
+
+
+def _node_at(node: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
+    found, _ = _walk(node, loc)
+    return found
+
+
+def _walk(node: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[yaml.Node | None, int | None]:
+    """Walk the YAML node tree along a location: the node there (None if it is not in the
+    tree) and the line of the deepest key or item found on the way."""
     line = node.start_mark.line + 1 if node else None
     for part in _clean(loc):
         if isinstance(node, yaml.MappingNode):
             match = [(k, v) for k, v in node.value if k.value == part]
             if not match:
-                return line
+                return None, line
             key, node = match[0]
             line = key.start_mark.line + 1
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
             if part >= len(node.value):
-                return line
+                return None, line
             node = node.value[part]
             line = node.start_mark.line + 1
         else:
-            return line
-    return line
+            return None, line
+    return node, line

@@ -135,3 +135,73 @@ def test_env_names_are_checked() -> None:
     err = error("hosts:\n  - host: a\n    env: {'A=B': x}\njob: {script: t.py}\n")
     assert "not a valid environment variable name" in str(err)
     assert err.line == 3
+
+
+def test_scalars_in_args_reach_the_script_as_written() -> None:
+    inv = parse(
+        GOOD.replace('["--epochs", "3"]', "[--epochs, 3, --lr, 0.0010, --amp, on, -n, 007]")
+    )
+    assert inv.job.args == ["--epochs", "3", "--lr", "0.0010", "--amp", "on", "-n", "007"]
+
+
+def test_new_job_keys_have_defaults() -> None:
+    job = parse(GOOD).job
+    assert (job.link_timeout, job.spool_max_mb, job.hang_after) == (60, 1024, 600)
+    assert job.nccl.flight_recorder is False
+    keys = "link_timeout: 5\n  spool_max_mb: 0.5\n  hang_after: null\n  script: train.py"
+    job = parse(
+        GOOD.replace("script: train.py", keys).replace("debug: null", "flight_recorder: true")
+    ).job
+    assert (job.link_timeout, job.spool_max_mb, job.hang_after) == (5, 0.5, None)
+    assert job.nccl.flight_recorder is True
+
+
+@pytest.mark.parametrize(
+    ("new", "words"),
+    [
+        ("  stop_grace: .inf", ["job.stop_grace", "finite"]),
+        ("  stop_grace: .nan", ["job.stop_grace", "finite"]),
+        ("  stop_grace: -1", ["job.stop_grace", "greater than or equal to 0"]),
+        ("  stop_grace: yes", ["job.stop_grace", "number"]),
+        ("  link_timeout: 0", ["job.link_timeout", "greater than 0"]),
+        ("  link_timeout: .inf", ["job.link_timeout", "finite"]),
+        ("  link_timeout: soon", ["job.link_timeout", "number"]),
+        ("  spool_max_mb: -5", ["job.spool_max_mb", "greater than 0"]),
+        ("  hang_after: 0", ["job.hang_after", "greater than 0"]),
+        ("  hang_after: .inf", ["job.hang_after", "finite"]),
+        ("  args: [--epochs, null]", ["job.args[1]", "string"]),
+        ('  args: [--name, "a\\0b"]', ["job.args[1]", "NUL byte"]),
+    ],
+)
+def test_job_mistakes_name_the_line(new: str, words: list[str]) -> None:
+    text = GOOD.replace("  master_port: 29500", f"  master_port: 29500\n{new}")
+    text = text.replace('  args: ["--epochs", "3"]\n', "") if "args" in new else text
+    err = error(text)
+    assert err.line == line_of(text, new.strip()), str(err)
+    for word in words:
+        assert word in str(err)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ("{EXTRA: x}", '{EXTRA: "x\\0y"}', ["hosts[0].env.EXTRA", "NUL byte"]),
+        ("OMP_NUM_THREADS: 4", 'OMP_NUM_THREADS: "\\0"', ["defaults.env.OMP_NUM_THREADS", "NUL"]),
+        (
+            "  - host: gpu-b",
+            "  - host: root@gpu-b",
+            ["hosts[1].host", "`user: root`", "`host: gpu-b`"],
+        ),
+        (
+            "debug: null}",
+            "debug: null, flight_recorder: maybe}",
+            ["flight_recorder", "true or false"],
+        ),
+    ],
+)
+def test_host_mistakes_name_the_line(old: str, new: str, words: list[str]) -> None:
+    text = GOOD.replace(old, new, 1)
+    err = error(text)
+    assert err.line == line_of(text, new.strip()), str(err)
+    for word in words:
+        assert word in str(err)
