@@ -171,8 +171,8 @@ def parse(text: str, path: Path) -> Inventory:
         err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         loc = tuple(err["loc"])
         raise InventoryError(path, _line_of(node, loc), _describe(loc, err)) from None
-    if (loc := _nul_at(data)) is not None:  # no argv or environment can carry one
-        raise InventoryError(path, _line_of(node, loc), f"`{_dotted(loc)}` contains a NUL byte")
+    if (nul := _nul_at(data)) is not None:  # no argv or environment can carry one
+        raise InventoryError(path, _line_of(node, nul), f"`{_dotted(nul)}` contains a NUL byte")
     return _resolve(raw, path, node)
 
 

@@ -19,8 +19,6 @@ from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 
-import platformdirs
-
 from . import checks as checker
 from . import plan as planner
 from . import probe
@@ -40,9 +38,14 @@ from .events import (
     RunStatus,
     Stream,
 )
+from .exits import EXIT_FAILED as EXIT_FAILED  # re-exported: callers take them from here
+from .exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from .exits import EXIT_OK as EXIT_OK
+from .exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from .exits import EXIT_USAGE as EXIT_USAGE
 from .failures import FailureTracker, describe_exit, first
 from .inventory import Host, Inventory
-from .record import Recorder
+from .record import Recorder, default_runs_root
 from .transport import HostError, Process, Transport, for_host
 
 SUPERVISOR = (Path(__file__).parent / "supervisor.py").read_bytes()
@@ -55,7 +58,6 @@ STREAMS: dict[int, Stream] = {1: "stdout", 2: "stderr"}
 # A line as torchrun tees it, `[<global rank>]:text`; \d is what int() reads.
 RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 GPU_REFRESH_S = 3.0  # live GPU figures while a job runs
 
 Emit = Callable[[Event], None]
@@ -66,7 +68,7 @@ def new_run_id() -> str:
 
 
 def default_run_dir(run_id: str) -> Path:
-    return platformdirs.user_data_path("ddptui") / "runs" / run_id
+    return default_runs_root() / run_id
 
 
 class Run:
