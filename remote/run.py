@@ -103,12 +103,15 @@ class Run:
         self._unreachable = False
         self._t0 = time.monotonic()
         self.recorder: Recorder | None = None
+        self._preparing: asyncio.Future[RunFinished | None] | None = None
 
     # -- public -----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop every node (TERM, grace, KILL on each host). Safe to call more than once."""
         self._stop_all("user")
+        if self._preparing is not None:  # connecting or checking: end them now (no-op after)
+            self._preparing.cancel()
 
     async def execute(self) -> RunFinished:
         self.recorder = Recorder(self.run_dir)
@@ -148,16 +151,18 @@ class Run:
         # auto: known once the GPUs are counted; spawn: the script decides
         world = None if auto or inv.job.launcher == "spawn" else sum(self.nprocs())
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
-        if not await self._connect_all() or self._cause:
+        # Connecting and checking may take a minute: a task of its own, which stop() cancels.
+        prepare = self._preparing = asyncio.ensure_future(self._prepare())
+        try:
+            await asyncio.wait([prepare])
+        except asyncio.CancelledError:  # the run itself was cancelled
+            prepare.cancel()
+            raise
+        if prepare.cancelled():  # stopped: a login that failed already still says exit 3
+            self._unreachable = bool(self._unreachable_why)
             return self._finish()
-        if self.checks:
-            done = await self._check_hosts()
-            if not done.ok:
-                return self._checks_failed(done)
-        elif auto:
-            await self._count_gpus()
-        if self.stopping:  # stopped while checking
-            return self._finish()
+        if (ended := prepare.result()) is not None:
+            return ended
         nprocs = self.nprocs()
         if auto:
             per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
@@ -179,6 +184,18 @@ class Run:
             with contextlib.suppress(asyncio.CancelledError):
                 await refresh
         return self._finish()
+
+    async def _prepare(self) -> RunFinished | None:
+        """Connect to every host and check them: how the run ended, or None to launch."""
+        if not await self._connect_all() or self._cause:
+            return self._finish()
+        if self.checks:
+            done = await self._check_hosts()
+            if not done.ok:
+                return self._checks_failed(done)
+        elif self.inv.job.nproc_per_node == "auto":
+            await self._count_gpus()
+        return self._finish() if self.stopping else None  # stopped while checking
 
     def nprocs(self) -> list[int]:
         """Processes per host. `auto` uses the GPUs found on the host, else `gpus:`, else 1."""

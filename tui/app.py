@@ -122,9 +122,11 @@ class Dashboard(App[int]):
         run_factory: RunFactory | None = None,
         clock: Callable[[], float] = time.monotonic,
         run_ids: Callable[[], str] = new_run_id,
+        start: str | None = None,
     ) -> None:
         super().__init__()
         self.run_ids = run_ids
+        self.start = start  # the command it opened on: `ddptui launch` launches at once
         self.inventory_path = inventory_path
         self.inventory: inventory.Inventory | None = None
         self.run_factory = run_factory or engine_runs()
@@ -192,6 +194,8 @@ class Dashboard(App[int]):
         # the cycle collector's way, a full collection under bench_dashboard.py's flood took
         # ~20 ms instead of ~85 ms (the stalls a keypress waits behind).
         gc.freeze()
+        if self.start == "launch" and self.inventory is not None:
+            self.action_launch()
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # the next app in this process (tests) starts from a clean slate
@@ -640,11 +644,14 @@ def create_app(
     run_factory: RunFactory | None = None,
     clock: Callable[[], float] = time.monotonic,
     run_ids: Callable[[], str] = new_run_id,
+    start: str | None = None,
 ) -> Dashboard:
-    """The app factory `ddptui` and the tests use (tests fake the run, the clock, the ids)."""
+    """The app factory `ddptui` and the tests use (tests fake the run, the clock, the ids).
+    start: the command it opens on, "launch" or "check" (None: idle)."""
     return Dashboard(
         inventory_path,
         run_factory=run_factory or engine_runs(runs_dir, extra_args),
         clock=clock,
         run_ids=run_ids,
+        start=start,
     )
