@@ -104,7 +104,7 @@ def _common(p: argparse.ArgumentParser, suppress: bool = False) -> None:
 
 
 def _command(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, run: Command, text: str
+    sub: argparse._SubParsersAction[_Parser], name: str, run: Command, text: str
 ) -> argparse.ArgumentParser:
     p = sub.add_parser(
         name,
@@ -128,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(args_in)
     try:
-        code: int = args.run(args, extra)
-        return code
+        return int(args.run(args, extra))
     except UsageError as exc:
         print(f"ddptui: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -170,17 +169,15 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
     inv = load_inventory(args.inventory)
     import asyncio
 
-    from remote.record import RunDirError, usable_dir
     from remote.run import new_run_id
 
     from . import headless
 
     run_id = new_run_id()
-    try:
-        run_dir = usable_dir(args.run_dir, empty=True) if args.run_dir else None
-    except RunDirError as exc:
-        raise UsageError(f"--run-dir {exc}") from None
-    run_dir = run_dir or runs_root(args) / run_id
+    if args.run_dir:
+        run_dir = usable(args.run_dir, "--run-dir", empty=True)
+    else:
+        run_dir = runs_root(args) / run_id
     return asyncio.run(headless.launch(inv, run_dir, extra, not args.skip_checks, run_id=run_id))
 
 
@@ -211,13 +208,19 @@ def load_inventory(path: Path) -> Inventory:
 
 
 def runs_root(args: argparse.Namespace) -> Path:
-    """--runs-root or the default, made (0700) and writable before anything connects."""
-    from remote.record import RunDirError, default_runs_root, usable_dir
+    from remote.record import default_runs_root
+
+    return usable(args.runs_root or default_runs_root(), "runs root", empty=False)
+
+
+def usable(path: Path, what: str, *, empty: bool) -> Path:
+    """A directory made (0700) and writable, and empty if asked, before anything connects."""
+    from remote.record import RunDirError, usable_dir
 
     try:
-        return usable_dir(args.runs_root or default_runs_root(), empty=False)
+        return usable_dir(path, empty=empty)
     except RunDirError as exc:
-        raise UsageError(f"runs root {exc}") from None
+        raise UsageError(f"{what} {exc}") from None
 
 
 if __name__ == "__main__":
