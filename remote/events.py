@@ -13,9 +13,18 @@ from typing import Any, Literal
 
 Stream = Literal["stdout", "stderr"]
 HostStatus = Literal[
-    "connecting", "connected", "unreachable", "starting", "running", "done", "failed", "stopped"
+    "connecting",
+    "connected",
+    "unreachable",
+    "starting",
+    "running",
+    "disconnected",
+    "done",
+    "failed",
+    "stopped",
 ]
-RunStatus = Literal["succeeded", "failed", "stopped", "unreachable"]
+# detached: the launcher left; the run goes on by itself on its hosts
+RunStatus = Literal["succeeded", "failed", "stopped", "unreachable", "detached"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,8 @@ class Job(_Strict):
     rdzv_backend: Literal["static", "c10d"] = "static"
     max_restarts: int = Field(default=0, ge=0)
     stop_grace: float = Field(default=5.0, ge=0)  # seconds between TERM and KILL
+    link_timeout: float = Field(default=60.0, gt=0)  # launcher <-> supervisor lease, seconds
+    spool_max_mb: float = Field(default=1024.0, gt=0)  # output a host keeps for replay
     nccl: Nccl = Field(default_factory=Nccl)
     spawn_args: SpawnArgs = Field(default_factory=lambda: SpawnArgs())
 
