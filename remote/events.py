@@ -23,8 +23,9 @@ HostStatus = Literal[
     "failed",
     "stopped",
 ]
-# detached: the launcher left; the run goes on by itself on its hosts
-RunStatus = Literal["succeeded", "failed", "stopped", "unreachable", "detached"]
+# detached: the launcher left; the run goes on by itself on its hosts.
+# lost: no launcher was heard from for link_timeout, so the hosts stopped it.
+RunStatus = Literal["succeeded", "failed", "stopped", "lost", "unreachable", "detached"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,7 @@ class LogBatch(Event):
     node_rank: int
     stream: Stream
     lines: tuple[tuple[int | None, str], ...]
+    replay: bool = False  # printed before this launcher (re)attached: the run's history
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,9 @@ from .transport import HostError, Transport
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
 # A line as torchrun tees it, `[<global rank>]:text`; \d is what int() reads.
 RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
+# Why a node stopped that the launcher did not stop: a `ddptui stop` (another launcher), the
+# run's hub (another node failed or was lost), or its lease (no launcher heard from).
+STOP_CAUSES = {"launcher": "user", "peer": "failure", "lease": "lease"}
 YIELD_EVERY = 64  # reads between giving the loop to the dashboard and the other nodes
 
 
@@ -183,7 +186,7 @@ class Gang:
                 self._message(node, link, item.message(), item.at)
             else:
                 text = item.data.decode("utf-8", "surrogateescape")
-                self._lines(node, STREAMS[item.kind], text, item.at)
+                self._lines(node, STREAMS[item.kind], text, item.at, link.replaying)
         elif isinstance(item, Noise):  # the host's own words (a banner, a greeting wrapper)
             lines = tuple((None, line) for line in item.text.splitlines() if line.strip())
             if lines:
@@ -243,7 +246,7 @@ class Gang:
         if started == len(self.transports) and (self._hub or started == 1):
             self.running.set()
 
-    def _lines(self, node: Node, stream: Stream, data: str, at: float) -> None:
+    def _lines(self, node: Node, stream: Stream, data: str, at: float, replay: bool) -> None:
         # The supervisor sends whole lines only. No Python call per line: 1M lines must flow.
         if node.rank_tagged:
             lines = _untag(data)
@@ -251,7 +254,7 @@ class Gang:
             lines = tuple(zip(repeat(None), data.split("\n")[:-1]))
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
-        self.emit(LogBatch(node.name, node.node_rank, stream, lines))
+        self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay))
 
     # -- endings --------------------------------------------------------------------------------
 
@@ -281,11 +284,11 @@ class Gang:
         if code == 0 and not end.get("stopped"):
             self.emit(HostState(name, k, "done"))
             self.emit(NodeExited(name, k, code))
-        elif end.get("stopped") and end.get("by") == "lease":
-            self._failed(node, code, [self._failure(node, str(end.get("reason")), code)])
         elif end.get("stopped"):
-            if self.cause is None:  # stopped by the hub, for a failure we have not seen
-                self.cause, self.stop_sent = "failure", node.at
+            if self.cause is None:  # not our stop: a stop from elsewhere, or its lease
+                self.cause, self.stop_sent = STOP_CAUSES.get(str(end.get("by")), "failure"), node.at
+            if end.get("by") == "lease":
+                self.emit(Notice("error", f"stopped: {end.get('reason')}", host=name))
             if self.cause == "failure":  # its own tracebacks from before the stop still count
                 own = self.tracker.node_failures(name, code, at=node.at)
                 self.failures.extend(f for f in own if f.seen_at < self.stop_sent)

@@ -6,6 +6,7 @@ location back to the line it came from.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +124,7 @@ class Inventory:
     path: Path
     hosts: tuple[Host, ...]
     job: Job
+    text: str = ""  # the file as read: a run keeps a copy (attach, stop, history need no -i)
 
     @property
     def master(self) -> Host:
@@ -157,7 +159,7 @@ def parse(text: str, path: Path) -> Inventory:
         err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         loc = tuple(err["loc"])
         raise InventoryError(path, _line_of(node, loc), _describe(loc, err)) from None
-    return _resolve(raw, path, node)
+    return dataclasses.replace(_resolve(raw, path, node), text=text)
 
 
 def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:

@@ -50,8 +50,14 @@ class NodeLink:
         self.lost = False  # given up on: not heard from for link_timeout
         self.hello: dict[str, Any] = {}
         self._fed = 0  # spool offset of the next byte for the reader
+        self._history = False  # this link attached to a run already going (or gone)
         self._wire = wire.WireReader()
         self._spool = wire.SpoolReader()
+
+    @property
+    def replaying(self) -> bool:
+        """Reading what was spooled before this connection began (an attach's history)."""
+        return self.offset <= int(self.hello.get("spool_end", 0)) and self._history
 
     @property
     def offset(self) -> int:
@@ -61,6 +67,7 @@ class NodeLink:
     async def open(self, cmd: dict[str, Any]) -> None:
         """A new SSH exec (start the supervisor, or attach to it), resuming at `offset`."""
         offset = self.offset
+        self._history = self._history or cmd.get("do") == "attach" and offset == 0
         self.close()
         python = self.transport.host.python
         self.proc = await self.transport.start(bootstrap.command(python))

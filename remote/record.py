@@ -19,13 +19,21 @@ from .events import Event, GpuStats, LogBatch, RunFinished, RunStarted
 
 
 class Recorder:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(
+        self, run_dir: Path, resume: bool = False, started_at: float | None = None
+    ) -> None:
+        """resume: a run attached to again; its hosts replay every line from the first, so
+        the logs are written anew and events.jsonl goes on."""
         self.dir = run_dir
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.events = open(self.dir / "events.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+        if resume:
+            for old in [*self.dir.glob("rank-*.log"), *self.dir.glob("node-*.log")]:
+                old.unlink()
+        mode = "a" if resume else "w"
+        self.events = open(self.dir / "events.jsonl", mode, encoding="utf-8")  # noqa: SIM115
         self.logs: dict[str, IO[str]] = {}
         self.started: RunStarted | None = None
-        self.t0 = time.time()
+        self.t0 = started_at or time.time()
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, LogBatch):
@@ -37,7 +45,7 @@ class Recorder:
             self.started = event
         self.events.write(event.to_json() + "\n")
         self.events.flush()
-        if isinstance(event, RunFinished):
+        if isinstance(event, RunFinished) and event.status != "detached":
             self._summary(event)
 
     def _write_lines(self, batch: LogBatch) -> None:

@@ -20,7 +20,7 @@ import platformdirs
 
 from . import checks as checker
 from . import plan as planner
-from . import probe
+from . import probe, runs
 from .events import (
     ChecksDone,
     Event,
@@ -84,8 +84,18 @@ class Run:
         self._secret = secrets.token_hex(16)  # the supervisors' proof to each other (hub)
         self._t0 = time.monotonic()
         self.recorder: Recorder | None = None
+        self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
+        self.stop_now = False
+        self.leftovers: list[str] = []  # what a stop could not kill
         job = inv.job
         self.gang = Gang(self.run_id, self.transports, self.emit, job.link_timeout, job.stop_grace)
+
+    @classmethod
+    def rejoin(cls, record: runs.RunRecord, emit: Emit, *, stop: bool = False) -> Run:
+        """A run started earlier (attach, stop): every host's stream, followed from byte 0."""
+        run = cls(record.inventory(), emit, run_dir=record.dir, run_id=record.run_id)
+        run.record, run.stop_now = record, stop
+        return run
 
     # -- public -----------------------------------------------------------------------------
 
@@ -104,8 +114,13 @@ class Run:
         return self.gang.cause is not None
 
     async def execute(self) -> RunFinished:
-        self.recorder = Recorder(self.run_dir)
+        record = self.record
+        started = record.started_at if record else None
+        self.recorder = Recorder(self.run_dir, resume=record is not None, started_at=started)
         try:
+            if record is not None:
+                return await self._rejoin(record)
+            runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
             return await self._execute()
         finally:
             if not self.gang.detached:  # after a cancel: stop what runs, read to the end
@@ -145,6 +160,7 @@ class Run:
         for text in plan.notices:
             self.emit(Notice("warning", text))
         self.gang.master_addr = plan.master_addr
+        runs.write_info(self.run_dir, master_addr=plan.master_addr, world_size=plan.world_size)
         starts = [
             (
                 Node(n.host.name, n.node_rank, n.ranks, n.rank_tagged),
@@ -154,6 +170,42 @@ class Run:
         ]
         await self._follow(starts)
         return self._finish()
+
+    async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
+        inv, info = self.inv, record.info
+        names = tuple(h.name for h in inv.hosts)
+        world = info.get("world_size")
+        self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
+        why = "cannot reach every host: the run's part on those is not known"
+        await self._until_stopped(self._connect_all(why))
+        self.gang.master_addr = str(info.get("master_addr") or "")
+        if self.stop_now:
+            self.gang.stop("user")
+        starts = [
+            (Node(h.name, h.node_rank), {"do": "attach", "run_id": self.run_id, "node": k})
+            for k, h in enumerate(inv.hosts)
+            if k not in self._unreachable_why
+        ]
+        await self._follow(starts)
+        if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
+            await self._sweep_all()
+        return self._finish()
+
+    async def _sweep_all(self) -> None:
+        from . import control
+
+        async def one(t: Transport) -> list[str]:
+            try:
+                left = await control.sweep(
+                    t, self.run_id, t.host.node_rank, self.inv.job.stop_grace
+                )
+            except HostError as exc:
+                return [f"{t.host.name}: {exc.reason}"]
+            return [f"{t.host.name}: {text}" for text in left]
+
+        reached = [t for t in self.transports if t.host.node_rank not in self._unreachable_why]
+        for left in await asyncio.gather(*(one(t) for t in reached)):
+            self.leftovers += left
 
     async def _prepare(self) -> bool:
         """Connect and check (or count GPUs): True when the run may start."""
@@ -198,11 +250,11 @@ class Run:
         self.emit(HostState(h.name, h.node_rank, "connected", f"{took:.2f} s"))
         return True
 
-    async def _connect_all(self) -> bool:
+    async def _connect_all(self, why: str = "not starting: every host must be reachable") -> bool:
         ok = all(await asyncio.gather(*(self._connect(t) for t in self.transports)))
         self._unreachable = not ok
         if not ok:
-            self.emit(Notice("error", "not starting: every host must be reachable"))
+            self.emit(Notice("error", why))
         return ok
 
     # -- checks before launch -----------------------------------------------------------------
@@ -328,7 +380,11 @@ class Run:
         return str(self.inv.path.resolve().parent)
 
     def _finish(self) -> RunFinished:
-        elapsed = time.monotonic() - self._t0
+        if self.record is not None and self.record.started_at:  # the run's, not this attach's
+            ends = [n.at for n in self.gang.nodes.values() if n.end is not None]
+            elapsed = (max(ends) if ends else time.time()) - self.record.started_at
+        else:
+            elapsed = time.monotonic() - self._t0
         gang = self.gang
         failures = self._failures + (gang.failures or gang.peer_failures)
         root = first(failures)
@@ -341,6 +397,8 @@ class Run:
             status, code = "failed", EXIT_FAILED
         elif gang.cause == "user":
             status, code = "stopped", EXIT_INTERRUPTED
+        elif gang.cause == "lease":  # no launcher was heard from: the hosts stopped the run
+            status, code = "lost", EXIT_FAILED
         else:
             status, code = "succeeded", EXIT_OK
         ordered = tuple(sorted(failures, key=lambda f: f.seen_at))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,27 +23,16 @@ def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-class Cli:
-    """`ddptui --headless launch` as a user runs it, output captured to files."""
+class Cmd:
+    """`ddptui --headless ARGS` as a user runs it, its output captured to BASE.out/.err."""
 
-    def __init__(self, inv: Path, run_dir: Path, *extra: str) -> None:
-        self.run_dir = run_dir
-        self.out, self.err = run_dir.with_suffix(".out"), run_dir.with_suffix(".err")
-        argv = [
-            sys.executable,
-            "-m",
-            "tui.cli",
-            "--headless",
-            "launch",
-            "-i",
-            str(inv),
-            "--run-dir",
-            str(run_dir),
-        ]
-        if extra:
-            argv += ["--", *extra]
+    def __init__(self, args: Sequence[str], base: Path, env: dict[str, str] | None = None) -> None:
+        self.out, self.err = base.with_suffix(".out"), base.with_suffix(".err")
+        argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
         with self.out.open("w") as out, self.err.open("w") as err:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=err, cwd=REPO)
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=err, cwd=REPO, env={**os.environ, **(env or {})}
+            )
 
     def wait(self, timeout: float = 180) -> int:
         return self.proc.wait(timeout)
@@ -54,6 +44,22 @@ class Cli:
     @property
     def stderr(self) -> str:
         return self.err.read_text()
+
+
+class Cli(Cmd):
+    """`ddptui --headless launch` as a user runs it, output captured to files."""
+
+    def __init__(
+        self,
+        inv: Path,
+        run_dir: Path,
+        *extra: str,
+        flags: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        args = ["launch", "-i", str(inv), "--run-dir", str(run_dir), *flags]
+        super().__init__([*args, "--", *extra] if extra else args, run_dir, env)
 
     def run_id(self) -> str:
         def first_event() -> str | None:

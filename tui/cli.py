@@ -14,7 +14,11 @@ from remote.run import EXIT_INTERRUPTED, EXIT_USAGE
 USAGE = """\
 ddptui [-i INVENTORY]                                  the dashboard
 ddptui --headless launch [-i INVENTORY] [--run-dir DIR] [-- SCRIPT ARGS...]
-ddptui --headless check  [-i INVENTORY] [--json]"""
+ddptui --headless check  [-i INVENTORY] [--json]
+ddptui --headless launch --detach ...                  start, print the run id, leave it running
+ddptui --headless attach RUN [--tail N]                replay and follow a run (Ctrl-C detaches)
+ddptui --headless stop RUN                             stop a run on every host
+ddptui --headless runs [--json]                        every run, newest first"""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,9 +40,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "command",
         nargs="?",
-        choices=["launch", "check"],
+        choices=["launch", "check", "attach", "stop", "runs"],
         help="with --headless: launch the job, or only check the hosts",
     )
+    p.add_argument("run", nargs="?", help="attach, stop: a run id, a unique prefix, or a run dir")
+    p.add_argument("--detach", action="store_true", help="launch: leave the run running")
+    p.add_argument("--tail", type=int, help="attach: replay only the last N lines")
     p.add_argument(
         "--run-dir",
         type=Path,
@@ -61,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _dashboard(args.inventory, args.run_dir, extra)
     if not args.command:
         p.error("--headless needs a command: launch or check")
+    if args.command in ("attach", "stop", "runs"):
+        return _lifecycle(args)
     try:
         inv = inventory.load(args.inventory)
     except inventory.InventoryError as exc:
@@ -69,11 +78,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     from . import headless
 
     if args.command == "launch":
-        return asyncio.run(headless.launch(inv, args.run_dir, extra, not args.skip_checks))
+        launch = headless.launch(inv, args.run_dir, extra, not args.skip_checks, args.detach)
+        return asyncio.run(launch)
     try:
         return asyncio.run(headless.check(inv, as_json=args.json))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def _lifecycle(args: argparse.Namespace) -> int:
+    from remote.runs import RunError
+
+    from . import lifecycle
+
+    if args.command == "runs":
+        return asyncio.run(lifecycle.history(args.json))
+    if not args.run:
+        print(
+            f"ddptui: {args.command} needs a run: an id, a unique prefix, or a run dir",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        if args.command == "attach":
+            return asyncio.run(lifecycle.attach(args.run, args.tail))
+        return asyncio.run(lifecycle.stop(args.run))
+    except RunError as exc:
+        print(f"ddptui: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def _dashboard(path: Path, runs_dir: Path | None, extra: Sequence[str]) -> int:

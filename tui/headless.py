@@ -90,7 +90,7 @@ class Printer:
             self.say(f"run failed: {failure_line(fin.failure)}")
             for line in fin.failure.traceback[-10:]:
                 self.err.write(f"    {line}\n")
-        else:
+        elif fin.status != "detached":
             self.say(f"run {fin.status} in {fin.elapsed:.1f} s (exit {fin.exit_code})")
         self.err.flush()
 
@@ -106,10 +106,14 @@ def failure_line(f: Failure) -> str:
 
 
 async def launch(
-    inv: Inventory, run_dir: Path | None, extra: Sequence[str], checks: bool = True
+    inv: Inventory,
+    run_dir: Path | None,
+    extra: Sequence[str],
+    checks: bool = True,
+    detach: bool = False,
 ) -> int:
     printer = Printer()
-    run = Run(inv, printer, run_dir=run_dir, extra_args=extra, checks=checks)
+    run = Run(inv, printer, run_dir=run_dir, extra_args=extra, checks=checks, detach=detach)
     loop = asyncio.get_running_loop()
     interrupted = False
 
@@ -124,6 +128,10 @@ async def launch(
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupt)
     fin = await run.execute()
+    if fin.status == "detached":  # the run id alone on the last line: for scripts
+        printer.say(f"detached: run {run.run_id} goes on by itself (ddptui attach {run.run_id})")
+        printer.out.write(f"{run.run_id}\n")
+        printer.out.flush()
     return fin.exit_code
 
 

@@ -177,6 +177,7 @@ class Daemon:
         self.note(
             t="started", pid=self.job.pid, hostname=socket.gethostname(), ifname=ifname,
             hub_port=self.hub.port if self.hub else None, mode=self.mode,
+            ranks=spec.get("ranks"), rank_tagged=spec.get("rank_tagged"),
         )  # fmt: skip
         self.save_state(status="running", job_pid=self.job.pid)
         threads = [
