@@ -13,9 +13,19 @@ from typing import Any, Literal
 
 Stream = Literal["stdout", "stderr"]
 HostStatus = Literal[
-    "connecting", "connected", "unreachable", "starting", "running", "done", "failed", "stopped"
+    "connecting",
+    "connected",
+    "unreachable",
+    "starting",
+    "running",
+    "disconnected",
+    "done",
+    "failed",
+    "stopped",
 ]
-RunStatus = Literal["succeeded", "failed", "stopped", "unreachable"]
+# detached: the launcher left; the run goes on by itself on its hosts.
+# lost: no launcher was heard from for link_timeout, so the hosts stopped it.
+RunStatus = Literal["succeeded", "failed", "stopped", "lost", "unreachable", "detached"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +96,7 @@ class LogBatch(Event):
     node_rank: int
     stream: Stream
     lines: tuple[tuple[int | None, str], ...]
+    replay: bool = False  # printed before this launcher (re)attached: the run's history
 
 
 @dataclass(frozen=True, slots=True)

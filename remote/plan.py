@@ -16,6 +16,8 @@ from .inventory import Host, Inventory, env_text
 
 # torchrun prefixes each teed worker line with this; ${rank} is the global rank (torch >= 2.2).
 LINE_PREFIX_TEMPLATE = "[${rank}]:"
+# torchrun's --log-dir: the supervisor puts a fresh private directory (mkdtemp) in its place.
+SCRATCH = "{ddptui-scratch}"
 # The interface variables `nccl.socket_ifname` sets; gloo needs a concrete name (design §2).
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
@@ -28,8 +30,9 @@ class NodePlan:
     ranks: tuple[int, ...]  # global ranks on this node; () when only the run reveals them
     rank_tagged: bool  # whether lines arrive tagged "[rank]:" (else they belong to the node)
     route_to: str | None  # set IFNAME_VARS to the interface that routes to this address
-    scratch: str | None  # a directory on the host the supervisor removes when the run ends
     unset: tuple[str, ...] = ()  # removed from the job's environment, even the host's own
+    expand: tuple[int, ...] = ()  # argv items that are paths: `~` expanded on the host
+    line_buffered: bool = False  # processes share the job's stdout: keep their lines whole
 
     @property
     def node_rank(self) -> int:
@@ -40,6 +43,7 @@ class NodePlan:
 class Plan:
     nodes: tuple[NodePlan, ...]
     world_size: int | None  # None when the script decides (spawn)
+    master_addr: str  # where every node reaches node 0 (torch's store, ddptui's hub)
     notices: tuple[str, ...] = ()
 
 
@@ -69,7 +73,8 @@ def build(
                 ranks=ranks,
                 rank_tagged=tagged,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
-                scratch=f"/tmp/ddptui-{run_id}-n{k}" if tagged else None,
+                expand=(0, argv.index(job.script, 1)),
+                line_buffered=job.launcher in ("spawn", "env"),
                 # Lightning spawns nothing when LOCAL_RANK is set (design §2).
                 unset=("LOCAL_RANK",) if job.launcher == "env" else (),
             )
@@ -90,6 +95,7 @@ def build(
     return Plan(
         nodes=tuple(nodes),
         world_size=None if job.launcher == "spawn" else world,
+        master_addr=master_addr,
         notices=tuple(notices),
     )
 
@@ -145,7 +151,7 @@ def _argv(
         "--tee",
         "3",
         "--log-dir",
-        f"/tmp/ddptui-{run_id}-n{k}",
+        SCRATCH,
     ]
     if job.launcher == "torchrun" and job.rdzv_backend == "c10d":
         rdzv = [

@@ -23,8 +23,6 @@ from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
-import platformdirs
-
 from .events import Event, GpuStats, LogBatch, RunFinished, RunStarted
 
 # Lines are str decoded with surrogateescape: this error handler writes those bytes back as
@@ -62,11 +60,6 @@ class RunDirError(Exception):
     """A run directory that cannot be used, in one line."""
 
 
-def default_runs_root() -> Path:
-    """Where each run's directory goes unless told otherwise: <user data dir>/runs."""
-    return platformdirs.user_data_path("ddptui") / "runs"
-
-
 def private_dir(path: Path) -> Path:
     """Make `path` a directory, creating missing parents too, each 0700 (others untouched)."""
     missing = [p for p in (path, *path.parents) if not p.exists()]
@@ -102,18 +95,31 @@ def _private(path: str, flags: int) -> int:
     return os.open(path, flags, 0o600)
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write a whole file that only its owner may read (a run's summary, its inventory)."""
+    with open(path, "w", encoding="utf-8", opener=_private) as f:
+        f.write(text)
+
+
 class Recorder:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(
+        self, run_dir: Path, resume: bool = False, started_at: float | None = None
+    ) -> None:
+        """resume: a run attached to again; its hosts replay every line from the first, so
+        the logs are written anew and events.jsonl goes on. Else the directory must hold no
+        run yet: events.jsonl opens with "x", so two runs are never mixed."""
         self.dir = private_dir(run_dir)
-        # "x": a directory that already holds a run is refused, never mixed into
+        if resume:
+            for old in [*self.dir.glob("rank-*.log"), *self.dir.glob("node-*.log")]:
+                old.unlink()
         self.events = open(  # noqa: SIM115
-            self.dir / "events.jsonl", "x", encoding="utf-8", opener=_private
+            self.dir / "events.jsonl", "a" if resume else "x", encoding="utf-8", opener=_private
         )
         # The open rank logs, least recently written first; a closed one is reopened to append.
         self.logs: OrderedDict[str, IO[str]] = OrderedDict()
         self.max_open = _open_logs_limit()
         self.started: RunStarted | None = None
-        self.t0 = time.time()
+        self.t0 = started_at or time.time()
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, LogBatch):
@@ -125,7 +131,7 @@ class Recorder:
             self.started = event
         self.events.write(event.to_json() + "\n")
         self.events.flush()
-        if isinstance(event, RunFinished):
+        if isinstance(event, RunFinished) and event.status != "detached":
             self._summary(event)
 
     def _write_lines(self, batch: LogBatch) -> None:
@@ -171,8 +177,7 @@ class Recorder:
             "failing_rank": fin.failure.rank if fin.failure else None,
             "failing_host": fin.failure.host if fin.failure else None,
         }
-        with open(self.dir / "summary.json", "w", encoding="utf-8", opener=_private) as f:
-            f.write(json.dumps(summary, indent=2) + "\n")
+        write_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     def close(self) -> None:
         for f in self.logs.values():

@@ -4,17 +4,22 @@ Each stops every host like Ctrl-C, writes summary.json, prints no traceback, lea
 
 from __future__ import annotations
 
+import json
 import signal
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from test_launch_e2e import LONG, TRAIN, Cli, assert_nothing_left, wait_for
+from e2etools import Cli, assert_nothing_left, wait_for
 from testhosts import REPO, TestCluster
 
 pytestmark = pytest.mark.e2e
+
+TRAIN = {"script": "examples/train.py", "nproc_per_node": 2, "master_port": 29641}
+LONG = ["--epochs", "1000", "--step-time", "0.1"]  # runs until stopped
 
 
 def no_traceback_of_ours(stderr: str) -> None:
@@ -40,13 +45,13 @@ def test_head_closing_the_output_stops_the_run(cluster: TestCluster, tmp_path: P
     assert code == 130, stderr
     assert "ddptui: output closed: stopping the run" in stderr
     no_traceback_of_ours(stderr)
-    cli = Cli.__new__(Cli)  # read the run directory the way the other e2e tests do
-    cli.run_dir = run_dir
-    summary = cli.summary()
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert (summary["status"], summary["exit_code"]) == ("stopped", 130)
     assert_nothing_left(cluster, summary["run_id"])
     for r in range(6):  # every line still reached its log
         assert f"rank {r}/6" in (run_dir / f"rank-{r}.log").read_text()
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [run_dir, *run_dir.iterdir()]}
+    assert modes == {"run": 0o700} | {name: 0o600 for name in modes if name != "run"}, modes
 
 
 def test_sighup_stops_the_run_like_ctrl_c(cluster: TestCluster, tmp_path: Path) -> None:

@@ -9,21 +9,23 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
 USAGE = """\
 ddptui [--headless] [-i INVENTORY] [--runs-root DIR] [COMMAND]
-       ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [-- SCRIPT ARGS...]
-       ddptui [--headless] check [--json]"""
+       ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--detach] [-- SCRIPT ARGS...]
+       ddptui [--headless] check [--json]
+       ddptui attach RUN [--tail N] | stop RUN | runs [--json]"""
 DESCRIPTION = """\
 Launch multi-node PyTorch training over SSH and watch every rank.
 
-Each command opens the dashboard on it (no command: the dashboard alone); with --headless
-it prints to the terminal instead and exits with a status."""
+launch and check open the dashboard on them (no command: the dashboard alone); with --headless
+they print to the terminal instead and exit with a status. attach, stop and runs print (the
+dashboard's views of them are to come). RUN is a run id, a unique prefix of one, or a run dir."""
 
 EPILOG = """\
 exit status:
@@ -69,8 +71,18 @@ def parser() -> argparse.ArgumentParser:
         help="--headless: this run's own directory, new or empty (default: RUNS_ROOT/<run id>)",
     )
     launch_p.add_argument("--skip-checks", action="store_true", help="do not check hosts first")
+    launch_p.add_argument(
+        "--detach", action="store_true", help="--headless: print the run id, leave it running"
+    )
     check_p = _command(sub, "check", check, "check every host: nothing starts")
     check_p.add_argument("--json", action="store_true", help="print the facts as JSON (headless)")
+    attach_p = _command(sub, "attach", attach, "replay and follow a run (Ctrl-C detaches)")
+    attach_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
+    attach_p.add_argument("--tail", type=int, metavar="N", help="replay only the last N lines")
+    stop_p = _command(sub, "stop", stop, "stop a run on every host, and prove nothing is left")
+    stop_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
+    runs_p = _command(sub, "runs", runs, "every run, newest first, with its status")
+    runs_p.add_argument("--json", action="store_true", help="print them as JSON")
     return p
 
 
@@ -149,8 +161,9 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
             "--run-dir is one run's directory: use it with --headless launch "
             "(the dashboard puts each run under --runs-root)"
         )
-    if getattr(args, "skip_checks", False):
-        raise UsageError("--skip-checks needs --headless (the dashboard checks every launch)")
+    for option in ("skip_checks", "detach"):
+        if getattr(args, option, False):
+            raise UsageError(f"--{option.replace('_', '-')} needs --headless")
     if extra and args.command not in (None, "launch"):
         raise UsageError(f"{args.command} takes no script arguments (after --)")
     root = runs_root(args)
@@ -178,7 +191,10 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
         run_dir = usable(args.run_dir, "--run-dir", empty=True)
     else:
         run_dir = runs_root(args) / run_id
-    return asyncio.run(headless.launch(inv, run_dir, extra, not args.skip_checks, run_id=run_id))
+    launching = headless.launch(
+        inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id
+    )
+    return asyncio.run(launching)
 
 
 def check(args: argparse.Namespace, extra: list[str]) -> int:
@@ -195,6 +211,44 @@ def check(args: argparse.Namespace, extra: list[str]) -> int:
     return asyncio.run(headless.check(inv, as_json=args.json))
 
 
+def attach(args: argparse.Namespace, extra: list[str]) -> int:
+    """`attach RUN`: its lines from the first, then live; its exit status (130: detached)."""
+    from . import lifecycle
+
+    return _on_run(args, extra, lambda: lifecycle.attach(args.run, args.tail))
+
+
+def stop(args: argparse.Namespace, extra: list[str]) -> int:
+    """`stop RUN`: 0 once nothing of it is left on its hosts, 1 naming what is."""
+    from . import lifecycle
+
+    return _on_run(args, extra, lambda: lifecycle.stop(args.run))
+
+
+def runs(args: argparse.Namespace, extra: list[str]) -> int:
+    """`runs`: the history, its statuses asked of the hosts where no summary says."""
+    from . import lifecycle
+
+    return _on_run(args, extra, lambda: lifecycle.history(args.json))
+
+
+def _on_run(
+    args: argparse.Namespace, extra: list[str], work: Callable[[], Coroutine[Any, Any, int]]
+) -> int:
+    """A command on runs already started: printed (no dashboard view yet); a RUN that names
+    no run, or several, is a usage mistake."""
+    if extra:
+        raise UsageError(f"{args.command} takes no script arguments (after --)")
+    import asyncio
+
+    from remote.runs import RunError
+
+    try:
+        return asyncio.run(work())
+    except RunError as exc:
+        raise UsageError(str(exc)) from None
+
+
 # -- shared ------------------------------------------------------------------------------------
 
 
@@ -208,9 +262,9 @@ def load_inventory(path: Path) -> Inventory:
 
 
 def runs_root(args: argparse.Namespace) -> Path:
-    from remote.record import default_runs_root
+    from remote import runs
 
-    return usable(args.runs_root or default_runs_root(), "runs root", empty=False)
+    return usable(args.runs_root or runs.root(), "runs root", empty=False)
 
 
 def usable(path: Path, what: str, *, empty: bool) -> Path:

@@ -103,11 +103,15 @@ class Printer:
         if fin.failure is not None:
             self.say(f"run failed: {failure_line(fin.failure)}")
             self._write(self.err, "".join(f"    {line}\n" for line in fin.failure.traceback[-10:]))
-        else:
+        elif fin.status != "detached":
             self.say(f"run {fin.status} in {fin.elapsed:.1f} s (exit {fin.exit_code})")
 
     def say(self, text: str) -> None:
         self._write(self.err, f"ddptui: {text}\n")
+
+    def print(self, text: str) -> None:
+        """To stdout: what a script reads (a detached run's id)."""
+        self._write(self.out, text)
 
     def _write(self, dst: TextIO, text: str) -> None:
         try:
@@ -141,6 +145,7 @@ async def launch(
     run_dir: Path | None,
     extra: Sequence[str],
     checks: bool = True,
+    detach: bool = False,
     *,
     run_id: str | None = None,
 ) -> int:
@@ -161,13 +166,18 @@ async def launch(
         stop()
 
     printer = Printer(on_closed=lambda: stop("output closed"))
-    run = Run(inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks)
+    run = Run(
+        inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks, detach=detach
+    )
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupt)
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup: outlive the terminal
         loop.add_signal_handler(signal.SIGHUP, stop, "terminal closed (SIGHUP)")
     fin = await run.execute()
+    if fin.status == "detached":  # the run id alone on the last line: for scripts
+        printer.say(f"detached: run {run.run_id} goes on by itself (ddptui attach {run.run_id})")
+        printer.print(f"{run.run_id}\n")
     return fin.exit_code
 
 
