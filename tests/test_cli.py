@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import stat
 import subprocess
 import sys
@@ -79,7 +80,7 @@ def inv(tmp_path: Path) -> Path:
 def one_line_exit_2(res: subprocess.CompletedProcess[str], words: str) -> None:
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.splitlines()) == 1, res.stderr
-    assert res.stderr.startswith("ddptui: ") and words in res.stderr, res.stderr
+    assert res.stderr.startswith("ddptui") and words in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and "connect" not in res.stderr
 
 
@@ -223,3 +224,34 @@ def test_a_closed_output_stops_the_run_once_and_is_not_written_again() -> None:
     printer(LogBatch("node0", 0, "stderr", ((0, "still here"),)))
     assert calls == ["stop"]
     assert err.getvalue() == "[r0 node0] still here\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["attach"], "the following arguments are required: RUN"),
+        (["stop", "nope-no-such-run"], "no run matches 'nope-no-such-run'"),
+        (["attach", "nope-no-such-run", "--tail", "x"], "argument --tail: invalid int value"),
+        (["--headless", "runs", "--", "x"], "runs takes no script arguments"),
+        (["launch", "--detach"], "--detach needs --headless"),
+    ],
+)
+def test_run_commands_mistakes(tmp_path: Path, args: list[str], words: str) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "tui.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path)},  # no runs yet
+    )
+    one_line_exit_2(res, words)
+
+
+def test_runs_lists_nothing_yet(tmp_path: Path) -> None:
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
+    for args in (["runs"], ["--headless", "runs", "--json"]):
+        res = subprocess.run(
+            [sys.executable, "-m", "tui.cli", *args], capture_output=True, text=True, env=env
+        )
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.endswith(("no runs yet\n", '"runs": []\n}\n')), res.stdout

@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(p)
-    p.set_defaults(run=dashboard, command=None)
+    p.set_defaults(handler=dashboard, command=None)
     sub = p.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
     launch_p = _command(sub, "launch", launch, "start the job on every host")
     launch_p.add_argument(
@@ -116,7 +116,7 @@ def _common(p: argparse.ArgumentParser, suppress: bool = False) -> None:
 
 
 def _command(
-    sub: argparse._SubParsersAction[_Parser], name: str, run: Command, text: str
+    sub: argparse._SubParsersAction[_Parser], name: str, handler: Command, text: str
 ) -> argparse.ArgumentParser:
     p = sub.add_parser(
         name,
@@ -127,7 +127,7 @@ def _command(
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(p, suppress=True)
-    p.set_defaults(run=run, command=name)
+    p.set_defaults(handler=handler, command=name)
     return p
 
 
@@ -140,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = parser()
     args = p.parse_args(args_in)
     try:
-        return int(args.run(args, extra))
+        return int(args.handler(args, extra))
     except UsageError as exc:
         print(f"ddptui: {exc}", file=sys.stderr)
         return EXIT_USAGE
