@@ -149,7 +149,7 @@ class Gang:
     async def _reconnect(self, node: Node, link: NodeLink) -> bool:
         """A new connection to the host, the stream resumed where it stopped; False: lost."""
         k, name = node.node_rank, node.name
-        gone = time.monotonic()
+        gone = link.heard  # the last word from the host: the outage began after it
         self.emit(HostState(name, k, "disconnected", "reconnecting"))
         self.emit(
             Notice(
@@ -175,7 +175,9 @@ class Gang:
             if self._hub and k:
                 link.send(self._hub)
             took = time.monotonic() - gone
-            self.emit(Notice("info", f"reconnected after {took:.1f} s; no line lost", host=name))
+            self.emit(
+                Notice("info", f"reconnected: the link was silent for {took:.1f} s", host=name)
+            )
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
             return True
         return False

@@ -51,6 +51,7 @@ class NodeLink:
         self.hello: dict[str, Any] = {}
         self._fed = 0  # spool offset of the next byte for the reader
         self._history = False  # this link attached to a run already going (or gone)
+        self._noise = b""  # the start of a line the host printed outside the protocol
         self._wire = wire.WireReader()
         self._spool = wire.SpoolReader()
 
@@ -94,10 +95,18 @@ class NodeLink:
         self.heard = time.monotonic()
         items: list[Item] = []
         for it in self._wire.feed(data):
+            if isinstance(it, wire.Noise):
+                self._noise += it.data
+                cut = self._noise.rfind(b"\n") + 1
+                if cut:
+                    items.append(_noise(self._noise[:cut]))
+                    self._noise = self._noise[cut:]
+                continue
+            if self._noise:  # the protocol began: a banner's unfinished line ends here
+                items.append(_noise(self._noise))
+                self._noise = b""
             if isinstance(it, wire.Data):
                 items += self._records(it.offset, it.data)
-            elif isinstance(it, wire.Noise):
-                items.append(Noise(it.data.decode("utf-8", "surrogateescape")))
             else:
                 items.append(it)
                 self._control(it)
@@ -120,3 +129,7 @@ class NodeLink:
             self.ended = True
         elif kind == "trimmed":  # gone from the host before we read it: carry on from there
             self._fed, self._spool = int(msg["at"]), wire.SpoolReader()
+
+
+def _noise(data: bytes) -> Noise:
+    return Noise(data.decode("utf-8", "surrogateescape"))

@@ -46,13 +46,14 @@ for _s in (sys.stdout, sys.stderr):
 _here = os.path.dirname(os.path.abspath(__file__))
 _path = sys.path[:]
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-del sys.modules["sitecustomize"]
+_me = sys.modules.pop("sitecustomize")
 try:
     import sitecustomize  # noqa: F401
 except ImportError:
     pass
 finally:
     sys.path[:] = _path
+    sys.modules.setdefault("sitecustomize", _me)  # the import that ran us looks for one
 """
 
 
