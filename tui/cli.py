@@ -262,9 +262,9 @@ def load_inventory(path: Path) -> Inventory:
 
 
 def runs_root(args: argparse.Namespace) -> Path:
-    from remote import runs
+    from remote.runs import root as default_root
 
-    return usable(args.runs_root or runs.root(), "runs root", empty=False)
+    return usable(args.runs_root or default_root(), "runs root", empty=False)
 
 
 def usable(path: Path, what: str, *, empty: bool) -> Path:
