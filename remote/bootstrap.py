@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 HOST = Path(__file__).parent / "host"
-MODULES = ("netif", "procs", "wire", "spool", "hub", "daemon", "main")  # dependencies first
+MODULES = (
+    "netif",
+    "procs",
+    "wire",
+    "spool",
+    "hub",
+    "linebuf",
+    "daemon",
+    "main",
+)  # dependencies first
 SOURCES = [(name, (HOST / f"{name}.py").read_text()) for name in MODULES]
 
 # Registers the sources as the package `ddph` (relative imports between them work).

@@ -51,7 +51,6 @@ class Node:
     name: str
     node_rank: int
     ranks: tuple[int, ...] = ()
-    rank_tagged: bool = False
     started: bool = False
     end: dict[str, Any] | None = None  # the supervisor's `exit` (or `error`) message
     at: float = 0.0  # host clock of that message
@@ -210,7 +209,6 @@ class Gang:
         if kind == "started":
             node.started = True
             node.ranks = tuple(msg.get("ranks") or node.ranks)
-            node.rank_tagged = bool(msg.get("rank_tagged", node.rank_tagged))
             self.emit(
                 NodeStarted(name, k, msg["pid"], msg["hostname"], node.ranks, msg.get("ifname"))
             )
@@ -250,10 +248,7 @@ class Gang:
 
     def _lines(self, node: Node, stream: Stream, data: str, at: float, replay: bool) -> None:
         # The supervisor sends whole lines only. No Python call per line: 1M lines must flow.
-        if node.rank_tagged:
-            lines = _untag(data)
-        else:
-            lines = tuple(zip(repeat(None), data.split("\n")[:-1]))
+        lines = _untag(data)
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
         self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay))

@@ -68,7 +68,7 @@ class NodeLink:
     async def open(self, cmd: dict[str, Any]) -> None:
         """A new SSH exec (start the supervisor, or attach to it), resuming at `offset`."""
         offset = self.offset
-        self._history = self._history or cmd.get("do") == "attach" and offset == 0
+        self._history = self._history or (cmd.get("do") == "attach" and offset == 0)
         self.close()
         python = self.transport.host.python
         self.proc = await self.transport.start(bootstrap.command(python))

@@ -28,7 +28,6 @@ class NodePlan:
     argv: tuple[str, ...]
     env: dict[str, str]  # exported to the job, on top of the host's own environment
     ranks: tuple[int, ...]  # global ranks on this node; () when only the run reveals them
-    rank_tagged: bool  # whether lines arrive tagged "[rank]:" (else they belong to the node)
     route_to: str | None  # set IFNAME_VARS to the interface that routes to this address
     unset: tuple[str, ...] = ()  # removed from the job's environment, even the host's own
     expand: tuple[int, ...] = ()  # argv items that are paths: `~` expanded on the host
@@ -63,7 +62,7 @@ def build(
     for host in inv.hosts:
         k = host.node_rank
         first = sum(nprocs[:k])
-        argv, tagged = _argv(inv, k, run_id, master_addr, addrs[k], nprocs[k], extra_args)
+        argv = _argv(inv, k, run_id, master_addr, addrs[k], nprocs[k], extra_args)
         ranks = tuple(range(first, first + nprocs[k])) if _ranks_known(inv) else ()
         nodes.append(
             NodePlan(
@@ -71,7 +70,6 @@ def build(
                 argv=argv,
                 env=_env(inv, host, master_addr, world),
                 ranks=ranks,
-                rank_tagged=tagged,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
                 expand=(0, argv.index(job.script, 1)),
                 line_buffered=job.launcher in ("spawn", "env"),
@@ -87,9 +85,9 @@ def build(
         )
     if job.launcher in ("spawn", "env"):
         notices.append(
-            f"launcher {job.launcher}: the script starts its own processes, so lines "
-            "are tagged with their node, not their rank; each node's ranks are shown once "
-            "its processes have started"
+            f"launcher {job.launcher}: the script starts its own processes; a line is tagged "
+            "with its rank once its process has joined the process group (before, with its "
+            "node), and each node's ranks are shown once its processes have started"
             + (" (taken to be node rank * processes + index)" if job.launcher == "spawn" else "")
         )
     return Plan(
@@ -117,7 +115,7 @@ def _argv(
     local_addr: str,
     nproc: int,
     extra: Sequence[str],
-) -> tuple[tuple[str, ...], bool]:
+) -> tuple[str, ...]:
     job, host = inv.job, inv.hosts[k]
     script = (job.script, *job.args, *extra)
     nnodes = str(len(inv.hosts))
@@ -132,9 +130,9 @@ def _argv(
             str(k),
             names.init_method,
             f"tcp://{_url_host(master)}:{job.master_port}",
-        ), False
+        )
     if job.launcher == "env":
-        return (host.python, *script), False
+        return (host.python, *script)
     # torchrun and the legacy launcher take the same node arguments.
     module = (
         ["torch.distributed.run"]
@@ -178,7 +176,7 @@ def _argv(
             "--master-port",
             str(job.master_port),
         ]
-    return (host.python, "-m", *module, *common, *rdzv, *script), True
+    return (host.python, "-m", *module, *common, *rdzv, *script)
 
 
 def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
@@ -203,6 +201,8 @@ def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
         del env["NODE_RANK"]  # the rendezvous orders the nodes, not the inventory
     if job.launcher in ("torchrun", "launch"):
         env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = LINE_PREFIX_TEMPLATE
+    if job.launcher in ("spawn", "env"):
+        env["DDPTUI_RANK_TAGS"] = "1"  # remote/host/linebuf.py: `[rank]:` once in the group
     if job.launcher == "env":
         env["WORLD_SIZE"] = str(world)
         env.pop("LOCAL_RANK", None)  # Lightning spawns nothing when LOCAL_RANK is set

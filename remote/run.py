@@ -167,7 +167,7 @@ class Run:
         runs.write_info(self.run_dir, master_addr=plan.master_addr, world_size=plan.world_size)
         starts = [
             (
-                Node(n.host.name, n.node_rank, n.ranks, n.rank_tagged),
+                Node(n.host.name, n.node_rank, n.ranks),
                 {"do": "start", "spec": self._spec(n)},
             )
             for n in plan.nodes
@@ -370,7 +370,6 @@ class Run:
             "unset": list(node.unset),
             "line_buffered": node.line_buffered,
             "ranks": list(node.ranks),
-            "rank_tagged": node.rank_tagged,
             "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
             "link_timeout": job.link_timeout,
             "spool_max": int(job.spool_max_mb * (1 << 20)),

@@ -143,7 +143,7 @@ def engine_only(args: argparse.Namespace, work: Path) -> None:
 def supervisor_messages(n: int, per_msg: int) -> list[bytes]:
     """What a supervisor's relay sends for a torchrun rank printing n lines: one read each
     (see remote/host/daemon.py: records in the spool, spool bytes in D frames)."""
-    started = {"t": "started", "pid": 1, "hostname": "node0", "ifname": "lo", "rank_tagged": True}
+    started = {"t": "started", "pid": 1, "hostname": "node0", "ifname": "lo"}
     records = [wire.meta(0, **started)]
     for start in range(0, n, per_msg):
         chunk = "".join(

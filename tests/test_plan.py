@@ -46,7 +46,6 @@ def test_static_torchrun_every_node(hosts: int, nproc: int) -> None:
         assert flag(argv, "--tee") == "3"
         assert argv[-5:] == ("train.py", "--epochs", "3", "--lr", "0.1")
         assert node.ranks == tuple(range(k * nproc, (k + 1) * nproc))
-        assert node.rank_tagged
         assert node.env["NODE_RANK"] == str(k)
         assert node.env["MASTER_ADDR"] == "10.0.0.11"
         assert node.env["MASTER_PORT"] == "29500"
@@ -85,7 +84,6 @@ def test_c10d_rendezvous() -> None:
         assert flag(argv, "--rdzv-conf") == f"is_host={int(k == 0)}"
         assert "NODE_RANK" not in node.env  # the rendezvous orders the nodes, not the inventory
         assert node.ranks == ()
-        assert node.rank_tagged
 
 
 def test_legacy_launch_uses_env_and_says_it_is_deprecated() -> None:
@@ -113,7 +111,6 @@ def test_spawn_style_passes_node_arguments() -> None:
             "--init_method",
             "tcp://10.0.0.11:29500",
         )
-        assert not node.rank_tagged
         assert node.line_buffered
         assert SCRATCH not in node.argv
     assert p.world_size is None

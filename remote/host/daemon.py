@@ -25,7 +25,7 @@ import threading
 import time
 
 from . import hub as hubs
-from . import netif, procs, wire
+from . import linebuf, netif, procs, wire
 from .spool import Spool, Trimmed
 
 CHUNK = 1 << 16
@@ -34,27 +34,6 @@ SEND_MAX = 1 << 18  # spool bytes per wire frame
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
 SOCKET = "ctl.sock"
 STATE = "state.json"
-SITECUSTOMIZE = """\
-# ddptui: each print() leaves in one write, so lines of processes sharing a pipe stay whole.
-import os, sys
-for _s in (sys.stdout, sys.stderr):
-    try:
-        _s.reconfigure(line_buffering=True, write_through=False)
-    except Exception:
-        pass
-# Then the host's own sitecustomize, if it has one: we only went first.
-_here = os.path.dirname(os.path.abspath(__file__))
-_path = sys.path[:]
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
-_me = sys.modules.pop("sitecustomize")
-try:
-    import sitecustomize  # noqa: F401
-except ImportError:
-    pass
-finally:
-    sys.path[:] = _path
-    sys.modules.setdefault("sitecustomize", _me)  # the import that ran us looks for one
-"""
 
 
 def now_ms():
@@ -178,7 +157,7 @@ class Daemon:
         self.note(
             t="started", pid=self.job.pid, hostname=socket.gethostname(), ifname=ifname,
             hub_port=self.hub.port if self.hub else None, mode=self.mode,
-            ranks=spec.get("ranks"), rank_tagged=spec.get("rank_tagged"),
+            ranks=spec.get("ranks"),
         )  # fmt: skip
         self.save_state(status="running", job_pid=self.job.pid)
         threads = [
@@ -278,7 +257,7 @@ class Daemon:
         path = os.path.join(self.dir, "py")
         os.mkdir(path, 0o700)
         with open(os.path.join(path, "sitecustomize.py"), "w") as f:
-            f.write(SITECUSTOMIZE)
+            f.write(linebuf.SITECUSTOMIZE)
         return path
 
     def _reap(self):

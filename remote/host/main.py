@@ -115,6 +115,9 @@ def read_state(ndir):
 
 
 def start(spec):
+    if not os.path.isdir("/proc/self"):  # the job's processes are found through /proc
+        why = "ddptui needs Linux on the hosts: this is {} (no /proc)".format(sys.platform)
+        return answer({"t": "error", "msg": why})
     ndir = node_dir(spec["run_id"], spec["node"])
     try:
         private_dirs(os.path.dirname(ndir))
