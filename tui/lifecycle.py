@@ -147,30 +147,29 @@ def row(r: runs.RunRecord) -> dict[str, Any]:
     }
 
 
+COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank")
+
+
+def cells(r: dict[str, Any]) -> tuple[str, ...]:
+    hosts = r["hosts"]
+    failing = "" if r["failing_rank"] is None else f"{r['failing_rank']} ({r['failing_host']})"
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
+    return (
+        r["id"],
+        r["status"] or "…",
+        f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0",
+        "" if r["world_size"] is None else str(r["world_size"]),
+        started,
+        "" if r["elapsed"] is None else runs.age(r["elapsed"]),
+        failing or (r["failing_host"] or ""),
+    )
+
+
 def print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
-    head = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank")
-    table = [head]
-    for r in rows:
-        hosts = r["hosts"]
-        failing = "" if r["failing_rank"] is None else f"{r['failing_rank']} ({r['failing_host']})"
-        if not failing and r["failing_host"]:
-            failing = str(r["failing_host"])
-        table.append(
-            (
-                r["id"],
-                r["status"],
-                f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0",
-                "" if r["world_size"] is None else str(r["world_size"]),
-                time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"]))
-                if r["started"]
-                else "",
-                "" if r["elapsed"] is None else runs.age(r["elapsed"]),
-                failing,
-            )
-        )
-    widths = [max(len(str(row[i])) for row in table) for i in range(len(head))]
+    table = [COLUMNS, *(cells(r) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
     for line in table:
-        out.write("  ".join(str(c).ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        out.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
         out.write("\n")
     if not rows:
         out.write("no runs yet\n")
