@@ -74,6 +74,7 @@ class Gang:
     links: dict[int, NodeLink] = field(default_factory=dict)
     nodes: dict[int, Node] = field(default_factory=dict)
     running: asyncio.Event = field(default_factory=asyncio.Event)  # every node has started
+    stored: dict[int, int] = field(default_factory=dict)  # node → spool offset the logs hold
     _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
     _hub: str | None = None
 
@@ -187,7 +188,8 @@ class Gang:
                 self._message(node, link, item.message(), item.at)
             else:
                 text = item.data.decode("utf-8", "surrogateescape")
-                self._lines(node, STREAMS[item.kind], text, item.at, link.replaying)
+                stored = item.end <= self.stored.get(node.node_rank, 0)
+                self._lines(node, STREAMS[item.kind], text, item.at, link.replaying, stored)
         elif isinstance(item, Noise):  # the host's own words (a banner, a greeting wrapper)
             lines = tuple((None, line) for line in item.text.splitlines() if line.strip())
             if lines:
@@ -246,12 +248,14 @@ class Gang:
         if started == len(self.transports) and (self._hub or started == 1):
             self.running.set()
 
-    def _lines(self, node: Node, stream: Stream, data: str, at: float, replay: bool) -> None:
+    def _lines(
+        self, node: Node, stream: Stream, data: str, at: float, replay: bool, stored: bool
+    ) -> None:
         # The supervisor sends whole lines only. No Python call per line: 1M lines must flow.
         lines = _untag(data)
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
-        self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay))
+        self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay, stored))
 
     # -- endings --------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ class Record:
     kind: bytes  # b"1" stdout, b"2" stderr, b"m" meta
     at: float  # host clock, seconds
     data: bytes
+    end: int  # spool offset just past this record
 
     def message(self) -> dict[str, Any]:
         msg = json.loads(self.data)
@@ -118,8 +119,12 @@ class NodeLink:
             return []
         if skip > 0:
             data = data[skip:]
+        base = self._fed - len(self._spool.buf) - self._spool.done  # where this reader began
         self._fed += len(data)
-        return [Record(kind, ts / 1000.0, payload) for kind, ts, payload in self._spool.feed(data)]
+        return [
+            Record(kind, ts / 1000.0, payload, base + end)
+            for kind, ts, payload, end in self._spool.feed(data)
+        ]
 
     def _control(self, msg: dict[str, Any]) -> None:
         kind = msg.get("t")

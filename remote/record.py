@@ -4,6 +4,7 @@ rank-<N>.log   every line global rank N printed (stdout and stderr, in arrival o
 node-<K>.log   lines of node K that carry no rank (the launcher's own, or untagged styles)
 events.jsonl   the event stream, less the log batches
 summary.json   status, exit code, first failure, times
+offsets.json   how far into each host's spool the logs go (an attach resumes there)
 
 A run directory holds one run, and only its owner reads it: directories ddptui creates are
 0700, files 0600 (rank logs carry whatever the job prints, tokens included).
@@ -105,13 +106,14 @@ class Recorder:
     def __init__(
         self, run_dir: Path, resume: bool = False, started_at: float | None = None
     ) -> None:
-        """resume: a run attached to again; its hosts replay every line from the first, so
-        the logs are written anew and events.jsonl goes on. Else the directory must hold no
-        run yet: events.jsonl opens with "x", so two runs are never mixed."""
+        """resume: a run attached to again; its hosts replay every line from the first, and
+        the logs take only what they lack (see checkpoint); events.jsonl goes on. Else the
+        directory must hold no run yet: events.jsonl opens with "x", so runs never mix."""
         self.dir = private_dir(run_dir)
+        self.node_of: dict[str, int] = {}  # log file → the node whose lines it holds
+        self.stored: dict[int, int] = {}  # node → spool offset its logs hold, when resumed
         if resume:
-            for old in [*self.dir.glob("rank-*.log"), *self.dir.glob("node-*.log")]:
-                old.unlink()
+            self._resume()
         self.events = open(  # noqa: SIM115
             self.dir / "events.jsonl", "a" if resume else "x", encoding="utf-8", opener=_private
         )
@@ -135,6 +137,8 @@ class Recorder:
             self._summary(event)
 
     def _write_lines(self, batch: LogBatch) -> None:
+        if batch.stored:  # an attach's replay of lines these logs already hold
+            return
         # One write per file and batch, not per line: 1M lines must flow.
         ranks = set(map(itemgetter(0), batch.lines))
         by_rank: dict[int | None, list[str]]
@@ -146,6 +150,7 @@ class Recorder:
                 by_rank[rank].append(text)
         for rank, texts in by_rank.items():
             name = f"rank-{rank}.log" if rank is not None else f"node-{batch.node_rank}.log"
+            self.node_of[name] = batch.node_rank
             f = self._log(name)
             texts.append("")  # the last line's newline
             f.write("\n".join(texts))
@@ -162,6 +167,45 @@ class Recorder:
             self.dir / name, "a", encoding="utf-8", errors=BYTES_BACK, opener=_private
         )
         return f
+
+    def checkpoint(self, offsets: dict[int, int]) -> None:
+        """Note how far into each node's spool the logs now go, with each log's size then.
+
+        Every batch is flushed as written and whole records are emitted before the loop moves
+        on, so sizes and offsets agree whenever this runs (between reads). An attach later
+        truncates the logs to these sizes and stores only records past these offsets: exactly
+        once, even after a launcher killed between two writes."""
+        nodes: dict[str, dict[str, Any]] = {
+            str(k): {"offset": max(o, self.stored.get(k, 0)), "files": {}}
+            for k, o in {**self.stored, **offsets}.items()
+        }
+        for name, k in self.node_of.items():
+            try:
+                size = (self.dir / name).stat().st_size
+            except OSError:
+                continue
+            nodes.setdefault(str(k), {"offset": 0, "files": {}})["files"][name] = size
+        tmp = self.dir / "offsets.json.tmp"
+        write_private(tmp, json.dumps(nodes))
+        tmp.replace(self.dir / "offsets.json")
+
+    def _resume(self) -> None:
+        """Cut the logs back to the last checkpoint; lines past it come again from the hosts."""
+        try:
+            nodes = json.loads((self.dir / "offsets.json").read_text())
+        except (OSError, ValueError):
+            nodes = {}
+        sizes = {}
+        for k, node in nodes.items():
+            self.stored[int(k)] = int(node.get("offset", 0))
+            for name, size in node.get("files", {}).items():
+                sizes[name] = int(size)
+                self.node_of[name] = int(k)
+        for log in [*self.dir.glob("rank-*.log"), *self.dir.glob("node-*.log")]:
+            if log.name in sizes:
+                os.truncate(log, sizes[log.name])
+            else:
+                log.unlink()  # written after the checkpoint: it all comes again
 
     def _summary(self, fin: RunFinished) -> None:
         summary: dict[str, Any] = {

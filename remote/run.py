@@ -44,6 +44,7 @@ from .record import Recorder
 from .transport import HostError, Transport, for_host
 
 GPU_REFRESH_S = 3.0  # live GPU figures while a job runs
+CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
 
 Emit = Callable[[Event], None]
 
@@ -183,6 +184,8 @@ class Run:
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self._connect_all(why))
         self.gang.master_addr = str(info.get("master_addr") or "")
+        if self.recorder is not None:  # lines the run dir has: shown again, not stored again
+            self.gang.stored = dict(self.recorder.stored)
         if self.stop_now:
             self.gang.stop("user")
         starts = [
@@ -335,6 +338,7 @@ class Run:
         helpers = [
             asyncio.ensure_future(gang.keep_leases()),
             asyncio.ensure_future(self._refresh_gpus()),
+            asyncio.ensure_future(self._checkpoints()),
         ]
         nodes = [asyncio.ensure_future(gang.follow(node, cmd)) for node, cmd in starts]
         if self.detach_when_running:
@@ -346,6 +350,17 @@ class Run:
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
+            self._checkpoint()
+
+    async def _checkpoints(self) -> None:
+        """Every second, note in the run dir how far each node's logs go (ends by cancel)."""
+        while True:
+            await asyncio.sleep(CHECKPOINT_S)
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        if self.recorder is not None:
+            self.recorder.checkpoint({k: link.offset for k, link in self.gang.links.items()})
 
     async def _detach_once_running(self, nodes: Sequence[asyncio.Future[None]]) -> None:
         running: asyncio.Future[Any] = asyncio.ensure_future(self.gang.running.wait())

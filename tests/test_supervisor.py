@@ -216,3 +216,50 @@ def test_sweep_ends_even_when_a_process_will_not_die(monkeypatch: pytest.MonkeyP
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_attach_after_a_killed_launcher_keeps_every_line_once(tmp_path: Path) -> None:
+    """The launcher dies between checkpoints; an attach cuts the logs back to the last one and
+    stores only what comes after: every line once, however many launchers it took."""
+    from e2etools import Cli, Cmd, wait_for
+
+    job = {"nproc_per_node": 2, "launcher": "torchrun", "link_timeout": 30}
+    inv = local_inventory(tmp_path, str(REPO / "tests/data/tick.py"), "150", "0.02", **job)
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    cli = Cli(inv.path, tmp_path / "run", env=env)
+    wait_for(lambda: "tick 1 40" in cli.stdout, 60, "ticks")
+    cli.proc.kill()  # no goodbye: its last checkpoint is up to a second old
+    attach = Cmd(["attach", str(tmp_path / "run")], tmp_path / "attach", env)
+    assert attach.wait(60) == 0, attach.stderr
+    for r in (0, 1):
+        log = (tmp_path / "run" / f"rank-{r}.log").read_text().splitlines()
+        assert log == [f"tick {r} {i}" for i in range(150)]
+        shown = [x for x in attach.stdout.splitlines() if x.startswith(f"[r{r} node0] ")]
+        assert len(shown) == 150  # the attach replays from the first line
+
+
+def test_lines_trimmed_on_the_host_survive_in_the_run_dir(tmp_path: Path) -> None:
+    """A host keeps spool_max_mb of output: what it trimmed is only in the local logs, and an
+    attach after the launcher died must keep it there, not rewrite the logs from the host."""
+    from e2etools import Cli, Cmd, wait_for
+
+    script = tmp_path / "chatty.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "r = os.environ['RANK']\n"
+        "for i in range(3000):\n"
+        "    print(f'chatty {r} {i:05d} ' + 'x' * 60)\n"
+        "    time.sleep(0.002 if i < 2000 else 0.01)\n"
+    )
+    job = {"nproc_per_node": 2, "launcher": "torchrun", "link_timeout": 30, "spool_max_mb": 0.07}
+    inv = local_inventory(tmp_path, str(script), **job)
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    cli = Cli(inv.path, tmp_path / "run", env=env)
+    wait_for(lambda: "chatty 1 02200" in cli.stdout, 90, "the chatter")
+    cli.proc.kill()
+    attach = Cmd(["attach", str(tmp_path / "run")], tmp_path / "attach", env)
+    assert attach.wait(90) == 0, attach.stderr
+    assert "trimmed" in attach.stderr  # the host no longer has the first lines
+    for r in (0, 1):
+        log = (tmp_path / "run" / f"rank-{r}.log").read_text().splitlines()
+        assert log == [f"chatty {r} {i:05d} " + "x" * 60 for i in range(3000)]

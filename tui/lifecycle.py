@@ -14,10 +14,19 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TextIO
 
 from remote import runs
-from remote.events import Event, HostState, LogBatch, Notice, RunFinished, RunStarted
+from remote.events import (
+    Event,
+    HostState,
+    LogBatch,
+    Notice,
+    RunFinished,
+    RunStarted,
+    failure_from,
+)
 from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
 
 from .headless import Printer
@@ -69,6 +78,8 @@ async def attach(spec: str, tail: int | None = None) -> int:
     """`ddptui --headless attach RUN`: the run's exit status; 130 when Ctrl-C detached."""
     record = runs.resolve(spec)
     printer = Printer()
+    if record.summary is not None:  # it ended while we watched: the run dir has it all
+        return show_finished(record, printer, tail)
     emit: Callable[[Event], None] = printer if tail is None else TailPrinter(printer, tail)
     run = Run.rejoin(record, emit)
     detached = False
@@ -83,6 +94,47 @@ async def attach(spec: str, tail: int | None = None) -> int:
     _on_signals(detach)
     fin = await run.execute()
     return EXIT_INTERRUPTED if detached else fin.exit_code
+
+
+def show_finished(record: runs.RunRecord, printer: Printer, tail: int | None) -> int:
+    """A finished run from its run directory: each node's and rank's log, then how it ended."""
+    names, rank_nodes = _who(record)
+    logs = sorted(record.dir.glob("node-*.log"), key=_number)
+    logs += sorted(record.dir.glob("rank-*.log"), key=_number)
+    for log in logs:
+        lines = log.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+        rank = _number(log) if log.name.startswith("rank-") else None
+        node = rank_nodes.get(rank, 0) if rank is not None else _number(log)
+        host = names[node] if node < len(names) else f"node {node}"
+        shown = tuple((rank, line) for line in lines[-tail if tail else 0 :])
+        printer(LogBatch(host, node, "stdout", shown))
+    s = record.summary or {}
+    failure = failure_from(s["failure"]) if s.get("failure") else None
+    printer(
+        RunFinished(
+            s.get("status", "failed"), s.get("exit_code", 1), s.get("elapsed", 0.0), failure
+        )
+    )
+    return int(s.get("exit_code", EXIT_FAILED))
+
+
+def _who(record: runs.RunRecord) -> tuple[list[str], dict[int, int]]:
+    """The run's host names, and each rank's node, from what its events said."""
+    names = [str(h) for h in record.info.get("hosts", [])]
+    rank_nodes: dict[int, int] = {}
+    try:
+        lines = (record.dir / "events.jsonl").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        event = json.loads(line)
+        if event.get("event") in ("NodeStarted", "NodeRanks"):
+            rank_nodes.update(dict.fromkeys(event.get("ranks", ()), event["node_rank"]))
+    return names, rank_nodes
+
+
+def _number(path: Path) -> int:
+    return int(path.stem.rpartition("-")[2])
 
 
 class Quiet:

@@ -137,15 +137,17 @@ class WireReader:
 
 
 class SpoolReader:
-    """Cuts spool bytes (in any pieces) into records: (kind, ts_ms, payload)."""
+    """Cuts spool bytes (in any pieces) into records: (kind, ts_ms, payload, end), where end
+    counts the bytes read up to the record's end (add the offset the reader started at)."""
 
     def __init__(self) -> None:
         self.buf = bytearray()
+        self.done = 0  # bytes of complete records cut so far
 
-    def feed(self, data: bytes) -> list[tuple[bytes, int, bytes]]:
+    def feed(self, data: bytes) -> list[tuple[bytes, int, bytes, int]]:
         buf = self.buf
         buf += data
-        out: list[tuple[bytes, int, bytes]] = []
+        out: list[tuple[bytes, int, bytes, int]] = []
         at = 0
         while True:
             end = buf.find(b"\n", at, at + 40)
@@ -159,7 +161,8 @@ class SpoolReader:
             length = int(m.group(3))
             if end + 1 + length > len(buf):
                 break
-            out.append((m.group(1), int(m.group(2)), bytes(buf[end + 1 : end + 1 + length])))
             at = end + 1 + length
+            out.append((m.group(1), int(m.group(2)), bytes(buf[end + 1 : at]), self.done + at))
         del buf[:at]
+        self.done += at
         return out
