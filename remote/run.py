@@ -16,8 +16,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from . import checks as checker
 from . import plan as planner
 from . import probe, runs
@@ -53,10 +51,6 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
-def default_run_dir(run_id: str) -> Path:
-    return platformdirs.user_data_path("ddptui") / "runs" / run_id
-
-
 class Run:
     """Drive one run; `execute()` returns the final event, `stop()` asks it to end early."""
 
@@ -74,7 +68,7 @@ class Run:
     ) -> None:
         self.inv = inv
         self.run_id = run_id or new_run_id()
-        self.run_dir = run_dir or default_run_dir(self.run_id)
+        self.run_dir = run_dir or runs.default_dir(self.run_id)
         self.extra_args = tuple(extra_args)
         self.transports = list(transports or [for_host(h) for h in inv.hosts])
         self._emit_to = emit

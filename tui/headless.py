@@ -39,7 +39,7 @@ from remote.run import check as run_checks
 
 from .check_report import finding_line, print_json, print_table
 
-QUIET_STATES = {"connecting", "starting"}
+QUIET_STATES = {"connecting", "starting", "disconnected"}  # a notice says it better
 
 
 class Printer:
