@@ -4,14 +4,14 @@ ddptui runs it with `launcher: env`: plain `python examples/lightning_boring.py`
 with MASTER_ADDR, MASTER_PORT, NODE_RANK and WORLD_SIZE set; Lightning then starts the node's
 other processes itself (they carry LOCAL_RANK). Needs `pip install lightning`.
 
---fail R makes global rank R raise at training step --fail-step.
+--fail R makes global rank R raise at training step --fail-step; --lines N has every process
+print N lines as fast as it can (they share the node's stdout).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from lightning.pytorch import Trainer
@@ -19,18 +19,18 @@ from lightning.pytorch.demos.boring_classes import BoringModel
 
 
 class Boring(BoringModel):
-    def __init__(self, fail_rank: int | None, fail_step: int) -> None:
+    def __init__(self, fail_rank: int | None, fail_step: int, lines: int) -> None:
         super().__init__()
-        self.fail_rank, self.fail_step = fail_rank, fail_step
+        self.fail_rank, self.fail_step, self.lines = fail_rank, fail_step, lines
 
     def on_fit_start(self) -> None:
         t = self.trainer
-        # One write per line: the node's processes share one stdout (see spawn_main.py).
-        sys.stdout.write(
+        print(
             f"rank {t.global_rank}/{t.world_size} on {os.uname().nodename} "
-            f"(node {t.node_rank}, local rank {t.local_rank})\n"
+            f"(node {t.node_rank}, local rank {t.local_rank})"
         )
-        sys.stdout.flush()
+        for i in range(self.lines):
+            print(f"flood {t.global_rank} {i} {'x' * 60}")
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:
         if self.global_rank == self.fail_rank and batch_idx == self.fail_step:
@@ -45,6 +45,7 @@ def main() -> None:
     p.add_argument("--max-steps", type=int, default=8)
     p.add_argument("--fail", type=int, default=None, metavar="RANK", help="this rank raises")
     p.add_argument("--fail-step", type=int, default=2)
+    p.add_argument("--lines", type=int, default=0, help="print this many lines per process")
     args = p.parse_args()
     trainer = Trainer(
         accelerator="cpu",
@@ -57,7 +58,7 @@ def main() -> None:
         enable_progress_bar=False,
         enable_model_summary=False,
     )
-    trainer.fit(Boring(args.fail, args.fail_step))
+    trainer.fit(Boring(args.fail, args.fail_step, args.lines))
     if trainer.global_rank == 0:
         print("done", flush=True)
 

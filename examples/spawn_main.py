@@ -6,14 +6,14 @@ per GPU (or --nprocs on CPU) and computes each global rank itself. ddptui runs i
 `launcher: spawn`:
     python examples/spawn_main.py --world_size 2 --rank 0 --init_method tcp://10.0.0.1:29500
 
---fail R makes global rank R raise at --fail-step (for trying ddptui's failure handling).
+--fail R makes global rank R raise at --fail-step (for trying ddptui's failure handling);
+--lines N has every process print N lines as fast as it can (they share the node's stdout).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -33,6 +33,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--samples", type=int, default=512)
     p.add_argument("--fail", type=int, default=None, metavar="RANK", help="this rank raises")
     p.add_argument("--fail-step", type=int, default=3)
+    p.add_argument("--lines", type=int, default=0, help="print this many lines per process")
     return p.parse_args()
 
 
@@ -46,7 +47,11 @@ def worker(local_rank: int, nprocs: int, args: argparse.Namespace) -> None:
     else:
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, init_method=args.init_method, world_size=world, rank=rank)
-    say(f"rank {rank}/{world} on {os.uname().nodename} (node {args.rank}, local rank {local_rank})")
+    print(
+        f"rank {rank}/{world} on {os.uname().nodename} (node {args.rank}, local rank {local_rank})"
+    )
+    for i in range(args.lines):
+        print(f"flood {rank} {i} {'x' * 60}")
     torch.manual_seed(0)
     x = torch.randn(args.samples, 16)
     data = TensorDataset(x, x @ torch.randn(16, 1))
@@ -68,18 +73,11 @@ def worker(local_rank: int, nprocs: int, args: argparse.Namespace) -> None:
             loss.backward()
             opt.step()
         if rank == 0:
-            say(f"epoch {epoch}: loss {loss.item():.4f}")
+            print(f"epoch {epoch}: loss {loss.item():.4f}")
     dist.barrier()
     if rank == 0:
-        say("done")
+        print("done")
     dist.destroy_process_group()
-
-
-def say(text: str) -> None:
-    """One write per line: the node's processes share one stdout, and print() writes the
-    text and its newline separately when unbuffered (ddptui sets PYTHONUNBUFFERED)."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
 
 
 def main() -> None:

@@ -13,9 +13,19 @@ from typing import Any, Literal
 
 Stream = Literal["stdout", "stderr"]
 HostStatus = Literal[
-    "connecting", "connected", "unreachable", "starting", "running", "done", "failed", "stopped"
+    "connecting",
+    "connected",
+    "unreachable",
+    "starting",
+    "running",
+    "disconnected",
+    "done",
+    "failed",
+    "stopped",
 ]
-RunStatus = Literal["succeeded", "failed", "stopped", "unreachable"]
+# detached: the launcher left; the run goes on by itself on its hosts.
+# lost: no launcher was heard from for link_timeout, so the hosts stopped it.
+RunStatus = Literal["succeeded", "failed", "stopped", "lost", "unreachable", "detached"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +96,8 @@ class LogBatch(Event):
     node_rank: int
     stream: Stream
     lines: tuple[tuple[int | None, str], ...]
+    replay: bool = False  # printed before this launcher (re)attached: the run's history
+    stored: bool = False  # already in the run directory's logs (an attach's replay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,9 +226,9 @@ def from_json(line: str) -> Event:
     cls = EVENT_TYPES[data.pop("event")]
     for key in ("failure",):
         if isinstance(data.get(key), dict):
-            data[key] = _failure(data[key])
+            data[key] = failure_from(data[key])
     if "failures" in data:
-        data["failures"] = tuple(_failure(f) for f in data["failures"])
+        data["failures"] = tuple(failure_from(f) for f in data["failures"])
     for key in ("hosts", "ranks"):
         if key in data:
             data[key] = tuple(data[key])
@@ -233,5 +245,6 @@ def _gpu(data: dict[str, Any]) -> Gpu:
     return Gpu(**{**data, "processes": tuple(GpuProcess(**p) for p in data.get("processes", ()))})
 
 
-def _failure(data: dict[str, Any]) -> Failure:
+def failure_from(data: dict[str, Any]) -> Failure:
+    """A Failure as `dataclasses.asdict` wrote it (events.jsonl, summary.json)."""
     return Failure(**{**data, "traceback": tuple(data.get("traceback", ()))})

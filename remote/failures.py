@@ -104,8 +104,11 @@ class FailureTracker:
         )
         self.first_traceback: dict[tuple[str, int | None], float] = {}
 
-    def feed(self, host: str, lines: tuple[tuple[int | None, str], ...]) -> None:
-        now = time.time()
+    def feed(
+        self, host: str, lines: tuple[tuple[int | None, str], ...], at: float | None = None
+    ) -> None:
+        """at: when the host saw them (its clock); a replay must not make them all 'now'."""
+        now = time.time() if at is None else at
         if len(lines) > TAIL and _plain(lines):
             lines = lines[-TAIL:]  # the rest would only pass through the tail: skip the work
         for rank, text in lines:
@@ -118,9 +121,11 @@ class FailureTracker:
             if text.startswith(TRACEBACK_START) and key not in self.first_traceback:
                 self.first_traceback[key] = now
 
-    def node_failures(self, host: str, exit_code: int | None, why: str = "") -> list[Failure]:
+    def node_failures(
+        self, host: str, exit_code: int | None, why: str = "", at: float | None = None
+    ) -> list[Failure]:
         """Failures of one node that ended badly, one per failed rank when torchrun says so."""
-        now = time.time()
+        now = time.time() if at is None else at
         node_lines = list(self.tails[(host, None)])
         reported = parse_child_failed(node_lines)
         if not reported and not why:  # no torchrun report: the tracebacks that name a rank

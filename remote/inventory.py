@@ -6,6 +6,7 @@ location back to the line it came from.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +94,7 @@ class Job(_Strict):
     max_restarts: int = Field(default=0, ge=0)
     # seconds between TERM and KILL
     stop_grace: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] = 5.0
-    link_timeout: Positive = 60.0  # seconds a host's part runs on without word from ddptui
+    link_timeout: Positive = 60.0  # launcher <-> supervisor lease, seconds
     spool_max_mb: Positive = 1024.0  # MB of output each host keeps for replay
     hang_after: Positive | None = 600.0  # seconds without progress before a hang; null: off
     nccl: Nccl = Field(default_factory=Nccl)
@@ -136,6 +137,7 @@ class Inventory:
     path: Path
     hosts: tuple[Host, ...]
     job: Job
+    text: str = ""  # the file as read: a run keeps a copy (attach, stop, history need no -i)
 
     @property
     def master(self) -> Host:
@@ -173,7 +175,7 @@ def parse(text: str, path: Path) -> Inventory:
         raise InventoryError(path, _line_of(node, loc), _describe(loc, err)) from None
     if (nul := _nul_at(data)) is not None:  # no argv or environment can carry one
         raise InventoryError(path, _line_of(node, nul), f"`{_dotted(nul)}` contains a NUL byte")
-    return _resolve(raw, path, node)
+    return dataclasses.replace(_resolve(raw, path, node), text=text)
 
 
 def _args_as_written(data: dict[str, Any], node: yaml.Node | None) -> None:

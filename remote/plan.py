@@ -17,6 +17,9 @@ from .inventory import Host, Inventory, env_text
 
 # torchrun prefixes each teed worker line with this; ${rank} is the global rank (torch >= 2.2).
 LINE_PREFIX_TEMPLATE = "[${rank}]:"
+# torchrun's --log-dir, and the flight recorder's files (in env values): the supervisor puts a
+# fresh private directory (mkdtemp) in its place.
+SCRATCH = "{ddptui-scratch}"
 # The interface variables `nccl.socket_ifname` sets; gloo needs a concrete name (design §2).
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
@@ -27,10 +30,10 @@ class NodePlan:
     argv: tuple[str, ...]
     env: dict[str, str]  # exported to the job, on top of the host's own environment
     ranks: tuple[int, ...]  # global ranks on this node; () when only the run reveals them
-    rank_tagged: bool  # whether lines arrive tagged "[rank]:" (else they belong to the node)
     route_to: str | None  # set IFNAME_VARS to the interface that routes to this address
-    scratch: str | None  # a directory on the host the supervisor removes when the run ends
     unset: tuple[str, ...] = ()  # removed from the job's environment, even the host's own
+    expand: tuple[int, ...] = ()  # argv items that are paths: `~` expanded on the host
+    line_buffered: bool = False  # processes share the job's stdout: keep their lines whole
 
     @property
     def node_rank(self) -> int:
@@ -41,6 +44,7 @@ class NodePlan:
 class Plan:
     nodes: tuple[NodePlan, ...]
     world_size: int | None  # None when the script decides (spawn)
+    master_addr: str  # where every node reaches node 0 (torch's store, ddptui's hub)
     notices: tuple[str, ...] = ()
 
 
@@ -60,21 +64,20 @@ def build(
     for host in inv.hosts:
         k = host.node_rank
         first = sum(nprocs[:k])
-        argv, tagged = _argv(inv, k, run_id, master_addr, addrs[k], nprocs[k], extra_args)
+        argv = _argv(inv, k, run_id, master_addr, addrs[k], nprocs[k], extra_args)
         ranks = tuple(range(first, first + nprocs[k])) if _ranks_known(inv) else ()
-        scratch = f"/tmp/ddptui-{run_id}-n{k}" if tagged else None
-        # The flight recorder's pipes and traces go in the node's scratch dir (torchrun makes
-        # it: its --log-dir); the inventory's env may still override any of it.
-        recorder = flight.env(scratch) if job.nccl.flight_recorder and scratch else {}
+        # The flight recorder's pipes and traces go in the node's scratch dir (the host makes
+        # it); the inventory's env may still override any of it.
+        recorder = flight.env(SCRATCH) if job.nccl.flight_recorder else {}
         nodes.append(
             NodePlan(
                 host=host,
                 argv=argv,
                 env={**recorder, **_env(inv, host, master_addr, world)},
                 ranks=ranks,
-                rank_tagged=tagged,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
-                scratch=scratch,
+                expand=(0, argv.index(job.script, 1)),
+                line_buffered=job.launcher in ("spawn", "env"),
                 # Lightning spawns nothing when LOCAL_RANK is set (design §2).
                 unset=("LOCAL_RANK",) if job.launcher == "env" else (),
             )
@@ -85,21 +88,17 @@ def build(
             "torch.distributed.launch is deprecated upstream; "
             "launcher: torchrun starts the same job"
         )
-    if job.nccl.flight_recorder and job.launcher in ("spawn", "env"):
-        notices.append(
-            f"nccl.flight_recorder is not set up for launcher {job.launcher} "
-            "(torchrun and launch only)"
-        )
     if job.launcher in ("spawn", "env"):
         notices.append(
-            f"launcher {job.launcher}: the script starts its own processes, so lines "
-            "are tagged with their node, not their rank; each node's ranks are shown once "
-            "its processes have started"
+            f"launcher {job.launcher}: the script starts its own processes; a line is tagged "
+            "with its rank once its process has joined the process group (before, with its "
+            "node), and each node's ranks are shown once its processes have started"
             + (" (taken to be node rank * processes + index)" if job.launcher == "spawn" else "")
         )
     return Plan(
         nodes=tuple(nodes),
         world_size=None if job.launcher == "spawn" else world,
+        master_addr=master_addr,
         notices=tuple(notices),
     )
 
@@ -121,7 +120,7 @@ def _argv(
     local_addr: str,
     nproc: int,
     extra: Sequence[str],
-) -> tuple[tuple[str, ...], bool]:
+) -> tuple[str, ...]:
     job, host = inv.job, inv.hosts[k]
     script = (job.script, *job.args, *extra)
     nnodes = str(len(inv.hosts))
@@ -136,9 +135,9 @@ def _argv(
             str(k),
             names.init_method,
             f"tcp://{_url_host(master)}:{job.master_port}",
-        ), False
+        )
     if job.launcher == "env":
-        return (host.python, *script), False
+        return (host.python, *script)
     # torchrun and the legacy launcher take the same node arguments.
     module = (
         ["torch.distributed.run"]
@@ -155,7 +154,7 @@ def _argv(
         "--tee",
         "3",
         "--log-dir",
-        f"/tmp/ddptui-{run_id}-n{k}",
+        SCRATCH,
     ]
     if job.launcher == "torchrun" and job.rdzv_backend == "c10d":
         rdzv = [
@@ -182,7 +181,7 @@ def _argv(
             "--master-port",
             str(job.master_port),
         ]
-    return (host.python, "-m", *module, *common, *rdzv, *script), True
+    return (host.python, "-m", *module, *common, *rdzv, *script)
 
 
 def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
@@ -207,6 +206,8 @@ def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
         del env["NODE_RANK"]  # the rendezvous orders the nodes, not the inventory
     if job.launcher in ("torchrun", "launch"):
         env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = LINE_PREFIX_TEMPLATE
+    if job.launcher in ("spawn", "env"):
+        env["DDPTUI_RANK_TAGS"] = "1"  # remote/host/linebuf.py: `[rank]:` once in the group
     if job.launcher == "env":
         env["WORLD_SIZE"] = str(world)
         env.pop("LOCAL_RANK", None)  # Lightning spawns nothing when LOCAL_RANK is set

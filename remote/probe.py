@@ -45,12 +45,12 @@ REFRESH_TIMEOUT = 10.0
 MARK = "DDPTUI-PROBE "  # probe_host.MARK: the line to read, whatever else the host printed
 
 _HERE = Path(__file__).parent
-_SOURCES = ((_HERE / "supervisor.py").read_text(), (_HERE / "probe_host.py").read_text())
-# python -c BOOT SUPERVISOR PROBE SPEC [missing]: supervisor.py's source first, in a namespace
-# of its own (its route_ifname is reused, its main must not run), then the probe.
+_SOURCES = ((_HERE / "host" / "netif.py").read_text(), (_HERE / "probe_host.py").read_text())
+# python -c BOOT NETIF PROBE SPEC [missing]: the host side's netif.py first, in a namespace of its
+# own (its route_ifname is reused, as the supervisor uses it), then the probe.
 BOOT = (
-    "import sys;a=sys.argv;s={'__name__':'ddptui-supervisor'};p={'__name__':'ddptui-probe'};"
-    "exec(compile(a[1],'ddptui-supervisor','exec'),s);"
+    "import sys;a=sys.argv;s={'__name__':'ddptui-netif'};p={'__name__':'ddptui-probe'};"
+    "exec(compile(a[1],'ddptui-netif','exec'),s);"
     "exec(compile(a[2],'ddptui-probe','exec'),p);"
     "sys.exit(p['main'](s['route_ifname'],a[3],len(a)>4))"
 )

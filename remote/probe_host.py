@@ -1,7 +1,7 @@
 """The host side of the checks: one run of this script learns what a host offers the job.
 
 It runs on the job's own interpreter (python3 >= 3.8, standard library only) and travels in the
-command line itself, after supervisor.py's source, whose route_ifname it is handed: nothing is
+command line itself, after host/netif.py's source, whose route_ifname it is handed: nothing is
 installed on the host, and pdsh can run the very same command. It prints one line, MARK + JSON.
 
 nvidia-smi's output goes back raw: the launcher parses it (remote/probe.py), so one parser serves

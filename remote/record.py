@@ -4,28 +4,124 @@ rank-<N>.log   every line global rank N printed (stdout and stderr, in arrival o
 node-<K>.log   lines of node K that carry no rank (the launcher's own, or untagged styles)
 events.jsonl   the event stream, less the log batches
 summary.json   status, exit code, first failure, times
+offsets.json   how far into each host's spool the logs go (an attach resumes there)
+
+A run directory holds one run, and only its owner reads it: directories ddptui creates are
+0700, files 0600 (rank logs carry whatever the job prints, tokens included).
 """
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
+import errno
 import json
+import os
+import resource
 import time
+from collections import OrderedDict
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
 from .events import Event, GpuStats, LogBatch, RunFinished, RunStarted
 
+# Lines are str decoded with surrogateescape: this error handler writes those bytes back as
+# they came, and anything else the encoding cannot carry (a lone surrogate, or a console that
+# is not UTF-8) as a backslash escape, never an exception in the middle of a run.
+BYTES_BACK = "ddptui-bytes"
+
+
+def _bytes_back(exc: UnicodeError) -> tuple[bytes | str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    out = bytearray()
+    for ch in exc.object[exc.start : exc.end]:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(code - 0xDC00)
+        else:
+            out += ch.encode("ascii", "backslashreplace")
+    return bytes(out), exc.end
+
+
+codecs.register_error(BYTES_BACK, _bytes_back)
+
+
+def _open_logs_limit() -> int:
+    """How many rank logs stay open at once: a share of the open-files limit (1024 on Linux,
+    256 on macOS), so 1,024 ranks never run the process out of file descriptors."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 128
+    return max(4, min(128, soft // 8))
+
+
+class RunDirError(Exception):
+    """A run directory that cannot be used, in one line."""
+
+
+def private_dir(path: Path) -> Path:
+    """Make `path` a directory, creating missing parents too, each 0700 (others untouched)."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):
+        try:
+            p.mkdir(mode=0o700)
+        except FileExistsError:
+            continue  # made meanwhile (another run starting): not ours to change
+        os.chmod(p, 0o700)  # exactly, whatever the umask
+    if not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "not a directory", str(path))
+    return path
+
+
+def usable_dir(path: Path, *, empty: bool) -> Path:
+    """Before anything connects: `path` is (or now is) a writable directory, and empty if
+    asked (a run directory holds one run: a second would mix its logs in). Else RunDirError."""
+    try:
+        private_dir(path)
+    except (FileExistsError, NotADirectoryError):
+        raise RunDirError(f"{path}: not a directory (a file is in the way)") from None
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot make a directory: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RunDirError(f"{path}: not writable")
+    if empty and any(path.iterdir()):
+        raise RunDirError(f"{path}: not empty (it holds another run?); name a new directory")
+    return path
+
+
+def _private(path: str, flags: int) -> int:
+    """open()'s opener: new files readable by their owner alone."""
+    return os.open(path, flags, 0o600)
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a whole file that only its owner may read (a run's summary, its inventory)."""
+    with open(path, "w", encoding="utf-8", opener=_private) as f:
+        f.write(text)
+
 
 class Recorder:
-    def __init__(self, run_dir: Path) -> None:
-        self.dir = run_dir
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.events = open(self.dir / "events.jsonl", "w", encoding="utf-8")  # noqa: SIM115
-        self.logs: dict[str, IO[str]] = {}
+    def __init__(
+        self, run_dir: Path, resume: bool = False, started_at: float | None = None
+    ) -> None:
+        """resume: a run attached to again; its hosts replay every line from the first, and
+        the logs take only what they lack (see checkpoint); events.jsonl goes on. Else the
+        directory must hold no run yet: events.jsonl opens with "x", so runs never mix."""
+        self.dir = private_dir(run_dir)
+        self.node_of: dict[str, int] = {}  # log file → the node whose lines it holds
+        self.stored: dict[int, int] = {}  # node → spool offset its logs hold, when resumed
+        if resume:
+            self._resume()
+        self.events = open(  # noqa: SIM115
+            self.dir / "events.jsonl", "a" if resume else "x", encoding="utf-8", opener=_private
+        )
+        # The open rank logs, least recently written first; a closed one is reopened to append.
+        self.logs: OrderedDict[str, IO[str]] = OrderedDict()
+        self.max_open = _open_logs_limit()
         self.started: RunStarted | None = None
-        self.t0 = time.time()
+        self.t0 = started_at or time.time()
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, LogBatch):
@@ -37,10 +133,12 @@ class Recorder:
             self.started = event
         self.events.write(event.to_json() + "\n")
         self.events.flush()
-        if isinstance(event, RunFinished):
+        if isinstance(event, RunFinished) and event.status != "detached":
             self._summary(event)
 
     def _write_lines(self, batch: LogBatch) -> None:
+        if batch.stored:  # an attach's replay of lines these logs already hold
+            return
         # One write per file and batch, not per line: 1M lines must flow.
         ranks = set(map(itemgetter(0), batch.lines))
         by_rank: dict[int | None, list[str]]
@@ -52,14 +150,62 @@ class Recorder:
                 by_rank[rank].append(text)
         for rank, texts in by_rank.items():
             name = f"rank-{rank}.log" if rank is not None else f"node-{batch.node_rank}.log"
-            f = self.logs.get(name)
-            if f is None:
-                f = self.logs[name] = open(  # noqa: SIM115
-                    self.dir / name, "a", encoding="utf-8", errors="surrogateescape"
-                )
+            self.node_of[name] = batch.node_rank
+            f = self._log(name)
             texts.append("")  # the last line's newline
             f.write("\n".join(texts))
-            f.flush()
+            f.flush()  # nothing waits in a buffer: a log may be closed at any time
+
+    def _log(self, name: str) -> IO[str]:
+        f = self.logs.get(name)
+        if f is not None:
+            self.logs.move_to_end(name)
+            return f
+        if len(self.logs) >= self.max_open:
+            self.logs.popitem(last=False)[1].close()
+        f = self.logs[name] = open(  # noqa: SIM115
+            self.dir / name, "a", encoding="utf-8", errors=BYTES_BACK, opener=_private
+        )
+        return f
+
+    def checkpoint(self, offsets: dict[int, int]) -> None:
+        """Note how far into each node's spool the logs now go, with each log's size then.
+
+        Every batch is flushed as written and whole records are emitted before the loop moves
+        on, so sizes and offsets agree whenever this runs (between reads). An attach later
+        truncates the logs to these sizes and stores only records past these offsets: exactly
+        once, even after a launcher killed between two writes."""
+        nodes: dict[str, dict[str, Any]] = {
+            str(k): {"offset": max(o, self.stored.get(k, 0)), "files": {}}
+            for k, o in {**self.stored, **offsets}.items()
+        }
+        for name, k in self.node_of.items():
+            try:
+                size = (self.dir / name).stat().st_size
+            except OSError:
+                continue
+            nodes.setdefault(str(k), {"offset": 0, "files": {}})["files"][name] = size
+        tmp = self.dir / "offsets.json.tmp"
+        write_private(tmp, json.dumps(nodes))
+        tmp.replace(self.dir / "offsets.json")
+
+    def _resume(self) -> None:
+        """Cut the logs back to the last checkpoint; lines past it come again from the hosts."""
+        try:
+            nodes = json.loads((self.dir / "offsets.json").read_text())
+        except (OSError, ValueError):
+            nodes = {}
+        sizes = {}
+        for k, node in nodes.items():
+            self.stored[int(k)] = int(node.get("offset", 0))
+            for name, size in node.get("files", {}).items():
+                sizes[name] = int(size)
+                self.node_of[name] = int(k)
+        for log in [*self.dir.glob("rank-*.log"), *self.dir.glob("node-*.log")]:
+            if log.name in sizes:
+                os.truncate(log, sizes[log.name])
+            else:
+                log.unlink()  # written after the checkpoint: it all comes again
 
     def _summary(self, fin: RunFinished) -> None:
         summary: dict[str, Any] = {
@@ -75,9 +221,10 @@ class Recorder:
             "failing_rank": fin.failure.rank if fin.failure else None,
             "failing_host": fin.failure.host if fin.failure else None,
         }
-        (self.dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        write_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     def close(self) -> None:
         for f in self.logs.values():
             f.close()
+        self.logs.clear()
         self.events.close()

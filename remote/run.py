@@ -1,28 +1,24 @@
-"""One run: connect to every host, start the supervisors, relay lines, stop everything cleanly.
+"""One run: connect to every host, check them, start the supervisors, follow them to the end.
 
 All or nothing: if any host cannot be reached, nothing starts. When one node fails, or the user
-stops the run, every other node is told to stop (TERM, grace, KILL on its host). If ddptui dies,
-each supervisor sees its stdin close and stops its node by itself.
+stops the run, every other node is told to stop (TERM, grace, KILL on its host). The run lives
+on its hosts (remote/gang.py, remote/host/): if ddptui dies or its link drops, each supervisor
+stops its node after `job.link_timeout` without a word from a launcher, unless one comes back;
+a detached run needs no launcher at all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import secrets
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Sequence
 from functools import partial
-from itertools import repeat
-from operator import itemgetter
 from pathlib import Path
-
-import platformdirs
+from typing import Any
 
 from . import checks as checker
-from . import hang, monitor, probe, stacks
+from . import hang, monitor, probe, runs, stacks
 from . import plan as planner
 from .events import (
     ChecksDone,
@@ -30,42 +26,29 @@ from .events import (
     Failure,
     HostChecked,
     HostState,
-    LogBatch,
-    NodeExited,
-    NodeRanks,
-    NodeStarted,
     Notice,
     RunFinished,
     RunStarted,
     RunStatus,
-    Stream,
 )
-from .failures import FailureTracker, describe_exit, first
+from .exits import EXIT_FAILED as EXIT_FAILED  # re-exported: callers take them from here
+from .exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from .exits import EXIT_OK as EXIT_OK
+from .exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from .exits import EXIT_USAGE as EXIT_USAGE
+from .failures import first
+from .gang import Gang, Node
 from .inventory import Host, Inventory
 from .record import Recorder
-from .transport import HostError, Process, Transport, for_host
+from .transport import HostError, Transport, for_host
 
-SUPERVISOR = (Path(__file__).parent / "supervisor.py").read_bytes()
-# Reads the supervisor's source from stdin, so nothing is installed on the host.
-BOOTSTRAP = (
-    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
-    "exec(compile(b.read(n),'ddptui-supervisor','exec'))"
-)
-STREAMS: dict[int, Stream] = {1: "stdout", 2: "stderr"}
-# A line as torchrun tees it, `[<global rank>]:text`; \d is what int() reads.
-RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
 
 Emit = Callable[[Event], None]
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def default_run_dir(run_id: str) -> Path:
-    return platformdirs.user_data_path("ddptui") / "runs" / run_id
 
 
 class Run:
@@ -81,56 +64,69 @@ class Run:
         extra_args: Sequence[str] = (),
         transports: Sequence[Transport] | None = None,
         checks: bool = True,
+        detach: bool = False,
     ) -> None:
         self.inv = inv
         self.run_id = run_id or new_run_id()
-        self.run_dir = run_dir or default_run_dir(self.run_id)
+        self.run_dir = run_dir or runs.default_dir(self.run_id)
         self.extra_args = tuple(extra_args)
         self.transports = list(transports or [for_host(h) for h in inv.hosts])
         self._emit_to = emit
         self.checks = checks  # probe every host first; any failed check stops the launch
+        self.detach_when_running = detach  # leave the run to itself once every node runs
         self._connect_s: dict[int, float] = {}  # node rank → seconds its login took
         self._unreachable_why: dict[int, str] = {}
         self._gpu_counts: dict[int, int] = {}  # node rank → GPUs found (`auto`, live refresh)
-        self._procs: dict[int, Process] = {}
-        self._tracker = FailureTracker()
-        self._failures: list[Failure] = []
-        self._cause: str | None = None  # "user" or "failure": why the run is ending early
-        self._stop_sent = 0.0  # when (time.time) the nodes were told to stop
+        self._failures: list[Failure] = []  # of logins and checks; the nodes' are the gang's
         self._unreachable = False
+        self._phase: asyncio.Future[bool] | None = None  # connecting, checking: stop cancels it
+        self._secret = secrets.token_hex(16)  # the supervisors' proof to each other (hub)
         self._t0 = time.monotonic()
         self.recorder: Recorder | None = None
-        self._hang = hang.HangWatch(inv.job.hang_after)  # fed every event (emit)
+        self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
+        self.stop_now = False
+        self.leftovers: list[str] = []  # what a stop could not kill
+        job = inv.job
+        self.gang = Gang(self.run_id, self.transports, self.emit, job.link_timeout, job.stop_grace)
+        self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
+
+    @classmethod
+    def rejoin(cls, record: runs.RunRecord, emit: Emit, *, stop: bool = False) -> Run:
+        """A run started earlier (attach, stop): every host's stream, followed from byte 0."""
+        run = cls(record.inventory(), emit, run_dir=record.dir, run_id=record.run_id)
+        run.record, run.stop_now = record, stop
+        return run
 
     # -- public -----------------------------------------------------------------------------
 
     def stop(self) -> None:
         """Stop every node (TERM, grace, KILL on each host). Safe to call more than once."""
-        self._stop_all("user")
+        self.gang.stop("user")
+        if self._phase is not None:  # still connecting or checking: stop that at once
+            self._phase.cancel()
 
-    async def execute(self) -> RunFinished:
-        self.recorder = Recorder(self.run_dir)
-        try:
-            return await self._execute()
-        finally:
-            await self._hang_up()
-            await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
-            self.recorder.close()
-
-    async def _hang_up(self) -> None:
-        """EOF to every supervisor, and wait for their sweep. A no-op after a normal end; after
-        a cancel it stops each node (local nodes would see no link drop while ddptui lives)."""
-        for proc in self._procs.values():
-            proc.close_stdin()
-        waits = [asyncio.ensure_future(proc.wait()) for proc in self._procs.values()]
-        if waits:
-            await asyncio.wait(waits, timeout=self.inv.job.stop_grace + 5)
+    def detach(self) -> None:
+        """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself."""
+        self.gang.detach()
 
     @property
     def stopping(self) -> bool:
-        return self._cause is not None
+        return self.gang.cause is not None
 
-    # -- the run ----------------------------------------------------------------------------
+    async def execute(self) -> RunFinished:
+        record = self.record
+        started = record.started_at if record else None
+        self.recorder = Recorder(self.run_dir, resume=record is not None, started_at=started)
+        try:
+            if record is not None:
+                return await self._rejoin(record)
+            runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
+            return await self._execute()
+        finally:
+            if not self.gang.detached:  # after a cancel: stop what runs, read to the end
+                await self.gang.hang_up()
+            await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
+            self.recorder.close()
 
     async def check(self, *, close: bool = True) -> ChecksDone:
         """Connect, probe every host, disconnect: the checks alone, nothing starts. close=False
@@ -141,6 +137,8 @@ class Run:
             if close:
                 await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
 
+    # -- the run ----------------------------------------------------------------------------
+
     async def _execute(self) -> RunFinished:
         inv = self.inv
         names = tuple(h.name for h in inv.hosts)
@@ -148,15 +146,7 @@ class Run:
         # auto: known once the GPUs are counted; spawn: the script decides
         world = None if auto or inv.job.launcher == "spawn" else sum(self.nprocs())
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
-        if not await self._connect_all() or self._cause:
-            return self._finish()
-        if self.checks:
-            done = await self._check_hosts()
-            if not done.ok:
-                return self._checks_failed(done)
-        elif auto:
-            await self._count_gpus()
-        if self.stopping:  # stopped while checking
+        if not await self._until_stopped(self._prepare()) or self.stopping:
             return self._finish()
         nprocs = self.nprocs()
         if auto:
@@ -171,19 +161,80 @@ class Run:
         )
         for text in plan.notices:
             self.emit(Notice("warning", text))
-        refresh = asyncio.create_task(self._refresh_gpus())
-        capture = partial(
-            stacks.capture, self.transports, self.run_id, self.run_dir, self.emit,
-            flight=inv.job.nccl.flight_recorder,
-        )  # fmt: skip
-        hangs = asyncio.create_task(hang.guard(self._hang, self.emit, capture))
-        try:
-            await asyncio.gather(*(self._node(node) for node in plan.nodes))
-        finally:
-            for task in (refresh, hangs):
-                task.cancel()
-            await asyncio.gather(refresh, hangs, return_exceptions=True)
+        self.gang.master_addr = plan.master_addr
+        runs.write_info(self.run_dir, master_addr=plan.master_addr, world_size=plan.world_size)
+        starts = [
+            (
+                Node(n.host.name, n.node_rank, n.ranks),
+                {"do": "start", "spec": self._spec(n)},
+            )
+            for n in plan.nodes
+        ]
+        await self._follow(starts)
         return self._finish()
+
+    async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
+        inv, info = self.inv, record.info
+        names = tuple(h.name for h in inv.hosts)
+        world = info.get("world_size")
+        self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
+        why = "cannot reach every host: the run's part on those is not known"
+        await self._until_stopped(self._connect_all(why))
+        self.gang.master_addr = str(info.get("master_addr") or "")
+        if self.recorder is not None:  # lines the run dir has: shown again, not stored again
+            self.gang.stored = dict(self.recorder.stored)
+        if self.stop_now:
+            self.gang.stop("user")
+        starts = [
+            (Node(h.name, h.node_rank), {"do": "attach", "run_id": self.run_id, "node": k})
+            for k, h in enumerate(inv.hosts)
+            if k not in self._unreachable_why
+        ]
+        await self._follow(starts)
+        if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
+            await self._sweep_all()
+        return self._finish()
+
+    async def _sweep_all(self) -> None:
+        from . import control
+
+        async def one(t: Transport) -> list[str]:
+            try:
+                left = await control.sweep(
+                    t, self.run_id, t.host.node_rank, self.inv.job.stop_grace
+                )
+            except HostError as exc:
+                return [f"{t.host.name}: {exc.reason}"]
+            return [f"{t.host.name}: {text}" for text in left]
+
+        reached = [t for t in self.transports if t.host.node_rank not in self._unreachable_why]
+        for left in await asyncio.gather(*(one(t) for t in reached)):
+            self.leftovers += left
+
+    async def _prepare(self) -> bool:
+        """Connect and check (or count GPUs): True when the run may start."""
+        if not await self._connect_all():
+            return False
+        if self.checks:
+            done = await self._check_hosts()
+            if not done.ok:
+                self._checks_failed(done)
+                return False
+        elif self.inv.job.nproc_per_node == "auto":
+            await self._count_gpus()
+        return True
+
+    async def _until_stopped(self, work: Coroutine[Any, Any, bool]) -> bool:
+        """A phase that stop() cancels at once (a login may take its whole timeout): False."""
+        self._phase = asyncio.ensure_future(work)
+        try:
+            return await self._phase
+        except asyncio.CancelledError:
+            if not self.stopping:  # cancelled from outside, not by our stop()
+                raise
+            return False
+        finally:
+            self._phase = None
 
     def nprocs(self) -> list[int]:
         """Processes per host. `auto` uses the GPUs found on the host, else `gpus:`, else 1."""
@@ -203,11 +254,11 @@ class Run:
         self.emit(HostState(h.name, h.node_rank, "connected", f"{took:.2f} s"))
         return True
 
-    async def _connect_all(self) -> bool:
+    async def _connect_all(self, why: str = "not starting: every host must be reachable") -> bool:
         ok = all(await asyncio.gather(*(self._connect(t) for t in self.transports)))
         self._unreachable = not ok
         if not ok:
-            self.emit(Notice("error", "not starting: every host must be reachable"))
+            self.emit(Notice("error", why))
         return ok
 
     # -- checks before launch -----------------------------------------------------------------
@@ -248,7 +299,7 @@ class Run:
         self.emit(done)
         return done
 
-    def _checks_failed(self, done: ChecksDone) -> RunFinished:
+    def _checks_failed(self, done: ChecksDone) -> None:
         failed = [f for f in done.findings if f.level == "failure"]
         for f in failed:
             message = f"check failed ({f.check}): {f.message}"
@@ -260,7 +311,6 @@ class Run:
                 "(--skip-checks launches anyway)",
             )
         )
-        return self._finish()
 
     async def _count_gpus(self) -> None:
         """`auto` without the checks: one GPU query per host, nothing else."""
@@ -273,59 +323,75 @@ class Run:
         connection (remote/monitor.py); ends by cancel."""
         await monitor.watch(self.transports, self.emit)
 
-    # -- nodes ----------------------------------------------------------------------------------
+    async def _guard_hangs(self) -> None:
+        """A stall warns, and every rank's stack is saved in the run dir (remote/hang.py)."""
+        flight = self.inv.job.nccl.flight_recorder
+        capture = partial(
+            stacks.capture, self.transports, self.run_id, self.run_dir, self.emit, flight=flight
+        )
+        await hang.guard(self._hang, self.emit, capture)
 
-    async def _node(self, node: planner.NodePlan) -> None:
-        """Start one node's supervisor and relay what it says until it is done."""
-        h, k = node.host, node.node_rank
-        if self._cause:
-            return
-        self.emit(HostState(h.name, k, "starting"))
-        transport = self.transports[k]
+    # -- nodes ------------------------------------------------------------------------------
+
+    async def _follow(self, starts: list[tuple[Node, dict[str, Any]]]) -> None:
+        """Follow every node to its end, the leases kept and the GPU figures refreshed."""
+        gang = self.gang
+        helpers = [
+            asyncio.ensure_future(gang.keep_leases()),
+            asyncio.ensure_future(self._refresh_gpus()),
+            asyncio.ensure_future(self._guard_hangs()),
+            asyncio.ensure_future(self._checkpoints()),
+        ]
+        nodes = [asyncio.ensure_future(gang.follow(node, cmd)) for node, cmd in starts]
+        if self.detach_when_running:
+            helpers.append(asyncio.ensure_future(self._detach_once_running(nodes)))
         try:
-            proc = await transport.start([h.python, "-u", "-c", BOOTSTRAP])
-        except HostError as exc:
-            self._node_failed(
-                node, None, [Failure(h.name, None, None, exc.reason, seen_at=time.time())]
-            )
-            return
-        self._procs[k] = proc
-        proc.write(b"%d\n" % len(SUPERVISOR) + SUPERVISOR + self._spec(node) + b"\n")
-        if self.stopping:  # a stop came while this node was starting
-            proc.write(b"stop\n")
-        end = await self._relay(node, proc)
-        code = await proc.wait()
-        if end is None:  # no word from the supervisor: it never ran, or the link died
-            why = proc.stderr_tail().splitlines()[-1:] or ["connection to the host lost"]
-            if code == 127:
-                why = [f"cannot run {h.python} on the host (python3 >= 3.8 needed)"]
-            self._node_failed(
-                node, code, [Failure(h.name, None, code, why[0], seen_at=time.time())]
-            )
-        elif end.error:
-            self._node_failed(
-                node, None, [Failure(h.name, None, None, end.error, seen_at=time.time())]
-            )
-        else:
-            self._node_exited(node, end.code, end.stopped)
+            await asyncio.gather(*nodes)
+            await gang.settle()
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            self._checkpoint()
 
-    def _spec(self, node: planner.NodePlan) -> bytes:
-        return json.dumps(
-            {
-                "run_id": self.run_id,
-                "node": node.node_rank,
-                "argv": list(node.argv),
-                "env": node.env,
-                "workdir": self._workdir(node.host),
-                "route_to": node.route_to,
-                "ifname_vars": list(planner.IFNAME_VARS),
-                "grace": self.inv.job.stop_grace,
-                "scratch": node.scratch,
-                "unset": list(node.unset),
-                "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
-                "nnodes": len(self.inv.hosts),
-            }
-        ).encode()
+    async def _checkpoints(self) -> None:
+        """Every second, note in the run dir how far each node's logs go (ends by cancel)."""
+        while True:
+            await asyncio.sleep(CHECKPOINT_S)
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        if self.recorder is not None:
+            self.recorder.checkpoint({k: link.offset for k, link in self.gang.links.items()})
+
+    async def _detach_once_running(self, nodes: Sequence[asyncio.Future[None]]) -> None:
+        running: asyncio.Future[Any] = asyncio.ensure_future(self.gang.running.wait())
+        await asyncio.wait([running, *nodes], return_when=asyncio.FIRST_COMPLETED)
+        if running.done() and not self.stopping:
+            self.detach()
+
+    def _spec(self, node: planner.NodePlan) -> dict[str, Any]:
+        job = self.inv.job
+        return {
+            "run_id": self.run_id,
+            "node": node.node_rank,
+            "names": [h.name for h in self.inv.hosts],
+            "argv": list(node.argv),
+            "expand": list(node.expand),
+            "scratch_arg": planner.SCRATCH,
+            "env": node.env,
+            "workdir": self._workdir(node.host),
+            "route_to": node.route_to,
+            "ifname_vars": list(planner.IFNAME_VARS),
+            "grace": job.stop_grace,
+            "unset": list(node.unset),
+            "line_buffered": node.line_buffered,
+            "ranks": list(node.ranks),
+            "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
+            "link_timeout": job.link_timeout,
+            "spool_max": int(job.spool_max_mb * (1 << 20)),
+            "secret": self._secret,
+        }
 
     def _workdir(self, host: Host) -> str | None:
         """A local node without workdir runs beside the inventory, where its script is."""
@@ -333,105 +399,30 @@ class Run:
             return host.workdir
         return str(self.inv.path.resolve().parent)
 
-    async def _relay(self, node: planner.NodePlan, proc: Process) -> _End | None:
-        """Turn supervisor messages into events; returns the final message, if any came."""
-        h, k = node.host, node.node_rank
-        seen = 0
-        while line := await proc.readline():
-            seen += 1
-            if seen % 64 == 0:  # readline does not suspend while data is buffered: let the
-                await asyncio.sleep(0)  # dashboard and the other nodes have the loop too
-            msg = json.loads(line)
-            kind = msg["t"]
-            if kind == "out":
-                self._lines(node, STREAMS[msg["s"]], msg["d"])
-            elif kind == "started":
-                self.emit(
-                    NodeStarted(
-                        h.name, k, msg["pid"], msg["hostname"], node.ranks, msg.get("ifname")
-                    )
-                )
-                self.emit(HostState(h.name, k, "running", _ranks_text(node.ranks)))
-            elif kind == "ranks":
-                ranks = tuple(msg["ranks"])
-                self.emit(NodeRanks(h.name, k, ranks, msg.get("world")))
-                self.emit(HostState(h.name, k, "running", _ranks_text(ranks)))
-            elif kind == "error":
-                return _End(error=msg["msg"])
-            elif kind == "exit":
-                return _End(code=msg["code"], stopped=msg["stopped"])
-        return None
-
-    def _lines(self, node: planner.NodePlan, stream: Stream, data: str) -> None:
-        # The supervisor sends whole lines only. No Python call per line: 1M lines must flow.
-        if node.rank_tagged:
-            lines = _untag(data)
-        else:
-            lines = tuple(zip(repeat(None), data.split("\n")[:-1]))
-        if stream == "stderr":
-            self._tracker.feed(node.host.name, lines)
-        self.emit(LogBatch(node.host.name, node.node_rank, stream, lines))
-
-    def _node_exited(self, node: planner.NodePlan, code: int | None, stopped: bool) -> None:
-        h = node.host
-        if code == 0:
-            self.emit(HostState(h.name, h.node_rank, "done"))
-            self.emit(NodeExited(h.name, h.node_rank, code))
-        elif stopped and self._cause:
-            if self._cause == "failure":  # its own tracebacks from before the stop still count
-                own = self._tracker.node_failures(h.name, code)
-                self._failures.extend(f for f in own if f.seen_at < self._stop_sent)
-            self.emit(HostState(h.name, h.node_rank, "stopped", describe_exit(code)))
-            self.emit(NodeExited(h.name, h.node_rank, code, stopped=True))
-        else:
-            self._node_failed(node, code, self._tracker.node_failures(h.name, code))
-
-    def _node_failed(
-        self, node: planner.NodePlan, code: int | None, failures: list[Failure]
-    ) -> None:
-        h = node.host
-        # Failures after a stop are its echo (ranks dying of TERM or of a lost peer).
-        own = self._cause != "user"
-        if own:
-            self._failures.extend(failures)
-        detail = failures[0].message if failures else describe_exit(code)
-        self.emit(HostState(h.name, h.node_rank, "failed", detail))
-        self.emit(NodeExited(h.name, h.node_rank, code, tuple(failures)))
-        self._stop_all("failure")
-
-    def _stop_all(self, cause: str) -> None:
-        if self._cause is None:
-            self._cause, self._stop_sent = cause, time.time()
-            if cause == "user":
-                self.emit(
-                    Notice(
-                        "info",
-                        "stopping every node (TERM, then KILL after "
-                        f"{self.inv.job.stop_grace:g} s)",
-                    )
-                )
-        for proc in self._procs.values():
-            proc.write(b"stop\n")
-
     def _finish(self) -> RunFinished:
-        elapsed = time.monotonic() - self._t0
-        root = first(self._failures)
+        if self.record is not None and self.record.started_at:  # the run's, not this attach's
+            ends = [n.at for n in self.gang.nodes.values() if n.end is not None]
+            elapsed = (max(ends) if ends else time.time()) - self.record.started_at
+        else:
+            elapsed = time.monotonic() - self._t0
+        gang = self.gang
+        failures = self._failures + (gang.failures or gang.peer_failures)
+        root = first(failures)
         status: RunStatus
-        if self._unreachable:
+        if gang.detached:
+            status, code = "detached", EXIT_OK
+        elif self._unreachable:
             status, code = "unreachable", EXIT_UNREACHABLE
         elif root is not None:
             status, code = "failed", EXIT_FAILED
-        elif self._cause == "user":
+        elif gang.cause == "user":
             status, code = "stopped", EXIT_INTERRUPTED
+        elif gang.cause == "lease":  # no launcher was heard from: the hosts stopped the run
+            status, code = "lost", EXIT_FAILED
         else:
             status, code = "succeeded", EXIT_OK
-        fin = RunFinished(
-            status,
-            code,
-            elapsed,
-            root,
-            tuple(sorted(self._failures, key=lambda f: f.seen_at)),
-        )
+        ordered = tuple(sorted(failures, key=lambda f: f.seen_at))
+        fin = RunFinished(status, code, elapsed, root, ordered)
         self.emit(fin)
         return fin
 
@@ -440,30 +431,6 @@ class Run:
         if self.recorder is not None:
             self.recorder(event)
         self._emit_to(event)
-
-
-@dataclass(frozen=True)
-class _End:
-    """How a supervisor's conversation ended: the job's exit, or why it could not start."""
-
-    code: int | None = None
-    stopped: bool = False
-    error: str | None = None
-
-
-def _untag(data: str) -> tuple[tuple[int | None, str], ...]:
-    """Each whole line of data: `[3]:hello` → (3, "hello"); torchrun's own lines carry no tag."""
-    found = RANK_TAG.findall(data)  # one pass in C over the whole chunk
-    ranks = {tag: int(tag) if tag else None for tag in set(map(itemgetter(0), found))}
-    if len(ranks) == 1:  # the usual chunk: one rank's lines
-        return tuple(zip(repeat(ranks.popitem()[1]), map(itemgetter(1), found)))
-    return tuple([(ranks[tag], text) for tag, text in found])
-
-
-def _ranks_text(ranks: tuple[int, ...]) -> str:
-    if not ranks:
-        return ""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
 
 
 async def check(

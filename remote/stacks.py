@@ -34,12 +34,12 @@ SHOWN_FRAMES = 8  # frames of a group on its text line; the JSON and the file ha
 
 _HERE = Path(__file__).parent
 _SOURCES = tuple(
-    (_HERE / f).read_text() for f in ("supervisor.py", "probe_host.py", "stacks_host.py")
+    (_HERE / f).read_text() for f in ("host/procs.py", "probe_host.py", "stacks_host.py")
 )
-# python -c BOOT SUPERVISOR PROBE STACKS SPEC: each in a namespace of its own (their mains must
+# python -c BOOT PROCS PROBE STACKS SPEC: each in a namespace of its own (the probe's main must
 # not run); the stacks script gets the other two.
 BOOT = (
-    "import sys;a=sys.argv;n=[{'__name__':'ddptui-'+w} for w in ('supervisor','probe','stacks')];"
+    "import sys;a=sys.argv;n=[{'__name__':'ddptui-'+w} for w in ('procs','probe','stacks')];"
     "[exec(compile(a[i+1],n[i]['__name__'],'exec'),n[i]) for i in range(3)];"
     "sys.exit(n[2]['main'](n[0],n[1],a[4]))"
 )

@@ -2,7 +2,7 @@
 of the run, all at once, and with the flight recorder on, each rank's NCCL trace as well.
 
 It runs on the host's python3 (>= 3.8, standard library only) and travels in the command line
-after supervisor.py's source (its ranks_by_pid finds the rank processes by their tags) and
+after the host side's procs.py (its ranks_by_pid finds the rank processes by their tags) and
 probe_host.py's (find_py_spy, ptrace_rights), so nothing is installed. It prints one line,
 MARK + JSON: {hostname, ranks: {rank: {pid, threads} | {pid, error}}, error, flight}.
 
@@ -50,7 +50,7 @@ def main(sup: dict[str, Any], probe: dict[str, Any], spec_text: str) -> int:
             found["ranks"] = dump_all(spy, by_pid, spec.get("native", False))
             found["ptrace"] = probe["ptrace_rights"]()
     if by_pid and spec.get("flight_wait"):
-        found["flight"] = flight(sup["_environ"], by_pid, spec["flight_wait"])
+        found["flight"] = flight(sup["environ"], by_pid, spec["flight_wait"])
     sys.stdout.write(MARK + json.dumps(found) + "\n")
     sys.stdout.flush()
     return 0

@@ -45,6 +45,7 @@ class Process(Protocol):
     """A running command with pipes: the supervisor's end of the conversation."""
 
     async def readline(self) -> bytes: ...
+    async def read(self, n: int) -> bytes: ...
     def write(self, data: bytes) -> None: ...
     def close_stdin(self) -> None: ...
     async def wait(self) -> int | None: ...
@@ -69,6 +70,14 @@ class Transport(ABC):
 
     async def close(self) -> None:
         return None
+
+    def drop(self) -> None:  # noqa: B027 (nothing to drop for most transports)
+        """Forget the connection at once, without a goodbye (its link may be dead)."""
+
+    async def reconnect(self) -> float:
+        """A fresh connection to the same host; raises HostError."""
+        self.drop()
+        return await self.connect()
 
 
 def for_host(host: Host) -> Transport:
@@ -100,6 +109,9 @@ class _LocalProcess:
 
     async def readline(self) -> bytes:
         return await self._stdout.readline()
+
+    async def read(self, n: int) -> bytes:
+        return await self._stdout.read(n)
 
     def write(self, data: bytes) -> None:
         if not self._stdin.is_closing():
@@ -171,6 +183,12 @@ class _SSHProcess:
     async def readline(self) -> bytes:
         try:
             return await self.proc.stdout.readline()
+        except (asyncssh.Error, OSError):
+            return b""  # the connection is gone: same as EOF for the caller
+
+    async def read(self, n: int) -> bytes:
+        try:
+            return await self.proc.stdout.read(n)
         except (asyncssh.Error, OSError):
             return b""  # the connection is gone: same as EOF for the caller
 
@@ -249,6 +267,11 @@ class SSHTransport(Transport):
         out, err = res.stdout or b"", res.stderr or b""
         assert isinstance(out, bytes) and isinstance(err, bytes)  # encoding=None
         return Result(res.exit_status, out, err)
+
+    def drop(self) -> None:
+        if self.conn is not None:
+            self.conn.abort()
+            self.conn = None
 
     async def close(self) -> None:
         if self.conn is not None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
-import json
 import os
 import sys
 import time
@@ -48,6 +47,7 @@ from bench_common import (
 )
 
 from remote import inventory
+from remote.host import wire
 from remote.inventory import Host
 from remote.run import Run
 from remote.transport import Process, Result, Transport
@@ -141,24 +141,34 @@ def engine_only(args: argparse.Namespace, work: Path) -> None:
 
 
 def supervisor_messages(n: int, per_msg: int) -> list[bytes]:
-    """What a supervisor sends for a torchrun rank printing n lines (see supervisor.pump)."""
-    msgs = [json.dumps({"t": "started", "pid": 1, "hostname": "node0", "ifname": "lo"})]
+    """What a supervisor's relay sends for a torchrun rank printing n lines: one read each
+    (see remote/host/daemon.py: records in the spool, spool bytes in D frames)."""
+    started = {"t": "started", "pid": 1, "hostname": "node0", "ifname": "lo"}
+    records = [wire.meta(0, **started)]
     for start in range(0, n, per_msg):
         chunk = "".join(
             f"[0]:line {i} from rank 0\n" for i in range(start, min(n, start + per_msg))
         )
-        msgs.append(json.dumps({"t": "out", "s": 1, "d": chunk}, ensure_ascii=False))
-    msgs.append(json.dumps({"t": "exit", "code": 0, "stopped": False}))
-    return [m.encode() + b"\n" for m in msgs]
+        records.append(wire.record(b"1", 0, chunk.encode()))
+    records.append(wire.meta(0, t="exit", code=0, stopped=False))
+    frames, offset = [wire.MARK + wire.control(t="hello", spool_end=0)], 0
+    for rec in records:
+        frames.append(wire.data_frame(offset, rec))
+        offset += len(rec)
+    frames.append(wire.control(t="eof", end=offset))
+    return frames
 
 
 class FakeSupervisor:
-    """A Process that replays recorded supervisor messages."""
+    """A Process that replays recorded supervisor frames, one read each."""
 
     def __init__(self, msgs: list[bytes]) -> None:
         self.msgs = iter(msgs)
 
     async def readline(self) -> bytes:
+        return next(self.msgs, b"")
+
+    async def read(self, n: int) -> bytes:
         return next(self.msgs, b"")
 
     def write(self, data: bytes) -> None:

@@ -22,7 +22,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from remote.run import default_run_dir  # noqa: E402
+from remote.runs import default_dir  # noqa: E402
 from tui.app import create_app  # noqa: E402
 from tui.logbuffer import TEXT  # noqa: E402
 
@@ -52,7 +52,7 @@ async def shoot(out: Path, work: Path) -> None:
         await pilot.press("s")
         assert app.worker is not None and app.run_id is not None
         await app.worker.wait()
-    shutil.rmtree(default_run_dir(app.run_id), ignore_errors=True)
+    shutil.rmtree(default_dir(app.run_id), ignore_errors=True)
 
 
 def main() -> int:

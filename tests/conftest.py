@@ -8,7 +8,6 @@ from collections.abc import Iterator
 import pytest
 from testhosts import DEFAULT_PREFIX, SUBNET, TestCluster, check_prerequisites
 
-
 # DDPTUI_TESTHOSTS=PREFIX:SUBNET runs this session's hosts apart from another session's (two
 # checkouts testing at once on one machine); the default is testhosts.py's.
 PREFIX, _, SUBNET = os.environ.get("DDPTUI_TESTHOSTS", f"{DEFAULT_PREFIX}:{SUBNET}").partition(":")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from remote import inventory, plan
-from remote.plan import LINE_PREFIX_TEMPLATE
+from remote.plan import LINE_PREFIX_TEMPLATE, SCRATCH
 
 RUN = "20260101-000000-abcd"
 
@@ -46,7 +46,6 @@ def test_static_torchrun_every_node(hosts: int, nproc: int) -> None:
         assert flag(argv, "--tee") == "3"
         assert argv[-5:] == ("train.py", "--epochs", "3", "--lr", "0.1")
         assert node.ranks == tuple(range(k * nproc, (k + 1) * nproc))
-        assert node.rank_tagged
         assert node.env["NODE_RANK"] == str(k)
         assert node.env["MASTER_ADDR"] == "10.0.0.11"
         assert node.env["MASTER_PORT"] == "29500"
@@ -85,7 +84,6 @@ def test_c10d_rendezvous() -> None:
         assert flag(argv, "--rdzv-conf") == f"is_host={int(k == 0)}"
         assert "NODE_RANK" not in node.env  # the rendezvous orders the nodes, not the inventory
         assert node.ranks == ()
-        assert node.rank_tagged
 
 
 def test_legacy_launch_uses_env_and_says_it_is_deprecated() -> None:
@@ -113,8 +111,8 @@ def test_spawn_style_passes_node_arguments() -> None:
             "--init_method",
             "tcp://10.0.0.11:29500",
         )
-        assert not node.rank_tagged
-        assert node.scratch is None
+        assert node.line_buffered
+        assert SCRATCH not in node.argv
     assert p.world_size is None
     assert any("node" in n for n in p.notices)
 
@@ -177,10 +175,16 @@ job:
     assert a["MASTER_ADDR"] == "10.0.0.11"  # but the rendezvous is ddptui's to set
 
 
-def test_scratch_dirs_are_per_node_and_run() -> None:
+def test_torchrun_logs_go_to_a_scratch_dir_the_host_makes() -> None:
     nodes = build(make("  script: t.py\n")).nodes
-    assert [n.scratch for n in nodes] == [f"/tmp/ddptui-{RUN}-n{k}" for k in range(3)]
-    assert all(flag(n.argv, "--log-dir") == n.scratch for n in nodes)
+    assert all(flag(n.argv, "--log-dir") == SCRATCH for n in nodes)  # mkdtemp on the host
+
+
+def test_paths_to_expand_on_the_host_are_python_and_script() -> None:
+    for launcher in ("torchrun", "launch", "spawn", "env"):
+        job = f"  script: ~/t.py\n  args: [~/x]\n  launcher: {launcher}\n"
+        for node in build(make(job)).nodes:
+            assert [node.argv[i] for i in node.expand] == [node.host.python, "~/t.py"]
 
 
 def test_ipv6_master_is_bracketed_in_urls() -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from remote.supervisor import ranks_here, watch_ranks
+from remote.host.procs import ranks_here, watch_ranks
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 # A parent that starts two children shaped like multiprocessing's spawn children.
@@ -84,15 +84,14 @@ def test_watch_sends_once_stable(start: Callable[..., Any], tags: dict[str, str]
     agent = start()
     for rank in (2, 3):
         start(TORCHELASTIC_RUN_ID="r", RANK=str(rank), WORLD_SIZE="4")
-    sent: list[dict[str, Any]] = []
+    sent: list[tuple[list[int], int]] = []
 
-    class Chan:
-        def send(self, **msg: Any) -> None:
-            sent.append(msg)
+    def report(ranks: list[int], world: int) -> None:
+        sent.append((ranks, world))
 
     ended = threading.Event()
-    watcher = threading.Thread(target=watch_ranks, args=(agent.pid, tags, 1, 2, Chan(), ended))
+    watcher = threading.Thread(target=watch_ranks, args=(agent.pid, tags, 1, 2, ended, report))
     watcher.start()
     watcher.join(timeout=15)
     assert not watcher.is_alive()  # it stops by itself once it has the answer
-    assert sent == [{"t": "ranks", "ranks": [2, 3], "world": 4}]
+    assert sent == [([2, 3], 4)]

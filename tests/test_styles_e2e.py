@@ -28,6 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 RUN_TIMEOUT = 200.0  # the slowest here takes ~40 s; a hang shows as a stopped run, not a stall
 RANK_LINE = re.compile(r"rank (\d+)/(\d+) on (\S+)")
 TRAIN = ["--epochs", "1", "--samples", "256"]
+FLOOD = 2000  # lines per process in the shared-stdout styles
 
 
 @dataclass
@@ -116,13 +117,23 @@ def assert_rank_logs(out: Outcome, ranks_by_host: dict[str, tuple[int, ...]]) ->
     assert not (out.run_dir / f"rank-{world}.log").exists()
 
 
-def assert_node_logs(out: Outcome, hosts: list[str]) -> None:
-    """Untagged styles: node-K.log holds every rank of node K, printed on that host."""
-    ranks = out.ranks_by_host()
-    for k, host in enumerate(hosts):
-        assert out.rank_lines(f"node-{k}.log") == dict.fromkeys(ranks[host], host)
-    assert out.tagged_ranks() == {None}
-    assert not list(out.run_dir.glob("rank-*.log"))
+def assert_flood_whole(out: Outcome, world: int) -> None:
+    """Processes sharing a node's stdout, each printing FLOOD lines with plain print() as fast
+    as it can: every line arrives whole and once, in the events (the console) and the logs."""
+    want = {f"flood {r} {i} {'x' * 60}" for r in range(world) for i in range(FLOOD)}
+    seen = [text for e in out.events if isinstance(e, LogBatch) for _, text in e.lines]
+    logged = [line for log in out.run_dir.glob("*.log") for line in log.read_text().splitlines()]
+    for lines in (seen, logged):
+        flood = [line for line in lines if "flood" in line]
+        assert len(flood) == len(want) and set(flood) == want, sorted(set(flood) - want)[:3]
+
+
+def assert_learned_rank_logs(out: Outcome) -> None:
+    """Styles whose script starts its processes: each process's lines are tagged with its
+    rank once it has joined the process group, so rank-N.log holds rank N's greeting, printed
+    on the host whose ranks were learned to include N."""
+    assert_rank_logs(out, out.ranks_by_host())
+    assert None in out.tagged_ranks()  # the node's own lines (before the group, torch's)
 
 
 # -- torchrun ---------------------------------------------------------------------------------
@@ -200,12 +211,14 @@ SPAWN = {"script": "examples/spawn_main.py", "launcher": "spawn"}
 
 
 async def test_spawn_script(cluster: TestCluster, tmp_path: Path) -> None:
-    out = await launch(cluster, tmp_path, {**SPAWN, "master_port": 29706})
+    job = {**SPAWN, "args": ["--lines", str(FLOOD)], "master_port": 29706}
+    out = await launch(cluster, tmp_path, job)
     assert_succeeded(out)
+    assert_flood_whole(out, 4)
     assert out.world_size() == 4  # learned: the script decides
     assert out.ranks_by_host() == {"node0": (0, 1), "node1": (2, 3)}
-    assert_node_logs(out, ["node0", "node1"])
-    assert any("tagged with their node" in t for t in out.notices())
+    assert_learned_rank_logs(out)
+    assert any("tagged with its rank once" in t for t in out.notices())
 
 
 async def test_spawn_script_failure(cluster: TestCluster, tmp_path: Path) -> None:
@@ -231,11 +244,13 @@ def local_rank_exported(cluster: TestCluster) -> Iterator[None]:
 
 @pytest.mark.usefixtures("local_rank_exported")
 async def test_lightning(cluster: TestCluster, tmp_path: Path) -> None:
-    out = await launch(cluster, tmp_path, {**LIGHTNING, "master_port": 29708})
+    job = {**LIGHTNING, "args": ["--lines", str(FLOOD)], "master_port": 29708}
+    out = await launch(cluster, tmp_path, job)
     assert_succeeded(out)
+    assert_flood_whole(out, 4)
     assert out.world_size() == 4
     assert out.ranks_by_host() == {"node0": (0, 1), "node1": (2, 3)}
-    assert_node_logs(out, ["node0", "node1"])
+    assert_learned_rank_logs(out)
 
 
 async def test_lightning_failure(cluster: TestCluster, tmp_path: Path) -> None:

@@ -132,9 +132,13 @@ class Dashboard(Glance, LogPane, App[int]):
         clock: Callable[[], float] = time.monotonic,
         run_ids: Callable[[], str] = new_run_id,
         cluster_factory: ClusterFactory = engine_cluster,
+        start: str | None = None,
     ) -> None:
         super().__init__()
         self.run_ids = run_ids
+        self.start = start  # the command it opened on: `ddptui launch` launches at once
+        # `ddptui launch`: the run checks the hosts; the dashboard's own connections open after
+        self._cluster_later = start == "launch"
         self.inventory_path = inventory_path
         self.inventory: inventory.Inventory | None = None
         self.run_factory = run_factory or engine_runs()
@@ -210,6 +214,8 @@ class Dashboard(Glance, LogPane, App[int]):
         # the cycle collector's way, a full collection under bench_dashboard.py's flood took
         # ~20 ms instead of ~85 ms (the stalls a keypress waits behind).
         gc.freeze()
+        if self.start == "launch" and self.inventory is not None:
+            self.action_launch()
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # the next app in this process (tests) starts from a clean slate
@@ -221,7 +227,8 @@ class Dashboard(Glance, LogPane, App[int]):
         self.hosts.set_hosts(inv.hosts)
         self.status.hosts = len(inv.hosts)
         self.sub_title = str(inv.path)
-        self.open_cluster(inv)  # connects and checks, unless already connected to these hosts
+        if not self._cluster_later:
+            self.open_cluster(inv)  # connects and checks, unless connected to these hosts
         self.show_status()
         self.refresh_bindings()
 
@@ -319,6 +326,9 @@ class Dashboard(Glance, LogPane, App[int]):
                         severity="error", timeout=30)  # fmt: skip
         if self.cluster is not None:
             self.cluster.pause(False)
+        elif self._cluster_later and self.inventory is not None:
+            self._cluster_later = False
+            self.open_cluster(self.inventory)
         self.status.alert, self.status.lines_per_s = "", None
         self.refresh_bindings()
         self.show_status()
@@ -556,13 +566,15 @@ def create_app(
     clock: Callable[[], float] = time.monotonic,
     run_ids: Callable[[], str] = new_run_id,
     cluster_factory: ClusterFactory = engine_cluster,
+    start: str | None = None,
 ) -> Dashboard:
     """The app factory `ddptui` and the tests use (tests fake the run, the cluster, the clock,
-    the ids)."""
+    the ids). start: the command it opens on, "launch" or "check" (None: the cluster view)."""
     return Dashboard(
         inventory_path,
         run_factory=run_factory or engine_runs(runs_dir, extra_args),
         clock=clock,
         run_ids=run_ids,
         cluster_factory=cluster_factory,
+        start=start,
     )

@@ -1,54 +1,138 @@
-"""The `ddptui` command: the dashboard by default, `--headless launch|check` for scripts and CI."""
+"""The `ddptui` command. Each command opens the dashboard on it, or with --headless prints and
+exits with a status; each is one small function below.
+
+Only argparse is imported up front: `ddptui --help` must not wait for pydantic, asyncssh or
+Textual (scripts/bench_help.py measures it).
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from remote import inventory
-from remote.run import EXIT_INTERRUPTED, EXIT_USAGE
+from remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
 USAGE = """\
-ddptui [-i INVENTORY]                                  the dashboard
-ddptui --headless launch [-i INVENTORY] [--run-dir DIR] [-- SCRIPT ARGS...]
-ddptui --headless check  [-i INVENTORY] [--json]
-ddptui --headless stacks RUN [-i INVENTORY] [--json] [--native]"""
+ddptui [--headless] [-i INVENTORY] [--runs-root DIR] [COMMAND]
+       ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--detach] [-- SCRIPT ARGS...]
+       ddptui [--headless] check [--json]
+       ddptui attach RUN [--tail N] | stop RUN | runs [--json]
+       ddptui stacks RUN [--json] [--native]"""
+DESCRIPTION = """\
+Launch multi-node PyTorch training over SSH and watch every rank.
+
+launch and check open the dashboard on them (no command: the dashboard alone); with --headless
+they print to the terminal instead and exit with a status. attach, stop and runs print (the
+dashboard's views of them are to come). RUN is a run id, a unique prefix of one, or a run dir."""
+
+EPILOG = """\
+exit status:
+  0    every rank succeeded; check: nothing failed (warnings allowed)
+  1    a rank failed; check: a check failed; launch: failed checks refused it
+  2    bad usage, a mistake in the inventory (file:line named), an unusable run directory
+  3    a host could not be reached or logged into (launch and check): nothing was started
+  130  interrupted (Ctrl-C, SIGTERM, SIGHUP, or the output closed, e.g. `| head`):
+       every host's part of the job was stopped, summary.json written"""
+
+if TYPE_CHECKING:
+    from remote.inventory import Inventory
+
+Command = Callable[[argparse.Namespace, list[str]], int]
+
+
+class UsageError(Exception):
+    """A mistake on the command line or with a directory: one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """One line, not the whole usage: the mistake and where to look."""
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="ddptui",
         usage=USAGE,
-        description="Launch multi-node PyTorch training over SSH and watch every rank.",
-        epilog="exit status: 0 every rank succeeded, 1 a rank or check failed, "
-        "2 bad usage or inventory, 3 a host could not be reached, 130 interrupted",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--headless", action="store_true", help="no dashboard: print to the terminal")
+    _common(p)
+    p.set_defaults(handler=dashboard, command=None)
+    sub = p.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
+    launch_p = _command(sub, "launch", launch, "start the job on every host")
+    launch_p.add_argument(
+        "--run-dir",
+        type=Path,
+        metavar="DIR",
+        help="--headless: this run's own directory, new or empty (default: RUNS_ROOT/<run id>)",
+    )
+    launch_p.add_argument("--skip-checks", action="store_true", help="do not check hosts first")
+    launch_p.add_argument(
+        "--detach", action="store_true", help="--headless: print the run id, leave it running"
+    )
+    check_p = _command(sub, "check", check, "check every host: nothing starts")
+    check_p.add_argument("--json", action="store_true", help="print the facts as JSON (headless)")
+    attach_p = _command(sub, "attach", attach, "replay and follow a run (Ctrl-C detaches)")
+    attach_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
+    attach_p.add_argument("--tail", type=int, metavar="N", help="replay only the last N lines")
+    stop_p = _command(sub, "stop", stop, "stop a run on every host, and prove nothing is left")
+    stop_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
+    runs_p = _command(sub, "runs", runs, "every run, newest first, with its status")
+    runs_p.add_argument("--json", action="store_true", help="print them as JSON")
+    stacks_p = _command(sub, "stacks", stacks, "every rank's Python stack, grouped (py-spy)")
+    stacks_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
+    stacks_p.add_argument("--json", action="store_true", help="print them as JSON")
+    stacks_p.add_argument("--native", action="store_true", help="C/C++ frames too (py-spy)")
+    return p
+
+
+def _common(p: argparse.ArgumentParser, suppress: bool = False) -> None:
+    """Options taken before or after the command. A command's copy says SUPPRESS, so that
+    leaving it out there keeps what the main parser read."""
+
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    p.add_argument(
+        "--headless",
+        action="store_true",
+        default=default(False),
+        help="no dashboard: print to the terminal, exit with a status",
+    )
     p.add_argument(
         "-i",
         "--inventory",
         type=Path,
-        default=Path("inventory.yaml"),
+        default=default(Path("inventory.yaml")),
         help="host inventory (default: ./inventory.yaml)",
     )
     p.add_argument(
-        "command",
-        nargs="?",
-        choices=["launch", "check", "stacks"],
-        help="with --headless: launch the job, only check the hosts, or dump every rank's stack",
-    )
-    p.add_argument("run", nargs="?", help="stacks: a run id, a unique prefix, or a run directory")
-    p.add_argument("--native", action="store_true", help="stacks: C/C++ frames too (py-spy)")
-    p.add_argument(
-        "--run-dir",
+        "--runs-root",
         type=Path,
-        help="where the run's logs go (default: the user data dir, runs/<run id>)",
+        metavar="DIR",
+        default=default(None),
+        help="where each run's directory goes (default: the user data dir's runs/)",
     )
-    p.add_argument("--json", action="store_true", help="check: print the facts as JSON")
-    p.add_argument("--skip-checks", action="store_true", help="launch: do not check hosts first")
+
+
+def _command(
+    sub: argparse._SubParsersAction[_Parser], name: str, handler: Command, text: str
+) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        name,
+        prog=f"ddptui {name}",
+        help=text,
+        description=text,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _common(p, suppress=True)
+    p.set_defaults(handler=handler, command=name)
     return p
 
 
@@ -60,38 +144,150 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_in, extra = args_in[:cut], args_in[cut + 1 :]
     p = parser()
     args = p.parse_args(args_in)
-    if not args.headless:  # the app reads the inventory itself and shows a mistake in place
-        return _dashboard(args.inventory, args.run_dir, extra)
-    if not args.command:
-        p.error("--headless needs a command: launch or check")
-    if args.command == "stacks":  # its inventory may be the one saved with the run
-        if not args.run:
-            p.error("stacks needs RUN: a run id, a unique prefix of one, or a run directory")
-        from .stacks_cmd import stacks
-
-        return asyncio.run(stacks(args.run, args.inventory, as_json=args.json, native=args.native))
     try:
-        inv = inventory.load(args.inventory)
-    except inventory.InventoryError as exc:
+        return int(args.handler(args, extra))
+    except UsageError as exc:
         print(f"ddptui: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from . import headless
-
-    if args.command == "launch":
-        return asyncio.run(headless.launch(inv, args.run_dir, extra, not args.skip_checks))
-
-    try:
-        return asyncio.run(headless.check(inv, as_json=args.json))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the run took Ctrl-C over (loading, connecting a check)
         return EXIT_INTERRUPTED
 
 
-def _dashboard(path: Path, runs_dir: Path | None, extra: Sequence[str]) -> int:
-    """The Textual app; a mistake in the inventory opens it on the error screen, where the
-    user fixes the file and reloads it. Each run's logs go to runs_dir/<run id>."""
+# -- commands ----------------------------------------------------------------------------------
+
+
+def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
+    """The Textual app, opened on the command (or idle); it reads the inventory itself and
+    shows a mistake in it in place, where the user fixes the file and reloads."""
+    if args.headless:
+        raise UsageError("--headless needs a command: launch or check")
+    if getattr(args, "run_dir", None):
+        raise UsageError(
+            "--run-dir is one run's directory: use it with --headless launch "
+            "(the dashboard puts each run under --runs-root)"
+        )
+    for option in ("skip_checks", "detach"):
+        if getattr(args, option, False):
+            raise UsageError(f"--{option.replace('_', '-')} needs --headless")
+    if extra and args.command not in (None, "launch"):
+        raise UsageError(f"{args.command} takes no script arguments (after --)")
+    root = runs_root(args)
     from .app import create_app  # Textual loads only for the dashboard
 
-    return create_app(path, runs_dir=runs_dir, extra_args=extra).run() or 0
+    app = create_app(args.inventory, runs_dir=root, extra_args=extra, start=args.command)
+    return app.run() or 0
+
+
+def launch(args: argparse.Namespace, extra: list[str]) -> int:
+    """`launch`: the dashboard launching at once, or --headless: print every line, exit."""
+    if not args.headless:
+        return dashboard(args, extra)
+    if args.run_dir and args.runs_root:
+        raise UsageError("--run-dir and --runs-root: give one (--run-dir is the run's own)")
+    inv = load_inventory(args.inventory)
+    import asyncio
+
+    from remote.run import new_run_id
+
+    from . import headless
+
+    run_id = new_run_id()
+    if args.run_dir:
+        run_dir = usable(args.run_dir, "--run-dir", empty=True)
+    else:
+        run_dir = runs_root(args) / run_id
+    launching = headless.launch(
+        inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id
+    )
+    return asyncio.run(launching)
+
+
+def check(args: argparse.Namespace, extra: list[str]) -> int:
+    """`check`: the dashboard on the hosts, or --headless (or --json): a table, exit 0/1/3."""
+    if not (args.headless or args.json):
+        return dashboard(args, extra)
+    if extra:
+        raise UsageError("check takes no script arguments (after --)")
+    inv = load_inventory(args.inventory)
+    import asyncio
+
+    from . import headless
+
+    return asyncio.run(headless.check(inv, as_json=args.json))
+
+
+def attach(args: argparse.Namespace, extra: list[str]) -> int:
+    """`attach RUN`: its lines from the first, then live; its exit status (130: detached)."""
+    from . import lifecycle
+
+    return _on_run(args, extra, lambda: lifecycle.attach(args.run, args.tail))
+
+
+def stop(args: argparse.Namespace, extra: list[str]) -> int:
+    """`stop RUN`: 0 once nothing of it is left on its hosts, 1 naming what is."""
+    from . import lifecycle
+
+    return _on_run(args, extra, lambda: lifecycle.stop(args.run))
+
+
+def runs(args: argparse.Namespace, extra: list[str]) -> int:
+    """`runs`: the history, its statuses asked of the hosts where no summary says."""
+    from . import lifecycle
+
+    return _on_run(args, extra, lambda: lifecycle.history(args.json))
+
+
+def stacks(args: argparse.Namespace, extra: list[str]) -> int:
+    """`stacks RUN`: every rank's stack, grouped and saved in the run dir; 1 if any is missing."""
+    from . import stacks_cmd
+
+    return _on_run(args, extra, lambda: stacks_cmd.stacks(args.run, as_json=args.json,
+                                                          native=args.native))  # fmt: skip
+
+
+def _on_run(
+    args: argparse.Namespace, extra: list[str], work: Callable[[], Coroutine[Any, Any, int]]
+) -> int:
+    """A command on runs already started: printed (no dashboard view yet); a RUN that names
+    no run, or several, is a usage mistake."""
+    if extra:
+        raise UsageError(f"{args.command} takes no script arguments (after --)")
+    import asyncio
+
+    from remote.runs import RunError
+
+    try:
+        return asyncio.run(work())
+    except RunError as exc:
+        raise UsageError(str(exc)) from None
+
+
+# -- shared ------------------------------------------------------------------------------------
+
+
+def load_inventory(path: Path) -> Inventory:
+    from remote import inventory
+
+    try:
+        return inventory.load(path)
+    except inventory.InventoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def runs_root(args: argparse.Namespace) -> Path:
+    from remote.runs import root as default_root
+
+    return usable(args.runs_root or default_root(), "runs root", empty=False)
+
+
+def usable(path: Path, what: str, *, empty: bool) -> Path:
+    """A directory made (0700) and writable, and empty if asked, before anything connects."""
+    from remote.record import RunDirError, usable_dir
+
+    try:
+        return usable_dir(path, empty=empty)
+    except RunDirError as exc:
+        raise UsageError(f"{what} {exc}") from None
 
 
 if __name__ == "__main__":

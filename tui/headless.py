@@ -1,16 +1,20 @@
 """`ddptui --headless launch`: the event stream rendered as plain lines for scripts and CI.
 
-Rank lines go to stdout or stderr as the rank wrote them, prefixed `[r<rank> <host>]`; ddptui's
-own messages go to stderr prefixed `ddptui:`.
+Rank lines go to stdout or stderr as the rank wrote them (bytes as they came), prefixed
+`[r<rank> <host>]`; ddptui's own messages go to stderr prefixed `ddptui:`. Ctrl-C, SIGTERM,
+SIGHUP and a closed output (`| head`) all stop the run the same way: every host stopped,
+summary.json written, exit 130.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import itemgetter
 from pathlib import Path
 from typing import TextIO
@@ -26,19 +30,31 @@ from remote.events import (
     RunFinished,
     RunStarted,
 )
+from remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from remote.failures import describe_exit
 from remote.inventory import Inventory
-from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from remote.record import BYTES_BACK
+from remote.run import Run
 from remote.run import check as run_checks
 
 from .check_report import finding_line, print_json, print_table
 
-QUIET_STATES = {"connecting", "starting"}
+QUIET_STATES = {"connecting", "starting", "disconnected"}  # a notice says it better
 
 
 class Printer:
-    def __init__(self, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> None:
+    def __init__(
+        self,
+        out: TextIO = sys.stdout,
+        err: TextIO = sys.stderr,
+        on_closed: Callable[[], None] | None = None,
+    ) -> None:
         self.out, self.err = out, err
+        self.on_closed = on_closed  # an output went away: the caller stops the run
+        self.closed = False
+        for stream in (out, err):
+            if isinstance(stream, io.TextIOWrapper):  # any byte a rank wrote, on any console
+                stream.reconfigure(errors=BYTES_BACK)
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, LogBatch):
@@ -72,9 +88,7 @@ class Printer:
             text = tag + ("\n" + tag).join(map(itemgetter(1), batch.lines)) + "\n"
         else:
             text = "".join([tags[rank] + line + "\n" for rank, line in batch.lines])
-        dst = self.out if batch.stream == "stdout" else self.err
-        dst.write(text)
-        dst.flush()
+        self._write(self.out if batch.stream == "stdout" else self.err, text)
 
     def _checked(self, done: ChecksDone) -> None:
         """Before a launch: one line per failure or warning, then the verdict."""
@@ -88,15 +102,36 @@ class Printer:
     def _finished(self, fin: RunFinished) -> None:
         if fin.failure is not None:
             self.say(f"run failed: {failure_line(fin.failure)}")
-            for line in fin.failure.traceback[-10:]:
-                self.err.write(f"    {line}\n")
-        else:
+            self._write(self.err, "".join(f"    {line}\n" for line in fin.failure.traceback[-10:]))
+        elif fin.status != "detached":
             self.say(f"run {fin.status} in {fin.elapsed:.1f} s (exit {fin.exit_code})")
-        self.err.flush()
 
     def say(self, text: str) -> None:
-        self.err.write(f"ddptui: {text}\n")
-        self.err.flush()
+        self._write(self.err, f"ddptui: {text}\n")
+
+    def print(self, text: str) -> None:
+        """To stdout: what a script reads (a detached run's id)."""
+        self._write(self.out, text)
+
+    def _write(self, dst: TextIO, text: str) -> None:
+        try:
+            dst.write(text)
+            dst.flush()
+        except OSError:  # EPIPE (`| head` exited), EIO (the terminal is gone)
+            silence(dst)
+            if not self.closed:
+                self.closed = True
+                if self.on_closed is not None:
+                    self.on_closed()
+
+
+def silence(stream: TextIO) -> None:
+    """Point a closed output at /dev/null: later writes, and Python's own flush at exit, go
+    nowhere instead of raising (the Python docs' note on SIGPIPE)."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor: nothing to redirect
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
 
 
 def failure_line(f: Failure) -> str:
@@ -106,29 +141,49 @@ def failure_line(f: Failure) -> str:
 
 
 async def launch(
-    inv: Inventory, run_dir: Path | None, extra: Sequence[str], checks: bool = True
+    inv: Inventory,
+    run_dir: Path | None,
+    extra: Sequence[str],
+    checks: bool = True,
+    detach: bool = False,
+    *,
+    run_id: str | None = None,
 ) -> int:
-    printer = Printer()
-    run = Run(inv, printer, run_dir=run_dir, extra_args=extra, checks=checks)
-    loop = asyncio.get_running_loop()
-    interrupted = False
+    stopping = False
+
+    def stop(why: str | None = None) -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            if why:
+                printer.say(f"{why}: stopping the run")
+            run.stop()
 
     def interrupt() -> None:
-        nonlocal interrupted
-        if interrupted:  # a second Ctrl-C: leave now; each host's supervisor cleans up alone
+        if stopping:  # a second Ctrl-C: leave now; each host's supervisor cleans up alone
             printer.say("interrupted again: leaving; each host stops its part by itself")
             os._exit(EXIT_INTERRUPTED)
-        interrupted = True
-        run.stop()
+        stop()
 
+    printer = Printer(on_closed=lambda: stop("output closed"))
+    run = Run(
+        inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks, detach=detach
+    )
+    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupt)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup: outlive the terminal
+        loop.add_signal_handler(signal.SIGHUP, stop, "terminal closed (SIGHUP)")
     fin = await run.execute()
+    if fin.status == "detached":  # the run id alone on the last line: for scripts
+        printer.say(f"detached: run {run.run_id} goes on by itself (ddptui attach {run.run_id})")
+        printer.print(f"{run.run_id}\n")
     return fin.exit_code
 
 
 async def check(inv: Inventory, as_json: bool = False, out: TextIO | None = None) -> int:
-    """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed."""
+    """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed,
+    3 when a host could not be reached (as launch)."""
     hosts: list[HostChecked] = []
 
     def collect(event: Event) -> None:
@@ -136,5 +191,11 @@ async def check(inv: Inventory, as_json: bool = False, out: TextIO | None = None
             hosts.append(event)
 
     done = await run_checks(inv, collect)
-    (print_json if as_json else print_table)(hosts, done, out or sys.stdout)
+    out = out or sys.stdout
+    try:
+        (print_json if as_json else print_table)(hosts, done, out)
+    except OSError:  # `| head`: the verdict stands
+        silence(out)
+    if any(h.facts.get("reachable") is False for h in hosts):
+        return EXIT_UNREACHABLE
     return EXIT_OK if done.ok else EXIT_FAILED

@@ -1,57 +1,62 @@
-"""GPU figures over the last minutes, per host and per GPU, and how a row draws them as bars.
+"""The run history in the dashboard: every run, newest first; Enter opens one.
 
-Samples arrive every few seconds (remote/monitor.py); each host keeps the last HISTORY of them.
-The hosts table draws its bars on a fixed scale (0-100 %, 0-total memory) so rows compare at a
-glance; each bar is the busiest sample of its slice of time.
+The same rows as `ddptui --headless runs`: a run that may still be going is asked of its hosts,
+which can take a moment, so the table fills in from a worker and says it is asking meanwhile.
+Dismissed with the chosen run id (or None).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from typing import Any
 
-from remote.events import Gpu
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Footer, Static
 
-HISTORY = 150  # samples kept: 5 minutes at one every 2 s
-BARS = "▁▂▃▄▅▆▇█"
+from remote import runs
 
-
-@dataclass
-class GpuHistory:
-    """One host's figures: the mean of its GPUs, and each GPU's own."""
-
-    util: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))  # mean %
-    memory: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))  # used, 0-1
-    per_gpu: dict[int, tuple[deque[float], deque[float]]] = field(default_factory=dict)
-
-    def add(self, gpus: Sequence[Gpu]) -> None:
-        if not gpus:
-            return
-        utils = [g.utilization_pct or 0 for g in gpus]
-        self.util.append(sum(utils) / len(utils))
-        total = sum(g.memory_total_mib for g in gpus)
-        self.memory.append(sum(g.memory_used_mib for g in gpus) / total if total else 0.0)
-        for g in gpus:
-            util, mem = self.per_gpu.setdefault(
-                g.index, (deque(maxlen=HISTORY), deque(maxlen=HISTORY))
-            )
-            util.append(float(g.utilization_pct or 0))
-            mem.append(float(g.memory_used_mib))
+from .lifecycle import COLUMNS, cells, row
 
 
-def bars(values: Sequence[float], top: float, width: int) -> str:
-    """`▁▃█▅`: `width` bars on a fixed scale 0..top, the busiest sample of each slice; the
-    newest at the right. Fewer samples than bars: one bar each, padded left with spaces."""
-    if not values or top <= 0:
-        return " " * width
-    slices = _slices(list(values), width)
-    out = "".join(BARS[min(len(BARS) - 1, int(max(s) / top * len(BARS)))] for s in slices)
-    return out.rjust(width)
+class HistoryScreen(ModalScreen[str | None]):
+    BINDINGS = [
+        Binding("escape,q", "dismiss(None)", "Back", id="history-back", tooltip="Close"),
+        Binding("r", "refresh", "Refresh", id="history-refresh", tooltip="Ask the hosts again"),
+    ]
 
+    def compose(self) -> ComposeResult:
+        with Vertical(id="history"):
+            yield Static("runs, newest first: Enter opens one (a live run is attached to)")
+            yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="history-note")
+        yield Footer()
 
-def _slices(values: list[float], width: int) -> list[list[float]]:
-    if len(values) <= width:
-        return [[v] for v in values]
-    step = len(values) / width
-    return [values[int(i * step) : int((i + 1) * step)] or [values[-1]] for i in range(width)]
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns(*COLUMNS)
+        self.action_refresh()
+
+    def action_refresh(self) -> None:
+        self.query_one("#history-note", Static).update("asking the hosts of unfinished runs…")
+        self.run_worker(self._load(), name="history", group="history", exclusive=True)
+
+    async def _load(self) -> None:
+        records = runs.all_runs()
+        self._fill([row(r) for r in records])  # local facts first, statuses as they come
+        await runs.statuses(records)
+        self._fill([row(r) for r in records])
+        self.query_one("#history-note", Static).update(f"{len(records)} runs")
+
+    def _fill(self, rows: list[dict[str, Any]]) -> None:
+        table = self.query_one(DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        for r in rows:
+            table.add_row(*cells(r), key=r["id"])
+        if rows:
+            table.move_cursor(row=min(cursor, len(rows) - 1))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.dismiss(event.row_key.value)

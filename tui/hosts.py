@@ -20,7 +20,7 @@ from remote.events import Finding, Gpu
 from remote.inventory import Host
 
 from .colours import theme_colour
-from .history import GpuHistory, bars
+from .figures import GpuHistory, bars
 
 COLUMNS = (
     ("host", "Host"),

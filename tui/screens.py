@@ -19,7 +19,7 @@ from remote import inventory
 from remote.events import Gpu
 
 from .colours import theme_colour
-from .history import HISTORY
+from .figures import HISTORY
 from .hosts import HostInfo, gpu_cells, ranks_text
 
 EXCERPT = 3  # lines shown around the line of an inventory mistake

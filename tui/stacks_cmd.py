@@ -1,9 +1,9 @@
 """`ddptui --headless stacks RUN [--json] [--native]`: every rank's Python stack of a running
 run, on every host at once, grouped (odd ones out first), printed and saved in its run dir.
 
-RUN is a run directory, a run id, or a unique prefix of one (under the default runs dir). The
-hosts are the run's saved inventory when its directory holds one, else `-i`.
-TODO: remote/runs.py's resolve() (issue 8) replaces `resolve` and the inventory lookup here.
+RUN is a run directory, a run id, or a unique prefix of one (remote/runs.py); its hosts are the
+inventory saved with it. The stacks are printed as soon as they are in; with the flight
+recorder, its traces and the analyser's verdict follow (they take seconds).
 """
 
 from __future__ import annotations
@@ -11,58 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import TextIO
 
-from remote import inventory
+from remote import runs
 from remote import stacks as dumper
-from remote.run import EXIT_FAILED, EXIT_OK, EXIT_USAGE, default_run_dir
+from remote.exits import EXIT_FAILED, EXIT_OK
 from remote.transport import for_host
 
-SAVED_INVENTORY = "inventory.yaml"  # where issue 8 keeps a run's inventory in its directory
 
-
-class RunNotFound(Exception):
-    """RUN names no run, or more than one: one line, exit 2."""
-
-
-def resolve(spec: str) -> tuple[Path, str]:
-    """(run dir, run id) of RUN."""
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        return path, run_id_of(path)
-    root = default_run_dir("-").parent
-    found = sorted(p for p in root.glob(f"{spec}*") if p.is_dir()) if root.is_dir() else []
-    if len(found) != 1:
-        what = "no run" if not found else f"{len(found)} runs"
-        raise RunNotFound(f"{what} matching {spec!r} (a run directory, a run id or its prefix)")
-    return found[0], run_id_of(found[0])
-
-
-def run_id_of(run_dir: Path) -> str:
-    """The run id its events say (the first line is RunStarted), else the directory's name."""
-    try:
-        with open(run_dir / "events.jsonl", encoding="utf-8") as f:
-            first = json.loads(f.readline() or "{}")
-    except (OSError, ValueError):
-        first = {}
-    if first.get("event") == "RunStarted":
-        return str(first["run_id"])
-    return run_dir.name
-
-
-async def stacks(
-    spec: str, inventory_path: Path, *, as_json: bool, native: bool, out: TextIO | None = None
-) -> int:
-    """Dump, print (text or JSON), save; exit 0 when every host gave its ranks' stacks."""
+async def stacks(spec: str, *, as_json: bool, native: bool, out: TextIO | None = None) -> int:
+    """Dump, print (text or JSON), save; exit 0 when every host gave its ranks' stacks.
+    Raises runs.RunError when RUN names no run (or several)."""
     out = out or sys.stdout
-    try:
-        run_dir, run_id = resolve(spec)
-        saved = run_dir / SAVED_INVENTORY
-        inv = inventory.load(saved if saved.exists() else inventory_path)
-    except (RunNotFound, inventory.InventoryError) as exc:
-        print(f"ddptui: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    record = runs.resolve(spec)
+    inv = record.inventory()
     transports = [for_host(h) for h in inv.hosts]
 
     def show(report: dumper.Report) -> None:  # the stacks at once; the analyser takes seconds
@@ -71,8 +33,8 @@ async def stacks(
 
     try:
         report, path = await dumper.capture(
-            transports, run_id, run_dir, native=native, flight=inv.job.nccl.flight_recorder,
-            connect=True, dumped=None if as_json else show,
+            transports, record.run_id, record.dir, native=native,
+            flight=inv.job.nccl.flight_recorder, connect=True, dumped=None if as_json else show,
         )  # fmt: skip
     finally:
         await asyncio.gather(*(t.close() for t in transports), return_exceptions=True)

@@ -1,0 +1,90 @@
+"""The job's Python processes, made to write whole lines, tagged with their rank when known.
+
+In the spawn and env (Lightning) styles a node's processes share one stdout pipe; with
+PYTHONUNBUFFERED each print() is two writes (text, newline), so two ranks' lines glue together.
+The supervisor writes SITECUSTOMIZE as sitecustomize.py into a private directory put first on
+the job's PYTHONPATH: every Python process of the job then writes each line in one write()
+(atomic on a pipe up to PIPE_BUF), and, once it has joined torch's process group, starts each
+line with `[<global rank>]:` as torchrun's tee does, so the launcher files it under its rank.
+Then it runs the host's own sitecustomize, if there is one. Standard library only.
+"""
+
+SITECUSTOMIZE = r'''# Written by ddptui's supervisor (see remote/host/linebuf.py in ddptui).
+import io, os, sys
+
+
+def _rank():
+    d = sys.modules.get("torch.distributed")
+    try:
+        if d is not None and d.is_available() and d.is_initialized():
+            return d.get_rank()
+    except Exception:
+        pass
+    return None
+
+
+class _Lines(io.TextIOWrapper):
+    """Whole lines only, one write() each; `[rank]:` first once this process has a rank."""
+
+    _tag = None  # "[3]:" once known
+    _rest = ""  # the line being written, until its newline (or a flush)
+    _bol = True  # the next character starts a line
+
+    def write(self, s):
+        if not s:
+            return 0
+        if self._tag is None and _TAGS:
+            rank = _rank()
+            if rank is not None:
+                self._tag = "[%d]:" % rank
+        text = self._rest + s
+        cut = text.rfind("\n") + 1
+        self._rest = text[cut:]
+        if cut:
+            self._emit(text[:cut])
+            super().flush()
+        return len(s)
+
+    def flush(self):
+        if self._rest:  # asked for: a prompt, a progress bar
+            rest, self._rest = self._rest, ""
+            self._emit(rest)
+        super().flush()
+
+    def _emit(self, text):
+        tag = self._tag
+        if tag:
+            body = (tag if self._bol else "") + text.replace("\n", "\n" + tag)
+            text = body[: -len(tag)] if text.endswith("\n") else body
+        self._bol = text.endswith("\n")
+        super().write(text)
+
+
+def _wrap(name):
+    old = getattr(sys, name)
+    try:
+        old.flush()
+        new = _Lines(old.detach(), encoding=old.encoding, errors=old.errors)
+    except Exception:
+        return
+    setattr(sys, name, new)
+    setattr(sys, "__%s__" % name, new)
+
+
+_TAGS = os.environ.get("DDPTUI_RANK_TAGS") == "1"
+_wrap("stdout")
+_wrap("stderr")
+
+# Then the host's own sitecustomize, if it has one: we only went first.
+_here = os.path.dirname(os.path.abspath(__file__))
+_path = sys.path[:]
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
+_me = sys.modules.pop("sitecustomize")
+try:
+    import sitecustomize  # noqa: F401
+except ImportError:
+    pass
+finally:
+    sys.path[:] = _path
+    sys.modules.setdefault("sitecustomize", _me)  # the import that ran us looks for one
+'''

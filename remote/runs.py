@@ -1,0 +1,199 @@
+"""Runs as the launcher keeps them: one directory each, found again by id, prefix or path.
+
+Every run directory holds `run.json` (id, hosts, when, the master address) and `inventory.yaml`
+(the inventory it was started with: attach, stop and history need no `-i`). Runs live under the
+user data dir's `runs/`; a run whose directory is elsewhere (`--run-dir`) is linked there, so
+one place lists them all. A run that may still be going is asked of its hosts, not only of the
+local files (a detached run, or one whose launcher died, writes no local summary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from . import control, inventory
+from .inventory import Host, Inventory
+from .record import private_dir, write_private
+from .transport import HostError, Transport, for_host
+
+RUN_JSON, INVENTORY, SUMMARY = "run.json", "inventory.yaml", "summary.json"
+# A run's status: from its summary, else from its hosts' supervisors.
+STATUSES = ("running", "succeeded", "failed", "stopped", "lost")
+
+
+class RunError(Exception):
+    """RUN names no run, several, or one whose files are unreadable: for a person."""
+
+
+def root() -> Path:
+    return platformdirs.user_data_path("ddptui") / "runs"
+
+
+def default_dir(run_id: str) -> Path:
+    return root() / run_id
+
+
+def register(run_dir: Path, run_id: str, inv: Inventory, **info: Any) -> None:
+    """Keep what attach, stop and history need; link the run under root() if elsewhere."""
+    write_private(run_dir / INVENTORY, inv.text)
+    write_info(run_dir, run_id=run_id, hosts=[h.name for h in inv.hosts],
+               started_at=time.time(), inventory=str(inv.path), **info)  # fmt: skip
+    link = root() / run_id
+    if run_dir.resolve() != link.resolve():
+        private_dir(link.parent)
+        link.symlink_to(run_dir.resolve(), target_is_directory=True)
+
+
+def write_info(run_dir: Path, **info: Any) -> None:
+    path = run_dir / RUN_JSON
+    old = json.loads(path.read_text()) if path.exists() else {}
+    tmp = path.with_suffix(".tmp")
+    write_private(tmp, json.dumps({**old, **info}, indent=2) + "\n")
+    tmp.replace(path)
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    dir: Path
+    info: dict[str, Any]
+    summary: dict[str, Any] | None
+    status: str = ""  # filled by `statuses`
+    detail: str = ""  # e.g. why it is lost
+    states: dict[int, dict[str, Any] | None] = field(default_factory=dict)  # per node
+
+    @property
+    def started_at(self) -> float:
+        return float(self.info.get("started_at") or 0)
+
+    def inventory(self) -> Inventory:
+        try:
+            return inventory.load(self.dir / INVENTORY)
+        except inventory.InventoryError as exc:
+            raise RunError(f"run {self.run_id}: its inventory copy is unusable: {exc}") from None
+
+
+def read(run_dir: Path) -> RunRecord:
+    try:
+        info = json.loads((run_dir / RUN_JSON).read_text())
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{run_dir} is not a ddptui run directory ({exc})") from None
+    summary = None
+    if (run_dir / SUMMARY).exists():
+        try:
+            summary = json.loads((run_dir / SUMMARY).read_text())
+        except (OSError, ValueError):
+            summary = None
+    return RunRecord(str(info.get("run_id") or run_dir.name), run_dir, info, summary)
+
+
+def all_runs() -> list[RunRecord]:
+    """Every run under root(), newest first (unreadable leftovers are skipped)."""
+    found = []
+    if root().is_dir():
+        for entry in root().iterdir():
+            if (entry / RUN_JSON).exists():
+                try:
+                    found.append(read(entry))
+                except RunError:
+                    continue
+    return sorted(found, key=lambda r: (r.started_at, r.run_id), reverse=True)
+
+
+def resolve(spec: str) -> RunRecord:
+    """RUN as a user writes it: a run directory, a run id, or a unique prefix of one."""
+    path = Path(spec).expanduser()
+    if (path / RUN_JSON).exists():
+        return read(path)
+    matches = [r for r in all_runs() if r.run_id.startswith(spec)]
+    exact = [r for r in matches if r.run_id == spec]
+    if exact or len(matches) == 1:
+        return (exact or matches)[0]
+    if not matches:
+        raise RunError(f"no run matches {spec!r} (ddptui --headless runs lists them)")
+    ids = ", ".join(r.run_id for r in matches[:5])
+    raise RunError(f"{spec!r} matches {len(matches)} runs ({ids}...): give more of the id")
+
+
+# -- status from the hosts -------------------------------------------------------------------
+
+
+async def statuses(records: Sequence[RunRecord]) -> None:
+    """Fill each record's status: its summary's, or what its hosts' supervisors say."""
+    ask = [r for r in records if r.summary is None]
+    for r in records:
+        if r.summary is not None:
+            r.status = str(r.summary.get("status"))
+    if not ask:
+        return
+    pairs: dict[tuple[Any, ...], tuple[Host, list[tuple[str, int]]]] = {}
+    for r in ask:
+        try:
+            hosts = r.inventory().hosts
+        except RunError as exc:
+            r.status, r.detail = "lost", str(exc)
+            continue
+        for h in hosts:
+            key = _reach(h)
+            pairs.setdefault(key, (h, []))[1].append((r.run_id, h.node_rank))
+    answers = await asyncio.gather(*(_ask(h, nodes) for h, nodes in pairs.values()))
+    for (_, nodes), got in zip(pairs.values(), answers, strict=True):
+        for run_id, node in nodes:
+            state = got.get(run_id, {}).get(str(node)) if isinstance(got, dict) else None
+            for r in ask:
+                if r.run_id == run_id:
+                    r.states[node] = state if isinstance(got, dict) else {"error": got}
+    for r in ask:
+        if not r.status:
+            r.status, r.detail = judge(r.states)
+
+
+def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
+    """A run's status from its nodes' states (None: the host keeps nothing of it)."""
+    errors = [s["error"] for s in states.values() if s and "error" in s]
+    known = [s for s in states.values() if s and "error" not in s]
+    if any(s.get("alive") for s in known):
+        return "running", ""
+    if errors and not known:
+        return "lost", f"hosts unreachable: {errors[0]}"
+    got = {s.get("status") for s in known}
+    for status in ("failed", "lost", "stopped"):
+        if status in got:
+            reason = next((s.get("reason") for s in known if s.get("status") == status), "")
+            return status, str(reason or "")
+    if got == {"succeeded"} and len(known) == len(states):
+        return "succeeded", ""
+    return "lost", "its supervisors are gone without a word"
+
+
+def _reach(h: Host) -> tuple[Any, ...]:
+    """Hosts reached the same way share one connection."""
+    return (h.transport, h.host, h.port, h.user, h.identity_file, h.known_hosts, h.python)
+
+
+async def _ask(host: Host, nodes: list[tuple[str, int]]) -> dict[str, Any] | str:
+    t: Transport = for_host(host)
+    try:
+        await t.connect()
+        return await control.status(t, nodes)
+    except HostError as exc:
+        return exc.reason
+    finally:
+        await t.close()
+
+
+def age(seconds: float) -> str:
+    """3 d 4 h, 2 h 5 m, 4 m 10 s, 12 s."""
+    s = int(seconds)
+    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if s >= size:
+            return f"{s // size} {unit} {(s % size) // subsize} {sub}"
+    return f"{s // 60} m {s % 60} s" if s >= 60 else f"{s} s"

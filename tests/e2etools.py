@@ -1,0 +1,112 @@
+"""What the end-to-end tests share: the CLI as a user runs it, waiting, and "nothing left"."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from testhosts import REPO, TestCluster
+
+
+def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := cond():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Cmd:
+    """`ddptui --headless ARGS` as a user runs it, its output captured to BASE.out/.err."""
+
+    def __init__(self, args: Sequence[str], base: Path, env: dict[str, str] | None = None) -> None:
+        self.out, self.err = base.with_suffix(".out"), base.with_suffix(".err")
+        argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=err, cwd=REPO, env={**os.environ, **(env or {})}
+            )
+
+    def wait(self, timeout: float = 180) -> int:
+        return self.proc.wait(timeout)
+
+    @property
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    @property
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+
+class Cli(Cmd):
+    """`ddptui --headless launch` as a user runs it, output captured to files."""
+
+    def __init__(
+        self,
+        inv: Path,
+        run_dir: Path,
+        *extra: str,
+        flags: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.run_dir = run_dir
+        args = ["launch", "-i", str(inv), "--run-dir", str(run_dir), *flags]
+        super().__init__([*args, "--", *extra] if extra else args, run_dir, env)
+
+    def run_id(self) -> str:
+        def first_event() -> str | None:
+            try:
+                return str(json.loads(self.events()[0])["run_id"])
+            except (OSError, IndexError):
+                return None
+
+        return str(wait_for(first_event, 30, "the run to start"))
+
+    def events(self) -> list[str]:
+        return (self.run_dir / "events.jsonl").read_text().splitlines()
+
+    def summary(self) -> dict[str, Any]:
+        return dict(json.loads((self.run_dir / "summary.json").read_text()))
+
+    def wait_ranks(self, world: int, timeout: float = 120) -> None:
+        """Until every rank has printed its greeting (the job is really running)."""
+
+        def started() -> bool:
+            for r in range(world):
+                log = self.run_dir / f"rank-{r}.log"
+                if not log.exists() or f"rank {r}/{world}" not in log.read_text():
+                    return False
+            return True
+
+        wait_for(started, timeout, f"{world} ranks to start")
+
+
+def assert_nothing_left(cluster: TestCluster, run_id: str, timeout: float = 20) -> float:
+    """Every process of the run is gone (on every host); returns how long that took."""
+    t0 = time.monotonic()
+    wait_for(
+        lambda: not cluster.pids_with_env("DDPTUI_RUN_ID", run_id),
+        timeout,
+        f"processes of run {run_id} to end",
+    )
+    return time.monotonic() - t0
+
+
+def ns_pids(netns: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""

@@ -1,0 +1,96 @@
+"""The run directory: every line kept at any number of ranks, bytes as they came, owner only."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from remote.events import LogBatch, RunFinished, RunStarted
+from remote.record import Recorder, RunDirError, usable_dir
+
+
+@pytest.fixture
+def few_files() -> Iterator[None]:
+    """A soft open-files limit of 256, as on macOS (Linux: 1024)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_1024_ranks_under_256_open_files_keep_every_line(few_files: None, tmp_path: Path) -> None:
+    ranks, rounds = 1024, 5
+    rec = Recorder(tmp_path / "run")
+    for r in range(rounds):
+        for node in range(ranks // 8):  # 128 hosts x 8 ranks, each batch one rank's lines
+            for rank in range(node * 8, node * 8 + 8):
+                lines = tuple((rank, f"rank {rank} round {r} line {i}") for i in range(3))
+                rec(LogBatch(f"node{node}", node, "stdout", lines))
+        mixed = tuple((rank, f"rank {rank} round {r} mixed") for rank in range(0, ranks, 7))
+        rec(LogBatch("node0", 0, "stderr", (*mixed, (None, f"torchrun round {r}"))))
+    rec.close()
+    for rank in range(ranks):
+        want = []
+        for r in range(rounds):
+            want += [f"rank {rank} round {r} line {i}" for i in range(3)]
+            want += [f"rank {rank} round {r} mixed"] if rank % 7 == 0 else []
+        assert (tmp_path / "run" / f"rank-{rank}.log").read_text().splitlines() == want
+    node0 = (tmp_path / "run" / "node-0.log").read_text().splitlines()
+    assert node0 == [f"torchrun round {r}" for r in range(rounds)]
+
+
+def test_lines_go_back_to_their_bytes(tmp_path: Path) -> None:
+    raw = b"caf\xc3\xa9 \xff\xfe latin-1 \xe9 and a NUL \x00 end"
+    line = raw.decode("utf-8", "surrogateescape")  # as the supervisor's lines arrive
+    rec = Recorder(tmp_path / "run")
+    rec(LogBatch("node0", 0, "stdout", ((0, line), (0, "lone \ud800 surrogate"))))
+    rec.close()
+    assert (tmp_path / "run" / "rank-0.log").read_bytes() == raw + b"\nlone \\ud800 surrogate\n"
+
+
+def test_run_dirs_and_files_are_the_owners_alone(tmp_path: Path) -> None:
+    tmp_path.chmod(0o755)
+    run_dir = tmp_path / "made" / "by" / "ddptui"
+    rec = Recorder(run_dir)
+    rec(RunStarted("r1", str(run_dir), ("node0",), 1, "torchrun"))
+    rec(LogBatch("node0", 0, "stdout", ((0, "secret token"),)))
+    rec(RunFinished("succeeded", 0, 1.0))
+    rec.close()
+    for d in (tmp_path / "made", tmp_path / "made" / "by", run_dir):
+        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
+    names = {p.name: stat.S_IMODE(p.stat().st_mode) for p in run_dir.iterdir()}
+    assert names == {"events.jsonl": 0o600, "rank-0.log": 0o600, "summary.json": 0o600}
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "succeeded"
+    assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755  # what it did not make, it left
+
+
+def test_a_directory_holding_a_run_is_never_mixed_into(tmp_path: Path) -> None:
+    Recorder(tmp_path / "run").close()
+    with pytest.raises(FileExistsError):
+        Recorder(tmp_path / "run")
+    with pytest.raises(RunDirError, match="not empty"):
+        usable_dir(tmp_path / "run", empty=True)
+
+
+def test_unusable_directories_are_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RunDirError, match=r"file: not a directory \(a file is in the way\)$"):
+        usable_dir(tmp_path / "file", empty=True)
+    with pytest.raises(RunDirError, match="not a directory"):
+        usable_dir(tmp_path / "file" / "run", empty=True)
+    assert usable_dir(tmp_path / "new", empty=True).is_dir()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    assert usable_dir(tmp_path / "full", empty=False)  # a root of runs may hold runs
+    if os.geteuid() != 0:  # root writes anywhere
+        (tmp_path / "ro").mkdir(mode=0o500)
+        with pytest.raises(RunDirError, match="not writable"):
+            usable_dir(tmp_path / "ro", empty=True)

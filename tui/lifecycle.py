@@ -1,0 +1,227 @@
+"""Headless commands for runs that live on the cluster: attach, stop, and the history (`runs`).
+
+A run id, a unique prefix of one, or a run directory names a run (remote/runs.py). Attaching
+replays the run from its first line (to the console and into the run directory) and follows it;
+Ctrl-C detaches and leaves it running. Stop ends it on every host and makes sure nothing is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from remote import runs
+from remote.events import (
+    Event,
+    HostState,
+    LogBatch,
+    Notice,
+    RunFinished,
+    RunStarted,
+    failure_from,
+)
+from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+
+from .headless import Printer
+
+
+class TailPrinter:
+    """Holds an attach's history back and shows only its last `n` lines, then goes live."""
+
+    def __init__(self, printer: Callable[[Event], None], n: int) -> None:
+        self.printer, self.n = printer, n
+        self.held: deque[LogBatch] = deque()
+        self.lines = 0
+        self.live = False
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, LogBatch) and event.replay and not self.live:
+            self._hold(event)
+            return
+        if isinstance(event, LogBatch | RunFinished):
+            self._release()
+        self.printer(event)
+
+    def _hold(self, batch: LogBatch) -> None:
+        self.held.append(batch)
+        self.lines += len(batch.lines)
+        while self.held and self.lines - len(self.held[0].lines) >= self.n:
+            self.lines -= len(self.held.popleft().lines)
+
+    def _release(self) -> None:
+        if self.live:
+            return
+        self.live = True
+        skip = max(0, self.lines - self.n)
+        for batch in self.held:
+            lines = batch.lines[skip:]
+            skip = max(0, skip - len(batch.lines))
+            if lines:
+                self.printer(LogBatch(batch.host, batch.node_rank, batch.stream, lines))
+        self.held.clear()
+
+
+def _on_signals(action: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, action)
+
+
+async def attach(spec: str, tail: int | None = None) -> int:
+    """`ddptui --headless attach RUN`: the run's exit status; 130 when Ctrl-C detached."""
+    record = runs.resolve(spec)
+    printer = Printer()
+    if record.summary is not None:  # it ended while we watched: the run dir has it all
+        return show_finished(record, printer, tail)
+    emit: Callable[[Event], None] = printer if tail is None else TailPrinter(printer, tail)
+    run = Run.rejoin(record, emit)
+    detached = False
+
+    def detach() -> None:
+        nonlocal detached
+        if not detached:
+            detached = True
+            printer.say(f"detaching: run {record.run_id} goes on (ddptui attach {record.run_id})")
+            run.detach()
+
+    _on_signals(detach)
+    fin = await run.execute()
+    return EXIT_INTERRUPTED if detached else fin.exit_code
+
+
+def show_finished(record: runs.RunRecord, printer: Printer, tail: int | None) -> int:
+    """A finished run from its run directory: each node's and rank's log, then how it ended."""
+    names, rank_nodes = _who(record)
+    logs = sorted(record.dir.glob("node-*.log"), key=_number)
+    logs += sorted(record.dir.glob("rank-*.log"), key=_number)
+    for log in logs:
+        lines = log.read_text(encoding="utf-8", errors="surrogateescape").splitlines()
+        rank = _number(log) if log.name.startswith("rank-") else None
+        node = rank_nodes.get(rank, 0) if rank is not None else _number(log)
+        host = names[node] if node < len(names) else f"node {node}"
+        shown = tuple((rank, line) for line in lines[-tail if tail else 0 :])
+        printer(LogBatch(host, node, "stdout", shown))
+    s = record.summary or {}
+    failure = failure_from(s["failure"]) if s.get("failure") else None
+    printer(
+        RunFinished(
+            s.get("status", "failed"), s.get("exit_code", 1), s.get("elapsed", 0.0), failure
+        )
+    )
+    return int(s.get("exit_code", EXIT_FAILED))
+
+
+def _who(record: runs.RunRecord) -> tuple[list[str], dict[int, int]]:
+    """The run's host names, and each rank's node, from what its events said."""
+    names = [str(h) for h in record.info.get("hosts", [])]
+    rank_nodes: dict[int, int] = {}
+    try:
+        lines = (record.dir / "events.jsonl").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        event = json.loads(line)
+        if event.get("event") in ("NodeStarted", "NodeRanks"):
+            rank_nodes.update(dict.fromkeys(event.get("ranks", ()), event["node_rank"]))
+    return names, rank_nodes
+
+
+def _number(path: Path) -> int:
+    return int(path.stem.rpartition("-")[2])
+
+
+class Quiet:
+    """Only ddptui's own words (host states, notices, the end), not the run's lines."""
+
+    def __init__(self, printer: Printer) -> None:
+        self.printer = printer
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, HostState | Notice | RunFinished | RunStarted):
+            self.printer(event)
+
+
+async def stop(spec: str) -> int:
+    """`ddptui --headless stop RUN`: 0 once nothing of it is left, 1 naming what is."""
+    record = runs.resolve(spec)
+    printer = Printer()
+    run = Run.rejoin(record, Quiet(printer), stop=True)
+    fin = await run.execute()
+    left = run.leftovers + [f"{f.host}: {f.message}" for f in fin.failures if f.rank is None]
+    if fin.status == "unreachable" or run.leftovers:
+        for text in left:
+            printer.say(f"not stopped: {text}")
+        return EXIT_FAILED
+    printer.say(f"run {record.run_id}: nothing of it is left on its hosts")
+    return EXIT_OK
+
+
+async def history(as_json: bool = False, out: TextIO | None = None) -> int:
+    """`ddptui --headless runs`: every run, newest first, its status from its hosts if need be."""
+    out = out or sys.stdout
+    records = runs.all_runs()
+    await runs.statuses(records)
+    rows = [row(r) for r in records]
+    if as_json:
+        out.write(json.dumps({"runs": rows}, indent=2) + "\n")
+    else:
+        print_table(rows, out)
+    return EXIT_OK
+
+
+def row(r: runs.RunRecord) -> dict[str, Any]:
+    s = r.summary or {}
+    started = r.started_at
+    if s.get("elapsed") is not None:
+        elapsed: float | None = float(s["elapsed"])
+    elif r.status == "running" and started:
+        elapsed = time.time() - started
+    else:
+        elapsed = None
+    return {
+        "id": r.run_id,
+        "status": r.status,
+        "hosts": r.info.get("hosts", []),
+        "world_size": s.get("world_size", r.info.get("world_size")),
+        "started": started,
+        "elapsed": elapsed,
+        "failing_rank": s.get("failing_rank"),
+        "failing_host": s.get("failing_host"),
+        "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
+        "run_dir": str(r.dir),
+    }
+
+
+COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank")
+
+
+def cells(r: dict[str, Any]) -> tuple[str, ...]:
+    hosts = r["hosts"]
+    failing = "" if r["failing_rank"] is None else f"{r['failing_rank']} ({r['failing_host']})"
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
+    return (
+        r["id"],
+        r["status"] or "…",
+        f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0",
+        "" if r["world_size"] is None else str(r["world_size"]),
+        started,
+        "" if r["elapsed"] is None else runs.age(r["elapsed"]),
+        failing or (r["failing_host"] or ""),
+    )
+
+
+def print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
+    table = [COLUMNS, *(cells(r) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+    for line in table:
+        out.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+        out.write("\n")
+    if not rows:
+        out.write("no runs yet\n")
