@@ -47,7 +47,7 @@ def main(sup: dict[str, Any], probe: dict[str, Any], spec_text: str) -> int:
         if spy is None:
             found["error"] = "py-spy not found (pip install py-spy, in the train extra)"
         else:
-            found["ranks"] = dump_all(spy, by_pid, spec.get("native", False))
+            found["ranks"] = dump_all(probe["_start"], spy, by_pid, spec.get("native", False))
             found["ptrace"] = probe["ptrace_rights"]()
     if by_pid and spec.get("flight_wait"):
         found["flight"] = flight(sup["environ"], by_pid, spec["flight_wait"])
@@ -56,23 +56,17 @@ def main(sup: dict[str, Any], probe: dict[str, Any], spec_text: str) -> int:
     return 0
 
 
-def dump_all(spy: str, by_pid: dict[int, int], native: bool) -> dict[str, Any]:
-    """{rank: {pid, threads}} for every rank process, the dumps running side by side."""
+def dump_all(start: Any, spy: str, by_pid: dict[int, int], native: bool) -> dict[str, Any]:
+    """{rank: {pid, threads}} for every rank process, the dumps running side by side.
+    start: the probe's way to start a command (a Popen, or the OSError it raised)."""
     extra = ["--native"] if native else []
-    running = {pid: _spawn([spy, "dump", "--json", "--pid", str(pid), *extra]) for pid in by_pid}
+    running = {pid: start([spy, "dump", "--json", "--pid", str(pid), *extra]) for pid in by_pid}
     out = {}
     for pid, proc in running.items():
         stack: dict[str, Any] = {"pid": pid}
         stack.update(_dumped(proc))
         out[str(by_pid[pid])] = stack
     return out
-
-
-def _spawn(argv: list[str]) -> Any:
-    try:
-        return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except OSError as exc:
-        return exc
 
 
 def _dumped(proc: Any) -> dict[str, Any]:

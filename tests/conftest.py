@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import nvidia_smi
 import pytest
 from testhosts import DEFAULT_PREFIX, SUBNET, TestCluster, check_prerequisites
 
@@ -40,3 +41,19 @@ def cluster(
     root = tmp_path_factory.mktemp("testhosts")
     with TestCluster(n=4, root=root, prefix=PREFIX, subnet=SUBNET) as c:
         yield c
+
+
+# node0: 8 H100s (GPUs 2 and 5 busy), node1: 4 A100s, node2: no nvidia-smi, node3: a driver error
+GPU_MACHINES = {0: nvidia_smi.H100_BUSY, 1: nvidia_smi.A100, 3: nvidia_smi.DRIVER_ERROR}
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster(cluster: TestCluster) -> Iterator[TestCluster]:
+    """The session's hosts with the stand-ins on their PATH; taken off again for other tests."""
+    for i, machine in GPU_MACHINES.items():
+        cluster.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(machine))
+    try:
+        yield cluster
+    finally:
+        for host in cluster.hosts:
+            (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)

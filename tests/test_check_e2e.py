@@ -10,10 +10,8 @@ import asyncio
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import nvidia_smi
 import pytest
 from testhosts import REPO, TestCluster
 
@@ -21,22 +19,9 @@ from remote import inventory, monitor
 from remote.events import Event, GpuStats, HostChecked
 from remote.run import Run
 
-pytestmark = pytest.mark.e2e
-
-MACHINES = {0: nvidia_smi.H100_BUSY, 1: nvidia_smi.A100, 3: nvidia_smi.DRIVER_ERROR}
 JOB = {"script": "examples/train.py", "master_port": 29631}
 
-
-@pytest.fixture(scope="module")
-def gpu_cluster(cluster: TestCluster) -> Iterator[TestCluster]:
-    """The session's hosts with the stand-ins on their PATH; taken off again for other tests."""
-    for i, machine in MACHINES.items():
-        cluster.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(machine))
-    try:
-        yield cluster
-    finally:
-        for host in cluster.hosts:
-            (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)
+pytestmark = pytest.mark.e2e
 
 
 def ddptui(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import nvidia_smi
@@ -30,19 +30,7 @@ from testhosts import REPO, TestCluster, pids_with_env, veth_name
 
 pytestmark = pytest.mark.e2e
 
-MACHINES = {0: nvidia_smi.H100_BUSY, 1: nvidia_smi.A100}  # node2: a CPU host
 DATA = Path(__file__).parent / "data"
-
-
-@pytest.fixture(scope="module")
-def gpu_hosts(cluster: TestCluster) -> Iterator[TestCluster]:
-    for i, machine in MACHINES.items():
-        cluster.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(machine))
-    try:
-        yield cluster
-    finally:
-        for host in cluster.hosts:
-            (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)
 
 
 def monitors_of(pid: int) -> list[int]:
@@ -95,10 +83,10 @@ def wait(cond: Callable[[], object], what: str, timeout: float) -> None:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
-    gpu_hosts: TestCluster, tmp_path: Path
+    gpu_cluster: TestCluster, tmp_path: Path
 ) -> None:
     job = {"script": "examples/train.py", "master_port": 29661}
-    inv = gpu_hosts.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1, 2))
+    inv = gpu_cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1, 2))
     # node0's busy GPU 2 runs a process of user nobody that exists here (the recorded pid
     # does not), so the dashboard can say whose it is
     owned = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
@@ -108,7 +96,7 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
     apps = recording / "query-compute-apps.csv"
     apps.write_text(apps.read_text().replace("48211", str(owned.pid)))
     stand_in = f"#!/bin/sh\ndata={recording}\n" + (nvidia_smi.DATA / "stand-in.sh").read_text()
-    gpu_hosts.put_tool(0, "nvidia-smi", stand_in)
+    gpu_cluster.put_tool(0, "nvidia-smi", stand_in)
     ddptui = str(Path(sys.executable).parent / "ddptui")
     env = {"XDG_DATA_HOME": str(tmp_path / "data"), "TERM": "xterm-256color"}
     term = Tmux([ddptui, "-i", str(inv)], env, (120, 32))
@@ -122,8 +110,9 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
 
         wait_on_screen(glance, "every host's GPUs and the busy GPUs' processes", 20, term)
         took = time.monotonic() - t0
+        busy = f"GPU 2 in use by pid {owned.pid} /usr/bin/python3 (70.1 GiB)"
+        wait_on_screen(lambda: busy in term.screen(), "the findings", 5, term)
         screen = term.screen()
-        assert f"GPU 2 in use by pid {owned.pid} /usr/bin/python3 (70.1 GiB)" in screen, screen
         assert "none" in next(ln for ln in screen.splitlines() if "node2" in ln)
         wait_on_screen(lambda: "hosts up 3/3" in term.screen(), "every host up", 20, term)
         assert "no run yet" in term.screen()
@@ -131,21 +120,21 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
         wait(lambda: len(monitors_of(pid)) == 2, "node0's and node1's monitors", 10)
         wait_on_screen(lambda: "2:python3 (nobody)" in term.screen(), "whose process", 10, term)
         monitors = monitors_of(pid)
-        running = [p for h in (0, 1, 2) for p in on_host(gpu_hosts, h) if p not in monitors]
+        running = [p for h in (0, 1, 2) for p in on_host(gpu_cluster, h) if p not in monitors]
         assert running == [], "nothing but the monitors runs on the hosts"
         term.send("q")
         t1 = time.monotonic()
         wait_on_screen(lambda: not term.alive, "ddptui to exit", 10, term)
         quit_s = time.monotonic() - t1
         wait(lambda: not monitors_of(pid), "the monitors to leave", 10)
-        assert not any(on_host(gpu_hosts, h) for h in (0, 1, 2)), "nothing left on the hosts"
+        assert not any(on_host(gpu_cluster, h) for h in (0, 1, 2)), "nothing left on the hosts"
         print(f"GPUs of every host on screen after {took:.1f} s; q took {quit_s:.2f} s")
         assert quit_s < 3
     finally:
         term.kill()
         owned.kill()
         owned.wait()
-        gpu_hosts.put_tool(0, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H100_BUSY))
+        gpu_cluster.put_tool(0, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H100_BUSY))
 
 
 # -- the monitors never outlive the launcher ---------------------------------------------------
@@ -171,8 +160,10 @@ def watcher(inv: Path, lease: float) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def test_monitors_leave_when_the_launcher_is_killed(gpu_hosts: TestCluster, tmp_path: Path) -> None:
-    inv = gpu_hosts.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
+def test_monitors_leave_when_the_launcher_is_killed(
+    gpu_cluster: TestCluster, tmp_path: Path
+) -> None:
+    inv = gpu_cluster.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
     proc = watcher(inv, lease=20.0)
     try:
         wait(lambda: len(monitors_of(proc.pid)) == 2, "a monitor on each host", 30)
@@ -183,14 +174,14 @@ def test_monitors_leave_when_the_launcher_is_killed(gpu_hosts: TestCluster, tmp_
         proc.kill()
 
 
-def test_a_monitor_leaves_when_its_link_is_cut(gpu_hosts: TestCluster, tmp_path: Path) -> None:
+def test_a_monitor_leaves_when_its_link_is_cut(gpu_cluster: TestCluster, tmp_path: Path) -> None:
     """A cut link never closes the monitor's stdin (its sshd does not notice): the lease."""
-    inv = gpu_hosts.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
+    inv = gpu_cluster.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
     proc = watcher(inv, lease=3.0)
-    veth = veth_name(gpu_hosts.prefix, 1)
+    veth = veth_name(gpu_cluster.prefix, 1)
     try:
         wait(lambda: len(monitors_of(proc.pid)) == 2, "a monitor on each host", 30)
-        [on_node1] = [p for p in monitors_of(proc.pid) if p in on_host(gpu_hosts, 1)]
+        [on_node1] = [p for p in monitors_of(proc.pid) if p in on_host(gpu_cluster, 1)]
         subprocess.run(["ip", "link", "set", veth, "down"], check=True)
         t0 = time.monotonic()
         wait(lambda: not Path(f"/proc/{on_node1}").exists(), "node1's monitor to leave", 15)
@@ -233,7 +224,7 @@ def test_a_stall_is_caught_and_every_rank_stack_grouped(
         t0 = time.monotonic()
         res = subprocess.run(
             ddptui("stacks", str(run_dir), "-i", str(inv), "--json"),
-            cwd=REPO, capture_output=True, text=True, timeout=60,
+            cwd=REPO, capture_output=True, text=True, timeout=180,
         )  # fmt: skip
         took = time.monotonic() - t0
         assert res.returncode == 0, res.stderr
