@@ -148,7 +148,7 @@ class Dashboard(Glance, LogPane, App[int]):
         self.run_id: str | None = None
         self.run_dir: str | None = None
         self.worker: Worker[RunFinished] | None = None
-        self.logs = LogBuffer()
+        self.logs = LogBuffer(clock=self.clock)
         self.status = Status()
         self.follow = True
         self._paused_by_scroll = False
@@ -338,7 +338,7 @@ class Dashboard(Glance, LogPane, App[int]):
 
     def _reset(self) -> None:
         """A new run: empty logs, no failure, host states start over."""
-        self.logs = LogBuffer()
+        self.logs = LogBuffer(clock=self.clock)
         self.log_view.clear()
         self.failure, self.failures, self.finished = None, [], None
         self._started_at, self._stopping = None, False
@@ -357,7 +357,7 @@ class Dashboard(Glance, LogPane, App[int]):
             return  # a previous run's last words
         event = message.event
         if type(event) is LogBatch:  # the hot path
-            self.logs.add(event, self.clock())
+            self.logs.add(event)
             return
         handler = self._handlers.get(type(event))
         if handler is not None:

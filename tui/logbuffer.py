@@ -9,8 +9,9 @@ buffers of their own: a flood of stdout must not push a traceback out of the err
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -149,6 +150,7 @@ class LogBuffer:
         errors_per_rank: int = ERRORS_PER_RANK,
         errors_all: int = ERRORS_ALL,
         shown: int = SHOWN,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.per_rank, self.errors_per_rank, self.shown = per_rank, errors_per_rank, shown
         self.all = Lines(all_ranks)
@@ -163,7 +165,8 @@ class LogBuffer:
         self.pattern: re.Pattern[str] | None = None
         self.pending: deque[Line] = deque(maxlen=shown)
         self.received = 0
-        self.last_seen: dict[View, float] = {}  # when each view's last line arrived
+        self.clock = clock
+        self.last_seen: dict[View, float] = {}  # when each view's last line arrived (clock)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -174,7 +177,7 @@ class LogBuffer:
             self.rank_hosts[rank] = node_rank
             self._buffers(View("rank", rank))
 
-    def add(self, batch: LogBatch, now: float = 0.0) -> None:
+    def add(self, batch: LogBatch) -> None:
         # The hot path (every line of every rank): locals only, one dict lookup per line.
         k, host, stream = batch.node_rank, batch.host, batch.stream
         self.hosts.setdefault(k, host)
@@ -209,7 +212,7 @@ class LogBuffer:
                 and (pattern is None or pattern.search(text))
             ):
                 add_pending(line)
-        last_seen = self.last_seen
+        last_seen, now = self.last_seen, self.clock()
         for src in touched:
             last_seen[src.view] = now
             src.buf.extend(tuple(src.batch))
