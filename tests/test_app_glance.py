@@ -12,6 +12,7 @@ from apptools import (
     H100,
     RUN_ID,
     FakeClusters,
+    FakeRuns,
     fake_app,
     local_inventory,
     opening,
@@ -32,7 +33,7 @@ from remote.events import (
     NodeStarted,
     RunStarted,
 )
-from tui.app import Dashboard
+from tui.app import Dashboard, create_app
 from tui.screens import HostDetailScreen
 from tui.stacks_screen import StacksScreen
 from tui.views import age_text
@@ -233,3 +234,19 @@ def _folded(app: Dashboard) -> str:
 
     ranks = [r for info in app.hosts.infos.values() for r in info.ranks]
     return fold.ranks_on(ranks, [info.name for info in app.hosts.infos.values()])
+
+
+async def test_ddptui_launch_opens_the_cluster_after_the_run(inv: Path) -> None:
+    """`ddptui launch`: the run checks the hosts; the dashboard's own connections come after."""
+    clusters = FakeClusters(opening())
+    runs = FakeRuns(two_node_script)  # runs until stopped
+    app = create_app(inv, run_factory=runs, cluster_factory=clusters, start="launch",
+                     clock=lambda: 100.0, run_ids=lambda: RUN_ID)  # fmt: skip
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert len(runs.runs) == 1 and clusters.made == []
+        assert app.worker is not None
+        await pilot.press("s")
+        await app.worker.wait()
+        await settle(pilot)
+        assert len(clusters.made) == 1 and clusters.made[0].checks == 1
