@@ -152,7 +152,7 @@ class LogPane(_Base):
         self.show_checks(False)
         self._redraw()
         self._title()
-        self.sync_views()
+        self.views.highlight(view)
 
     def show_checks(self, on: bool) -> None:
         """The checks' findings in place of the log (on), or the log again."""
@@ -162,7 +162,7 @@ class LogPane(_Base):
         self.query_one("#body").set_class(on, "-checks")
         if not on:
             self._redraw()
-        self.sync_views()
+        self.views.highlight(self.current_entry)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if event.option_list is not self.views:

@@ -78,9 +78,13 @@ class ViewList(OptionList):
                     self.replace_option_prompt_at_index(i, new)
             self._prompts = prompts
         if current in self.entries:
-            self.highlighted = self.entries.index(current)
+            self.highlight(current)
         elif self.needle and len(self.entries) > 1:  # the first match, for Enter to open
             self.highlighted = 1
+
+    def highlight(self, entry: Entry) -> None:
+        if entry in self.entries:
+            self.highlighted = self.entries.index(entry)
 
     def find(self, needle: str, current: Entry) -> None:
         self.needle = needle.lower()
