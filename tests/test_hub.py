@@ -52,7 +52,7 @@ def test_a_failed_peer_stops_every_other_node() -> None:
 
 
 def test_a_silent_peer_is_lost_and_stops_the_rest() -> None:
-    h, stops = hub(2, timeout=0.6)  # the peer never connects: lost after link_timeout
+    _h, stops = hub(2, timeout=0.6)  # the peer never connects: lost after link_timeout
     assert stops.event.wait(3)
     reason, node = stops.said[0]
     assert node == 1 and "lost" in reason and "node1" in reason
