@@ -90,7 +90,8 @@ class Hub:
             _thread(self._peer, sock)
 
     def _peer(self, sock):
-        node = self._authenticate(sock)
+        rfile = sock.makefile("rb")  # one reader: a second would lose what the first read ahead
+        node = self._authenticate(sock, rfile)
         if node is None:
             sock.close()
             return
@@ -104,7 +105,7 @@ class Hub:
             old[0].close()
         if stopping is not None:  # it joined after the stop: it stops too
             _send(sock, lock, t="stop", reason=stopping[0], node=stopping[1])
-        for line in sock.makefile("rb"):
+        for line in rfile:
             try:
                 msg = json.loads(line)
             except ValueError:
@@ -117,12 +118,12 @@ class Hub:
         # Gone without saying its job ended: its supervisor died or the link broke. A broken
         # link may heal (the peer reconnects); the watchdog decides after link_timeout.
 
-    def _authenticate(self, sock):
+    def _authenticate(self, sock, rfile):
         nonce = os.urandom(16).hex().encode()
         try:
             sock.settimeout(10)
             sock.sendall(CHALLENGE + nonce + b"\n")
-            line = sock.makefile("rb").readline(256).split()
+            line = rfile.readline(256).split()
             node, digest = int(line[0]), line[1].decode()
             sock.settimeout(None)
         except (OSError, ValueError, IndexError):
