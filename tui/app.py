@@ -47,7 +47,7 @@ from remote.failures import first
 from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
 from .findings import FindingsView
-from .glance import ClusterFactory, Glance, _home, engine_cluster
+from .glance import ClusterFactory, Glance, engine_cluster, tilde
 from .hosts import HostsTable
 from .logbuffer import LogBuffer, View
 from .logpane import LogPane
@@ -367,7 +367,7 @@ class Dashboard(Glance, LogPane, App[int]):
         self._started_at = self.clock()
         self.run_dir = ev.run_dir
         self.status.world_size = ev.world_size or self.status.world_size
-        self.log_view.border_subtitle = f"logs in {_home(ev.run_dir)}"
+        self.log_view.border_subtitle = f"logs in {tilde(ev.run_dir)}"
         self.show_status()
 
     def _host_state(self, ev: HostState) -> None:

@@ -132,7 +132,7 @@ class Glance(_Base):
             self.notify(f"the stacks dump failed: {exc}", severity="error", timeout=10)
             return
         if screen.is_attached:
-            screen.show(report, _home(str(path)))
+            screen.show(report, tilde(str(path)))
 
     # -- hangs ------------------------------------------------------------------------------
 
@@ -159,7 +159,7 @@ class Glance(_Base):
         def logs_received(self) -> int: ...
 
 
-def _home(path: str) -> str:
+def tilde(path: str) -> str:
     """`~/...` for a path under the home directory: shorter, and the same for everyone."""
     home = str(Path.home())
     return "~" + path[len(home) :] if path.startswith(home + "/") else path
