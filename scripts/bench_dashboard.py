@@ -5,7 +5,7 @@
 
 The lines take the app's real path from the pipes on. Each node is a local-transport node
 whose supervisor is replaced by a stand-in process (this script with --produce) that prints
-the supervisor's JSON protocol ({"t": "out", ...} lines of `[rank]:text`) at the given rate,
+the supervisor's wire protocol (records of `[rank]:text` lines) at the given rate,
 the way a supervisor relays torchrun's tagged output. The real `remote.run.Run` reads the
 pipes, untags the lines, its Recorder writes rank-N.log, and `emit` posts each batch as an
 EngineEvent into the running app: message loop, LogBuffer, the timer that draws the visible
@@ -47,8 +47,11 @@ STDERR_EVERY = 1000  # one line in this many goes to stderr (warnings, say)
 
 def produce(node: int, first: int, count: int, rate: float, seconds: float) -> None:
     """A stand-in supervisor (its own process, as on a real host): prints `rate` lines/s of
-    ranks first..first+count-1 for `seconds`, in the supervisor's JSON protocol, until done or
-    told "stop" on stdin. Lines go round-robin over the ranks, so the bench knows the counts."""
+    ranks first..first+count-1 for `seconds`, in the supervisor's wire protocol (records in
+    data frames, remote/host/wire.py), until done or told "stop" on stdin. Lines go
+    round-robin over the ranks, so the bench knows the counts."""
+    from remote.host import wire  # standard library only: still no heavy import here
+
     # On a real cluster the supervisors run on the hosts, not beside the app: on this one
     # machine they yield the CPU to it first, so the app is measured, not its stand-ins.
     os.nice(int(os.environ.get("BENCH_PRODUCER_NICE", "10")))
@@ -61,9 +64,20 @@ def produce(node: int, first: int, count: int, rate: float, seconds: float) -> N
         stop.set()  # "stop", or the launcher went away
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    out = sys.stdout
-    say = out.write
-    say(json.dumps({"t": "started", "pid": os.getpid(), "hostname": f"node{node}"}) + "\n")
+    out = sys.stdout.buffer
+    out.write(wire.MARK + wire.control(t="hello", live=True, spool_end=0))
+    at = 0
+
+    def record(kind: bytes, payload: bytes) -> None:
+        nonlocal at
+        rec = wire.record(kind, int(time.time() * 1000), payload)
+        out.write(wire.data_frame(at, rec))
+        at += len(rec)
+
+    def say(msg: dict[str, Any]) -> None:
+        record(b"m", json.dumps(msg).encode())
+
+    say({"t": "started", "pid": os.getpid(), "hostname": f"node{node}"})
     t0, sent, total = time.monotonic(), 0, int(rate * seconds)
     while sent < total and not stop.is_set():
         time.sleep(TICK)
@@ -73,12 +87,13 @@ def produce(node: int, first: int, count: int, rate: float, seconds: float) -> N
         for i in range(sent, sent + due):
             text = f"[{first + i % count}]:step {i // count} loss 0.{i % 9973:04d} lr 3e-4 ok\n"
             (errors if i % STDERR_EVERY == STDERR_EVERY - 1 else lines).append(text)
-        say(json.dumps({"t": "out", "s": 1, "d": "".join(lines)}) + "\n")
+        record(b"1", "".join(lines).encode())
         if errors:
-            say(json.dumps({"t": "out", "s": 2, "d": "".join(errors)}) + "\n")
+            record(b"2", "".join(errors).encode())
         out.flush()
         sent += due
-    say(json.dumps({"t": "exit", "code": 0, "stopped": stop.is_set()}) + "\n")
+    say({"t": "exit", "code": 0, "stopped": stop.is_set()})
+    out.write(wire.control(t="eof", end=at))
     out.flush()
 
 
