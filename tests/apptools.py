@@ -86,6 +86,7 @@ class FakeRun:
         self.emit, self.run_id, self.script, self.finish = emit, run_id, script, finish
         self.stopped = asyncio.Event()
         self.stops = 0
+        self.detached = False
 
     async def execute(self) -> RunFinished:
         for event in self.script:
@@ -96,12 +97,16 @@ class FakeRun:
             fin = RunFinished("succeeded", 0, 12.5)
         else:
             await self.stopped.wait()
-            fin = RunFinished("stopped", 130, 12.5)
+            fin = RunFinished(*(("detached", 0) if self.detached else ("stopped", 130)), 12.5)
         self.emit(fin)
         return fin
 
     def stop(self) -> None:
         self.stops += 1
+        self.stopped.set()
+
+    def detach(self) -> None:
+        self.detached = True
         self.stopped.set()
 
 

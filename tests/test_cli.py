@@ -249,7 +249,7 @@ def test_run_commands_mistakes(tmp_path: Path, args: list[str], words: str) -> N
 
 def test_runs_lists_nothing_yet(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
-    for args in (["runs"], ["--headless", "runs", "--json"]):
+    for args in (["--headless", "runs"], ["runs", "--json"]):
         res = subprocess.run(
             [sys.executable, "-m", "tui.cli", *args], capture_output=True, text=True, env=env
         )

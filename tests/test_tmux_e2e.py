@@ -119,3 +119,42 @@ def test_launch_see_rank_lines_and_quit(tmux_app: Tmux, tmp_path: Path) -> None:
     while pids_with_env("DDPTUI_RUN_ID", run_id) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not pids_with_env("DDPTUI_RUN_ID", run_id), "processes of the run were left"
+
+
+def test_attach_a_detached_run_then_detach_again(cluster: TestCluster, tmp_path: Path) -> None:
+    """`ddptui attach RUN` in a real terminal: the run's lines from its hosts, then `x`
+    leaves it running (no launcher lease on a detached run), and `stop` ends it."""
+    job = {
+        "script": "tests/data/tick.py",
+        "args": ["100000", "0.1"],
+        "nproc_per_node": 2,
+        "master_port": 29652,
+        "link_timeout": 5,
+        "stop_grace": 2,
+    }
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1))
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "TERM": "xterm-256color"}
+    ddptui = str(Path(sys.executable).parent / "ddptui")
+    headless = [ddptui, "--headless"]
+    launched = subprocess.run(
+        [*headless, "launch", "-i", str(inv), "--detach"],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, **env},
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    run_id = launched.stdout.splitlines()[-1]
+    term = Tmux([ddptui, "attach", run_id], env, (100, 30))
+    try:
+        wait_for(lambda: re.search(r"r3 node1 │ tick 3 \d+", term.screen()), "rank 3", 60, term)
+        assert "x Detach" in term.screen()
+        term.send("x")
+        wait_for(lambda: not term.alive, "ddptui to leave", 30, term)
+    finally:
+        term.kill()
+    time.sleep(5 + 2)  # longer than link_timeout: a detached run needs nobody
+    assert len(pids_with_env("DDPTUI_RUN_ID", run_id)) >= 6
+    stopped = subprocess.run(
+        [*headless, "stop", run_id], capture_output=True, text=True, timeout=60, cwd=REPO,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    assert stopped.returncode == 0, stopped.stderr
+    assert not pids_with_env("DDPTUI_RUN_ID", run_id)

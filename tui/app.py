@@ -26,7 +26,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 from textual.worker import Worker, WorkerState
 
-from remote import inventory
+from remote import inventory, runs
 from remote.events import (
     ChecksDone,
     Event,
@@ -48,6 +48,7 @@ from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run
 
 from .findings import FindingsView
 from .glance import ClusterFactory, Glance, engine_cluster, tilde
+from .history import HistoryScreen
 from .hosts import HostsTable
 from .logbuffer import LogBuffer, View
 from .logpane import LogPane
@@ -63,7 +64,7 @@ SEVERITY: dict[str, SeverityLevel] = {"info": "information", "warning": "warning
 # Actions of the main screen: hidden while another screen (a dialog, the inventory error) is up.
 MAIN_ACTIONS = {
     "launch", "stop", "restart", "filter", "errors", "follow", "jump",
-    "view_all", "view_next", "view_prev", "check", "find",
+    "view_all", "view_next", "view_prev", "check", "find", "detach", "history",
 }  # fmt: skip
 
 
@@ -74,9 +75,16 @@ class RunLike(Protocol):
 
     def execute(self) -> Awaitable[RunFinished]: ...
     def stop(self) -> None: ...
+    def detach(self) -> None: ...
 
 
 RunFactory = Callable[[inventory.Inventory, Emit, str], RunLike]
+# A run started earlier, opened again (attach, the history): (its record, emit, stop it).
+RejoinFactory = Callable[[runs.RunRecord, Emit, bool], RunLike]
+
+
+def engine_rejoin(record: runs.RunRecord, emit: Emit, stop: bool) -> RunLike:
+    return Run.rejoin(record, emit, stop=stop)
 
 
 def engine_runs(runs_dir: Path | None = None, extra_args: Sequence[str] = ()) -> RunFactory:
@@ -116,6 +124,11 @@ class Dashboard(Glance, LogPane, App[int]):
             key_display="[", show=False, tooltip="The previous rank's log",
         ),
         Binding("q", "quit", "Quit", id="quit", tooltip="Quit (asks first if a job runs)"),
+        Binding(
+            "x", "detach", "Detach", id="detach",
+            tooltip="Quit and leave the job running on its hosts (ddptui attach comes back)",
+        ),
+        Binding("h", "history", "Runs", id="history", tooltip="Every run: open one"),
         Binding("j", "jump", "Failure", id="jump-to-failure", tooltip="Show its log"),
         Binding("c", "check", "Check", id="check", tooltip="Check every host again"),
         Binding(
@@ -133,8 +146,12 @@ class Dashboard(Glance, LogPane, App[int]):
         run_ids: Callable[[], str] = new_run_id,
         cluster_factory: ClusterFactory = engine_cluster,
         start: str | None = None,
+        run: str | None = None,
+        rejoin_factory: RejoinFactory = engine_rejoin,
     ) -> None:
         super().__init__()
+        self.open_on = run  # `ddptui attach|stop|stacks RUN`: the run to open at once
+        self.rejoin_factory = rejoin_factory
         self.run_ids = run_ids
         self.start = start  # the command it opened on: `ddptui launch` launches at once
         # `ddptui launch`: the run checks the hosts; the dashboard's own connections open after
@@ -216,6 +233,10 @@ class Dashboard(Glance, LogPane, App[int]):
         gc.freeze()
         if self.start == "launch" and self.inventory is not None:
             self.action_launch()
+        elif self.start == "runs":
+            self.action_history()
+        elif self.open_on is not None:
+            self.open_run(self.open_on, stop=self.start == "stop")
 
     def on_unmount(self) -> None:
         gc.unfreeze()  # the next app in this process (tests) starts from a clean slate
@@ -280,6 +301,48 @@ class Dashboard(Glance, LogPane, App[int]):
         self.refresh_bindings()
         self.show_status()
 
+    def open_run(self, spec: str, stop: bool = False) -> None:
+        """A run started earlier: every host's lines from the first, then live (attached),
+        or its logs and how it ended if it is over. stop: stop it as well."""
+        if self.running:
+            self.notify("a run is open here: stop (s) or detach (x) it first", severity="warning")
+            return
+        try:
+            record = runs.resolve(spec)
+            inv = record.inventory()
+        except runs.RunError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return
+        self._use_inventory(inv)
+        self._reset()
+        self.run_id = record.run_id
+        self.current_run = self.rejoin_factory(record, partial(self._emit, record.run_id), stop)
+        self.status.run_id, self.status.state = record.run_id, "connecting"
+        self.worker = self.run_worker(
+            self.current_run.execute(), name="run", group="run", exit_on_error=False
+        )
+        if self.cluster is not None:
+            self.cluster.pause(True)  # the run streams the figures over its own connections
+        self.show_view(self.logs.view)
+        self.log_view.focus()
+        self.refresh_bindings()
+        self.show_status()
+
+    def action_history(self) -> None:
+        def chosen(run_id: str | None) -> None:
+            if run_id is not None:
+                self.open_run(run_id)
+
+        self.push_screen(HistoryScreen(), chosen)
+
+    def action_detach(self) -> None:
+        """Quit, leaving the job to run on its hosts (its supervisors end it, and clean up)."""
+        if self.current_run is None or not self.running:
+            return
+        self._after_run = self._quit_now
+        self.current_run.detach()
+        self.notify(f"detached: run {self.run_id} goes on (ddptui attach {self.run_id})")
+
     def _emit(self, run_id: str, event: Event) -> None:
         self.post_message(EngineEvent(run_id, event))
 
@@ -306,13 +369,15 @@ class Dashboard(Glance, LogPane, App[int]):
         else:
             self.push_screen(QuitScreen(len(self.hosts.infos)), self._quit_answered)
 
-    def _quit_answered(self, stop: bool | None) -> None:
-        if stop and self.running:
+    def _quit_answered(self, answer: str | None) -> None:
+        if answer is not None and not self.running:  # it ended meanwhile
+            self.exit(EXIT_OK)
+        elif answer == "stop":
             self._after_run = self._quit_now
             self.action_stop()
             self.notify("stopping the job on every host, then quitting (q again: leave now)")
-        elif stop:
-            self.exit(EXIT_OK)
+        elif answer == "detach":
+            self.action_detach()
 
     def _quit_now(self) -> None:
         self.exit(EXIT_OK)
@@ -436,6 +501,9 @@ class Dashboard(Glance, LogPane, App[int]):
         self.sync_views()  # the checks' mark
 
     def _checks_done(self, ev: ChecksDone) -> None:
+        if self.start == "stacks" and self.running:  # `ddptui stacks RUN`: now connected
+            self.start = None
+            self.action_stacks()
         self.hosts.flush()  # every host's row now, not at the next tick
         self.findings.checks_done(ev)
         failures = [f for f in ev.findings if f.level == "failure"]
@@ -528,8 +596,10 @@ class Dashboard(Glance, LogPane, App[int]):
             return False
         if action == "launch":
             return None if self.running or self.inventory is None else True
-        if action == "stop":
+        if action in ("stop", "detach"):
             return True if self.running and not self._stopping else None
+        if action == "history":
+            return None if self.running else True
         if action == "restart":
             return None if self.inventory is None else True
         if action == "jump":
@@ -567,9 +637,12 @@ def create_app(
     run_ids: Callable[[], str] = new_run_id,
     cluster_factory: ClusterFactory = engine_cluster,
     start: str | None = None,
+    run: str | None = None,
+    rejoin_factory: RejoinFactory = engine_rejoin,
 ) -> Dashboard:
     """The app factory `ddptui` and the tests use (tests fake the run, the cluster, the clock,
-    the ids). start: the command it opens on, "launch" or "check" (None: the cluster view)."""
+    the ids). start: the command it opens on, "launch", "check", "runs", or with `run` (a run
+    id, prefix or dir) "attach", "stop" or "stacks" (None: the cluster view)."""
     return Dashboard(
         inventory_path,
         run_factory=run_factory or engine_runs(runs_dir, extra_args),
@@ -577,4 +650,6 @@ def create_app(
         run_ids=run_ids,
         cluster_factory=cluster_factory,
         start=start,
+        run=run,
+        rejoin_factory=rejoin_factory,
     )

@@ -178,6 +178,21 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
     return app.run() or 0
 
 
+def _dashboard_on_run(args: argparse.Namespace) -> int:
+    """`ddptui attach|stop|stacks RUN`, `ddptui runs`: the dashboard, opened on that."""
+    run = getattr(args, "run", None)
+    if run is not None:
+        from remote.runs import RunError, resolve
+
+        try:
+            resolve(run)  # a RUN naming no run is one line here, not a dashboard
+        except RunError as exc:
+            raise UsageError(str(exc)) from None
+    from .app import create_app
+
+    return create_app(args.inventory, start=args.command, run=run).run() or 0
+
+
 def launch(args: argparse.Namespace, extra: list[str]) -> int:
     """`launch`: the dashboard launching at once, or --headless: print every line, exit."""
     if not args.headless:
@@ -248,10 +263,12 @@ def stacks(args: argparse.Namespace, extra: list[str]) -> int:
 def _on_run(
     args: argparse.Namespace, extra: list[str], work: Callable[[], Coroutine[Any, Any, int]]
 ) -> int:
-    """A command on runs already started: printed (no dashboard view yet); a RUN that names
-    no run, or several, is a usage mistake."""
+    """A command on runs already started: the dashboard opened on it, or with --headless (or
+    --json) printed; a RUN that names no run, or several, is a usage mistake."""
     if extra:
         raise UsageError(f"{args.command} takes no script arguments (after --)")
+    if not (args.headless or getattr(args, "json", False) or getattr(args, "tail", None)):
+        return _dashboard_on_run(args)
     import asyncio
 
     from remote.runs import RunError

@@ -26,14 +26,19 @@ EXCERPT = 3  # lines shown around the line of an inventory mistake
 REDRAW_S = 2.0  # the detail screen's GPU figures follow the live ones
 
 
-class QuitScreen(ModalScreen[bool]):
-    """Asked when the user quits while a job runs: True means stop it and quit."""
+class QuitScreen(ModalScreen[str | None]):
+    """Asked when the user quits while a job runs: "stop" (then quit), "detach" (quit and
+    leave it running on its hosts), or None (stay)."""
 
     AUTO_FOCUS = "#stay"
     BINDINGS = [
-        Binding("s", "answer(True)", "Stop and quit", id="quit-stop", tooltip="Stop the job"),
-        Binding("escape,n", "answer(False)", "Stay", id="quit-stay", tooltip="Keep running"),
-    ]
+        Binding("s", "answer('stop')", "Stop and quit", id="quit-stop", tooltip="Stop the job"),
+        Binding(
+            "x", "answer('detach')", "Detach", id="quit-detach",
+            tooltip="Quit; the job runs on (ddptui attach RUN to come back)",
+        ),
+        Binding("escape,n", "answer(None)", "Stay", id="quit-stay", tooltip="Keep watching"),
+    ]  # fmt: skip
 
     def __init__(self, hosts: int) -> None:
         super().__init__()
@@ -43,16 +48,18 @@ class QuitScreen(ModalScreen[bool]):
         with Vertical(id="quit-dialog"):
             where = f"{self.hosts} host{'s' * (self.hosts != 1)}"
             yield Label(f"A job is running on {where}.", id="quit-question")
-            yield Label("Quitting stops it on every host (TERM, then KILL after the grace).")
+            yield Label("Stop it on every host (TERM, then KILL after the grace), or detach:")
+            yield Label("it runs on by itself, and `ddptui attach` comes back to it.")
             with Horizontal(id="quit-buttons"):
                 yield Button("Stop the job and quit", id="stop", variant="error")
+                yield Button("Detach", id="detach", variant="warning")
                 yield Button("Stay", id="stay", variant="primary")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "stop")
+        self.dismiss(event.button.id if event.button.id != "stay" else None)
 
-    def action_answer(self, stop: bool) -> None:
-        self.dismiss(stop)
+    def action_answer(self, answer: str | None) -> None:
+        self.dismiss(answer)
 
 
 class InventoryErrorScreen(Screen[inventory.Inventory]):

@@ -1,0 +1,131 @@
+"""The dashboard and runs that live on the cluster: detach, the history, opening a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from apptools import FakeRun, fake_app, local_inventory, screen_text, settle, wait_for
+from apptools import two_node_script as script
+
+from remote import runs
+from remote.run import Emit
+from tui.app import create_app
+from tui.glance import ClusterLike
+from tui.history import HistoryScreen
+from tui.screens import QuitScreen
+
+SIZE = (120, 36)
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> Path:
+    return local_inventory(tmp_path, ["--epochs", "1"])
+
+
+@pytest.fixture
+def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inv: Path) -> str:
+    """One earlier run in the history: a run dir with its run.json and inventory copy."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    run_dir = runs.root() / "20250102-080000-beef"
+    run_dir.mkdir(parents=True)
+    info = {"run_id": run_dir.name, "hosts": ["node0", "node1"], "started_at": 1.7e9}
+    (run_dir / "run.json").write_text(json.dumps(info))
+    (run_dir / "inventory.yaml").write_text(inv.read_text())
+    summary = {"status": "failed", "exit_code": 1, "elapsed": 61.0, "world_size": 2,
+               "failing_rank": 1, "failing_host": "node1", "failure": None}  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir.name
+
+
+class Rejoins:
+    """The app's rejoin factory: each opened run is a FakeRun playing the script."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, bool]] = []
+        self.runs: list[FakeRun] = []
+
+    def __call__(self, record: runs.RunRecord, emit: Emit, stop: bool) -> FakeRun:
+        self.opened.append((record.run_id, stop))
+        self.runs.append(FakeRun(emit, record.run_id, script(record.run_id), finish=False))
+        return self.runs[-1]
+
+
+async def test_detach_key_quits_and_leaves_the_job_running(inv: Path) -> None:
+    app, made = fake_app(inv, script)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await settle(pilot)
+        await pilot.press("x")
+        await wait_for(pilot, lambda: app.return_value is not None, "the app to quit")
+    assert made.runs[0].detached and made.runs[0].stops == 0
+    assert app.return_value == 0
+
+
+async def test_quit_offers_detach_beside_stop(inv: Path) -> None:
+    app, made = fake_app(inv, script)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await settle(pilot)
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen)
+        assert "Detach" in screen_text(app)
+        await pilot.click("#detach")
+        await wait_for(pilot, lambda: app.return_value is not None, "the app to quit")
+    assert made.runs[0].detached and made.runs[0].stops == 0
+
+
+async def test_history_lists_runs_and_opens_one(inv: Path, history: str) -> None:
+    rejoins = Rejoins()
+    app = create_app(inv, run_factory=lambda *a: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
+                     cluster_factory=_no_cluster)  # fmt: skip
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("h")
+        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), "the history")
+        await wait_for(pilot, lambda: "failed" in screen_text(app), "the run's row")
+        text = screen_text(app)
+        assert history in text and "1 (node1)" in text and "1 m 1 s" in text
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: rejoins.opened, "the run to open")
+        await settle(pilot)
+        assert app.run_id == history and app.running
+        assert "step 5 loss" in screen_text(app)  # its lines, replayed into the logs
+        rejoins.runs[0].stop()
+        assert app.worker is not None
+        await app.worker.wait()
+        await pilot.pause()
+    assert rejoins.opened == [(history, False)]
+
+
+async def test_attach_command_opens_the_run(inv: Path, history: str) -> None:
+    rejoins = Rejoins()
+    app = create_app(inv, run_factory=lambda *a: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
+                     cluster_factory=_no_cluster, start="attach", run=history[:12])  # fmt: skip
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: rejoins.opened, "the run to open")
+        await settle(pilot)
+        assert app.status.run_id == history
+        rejoins.runs[0].stop()
+        assert app.worker is not None
+        await app.worker.wait()
+        await pilot.pause()
+    assert rejoins.opened == [(history, False)]
+
+
+class _NoCluster:
+    async def run(self) -> None:
+        return None
+
+    async def check(self) -> None:  # type: ignore[override]
+        return None
+
+    def pause(self, paused: bool) -> None:
+        pass
+
+    async def stacks(self, *a: object, **k: object) -> None:  # type: ignore[override]
+        raise AssertionError("no stacks here")
+
+
+def _no_cluster(inv: object, emit: Emit) -> ClusterLike:
+    return _NoCluster()  # type: ignore[return-value]
