@@ -1,0 +1,102 @@
+"""The host side of `job.sync`: what of the launcher's files this host lacks, then taking them.
+
+Runs on the host's python (3.8+, standard library only), sent in the SSH exec like the probe:
+`python -c BOOT <this source> plan|put DEST`, the data on stdin (a manifest can outgrow what one
+argument may hold). It prints one line, MARK + JSON.
+
+- plan: stdin is {relpath: [size, sha256]}; answers {"need": [relpath, ...]}: the files missing
+  here or whose content differs (a file of the same size is hashed: exact, whatever the clocks).
+- put: stdin is an uncompressed tar of those files; each is written beside its target and
+  renamed over it (a reader never sees half a file), with the launcher's mode and mtime.
+Nothing here deletes: files that exist only on the host (outputs, checkpoints) stay.
+"""
+
+from __future__ import annotations  # py3.8: annotations stay unevaluated
+
+import hashlib
+import io
+import json
+import os
+import sys
+import tarfile
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+MARK = "DDPTUI-SYNC "
+CHUNK = 1 << 20
+
+
+def main(step: str, dest: str) -> int:
+    data = sys.stdin.buffer.read()
+    root = os.path.expanduser(dest)
+    try:
+        out = plan(root, json.loads(data)) if step == "plan" else put(root, data)
+    except (OSError, tarfile.TarError, ValueError) as exc:
+        out = {"error": _why(exc)}
+    sys.stdout.write(MARK + json.dumps(out) + "\n")
+    sys.stdout.flush()
+    return 1 if "error" in out else 0
+
+
+def plan(root: str, want: dict[str, list[Any]]) -> dict[str, Any]:
+    return {"need": [rel for rel, (n, sha) in want.items() if not _same(root, rel, n, sha)]}
+
+
+def _same(root: str, rel: str, size: int, sha: str) -> bool:
+    path = os.path.join(root, *rel.split("/"))
+    try:
+        if not os.path.isfile(path) or os.path.getsize(path) != size:
+            return False
+        return file_sha256(path) == sha
+    except OSError:
+        return False
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def put(root: str, data: bytes) -> dict[str, Any]:
+    files = size = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for member in tar:
+            target = _target(root, member)
+            source = tar.extractfile(member)
+            if source is None:
+                raise ValueError(f"{member.name}: not a regular file")
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            tmp = f"{target}.ddptui-sync.{os.getpid()}"
+            try:
+                with open(tmp, "wb") as f:
+                    while block := source.read(CHUNK):
+                        f.write(block)
+                os.chmod(tmp, member.mode & 0o7777)
+                os.utime(tmp, (member.mtime, member.mtime))
+                os.replace(tmp, target)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            files, size = files + 1, size + member.size
+    return {"files": files, "bytes": size}
+
+
+def _target(root: str, member: tarfile.TarInfo) -> str:
+    """Where a member goes: a regular file strictly inside root (the launcher made the tar, but
+    a path that climbs out is refused all the same)."""
+    name = member.name
+    parts = name.split("/")
+    if not member.isreg() or name.startswith("/") or ".." in parts or "" in parts:
+        raise ValueError(f"refusing {name!r}: not a plain relative file path")
+    return os.path.join(root, *parts)
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return str(exc)

@@ -1,0 +1,137 @@
+"""job.sync, launcher and host side together, through local transports (the same code path as
+SSH hosts: the host script runs in a python of its own, the data on its stdin)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from remote import inventory, sync
+from remote.events import CodeSynced, Event
+from remote.inventory import Inventory
+from remote.transport import LocalTransport
+
+
+def project(root: Path) -> Path:
+    (root / "pkg").mkdir(parents=True)
+    (root / "train.py").write_text("print('v1')\n")
+    (root / "pkg" / "model.py").write_text("W = 1\n")
+    (root / "run.sh").write_text("#!/bin/sh\n")
+    (root / "run.sh").chmod(0o755)
+    for junk in ("__pycache__/model.cpython-311.pyc", ".git/HEAD", "runs/r1/log", "data/big.bin"):
+        (root / junk).parent.mkdir(parents=True, exist_ok=True)
+        (root / junk).write_text("x")
+    return root
+
+
+def inv_for(tmp: Path, dests: list[Path], sync_text: str = "{exclude: [data/]}") -> Inventory:
+    hosts = "".join(
+        f"  - {{host: localhost, name: n{i}, transport: local, workdir: {d}}}\n"
+        for i, d in enumerate(dests)
+    )
+    text = f"hosts:\n{hosts}job:\n  script: train.py\n  sync: {sync_text}\n"
+    path = tmp / "src" / "inv.yaml"
+    path.write_text(text)
+    return inventory.load(path)
+
+
+def push(inv: Inventory) -> list[CodeSynced]:
+    seen: list[Event] = []
+    transports = [LocalTransport(h) for h in inv.hosts]
+    results = asyncio.run(sync.push(inv, transports, [h.workdir for h in inv.hosts], seen.append))
+    assert sorted(seen, key=lambda e: getattr(e, "node_rank", 0)) == results  # one event each
+    return results
+
+
+def test_excluded_patterns() -> None:
+    pats = [*sync.DEFAULT_EXCLUDE, "data/", "ckpt/*.pt", "*.ckpt"]
+    assert sync.excluded("a/__pycache__/m.pyc", pats)
+    assert sync.excluded(".git/HEAD", pats) and sync.excluded("x/.venv/bin/python", pats)
+    assert sync.excluded("data", pats) and sync.excluded("data/raw/a.bin", pats)
+    assert sync.excluded("ckpt/last.pt", pats) and not sync.excluded("ckpt/notes.txt", pats)
+    assert sync.excluded("deep/w.ckpt", pats)
+    assert not sync.excluded("src/data_loader.py", pats) and not sync.excluded("train.py", pats)
+
+
+def test_push_only_what_changed(tmp_path: Path) -> None:
+    project(tmp_path / "src")
+    a, b = tmp_path / "a", tmp_path / "b"
+    b.mkdir()
+    (b / "outputs.txt").write_text("the host's own")  # never deleted
+    inv = inv_for(tmp_path, [a, b])
+    first = push(inv)
+    assert [(r.files, r.unchanged, r.error) for r in first] == [(4, 0, "")] * 2  # + inv.yaml
+    for dest in (a, b):
+        files = sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file())
+        assert [f for f in files if f != "outputs.txt"] == [
+            "inv.yaml",
+            "pkg/model.py",
+            "run.sh",
+            "train.py",
+        ]
+        assert os.access(dest / "run.sh", os.X_OK)
+        src_mtime = (tmp_path / "src" / "train.py").stat().st_mtime
+        assert abs((dest / "train.py").stat().st_mtime - src_mtime) < 1e-3
+    assert (b / "outputs.txt").read_text() == "the host's own"
+    again = push(inv)
+    assert [(r.files, r.bytes, r.unchanged) for r in again] == [(0, 0, 4)] * 2
+    (tmp_path / "src" / "train.py").write_text("print('v2')\n")  # same size, other content
+    (b / "pkg" / "model.py").write_text("W = 2\n")  # edited on one host only
+    third = push(inv)
+    assert [(r.files, r.unchanged) for r in third] == [(1, 3), (2, 2)]
+    assert (a / "train.py").read_text() == (b / "train.py").read_text() == "print('v2')\n"
+    assert (b / "pkg" / "model.py").read_text() == "W = 1\n"
+    assert "2 files (0.0 MB) pushed, 2 unchanged" in third[1].text()
+
+
+def test_a_failing_host_is_named(tmp_path: Path) -> None:
+    project(tmp_path / "src")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the workdir should be")
+    results = push(inv_for(tmp_path, [tmp_path / "ok", blocked]))
+    assert results[0].error == "" and results[0].files == 4
+    assert results[1].host == "n1" and results[1].error.startswith("put: ")
+    assert "code sync to" in results[1].text() and str(blocked) in results[1].text()
+
+
+def test_a_local_host_in_the_source_is_skipped(tmp_path: Path) -> None:
+    src = project(tmp_path / "src")
+    results = push(inv_for(tmp_path, [src]))
+    assert results[0].skipped and results[0].files == 0
+    assert not (src / "src").exists()
+
+
+def test_a_missing_source_fails_every_host(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    results = push(inv_for(tmp_path, [tmp_path / "a"], "{from: nowhere}"))
+    assert "nowhere is not a directory (job.sync.from)" in results[0].error
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("  sync: yes please\n", "inv.yaml:6: `job.sync`: must be true, false, or a mapping"),
+        ("  sync: {form: .}\n", "inv.yaml:6: unknown key `form` in job.sync"),
+        ("  sync: {exclude: data}\n", "inv.yaml:6: `job.sync.exclude` must be a list"),
+        ("  sync:\n    exclude: [/]\n", "inv.yaml:7: `job.sync.exclude`: '/' is not a pattern"),
+        ("  sync: true\n", "inv.yaml:6: `job.sync` needs a workdir for every SSH host: hosts[1]"),
+    ],
+)
+def test_inventory_errors(text: str, message: str) -> None:
+    head = "hosts:\n  - {host: a, workdir: /w}\n  - {host: b}\njob:\n  script: t.py\n"
+    with pytest.raises(inventory.InventoryError) as err:
+        inventory.parse(head + text, Path("inv.yaml"))
+    assert str(err.value).startswith(message)
+
+
+def test_inventory_shapes() -> None:
+    head = "defaults: {workdir: /w}\nhosts: [{host: a}]\njob:\n  script: t.py\n"
+    parse = lambda extra: inventory.parse(head + extra, Path("inv.yaml")).job.sync  # noqa: E731
+    assert parse("") is None and parse("  sync: false\n") is None
+    assert parse("  sync: true\n") == inventory.Sync()
+    assert parse("  sync: {from: src, exclude: [data/]}\n") == inventory.Sync.model_validate(
+        {"from": "src", "exclude": ["data/"]}
+    )
