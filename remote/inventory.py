@@ -274,6 +274,14 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
     return Inventory(path=path, hosts=tuple(hosts), job=raw.job)
 
 
+def with_sync(inv: Inventory, on: bool) -> Inventory:
+    """`launch --sync` / `--no-sync` over what the file says (--sync keeps its `from`/`exclude`)."""
+    job = inv.job.model_copy(update={"sync": (inv.job.sync or Sync()) if on else None})
+    changed = dataclasses.replace(inv, job=job)
+    _check_sync(changed, None)
+    return changed
+
+
 def _check_sync(inv: Inventory, node: yaml.Node | None) -> None:
     """job.sync writes into each SSH host's workdir: without one, a project would be spread
     over the login directory. (A local host runs in the source itself by default.)"""

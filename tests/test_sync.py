@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,8 @@ from remote import inventory, sync
 from remote.events import CodeSynced, Event
 from remote.inventory import Inventory
 from remote.transport import LocalTransport
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def project(root: Path) -> Path:
@@ -135,3 +139,30 @@ def test_inventory_shapes() -> None:
     assert parse("  sync: {from: src, exclude: [data/]}\n") == inventory.Sync.model_validate(
         {"from": "src", "exclude": ["data/"]}
     )
+
+
+def test_the_command_line_overrides_the_inventory(tmp_path: Path) -> None:
+    head = "defaults: {workdir: /w}\nhosts: [{host: a}]\njob:\n  script: t.py\n"
+    inv = inventory.parse(head + "  sync: {from: src}\n", tmp_path / "inv.yaml")
+    assert inventory.with_sync(inv, False).job.sync is None
+    assert inventory.with_sync(inv, True).job.sync == inv.job.sync  # keeps from and exclude
+    off = inventory.parse(head, tmp_path / "inv.yaml")
+    assert inventory.with_sync(off, True).job.sync == inventory.Sync()
+    bare = inventory.parse("hosts: [{host: a}]\njob: {script: t.py}\n", tmp_path / "inv.yaml")
+    with pytest.raises(inventory.InventoryError, match="needs a workdir for every SSH host"):
+        inventory.with_sync(bare, True)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--headless", "launch", "--sync"], "`job.sync` needs a workdir for every SSH host"),
+        (["launch", "--no-sync"], "--sync and --no-sync need --headless"),
+    ],
+)
+def test_sync_flags_mistakes(tmp_path: Path, args: list[str], words: str) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("hosts: [{host: 10.0.0.1}]\njob: {script: t.py}\n")
+    argv = [sys.executable, "-m", "tui.cli", *args, "-i", str(inv)]
+    res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert res.returncode == 2 and words in res.stderr and len(res.stderr.splitlines()) == 1
