@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import hashlib
 import io
 import json
 import os
@@ -34,6 +33,7 @@ from typing import Any
 from . import probe
 from .events import CodeSynced, Event
 from .inventory import Inventory, Sync
+from .probe_host import file_sha256
 from .transport import HostError, LocalTransport, Transport
 
 # Never code: version control, caches, virtualenvs (interpreter-specific, often huge) and the
@@ -58,7 +58,7 @@ DEFAULT_EXCLUDE = (
 )
 MARK = "DDPTUI-SYNC "  # sync_host.MARK
 PLAN_TIMEOUT = 120.0  # the host hashes its copies of the files: seconds for a big tree
-CHUNK = 1 << 20
+MAX_BYTES = 2 * 10**9  # every changed file travels in one message per host, held in memory
 MIN_RATE = 1e6  # bytes/s the slowest link is expected to manage during `put`
 
 _SOURCE = (Path(__file__).parent / "sync_host.py").read_text()
@@ -93,30 +93,36 @@ def excluded(rel: str, patterns: Sequence[str]) -> bool:
     return False
 
 
-def collect(root: Path, patterns: Sequence[str]) -> dict[str, LocalFile]:
+class SourceError(Exception):
+    """The local source cannot be pushed as it is; the message says what to change."""
+
+
+def collect(
+    root: Path, patterns: Sequence[str], max_bytes: int = MAX_BYTES
+) -> dict[str, LocalFile]:
     """Every file under root not excluded, by its path relative to root (`/`-separated).
-    Symlinked directories are not followed (a loop, or a dataset mounted into the tree)."""
-    found: dict[str, LocalFile] = {}
+    Symlinked directories are not followed (a loop, or a dataset mounted into the tree).
+    More than max_bytes in all is refused before anything is read: a dataset left in."""
+    stats: dict[str, tuple[Path, os.stat_result]] = {}
     for top, dirs, files in os.walk(root):
         rel_top = os.path.relpath(top, root)
         prefix = "" if rel_top == "." else rel_top.replace(os.sep, "/") + "/"
         dirs[:] = sorted(d for d in dirs if not excluded(prefix + d, patterns))
         for name in sorted(files):
-            rel = prefix + name
-            path = Path(top, name)
-            if excluded(rel, patterns) or not path.is_file():
-                continue  # a dangling link, a socket
-            st = path.stat()
-            found[rel] = LocalFile(path, st.st_size, _sha256(path), st.st_mode, st.st_mtime)
-    return found
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+            rel, path = prefix + name, Path(top, name)
+            if not excluded(rel, patterns) and path.is_file():  # not a dangling link, a socket
+                stats[rel] = (path, path.stat())
+    total = sum(st.st_size for _, st in stats.values())
+    if total > max_bytes:
+        big = sorted(stats, key=lambda rel: -stats[rel][1].st_size)[:3]
+        raise SourceError(
+            f"{root} holds {total / 1e9:.1f} GB to push (largest: {', '.join(big)}): more than "
+            f"{max_bytes / 1e9:g} GB is data, not code; add it to job.sync.exclude"
+        )
+    return {
+        rel: LocalFile(path, st.st_size, file_sha256(str(path)), st.st_mode, st.st_mtime)
+        for rel, (path, st) in stats.items()
+    }
 
 
 def tar_of(files: dict[str, LocalFile], names: Sequence[str]) -> bytes:
@@ -143,14 +149,16 @@ async def push(
     sync = inv.job.sync
     assert sync is not None
     root = source_dir(inv, sync)
-    if not root.is_dir():
-        why = f"the local source {root} is not a directory (job.sync.from)"
+    try:
+        if not root.is_dir():
+            raise SourceError(f"the local source {root} is not a directory (job.sync.from)")
+        files = await asyncio.to_thread(collect, root, (*DEFAULT_EXCLUDE, *sync.exclude))
+    except (OSError, SourceError) as exc:
+        why = str(exc) if isinstance(exc, SourceError) else f"cannot read the local source: {exc}"
         results = [_result(t, d or "", error=why) for t, d in zip(transports, dests, strict=True)]
         for r in results:
             emit(r)
         return results
-    patterns = (*DEFAULT_EXCLUDE, *sync.exclude)
-    files = await asyncio.to_thread(collect, root, patterns)
     tars: dict[tuple[str, ...], asyncio.Task[bytes]] = {}  # hosts that lack the same files share
 
     def tar_for(names: tuple[str, ...]) -> asyncio.Task[bytes]:
@@ -166,6 +174,8 @@ async def push(
                 result = await _push_one(t, dest, files, tar_for)
             except HostError as exc:
                 result = _result(t, dest, error=exc.reason)
+            except OSError as exc:  # a local file that changed or went while being read
+                result = _result(t, dest, error=f"cannot read the local source: {exc}")
         emit(result)
         return result
 

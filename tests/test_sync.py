@@ -166,3 +166,11 @@ def test_sync_flags_mistakes(tmp_path: Path, args: list[str], words: str) -> Non
     argv = [sys.executable, "-m", "tui.cli", *args, "-i", str(inv)]
     res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60)
     assert res.returncode == 2 and words in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+def test_a_source_too_big_is_refused_before_reading_it(tmp_path: Path) -> None:
+    root = project(tmp_path / "src")
+    (root / "weights.bin").write_bytes(b"\0" * 5000)
+    with pytest.raises(sync.SourceError) as err:
+        sync.collect(root, sync.DEFAULT_EXCLUDE, max_bytes=4000)
+    assert "largest: weights.bin, " in str(err.value) and "job.sync.exclude" in str(err.value)
