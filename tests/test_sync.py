@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from remote import inventory, sync
-from remote.events import CodeSynced, Event
+from remote.events import CodeSynced, Event, from_json
 from remote.inventory import Inventory
 from remote.transport import LocalTransport
 
@@ -174,3 +174,35 @@ def test_a_source_too_big_is_refused_before_reading_it(tmp_path: Path) -> None:
     with pytest.raises(sync.SourceError) as err:
         sync.collect(root, sync.DEFAULT_EXCLUDE, max_bytes=4000)
     assert "largest: weights.bin, " in str(err.value) and "job.sync.exclude" in str(err.value)
+
+
+def test_the_event_survives_json() -> None:
+    ev = CodeSynced("node1", 1, "~/proj", 3, 12_000, 197, 0.21)
+    assert from_json(ev.to_json()) == ev
+    assert ev.text() == "code synced to ~/proj: 3 files (0.0 MB) pushed, 197 unchanged, 0.21 s"
+
+
+async def test_the_dashboard_tells_what_was_pushed_and_what_failed(tmp_path: Path) -> None:
+    from apptools import FakeClusters, FakeRuns, local_inventory, settle
+
+    from tui.app import create_app
+
+    def script(run_id: str) -> list[Event]:
+        return [
+            CodeSynced("node0", 0, "/w", 3, 2_500_000, 197, 0.2),
+            CodeSynced("node1", 1, "/w", error="put: No space left on device: /w/train.py"),
+        ]
+
+    inv = local_inventory(tmp_path, [])
+    app = create_app(inv, run_factory=FakeRuns(script, finish=True),
+                     cluster_factory=FakeClusters(), start="launch")  # fmt: skip
+    async with app.run_test() as pilot:
+        await settle(pilot)
+        assert app.worker is not None
+        await app.worker.wait()
+        await settle(pilot)
+        shown = {(n.message, n.severity) for n in app._notifications}
+    assert ("node0: code synced to /w: 3 files (2.5 MB) pushed, 197 unchanged, 0.20 s",
+            "information") in shown  # fmt: skip
+    assert ("node1: code sync to /w failed: put: No space left on device: /w/train.py",
+            "error") in shown  # fmt: skip
