@@ -122,10 +122,10 @@ class Job(_Strict):
     @field_validator("sync", mode="before")
     @classmethod
     def _sync_switch(cls, value: Any) -> Any:
-        if value is True:
-            return {}
-        if value is False or value is None or isinstance(value, dict):
-            return None if value is False else value
+        if isinstance(value, bool):
+            return {} if value else None  # true: every default
+        if value is None or isinstance(value, dict):
+            return value
         raise ValueError("must be true, false, or a mapping like {from: ., exclude: [data/]}")
 
     @field_validator("nproc_per_node")
@@ -289,10 +289,9 @@ def _check_sync(inv: Inventory, node: yaml.Node | None) -> None:
         return
     for h in inv.hosts:
         if h.transport == "ssh" and not h.workdir:
-            where = _line_of(node, ("job", "sync"))
             raise InventoryError(
                 inv.path,
-                where,
+                _line_of(node, ("job", "sync")),
                 f"`job.sync` needs a workdir for every SSH host: hosts[{h.node_rank}] "
                 f"({h.name}) has none (set `workdir:` in defaults or on the host)",
             )
