@@ -167,7 +167,11 @@ async def push(
         return tars[names]
 
     async def one(t: Transport, dest: str) -> CodeSynced:
-        if isinstance(t, LocalTransport) and Path(dest).expanduser().resolve() == root:
+        if isinstance(t, LocalTransport) and not t.host.workdir:
+            result = _result(
+                t, dest, skipped="a local host without workdir runs beside the inventory"
+            )
+        elif isinstance(t, LocalTransport) and Path(dest).expanduser().resolve() == root:
             result = _result(t, dest, skipped="the host's workdir is the source directory")
         else:
             try:
@@ -179,10 +183,15 @@ async def push(
         emit(result)
         return result
 
-    # A host without workdir is refused at load (inventory._check_sync), but for a local one,
-    # whose default workdir is the inventory's directory (run.py).
+    # An SSH host without workdir is refused at load (inventory._check_sync).
     pairs = zip(transports, dests, strict=True)
     return list(await asyncio.gather(*(one(t, d or str(root)) for t, d in pairs)))
+
+
+def _runs_here(t: LocalTransport, dest: str, root: Path) -> bool:
+    """A local host without workdir runs beside the inventory (run.py), one with the source as
+    workdir in it: nothing to copy. Any other local workdir is copied into like a remote one."""
+    return not t.host.workdir or Path(dest).expanduser().resolve() == root
 
 
 async def _push_one(

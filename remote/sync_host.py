@@ -6,17 +6,18 @@ argument may hold). It prints one line, MARK + JSON.
 
 - plan: stdin is {relpath: [size, sha256]}; answers {"need": [relpath, ...]}: the files missing
   here or whose content differs (a file of the same size is hashed: exact, whatever the clocks).
-- put: stdin is an uncompressed tar of those files; each is written beside its target and
-  renamed over it (a reader never sees half a file), with the launcher's mode and mtime.
+- put: stdin is an uncompressed tar of those files, read as it comes; each is written beside
+  its target and renamed over it (a reader never sees half a file), with the launcher's mode
+  and mtime.
 Nothing here deletes: files that exist only on the host (outputs, checkpoints) stay.
 """
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
 import hashlib
-import io
 import json
 import os
+import socket
 import sys
 import tarfile
 
@@ -29,10 +30,12 @@ CHUNK = 1 << 20
 
 
 def main(step: str, dest: str) -> int:
-    data = sys.stdin.buffer.read()
     root = os.path.expanduser(dest)
     try:
-        out = plan(root, json.loads(data)) if step == "plan" else put(root, data)
+        if step == "plan":
+            out = plan(root, json.loads(sys.stdin.buffer.read()))
+        else:
+            out = put(root, sys.stdin.buffer)
     except (OSError, tarfile.TarError, ValueError) as exc:
         out = {"error": _why(exc)}
     sys.stdout.write(MARK + json.dumps(out) + "\n")
@@ -62,16 +65,18 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
-def put(root: str, data: bytes) -> dict[str, Any]:
+def put(root: str, stream: Any) -> dict[str, Any]:
+    """Read as a stream (`r|`): the host never holds the whole tar in memory."""
     files = size = 0
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
         for member in tar:
             target = _target(root, member)
             source = tar.extractfile(member)
             if source is None:
                 raise ValueError(f"{member.name}: not a regular file")
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            tmp = f"{target}.ddptui-sync.{os.getpid()}"
+            # Hosts sharing a filesystem all write here at once: each its own temporary file.
+            tmp = f"{target}.ddptui-sync.{socket.gethostname()}.{os.getpid()}"
             try:
                 with open(tmp, "wb") as f:
                     while block := source.read(CHUNK):

@@ -206,3 +206,14 @@ async def test_the_dashboard_tells_what_was_pushed_and_what_failed(tmp_path: Pat
             "information") in shown  # fmt: skip
     assert ("node1: code sync to /w failed: put: No space left on device: /w/train.py",
             "error") in shown  # fmt: skip
+
+
+def test_a_local_host_without_workdir_is_skipped(tmp_path: Path) -> None:
+    project(tmp_path / "src" / "code")
+    path = tmp_path / "src" / "inv.yaml"
+    path.write_text("hosts: [{host: localhost, transport: local}]\n"
+                    "job: {script: train.py, sync: {from: code}}\n")  # fmt: skip
+    inv = inventory.load(path)
+    transports = [LocalTransport(h) for h in inv.hosts]
+    [result] = asyncio.run(sync.push(inv, transports, [str(path.parent)], lambda e: None))
+    assert result.skipped and not (tmp_path / "src" / "train.py").exists()
