@@ -5,15 +5,17 @@ checks report a fingerprint per host and warn when they differ (remote/checks.py
 them the same: the local directory (`from`, default the inventory's own) is pushed to each host's
 `workdir`, in at most two round trips per host, both on the connection the run already holds:
 
-1. plan: the manifest (path, size, sha256 of every local file not excluded) goes to the host,
-   which answers which files it lacks or holds with other content (remote/sync_host.py);
+1. plan: the manifest (path, size, sha256, mtime of every local file not excluded) goes to the
+   host, which answers which files it lacks or holds with other content (remote/sync_host.py:
+   size and mtime as the last push set them, else the hash, decide);
 2. put: those files go as one tar on stdin, and are written atomically with their mode and mtime.
 
-Content hashes rather than mtimes: exact whatever the clocks or a `git checkout` did to mtimes,
-and a second sync with nothing changed moves nothing but the manifest. Nothing is deleted on the
-host (outputs and checkpoints live there). A `transport: local` host whose workdir is the source
-itself is skipped; any other local workdir is copied into like a remote one (the same code path).
-The host side runs on the job's python (any python3 where that is missing), as the probe does.
+Content decides, not mtimes alone: a `git checkout` that changed mtimes moves nothing, a file
+edited on a host is put back; a second sync with nothing changed moves and reads nothing but
+the manifest on the hosts. Nothing is deleted on the host (outputs and checkpoints live there).
+A `transport: local` host running in the source itself is skipped; any other local workdir is
+copied into like a remote one (the same code path). The host side runs on the job's python (any
+python3 where that is missing), as the probe does.
 """
 
 from __future__ import annotations
@@ -201,7 +203,7 @@ async def _push_one(
     tar_for: Callable[[tuple[str, ...]], asyncio.Task[bytes]],
 ) -> CodeSynced:
     t0 = time.monotonic()
-    manifest = {rel: [f.size, f.sha256] for rel, f in files.items()}
+    manifest = {rel: [f.size, f.sha256, f.mtime] for rel, f in files.items()}
     answer = await _step(t, "plan", dest, json.dumps(manifest).encode(), PLAN_TIMEOUT)
     need = tuple(answer.get("need", ()))
     if need:

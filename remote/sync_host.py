@@ -4,8 +4,11 @@ Runs on the host's python (3.8+, standard library only), sent in the SSH exec li
 `python -c BOOT <this source> plan|put DEST`, the data on stdin (a manifest can outgrow what one
 argument may hold). It prints one line, MARK + JSON.
 
-- plan: stdin is {relpath: [size, sha256]}; answers {"need": [relpath, ...]}: the files missing
-  here or whose content differs (a file of the same size is hashed: exact, whatever the clocks).
+- plan: stdin is {relpath: [size, sha256, mtime]}; answers {"need": [relpath, ...]}: the files
+  missing here or whose content differs. A file of the same size and mtime is the one the last
+  put wrote (it set that mtime); one of the same size but another mtime is hashed (a `git
+  checkout` changes mtimes, not content), so what decides is the content, yet a second sync
+  with nothing changed reads nothing.
 - put: stdin is an uncompressed tar of those files, read as it comes; each is written beside
   its target and renamed over it (a reader never sees half a file), with the launcher's mode
   and mtime.
@@ -18,6 +21,7 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import sys
 import tarfile
 
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 
 MARK = "DDPTUI-SYNC "
 CHUNK = 1 << 20
+MTIME_SLACK = 1e-3  # seconds: a float mtime through tar's text and utime loses a little
 
 
 def main(step: str, dest: str) -> int:
@@ -44,15 +49,16 @@ def main(step: str, dest: str) -> int:
 
 
 def plan(root: str, want: dict[str, list[Any]]) -> dict[str, Any]:
-    return {"need": [rel for rel, (n, sha) in want.items() if not _same(root, rel, n, sha)]}
+    return {"need": [rel for rel, file in want.items() if not _same(root, rel, *file)]}
 
 
-def _same(root: str, rel: str, size: int, sha: str) -> bool:
+def _same(root: str, rel: str, size: int, sha: str, mtime: float) -> bool:
     path = os.path.join(root, *rel.split("/"))
     try:
-        if not os.path.isfile(path) or os.path.getsize(path) != size:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
             return False
-        return file_sha256(path) == sha
+        return abs(st.st_mtime - mtime) < MTIME_SLACK or file_sha256(path) == sha
     except OSError:
         return False
 

@@ -82,6 +82,8 @@ def test_push_only_what_changed(tmp_path: Path) -> None:
     assert (b / "outputs.txt").read_text() == "the host's own"
     again = push(inv)
     assert [(r.files, r.bytes, r.unchanged) for r in again] == [(0, 0, 4)] * 2
+    os.utime(tmp_path / "src" / "pkg" / "model.py", (1e9, 1e9))  # a checkout: mtime, not content
+    assert [(r.files, r.unchanged) for r in push(inv)] == [(0, 4)] * 2
     (tmp_path / "src" / "train.py").write_text("print('v2')\n")  # same size, other content
     (b / "pkg" / "model.py").write_text("W = 2\n")  # edited on one host only
     third = push(inv)
