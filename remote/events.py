@@ -215,12 +215,13 @@ class CodeSynced(Event):
     error: str = ""  # why the push failed: the launch refuses
 
     def text(self) -> str:
-        """`code synced to /srv/p: 3 files (1.2 MB) pushed, 197 unchanged, 0.21 s`."""
+        """`code synced to /srv/p: 3 files (41.2 kB) pushed, 197 unchanged, 0.21 s`."""
         if self.error:
             return f"code sync to {self.dest} failed: {self.error}"
         if self.skipped:
             return f"code sync skipped: {self.skipped}"
-        pushed = f"{self.files} file{'s' * (self.files != 1)} ({self.bytes / 1e6:.1f} MB) pushed"
+        size = f"{self.bytes / 1e3:.1f} kB" if self.bytes < 1e6 else f"{self.bytes / 1e6:.1f} MB"
+        pushed = f"{self.files} file{'s' * (self.files != 1)} ({size}) pushed"
         took = f"{self.unchanged} unchanged, {self.seconds:.2f} s"
         return f"code synced to {self.dest}: {pushed}, {took}"
 

@@ -90,7 +90,7 @@ def test_push_only_what_changed(tmp_path: Path) -> None:
     assert [(r.files, r.unchanged) for r in third] == [(1, 3), (2, 2)]
     assert (a / "train.py").read_text() == (b / "train.py").read_text() == "print('v2')\n"
     assert (b / "pkg" / "model.py").read_text() == "W = 1\n"
-    assert "2 files (0.0 MB) pushed, 2 unchanged" in third[1].text()
+    assert "2 files (0.0 kB) pushed, 2 unchanged" in third[1].text()
 
 
 def test_a_failing_host_is_named(tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ def test_a_source_too_big_is_refused_before_reading_it(tmp_path: Path) -> None:
 def test_the_event_survives_json() -> None:
     ev = CodeSynced("node1", 1, "~/proj", 3, 12_000, 197, 0.21)
     assert from_json(ev.to_json()) == ev
-    assert ev.text() == "code synced to ~/proj: 3 files (0.0 MB) pushed, 197 unchanged, 0.21 s"
+    assert ev.text() == "code synced to ~/proj: 3 files (12.0 kB) pushed, 197 unchanged, 0.21 s"
 
 
 async def test_the_dashboard_tells_what_was_pushed_and_what_failed(tmp_path: Path) -> None:
