@@ -83,6 +83,24 @@ class SpawnArgs(_Strict):
     init_method: str = "--init_method"
 
 
+class Sync(_Strict):
+    """`job.sync`: push a local directory to every host's workdir before launch (remote/sync.py).
+
+    `sync: true` is `sync: {}`: the inventory's own directory. `exclude` adds to DEFAULT_EXCLUDE.
+    """
+
+    source: str = Field(default=".", alias="from", min_length=1)  # relative to the inventory
+    exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("exclude")
+    @classmethod
+    def _patterns(cls, exclude: list[str]) -> list[str]:
+        for pattern in exclude:
+            if not pattern.strip("/"):
+                raise ValueError(f"{pattern!r} is not a pattern (a name like data/ or *.ckpt)")
+        return exclude
+
+
 class Job(_Strict):
     script: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
@@ -99,6 +117,16 @@ class Job(_Strict):
     hang_after: Positive | None = 600.0  # seconds without progress before a hang; null: off
     nccl: Nccl = Field(default_factory=Nccl)
     spawn_args: SpawnArgs = Field(default_factory=lambda: SpawnArgs())
+    sync: Sync | None = None  # push the code to every host before launch; null/false: off
+
+    @field_validator("sync", mode="before")
+    @classmethod
+    def _sync_switch(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return {} if value else None  # true: every default
+        if value is None or isinstance(value, dict):
+            return value
+        raise ValueError("must be true, false, or a mapping like {from: ., exclude: [data/]}")
 
     @field_validator("nproc_per_node")
     @classmethod
@@ -175,7 +203,9 @@ def parse(text: str, path: Path) -> Inventory:
         raise InventoryError(path, _line_of(node, loc), _describe(loc, err)) from None
     if (nul := _nul_at(data)) is not None:  # no argv or environment can carry one
         raise InventoryError(path, _line_of(node, nul), f"`{_dotted(nul)}` contains a NUL byte")
-    return dataclasses.replace(_resolve(raw, path, node), text=text)
+    inv = _resolve(raw, path, node)
+    _check_sync(inv, node)
+    return dataclasses.replace(inv, text=text)
 
 
 def _args_as_written(data: dict[str, Any], node: yaml.Node | None) -> None:
@@ -242,6 +272,29 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
             )
         )
     return Inventory(path=path, hosts=tuple(hosts), job=raw.job)
+
+
+def with_sync(inv: Inventory, on: bool) -> Inventory:
+    """`launch --sync` / `--no-sync` over what the file says (--sync keeps its `from`/`exclude`)."""
+    job = inv.job.model_copy(update={"sync": (inv.job.sync or Sync()) if on else None})
+    changed = dataclasses.replace(inv, job=job)
+    _check_sync(changed, None)
+    return changed
+
+
+def _check_sync(inv: Inventory, node: yaml.Node | None) -> None:
+    """job.sync writes into each SSH host's workdir: without one, a project would be spread
+    over the login directory. (A local host runs in the source itself by default.)"""
+    if inv.job.sync is None:
+        return
+    for h in inv.hosts:
+        if h.transport == "ssh" and not h.workdir:
+            raise InventoryError(
+                inv.path,
+                _line_of(node, ("job", "sync")),
+                f"`job.sync` needs a workdir for every SSH host: hosts[{h.node_rank}] "
+                f"({h.name}) has none (set `workdir:` in defaults or on the host)",
+            )
 
 
 def _default_python(transport: str | None) -> str:

@@ -204,6 +204,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         "port_free": port.get("free"),
         "port_error": port.get("error"),
         **_py_spy(found),
+        **_code(found),
     }
 
 
@@ -213,6 +214,23 @@ def _py_spy(found: dict[str, Any]) -> dict[str, Any]:
         return {}
     spy = found["py_spy"] or {}
     return {"py_spy": spy.get("path"), "ptrace": spy.get("ptrace")}
+
+
+def _code(found: dict[str, Any]) -> dict[str, Any]:
+    """The job's code on this host (remote/checks.py compares it across hosts)."""
+    if "code" not in found:
+        return {}
+    code = found["code"] or {}
+    git = code.get("git") or {}
+    facts = {
+        "script_sha256": code.get("script_sha256"),
+        "git_commit": git.get("commit"),
+        "git_dirty": git.get("dirty"),  # tracked files that differ from the commit
+        "git_dirty_sha256": git.get("dirty_sha256"),
+        "git_error": git.get("error"),
+    }
+    facts["code"] = checks.fingerprint(facts)
+    return facts
 
 
 # -- nvidia-smi --------------------------------------------------------------------------------

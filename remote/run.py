@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import checks as checker
-from . import hang, monitor, probe, runs, stacks
+from . import hang, monitor, probe, runs, stacks, sync
 from . import plan as planner
 from .events import (
     ChecksDone,
@@ -215,6 +215,8 @@ class Run:
         """Connect and check (or count GPUs): True when the run may start."""
         if not await self._connect_all():
             return False
+        if self.inv.job.sync is not None and not await self._sync():
+            return False
         if self.checks:
             done = await self._check_hosts()
             if not done.ok:
@@ -223,6 +225,18 @@ class Run:
         elif self.inv.job.nproc_per_node == "auto":
             await self._count_gpus()
         return True
+
+    async def _sync(self) -> bool:
+        """job.sync: the local code pushed to every host's workdir first (remote/sync.py)."""
+        dests = [self._workdir(t.host) for t in self.transports]
+        results = await sync.push(self.inv, self.transports, dests, self.emit)
+        failed = [r for r in results if r.error]
+        for r in failed:
+            self._failures.append(Failure(r.host, None, None, r.text(), seen_at=0.0))
+        if failed:
+            names = ", ".join(r.host for r in failed)
+            self.emit(Notice("error", f"not starting: the code could not be pushed to {names}"))
+        return not failed
 
     async def _until_stopped(self, work: Coroutine[Any, Any, bool]) -> bool:
         """A phase that stop() cancels at once (a login may take its whole timeout): False."""

@@ -16,7 +16,7 @@ NOT_A_TERMINAL_WIDTH = 400  # logs and CI: a row stays on one line, greppable
 LEVEL_TAGS = {"failure": "FAIL", "warning": "warn", "ok": "ok"}
 COLUMNS = (
     *("host", "login", "hostname", "os", "python", "torch"),
-    *("GPUs", "driver / CUDA", "network", "disk free", "result"),
+    *("GPUs", "driver / CUDA", "network", "disk free", "code", "result"),
 )
 
 
@@ -69,6 +69,7 @@ def row(h: HostChecked) -> tuple[str, ...]:
         " / ".join(v for v in (f.get("driver"), f.get("cuda")) if v) or "-",
         net,
         "-" if disk is None else f"{disk:g} GiB",
+        f.get("code") or "-",
         _result(h),
     )
 
