@@ -215,35 +215,45 @@ def _nul_at(value: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
 def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
     hosts: list[Host] = []
     seen: dict[str, int] = {}
-    for i, entry in enumerate(raw.hosts):
+    for i, entry, address, name in _unfolded(raw.hosts, path, node):
         merged = {
             **raw.defaults.model_dump(exclude_unset=True),
             **entry.model_dump(exclude_unset=True),
         }
         env = {**raw.defaults.env, **entry.env}
-        for address, name in _unfold_entry(entry, i, path, node):
-            if name in seen:
-                loc = ("hosts", i, "name" if entry.name else "host")
-                msg = f"hosts[{i}]: {name!r} appears twice (first in hosts[{seen[name]}]); "
-                raise InventoryError(path, _line_of(node, loc), msg + "give each its own name")
-            seen[name] = i
-            hosts.append(
-                Host(
-                    node_rank=len(hosts),
-                    host=address,
-                    name=name,
-                    transport=merged.get("transport") or "ssh",
-                    user=merged.get("user"),
-                    port=merged.get("port"),
-                    identity_file=merged.get("identity_file"),
-                    known_hosts=merged.get("known_hosts"),
-                    python=merged.get("python") or _default_python(merged.get("transport")),
-                    workdir=merged.get("workdir"),
-                    env={k: env_text(v) for k, v in env.items()},
-                    gpus=merged.get("gpus"),
-                )
+        if name in seen:
+            loc = ("hosts", i, "name" if entry.name else "host")
+            msg = f"hosts[{i}]: {name!r} appears twice (first in hosts[{seen[name]}]); "
+            raise InventoryError(path, _line_of(node, loc), msg + "give each host its own name")
+        seen[name] = i
+        hosts.append(
+            Host(
+                node_rank=len(hosts),
+                host=address,
+                name=name,
+                transport=merged.get("transport") or "ssh",
+                user=merged.get("user"),
+                port=merged.get("port"),
+                identity_file=merged.get("identity_file"),
+                known_hosts=merged.get("known_hosts"),
+                python=merged.get("python") or _default_python(merged.get("transport")),
+                workdir=merged.get("workdir"),
+                env={k: env_text(v) for k, v in env.items()},
+                gpus=merged.get("gpus"),
             )
+        )
     return Inventory(path=path, hosts=tuple(hosts), job=raw.job)
+
+
+def _unfolded(
+    entries: list[_HostEntry], path: Path, node: yaml.Node | None
+) -> list[tuple[int, _HostEntry, str, str]]:
+    """(index, entry, host, name) of every host, in order: the entries' host ranges unfolded."""
+    return [
+        (i, entry, address, name)
+        for i, entry in enumerate(entries)
+        for address, name in _unfold_entry(entry, i, path, node)
+    ]
 
 
 def _unfold_entry(
