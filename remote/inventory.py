@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 
+from . import fold
+
 EnvValue = str | int | float | bool
 # Durations and sizes: numbers only (`yes` is not 1 second), finite, and above zero.
 Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
@@ -241,24 +243,23 @@ def _nul_at(value: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
 
 
 def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
-    hosts = []
+    hosts: list[Host] = []
     seen: dict[str, int] = {}
-    for i, entry in enumerate(raw.hosts):
+    for i, entry, address, name in _unfolded(raw.hosts, path, node):
         merged = {
             **raw.defaults.model_dump(exclude_unset=True),
             **entry.model_dump(exclude_unset=True),
         }
         env = {**raw.defaults.env, **entry.env}
-        name = entry.name or entry.host
         if name in seen:
             loc = ("hosts", i, "name" if entry.name else "host")
-            msg = f"hosts[{i}]: {name!r} appears twice (first as hosts[{seen[name]}]); "
+            msg = f"hosts[{i}]: {name!r} appears twice (first in hosts[{seen[name]}]); "
             raise InventoryError(path, _line_of(node, loc), msg + "give each host its own name")
         seen[name] = i
         hosts.append(
             Host(
-                node_rank=i,
-                host=entry.host,
+                node_rank=len(hosts),
+                host=address,
                 name=name,
                 transport=merged.get("transport") or "ssh",
                 user=merged.get("user"),
@@ -295,6 +296,45 @@ def _check_sync(inv: Inventory, node: yaml.Node | None) -> None:
                 f"`job.sync` needs a workdir for every SSH host: hosts[{h.node_rank}] "
                 f"({h.name}) has none (set `workdir:` in defaults or on the host)",
             )
+
+
+def _unfolded(
+    entries: list[_HostEntry], path: Path, node: yaml.Node | None
+) -> list[tuple[int, _HostEntry, str, str]]:
+    """(index, entry, host, name) of every host, in order: the entries' host ranges unfolded."""
+    return [
+        (i, entry, address, name)
+        for i, entry in enumerate(entries)
+        for address, name in _unfold_entry(entry, i, path, node)
+    ]
+
+
+def _unfold_entry(
+    entry: _HostEntry, i: int, path: Path, node: yaml.Node | None
+) -> list[tuple[str, str]]:
+    """(host, name) of each host an entry stands for: `host: gpu[01-64]` is 64 hosts, in order,
+    named alongside by `name: n[1-64]`; a range in `name` alone puts several nodes on one host."""
+
+    def fail(key: str, message: str) -> InventoryError:
+        return InventoryError(path, _line_of(node, ("hosts", i, key)), f"hosts[{i}].{message}")
+
+    try:
+        addresses = fold.unfold(entry.host)
+    except fold.RangeError as exc:
+        raise fail("host", f"host: {exc}") from None
+    try:
+        names = fold.unfold(entry.name) if entry.name else addresses
+    except fold.RangeError as exc:
+        raise fail("name", f"name: {exc}") from None
+    if len(addresses) == 1:
+        return [(addresses[0], name) for name in names]
+    if len(names) != len(addresses):
+        raise fail(
+            "name",
+            f"name: {entry.name!r} is {len(names)} name(s) but host {entry.host!r} is "
+            f"{len(addresses)} hosts; write a range of as many names (or leave name out)",
+        )
+    return list(zip(addresses, names, strict=True))
 
 
 def _default_python(transport: str | None) -> str:

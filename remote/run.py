@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import checks as checker
-from . import hang, monitor, probe, runs, stacks, sync
+from . import fanout, hang, monitor, probe, runs, stacks, sync
 from . import plan as planner
 from .events import (
     ChecksDone,
@@ -258,7 +258,7 @@ class Run:
         h = t.host
         self.emit(HostState(h.name, h.node_rank, "connecting"))
         try:
-            took = await t.connect()
+            took = await fanout.connect(t)  # bounded, a dropped login tried again
         except HostError as exc:
             self.emit(HostState(h.name, h.node_rank, "unreachable", exc.reason))
             self._failures.append(Failure(h.name, None, None, exc.reason, seen_at=time.time()))

@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import fanout, fold, probe
 from . import flight as recorder
-from . import fold, probe
 from .checks import PTRACE_NEEDED
 from .events import Event, Notice, StacksCaptured
 from .transport import HostError, Transport
@@ -293,7 +293,7 @@ async def capture(
 
 async def _connect(transports: Sequence[Transport]) -> None:
     """Log in everywhere at once; a host that cannot be reached says so in the dump."""
-    await asyncio.gather(*(t.connect() for t in transports), return_exceptions=True)
+    await asyncio.gather(*(fanout.connect(t) for t in transports), return_exceptions=True)
 
 
 def _save(report: Report, path: Path) -> None:

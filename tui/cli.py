@@ -150,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_in, extra = args_in[:cut], args_in[cut + 1 :]
     p = parser()
     args = p.parse_args(args_in)
+    raise_open_files_limit()
     try:
         return int(args.handler(args, extra))
     except UsageError as exc:
@@ -157,6 +158,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:  # before the run took Ctrl-C over (loading, connecting a check)
         return EXIT_INTERRUPTED
+
+
+def raise_open_files_limit() -> None:
+    """Soft open-files limit up to the hard one: a connection per host, a rank log each...
+    1,024 (Linux) or 256 (macOS) runs out near a thousand hosts (ParallelSSH's "Too many open
+    files"). macOS refuses an unlimited value: its OPEN_MAX then."""
+    import resource
+
+    infinity = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in (hard, 10240):
+        if soft == infinity or (target != infinity and target <= soft):
+            continue  # never lower it
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return
+        except (ValueError, OSError):
+            continue
 
 
 # -- commands ----------------------------------------------------------------------------------
