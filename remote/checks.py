@@ -46,7 +46,9 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
 
 def _software(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
     if f.get("python") is None:
-        add("failure", "python", f"no python at {f.get('python_path')} on this host")
+        path, tried = f.get("python_path"), f.get("python_tried")
+        where = f"{path} ({tried})" if tried and tried != path else path
+        add("failure", "python", f"no python at {where} on this host")
         return
     add("ok", "python", f"python {f['python']} ({f.get('python_exe')})")
     if f.get("torch") is None or f.get("torch_error"):

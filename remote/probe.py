@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import checks
+from .bootstrap import TILDE
 from .events import Gpu, GpuProcess, GpuStats, HostChecked
 from .inventory import Host, Job
 from .transport import HostError, Result, Transport
@@ -46,22 +47,27 @@ MARK = "DDPTUI-PROBE "  # probe_host.MARK: the line to read, whatever else the h
 
 _HERE = Path(__file__).parent
 _SOURCES = ((_HERE / "host" / "netif.py").read_text(), (_HERE / "probe_host.py").read_text())
-# python -c BOOT NETIF PROBE SPEC [missing]: the host side's netif.py first, in a namespace of its
+# python -c BOOT NETIF PROBE SPEC [TRIED]: the host side's netif.py first, in a namespace of its
 # own (its route_ifname is reused, as the supervisor uses it), then the probe.
 BOOT = (
     "import sys;a=sys.argv;s={'__name__':'ddptui-netif'};p={'__name__':'ddptui-probe'};"
     "exec(compile(a[1],'ddptui-netif','exec'),s);"
     "exec(compile(a[2],'ddptui-probe','exec'),p);"
-    "sys.exit(p['main'](s['route_ifname'],a[3],len(a)>4))"
+    "sys.exit(p['main'](s['route_ifname'],a[3],a[4] if len(a)>4 else None))"
 )
-# $1 is the job's interpreter. Without it, any python3 still learns the rest (told `missing`).
-WRAPPER = """py=$1; shift
+# $1 is the job's interpreter (`~` expanded as the launch does). Without it, any python3 still
+# learns the rest (told the path that was tried, after the other arguments).
+WRAPPER = (
+    "py=$1; shift\n"
+    + TILDE
+    + """
 if command -v "$py" >/dev/null 2>&1; then exec "$py" -c "$@"; fi
 for alt in python3 python; do
-    if command -v "$alt" >/dev/null 2>&1; then exec "$alt" -c "$@" missing; fi
+    if command -v "$alt" >/dev/null 2>&1; then exec "$alt" -c "$@" "$py"; fi
 done
 echo "no python on this host (tried $py, python3, python)" >&2
 exit 127"""
+)
 EXIT_NO_PYTHON = 127
 
 
@@ -124,7 +130,7 @@ def checked(host: Host, facts: dict[str, Any], gpus: Sequence[Gpu] = ()) -> Host
 def parse(host: Host, res: Result, *, connect_s: float | None, master_addr: str) -> HostChecked:
     """What one probe run printed → the host's facts, GPUs and findings."""
     facts = _base(host, connect_s, master_addr)
-    found = _found(res.stdout)
+    found = marked(res.stdout, MARK)
     if found is None:
         facts.update(probe_error=_why_silent(res), probe_exit=res.code)
         return checked(host, facts)
@@ -157,14 +163,18 @@ def _base(host: Host, connect_s: float | None, master_addr: str) -> dict[str, An
     }
 
 
-def _found(stdout: bytes) -> dict[str, Any] | None:
+def marked(stdout: bytes, mark: str) -> dict[str, Any] | None:
+    """The JSON after `mark` on the last line that holds it. Whatever else the host printed
+    (a login banner, a python wrapper that greets) is passed over, even an unfinished line
+    the mark's own line begins with."""
     for line in reversed(stdout.decode("utf-8", "replace").splitlines()):
-        if line.startswith(MARK):
+        at = line.find(mark)
+        if at >= 0:
             try:
-                found: dict[str, Any] = json.loads(line[len(MARK) :])
+                found = json.loads(line[at + len(mark) :])
             except ValueError:
                 return None
-            return found
+            return found if isinstance(found, dict) else None
     return None
 
 
@@ -188,6 +198,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         "kernel": found.get("kernel"),
         "python": found.get("python"),
         "python_exe": found.get("python_exe"),
+        "python_tried": found.get("python_tried"),
         "torch": torch.get("version"),
         "torch_path": torch.get("path"),
         "torch_cuda": torch.get("cuda"),
