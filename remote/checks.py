@@ -87,6 +87,9 @@ def _gpus(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
         add("failure", "gpu", f.get("gpu_error") or "nvidia-smi failed")
         return
     add("ok", "gpu", f"{gpu_summary(gpus)}, driver {f.get('driver')}, CUDA {f.get('cuda')}")
+    if f.get("visible_note"):  # CUDA_VISIBLE_DEVICES, MIG: what the job sees, `auto` starts
+        mistaken = f.get("visible_dropped") or (gpus and not f.get("visible_gpus"))
+        add("warning" if mistaken else "ok", "gpu-visible", f["visible_note"])
     busy = [busy_text(g) for g in gpus if is_busy(g)]
     if busy:
         add("warning", "gpu-busy", "; ".join(busy))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks
+from . import checks, visible
 from .bootstrap import TILDE
 from .events import Gpu, GpuProcess, GpuStats, HostChecked
 from .inventory import Host, Job
@@ -39,7 +39,8 @@ CSV = "--format=csv,noheader,nounits"
 GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), CSV)
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), CSV)
 # What the host runs, by name; plain `nvidia-smi` is the only place naming the driver's CUDA.
-SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": ()}
+# `-L`: the MIG devices, and the UUIDs CUDA_VISIBLE_DEVICES may name (remote/visible.py).
+SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": (), "list": ("-L",)}
 
 PROBE_TIMEOUT = 90.0  # importing torch and waking 8 GPUs can take a while on a busy host
 REFRESH_TIMEOUT = 10.0
@@ -149,9 +150,32 @@ def parse(host: Host, res: Result, *, connect_s: float | None, master_addr: str)
             nvidia_smi="ok",
             driver=", ".join(sorted(drivers)) or None,
             cuda=cuda_version(smi["summary"]["out"]),
+            **_visible(host, rows, smi.get("list"), found),
         )
     facts["gpu_count"] = len(gpus)
     return checked(host, facts, gpus)
+
+
+def _visible(
+    host: Host, rows: Sequence[GpuRow], listed: dict[str, Any] | None, found: dict[str, Any]
+) -> dict[str, Any]:
+    """The GPUs the job will see: CUDA_VISIBLE_DEVICES from the inventory's env, else the
+    host's, read against `nvidia-smi -L` (else the query's rows: no MIG known)."""
+    gpus = visible.parse_list(listed["out"]) if listed and listed.get("code") == 0 else []
+    gpus = gpus or [visible.Gpu(r.gpu.index, r.uuid or "") for r in rows]
+    seen = _job_sees(host, gpus, found.get("cuda_visible_devices"))
+    return {
+        "visible_gpus": seen.count,
+        "visible_note": seen.message,
+        "visible_dropped": seen.dropped,
+    }
+
+
+def _job_sees(host: Host, gpus: Sequence[visible.Gpu], hosts_value: str | None) -> visible.Visible:
+    """The job's CUDA_VISIBLE_DEVICES: the inventory's env wins over the host's own."""
+    if visible.VAR in host.env:
+        return visible.visible(gpus, host.env[visible.VAR], "the inventory's env")
+    return visible.visible(gpus, hosts_value)
 
 
 def _base(host: Host, connect_s: float | None, master_addr: str) -> dict[str, Any]:
@@ -307,6 +331,28 @@ def cuda_version(summary: str) -> str | None:
     """The CUDA version the driver supports, from plain `nvidia-smi` (or `-q`) output."""
     m = _CUDA.search(summary)
     return m[1] if m else None
+
+
+# -- `auto` without the checks ----------------------------------------------------------------
+
+CVD_MARK = "DDPTUI-CVD "
+# The variable (`=VALUE`, or nothing when unset) after a mark (a greeting .bashrc may print
+# first), then the GPUs and MIG devices.
+COUNT_SH = f'printf "{CVD_MARK}%s\\n" "${{{visible.VAR}+=${visible.VAR}}}"; exec nvidia-smi -L'
+
+
+async def count_visible(transport: Transport) -> visible.Visible | None:
+    """The devices a job on this host would see; None without a working nvidia-smi."""
+    try:
+        res = await transport.run(["sh", "-c", COUNT_SH], timeout=REFRESH_TIMEOUT)
+    except HostError:
+        return None
+    text = res.stdout.decode("utf-8", "replace")
+    said = next((ln for ln in text.splitlines() if CVD_MARK in ln), None)
+    if res.code != 0 or said is None:
+        return None
+    rest = said.split(CVD_MARK, 1)[1]  # `=VALUE`, or nothing when unset
+    return _job_sees(transport.host, visible.parse_list(text), rest[1:] if rest else None)
 
 
 # -- live refresh ------------------------------------------------------------------------------

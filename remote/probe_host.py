@@ -46,6 +46,7 @@ def main(
         "python_tried": missing_python,
         "torch": None if missing_python is not None else torch_info(smi is not None),
         "workdir": workdir_info(spec.get("workdir"), spec["script"]),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "ifname": route_ifname(spec["master_addr"]),
         "port": port_info(spec["master_port"]) if spec.get("master_port") else None,
         "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import nvidia_smi
 import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, wait_for
 from testhosts import REPO, TestCluster
@@ -163,3 +164,58 @@ def test_greeting_wrapper_and_bashrc_through_every_command(
     assert_nothing_left(cluster, run_id)
     attach.wait(60)
     no_traceback_of_ours(attach.stderr)
+
+
+# -- nproc_per_node: auto counts what the job will see ----------------------------------------
+
+
+@pytest.fixture
+def limited_gpus(cluster: TestCluster) -> Iterator[None]:
+    """node0: 8 H100s, its .bashrc exporting CUDA_VISIBLE_DEVICES=0,1; node1: 2 A100s, one in
+    MIG mode with 3 MIG devices (written from the documented format, not captured)."""
+    cluster.put_tool(0, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H100_BUSY))
+    cluster.put_tool(1, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.A100_MIG))
+    rc = cluster.hosts[0].home / ".bashrc"
+    rc.write_text("export CUDA_VISIBLE_DEVICES=0,1\n")
+    try:
+        yield
+    finally:
+        rc.unlink()
+        for host in cluster.hosts[:2]:
+            (host.bin_dir / "nvidia-smi").unlink()
+
+
+TICKS = {"script": "tests/data/tick.py", "args": ["3", "0.01"], "nproc_per_node": "auto"}
+
+
+@pytest.mark.usefixtures("limited_gpus")
+def test_auto_counts_the_visible_gpus(cluster: TestCluster, tmp_path: Path) -> None:
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", {**TICKS, "master_port": 29754}, [0, 1])
+    res = ddptui("check", "-i", str(inv))
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert "ok node0 gpu-visible: 2 of 8 GPUs visible (CUDA_VISIBLE_DEVICES=0,1)" in lines
+    mig = "MIG-7e0c8f5b-ae2d-5b5e-9a0c-5e6c1c1a2f3b"
+    want = f"ok node1 gpu-visible: 1 of 4 GPUs and MIG devices visible (a CUDA process sees one MIG device, {mig})"  # noqa: E501
+    assert want in lines, res.stdout
+    for flags in ((), ("--skip-checks",)):  # with the checks' count, and with its own
+        cli = Cli(inv, tmp_path / f"run{len(flags)}", flags=flags)
+        assert cli.wait(180) == 0, cli.stderr
+        assert "nproc_per_node auto: 2 on node0, 1 on node1 (world size 3)" in cli.stderr
+        assert sorted(ln for ln in cli.stdout.splitlines() if ln.endswith(" 2")) == [
+            "[r0 node0] tick 0 2",
+            "[r1 node0] tick 1 2",
+            "[r2 node1] tick 2 2",
+        ]
+
+
+@pytest.mark.usefixtures("limited_gpus")
+def test_the_inventorys_cuda_visible_devices_wins(cluster: TestCluster, tmp_path: Path) -> None:
+    node0 = {"host": cluster.hosts[0].addr, "name": "node0", "env": {"CUDA_VISIBLE_DEVICES": "5"}}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", {**TICKS, "master_port": 29755}, [node0])
+    report = json.loads(ddptui("check", "-i", str(inv), "--json").stdout)
+    facts = report["hosts"][0]["facts"]
+    assert (facts["gpu_count"], facts["visible_gpus"]) == (8, 1)
+    assert facts["visible_note"] == (
+        "1 of 8 GPUs visible (CUDA_VISIBLE_DEVICES=5 in the inventory's env)"
+    )
