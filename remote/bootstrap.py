@@ -71,15 +71,10 @@ EXPAND_EXEC = "py=$1; shift\n" + TILDE + '\nexec "$py" "$@"'
 
 
 def command(python: str) -> list[str]:
-    """`python -c BOOT`; a `~` path goes through sh to be expanded there (ssh's way)."""
-    return [*interpreter(python), "-c", BOOT]
-
-
-def interpreter(python: str) -> list[str]:
-    """The argv prefix that runs the inventory's `python:` on the host, `~` expanded there."""
+    """`python -c BOOT`; a `~` path goes through sh, to be expanded there (ssh's way)."""
     if python.startswith("~"):
-        return ["sh", "-c", EXPAND_EXEC, "ddptui", python]
-    return [python]
+        return ["sh", "-c", EXPAND_EXEC, "ddptui", python, "-c", BOOT]
+    return [python, "-c", BOOT]
 
 
 def payload(cmd: dict[str, Any]) -> bytes:
