@@ -60,9 +60,10 @@ def homes(cluster: TestCluster, request: pytest.FixtureRequest) -> Iterator[list
     try:
         yield made
     finally:
-        for home in made:
-            for path in home.iterdir():
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        for home in made:  # what this fixture made, not the runs' state under ~/.local
+            shutil.rmtree(home / "venv")
+            shutil.rmtree(home / "proj")
+            (home / "job.py").unlink()
 
 
 def test_tilde_paths_check_and_launch(
