@@ -49,7 +49,9 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
 
 def _software(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
     if f.get("python") is None:
-        add("failure", "python", f"no python at {f.get('python_path')} on this host")
+        path, tried = f.get("python_path"), f.get("python_tried")
+        where = f"{path} ({tried})" if tried and tried != path else path
+        add("failure", "python", f"no python at {where} on this host")
         return
     add("ok", "python", f"python {f['python']} ({f.get('python_exe')})")
     if f.get("torch") is None or f.get("torch_error"):
@@ -88,6 +90,9 @@ def _gpus(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
         add("failure", "gpu", f.get("gpu_error") or "nvidia-smi failed")
         return
     add("ok", "gpu", f"{gpu_summary(gpus)}, driver {f.get('driver')}, CUDA {f.get('cuda')}")
+    if f.get("visible_note"):  # CUDA_VISIBLE_DEVICES, MIG: what the job sees, `auto` starts
+        mistaken = f.get("visible_dropped") or (gpus and not f.get("visible_gpus"))
+        add("warning" if mistaken else "ok", "gpu-visible", f["visible_note"])
     busy = [busy_text(g) for g in gpus if is_busy(g)]
     if busy:
         add("warning", "gpu-busy", "; ".join(busy))

@@ -33,9 +33,10 @@ DIRTY_FILES_HASHED = 200  # past this many changed files the count alone tells t
 
 
 def main(
-    route_ifname: Callable[[str], str | None], spec_text: str, missing_python: bool = False
+    route_ifname: Callable[[str], str | None], spec_text: str, missing_python: str | None = None
 ) -> int:
-    """spec: {smi: {name: argv}, script, workdir, master_addr, master_port (master only)}."""
+    """spec: {smi: {name: argv}, script, workdir, master_addr, master_port (master only)}.
+    missing_python: the job's interpreter as tried (`~` expanded) when it was not there."""
     spec = json.loads(spec_text)
     smi = shutil.which("nvidia-smi")
     # The queries run while the rest is gathered: nvidia-smi takes its time on a big host.
@@ -45,11 +46,13 @@ def main(
         "hostname": socket.gethostname(),
         "os": os_name(),
         "kernel": os.uname().release,
-        "python": None if missing_python else "{}.{}.{}".format(*sys.version_info[:3]),
+        "python": None if missing_python is not None else "{}.{}.{}".format(*sys.version_info[:3]),
         "python_exe": sys.executable,
-        "torch": None if missing_python else torch_info(smi is not None),
+        "python_tried": missing_python,
+        "torch": None if missing_python is not None else torch_info(smi is not None),
         "workdir": workdir,
         "code": code_info(workdir),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "ifname": route_ifname(spec["master_addr"]),
         "port": port_info(spec["master_port"]) if spec.get("master_port") else None,
         "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,

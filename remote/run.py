@@ -304,8 +304,8 @@ class Run:
                     workdir=self._workdir(t.host),
                     connect_s=self._connect_s.get(k),
                 )
-            if checked.gpus:
-                self._gpu_counts[k] = len(checked.gpus)
+            if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
+                self._gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))
             self.emit(checked)
             return checked
 
@@ -327,10 +327,11 @@ class Run:
         )
 
     async def _count_gpus(self) -> None:
-        """`auto` without the checks: one GPU query per host, nothing else."""
-        for stats in await asyncio.gather(*(probe.gpu_stats(t) for t in self.transports)):
-            if stats is not None:
-                self._gpu_counts[stats.node_rank] = len(stats.gpus)
+        """`auto` without the checks: one `nvidia-smi -L` per host, nothing else."""
+        counts = await asyncio.gather(*(probe.count_visible(t) for t in self.transports))
+        for t, seen in zip(self.transports, counts, strict=True):
+            if seen is not None:
+                self._gpu_counts[t.host.node_rank] = seen.count
 
     async def _refresh_gpus(self) -> None:
         """Live GPU figures while the job runs: a monitor per host streams them over the open

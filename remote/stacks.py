@@ -183,13 +183,9 @@ async def _host(
         res = await t.run(argv, timeout=TIMEOUT)
     except HostError as exc:
         return exc.reason
-    for line in reversed(res.stdout.decode("utf-8", "replace").splitlines()):
-        if line.startswith(MARK):
-            try:
-                found: dict[str, Any] = json.loads(line[len(MARK) :])
-            except ValueError:
-                break
-            return found
+    found = probe.marked(res.stdout, MARK)
+    if found is not None:
+        return found
     err = [s for s in res.stderr.decode("utf-8", "replace").splitlines() if s.strip()]
     return f"the stacks dump failed (exit {res.code})" + (f": {err[-1]}" if err else "")
 
