@@ -90,3 +90,9 @@ async def connect(t: Transport) -> float:
             if attempt >= tries_for(exc):
                 raise
         await asyncio.sleep(pause(attempt))
+
+
+async def reconnect(t: Transport) -> float:
+    """A fresh connection within the same bounds: after a blip, every host reconnects at once."""
+    t.drop()
+    return await connect(t)
