@@ -10,7 +10,9 @@ Then it runs the host's own sitecustomize, if there is one. Standard library onl
 """
 
 SITECUSTOMIZE = r'''# Written by ddptui's supervisor (see remote/host/linebuf.py in ddptui).
-import io, os, sys
+import atexit, io, os, sys, threading
+
+_LOCK = threading.RLock()  # a signal handler may print while a line is written
 
 
 def _rank():
@@ -24,10 +26,11 @@ def _rank():
 
 
 class _Lines(io.TextIOWrapper):
-    """Whole lines only, one write() each; `[rank]:` first once this process has a rank."""
+    """Whole lines only, one write() each; `[rank]:` first once this process has a rank.
+    Each thread keeps its own unfinished line: torchrun's tee writes every rank's lines from a
+    thread of its own, and one thread's half line must not take in another's."""
 
     _tag = None  # "[3]:" once known
-    _rest = ""  # the line being written, until its newline (or a flush)
     _bol = True  # the next character starts a line
 
     def write(self, s):
@@ -37,19 +40,31 @@ class _Lines(io.TextIOWrapper):
             rank = _rank()
             if rank is not None:
                 self._tag = "[%d]:" % rank
-        text = self._rest + s
-        cut = text.rfind("\n") + 1
-        self._rest = text[cut:]
-        if cut:
-            self._emit(text[:cut])
-            super().flush()
+        with _LOCK:
+            rests = self.__dict__.setdefault("_rests", {})
+            me = threading.get_ident()
+            text = _join(rests.pop(me, ""), s)
+            cut = text.rfind("\n") + 1
+            if cut < len(text):
+                rests[me] = text[cut:]
+            if cut:
+                self._emit(text[:cut])
+                super().flush()
         return len(s)
 
     def flush(self):
-        if self._rest:  # asked for: a prompt, a progress bar
-            rest, self._rest = self._rest, ""
-            self._emit(rest)
-        super().flush()
+        with _LOCK:  # asked for: a prompt, a progress bar
+            rest = self.__dict__.get("_rests", {}).pop(threading.get_ident(), "")
+            if rest:
+                self._emit(rest)
+            super().flush()
+
+    def flush_all(self):
+        """At exit: every thread's unfinished line."""
+        with _LOCK:
+            for rest in self.__dict__.pop("_rests", {}).values():
+                self._emit(rest)
+            super().flush()
 
     def _emit(self, text):
         tag = self._tag
@@ -58,6 +73,16 @@ class _Lines(io.TextIOWrapper):
             text = body[: -len(tag)] if text.endswith("\n") else body
         self._bol = text.endswith("\n")
         super().write(text)
+
+
+def _join(rest, s):
+    """torchrun's tee reads a rank's file line by line; caught mid-write it sends a half line
+    with its `[N]:` header, then the rest of it with the header again: join them back."""
+    if rest and _TEE and rest.startswith("[") and "]:" in rest:
+        header = rest[: rest.index("]:") + 2]
+        if s.startswith(header):
+            s = s[len(header) :]
+    return rest + s
 
 
 def _wrap(name):
@@ -69,9 +94,12 @@ def _wrap(name):
         return
     setattr(sys, name, new)
     setattr(sys, "__%s__" % name, new)
+    atexit.register(new.flush_all)
 
 
 _TAGS = os.environ.get("DDPTUI_RANK_TAGS") == "1"
+# torchrun's own process (its workers have LOCAL_RANK): the tee's headers are its doing.
+_TEE = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" in os.environ and "LOCAL_RANK" not in os.environ
 _wrap("stdout")
 _wrap("stderr")
 

@@ -1,0 +1,70 @@
+"""The job's sitecustomize (remote/host/linebuf.py): whole lines from every thread of a process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from remote.host.linebuf import SITECUSTOMIZE
+
+# torchrun's tee as it goes wrong: the thread for rank 0 reads its file mid-write and sends a
+# half line with its header, the thread for rank 1 sends a whole line, then rank 0's rest comes
+# with the header again.
+TEE_RACE = """
+import sys, threading
+half, whole = threading.Event(), threading.Event()
+def rank0():
+    sys.stdout.write("[0]:step 7 loss")
+    half.set(); whole.wait()
+    sys.stdout.write("[0]: 0.25\\n")
+def rank1():
+    half.wait()
+    sys.stdout.write("[1]:step 7 loss 0.5\\n")
+    whole.set()
+ts = [threading.Thread(target=f) for f in (rank0, rank1)]
+[t.start() for t in ts]; [t.join() for t in ts]
+"""
+
+FLOOD = """
+import threading
+def talk(k):
+    for i in range(3000):
+        print(f"thread {k} line {i:04d} " + "x" * 40)
+ts = [threading.Thread(target=talk, args=(k,)) for k in range(4)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print("no newline at the end", end="")
+"""
+
+
+def run(tmp_path: Path, code: str, **env: str) -> list[str]:
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    base = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "PYTHONPATH")}
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**base, "PYTHONPATH": str(tmp_path), "PYTHONUNBUFFERED": "1", **env},
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return out.decode().split("\n")
+
+
+def test_torchruns_half_line_is_joined_back_not_glued_to_another_rank(tmp_path: Path) -> None:
+    template = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"}
+    assert run(tmp_path, TEE_RACE, **template) == [
+        "[1]:step 7 loss 0.5",
+        "[0]:step 7 loss 0.25",
+        "",
+    ]
+
+
+def test_threads_printing_at_once_write_whole_lines(tmp_path: Path) -> None:
+    lines = run(tmp_path, FLOOD)
+    assert lines[-1] == "no newline at the end"  # written at exit
+    body = lines[:-1]
+    for k in range(4):
+        mine = [x for x in body if x.startswith(f"thread {k} ")]
+        assert mine == [f"thread {k} line {i:04d} " + "x" * 40 for i in range(3000)]
+    assert len(body) == 4 * 3000
