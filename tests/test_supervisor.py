@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -263,3 +264,32 @@ def test_lines_trimmed_on_the_host_survive_in_the_run_dir(tmp_path: Path) -> Non
     for r in (0, 1):
         log = (tmp_path / "run" / f"rank-{r}.log").read_text().splitlines()
         assert log == [f"chatty {r} {i:05d} " + "x" * 60 for i in range(3000)]
+
+
+def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Path) -> None:
+    """An attach that connects just before the socket's name goes is still served to its end,
+    not cut off by the supervisor's exit (seen as 'its supervisor died' after a detached run)."""
+    from remote.host import daemon
+
+    d = daemon.Daemon.__new__(daemon.Daemon)
+    d.clients = {}
+    served = threading.Event()
+
+    def client(sock: socket.socket, done: threading.Event) -> None:
+        served.wait(10)  # the viewer's last bytes take their time
+        sock.close()
+        done.set()
+
+    d._client = client  # type: ignore[method-assign]
+    d.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    d.server.bind(str(tmp_path / "s"))
+    d.server.listen(4)
+    late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    late.connect(str(tmp_path / "s"))  # in the backlog: not accepted, not a client yet
+    threading.Thread(target=d._accept, args=(d.server,), daemon=True).start()
+    threading.Timer(0.3, served.set).start()
+    t0 = time.monotonic()
+    d._drain(time.monotonic() + 10)
+    assert served.is_set() and time.monotonic() - t0 >= 0.25
+    late.close()
+    d.server.close()

@@ -59,6 +59,7 @@ class Daemon:
         self.heard = time.monotonic()  # the last word from any launcher
         self.lock = threading.Lock()
         self.clients = {}  # socket -> [last heard, done event]
+        self.server = None  # the viewers' listening socket (serve)
         self.stop_once = threading.Lock()
         self.stop_evt = threading.Event()
         self.stop_by = self.stop_reason = self.stop_node = None
@@ -107,6 +108,7 @@ class Daemon:
                 self.spec["secret"], self.node, self.link_timeout, self.beat,
                 lambda why, node: self.stop("peer", why, node),
             )  # fmt: skip
+        self.server = server
         _thread(self._accept, server)
         self.save_state(status="starting", started=time.time())
         ready("ok")
@@ -208,11 +210,19 @@ class Daemon:
         elif self.link is not None:  # the hub must hear that we ended, or it waits for us
             self.link.delivered.wait(self.link_timeout)
         self.spool.close()
-        deadline = time.monotonic() + DRAIN_S
-        for _, done in list(self.clients.values()):
-            done.wait(max(0.0, deadline - time.monotonic()))
-        os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
         _unlink(SOCKET)  # a later attach finds no daemon and is served the spool instead
+        self._drain(time.monotonic() + DRAIN_S)
+        os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
+
+    def _drain(self, deadline):
+        """Until every viewer has its last bytes: those connected before the socket's name
+        went too (an attach that came as the run ended), not only those seen so far."""
+        while time.monotonic() < deadline:
+            live = [done for _, done in list(self.clients.values()) if not done.is_set()]
+            if live:
+                live[0].wait(max(0.0, deadline - time.monotonic()))
+            elif not select.select([self.server], [], [], 0.05)[0]:
+                return  # no viewer left, none waiting to be let in
 
     # -- stopping -----------------------------------------------------------------------------
 
@@ -321,11 +331,11 @@ class Daemon:
                 sock, _ = server.accept()
             except OSError:
                 return
-            _thread(self._client, sock)
+            done = threading.Event()
+            self.clients[sock] = [time.monotonic(), done]  # before _drain can miss it
+            _thread(self._client, sock, done)
 
-    def _client(self, sock):
-        done = threading.Event()
-        self.clients[sock] = [time.monotonic(), done]
+    def _client(self, sock, done):
         rfile = sock.makefile("rb")
         try:
             words = rfile.readline(256).split()
