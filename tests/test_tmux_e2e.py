@@ -103,8 +103,14 @@ def test_launch_see_rank_lines_and_quit(tmux_app: Tmux, tmp_path: Path) -> None:
         120,
         term,
     )
+    # The status bar is redrawn once a second: it may say so a tick after the first lines.
+    wait_for(
+        lambda: "│ running │" in (s := term.screen()) and "hosts up 2/2" in s,
+        "the status bar to say running",
+        10,
+        term,
+    )
     screen = term.screen()
-    assert "│ running │" in screen and "hosts up 2/2" in screen
     match = RUN_ID.search(screen)
     assert match, screen
     run_id = match.group(1)
