@@ -104,12 +104,13 @@ async def probe(
     """Probe one connected host in one round trip."""
     host = transport.host
     argv = command(host, job, master_addr, workdir, is_master=host.node_rank == 0)
+    address = transport.address
     try:
         res = await transport.run(argv, timeout=PROBE_TIMEOUT)
     except HostError as exc:
-        facts = _base(host, connect_s, master_addr)
+        facts = _base(host, connect_s, master_addr, address)
         return checked(host, {**facts, "probe_error": exc.reason})
-    return parse(host, res, connect_s=connect_s, master_addr=master_addr)
+    return parse(host, res, connect_s=connect_s, master_addr=master_addr, address=address)
 
 
 def unreachable(host: Host, reason: str) -> HostChecked:
@@ -121,9 +122,17 @@ def checked(host: Host, facts: dict[str, Any], gpus: Sequence[Gpu] = ()) -> Host
     return HostChecked(host.name, host.node_rank, facts, tuple(gpus), findings)
 
 
-def parse(host: Host, res: Result, *, connect_s: float | None, master_addr: str) -> HostChecked:
-    """What one probe run printed → the host's facts, GPUs and findings."""
-    facts = _base(host, connect_s, master_addr)
+def parse(
+    host: Host,
+    res: Result,
+    *,
+    connect_s: float | None,
+    master_addr: str,
+    address: str | None = None,
+) -> HostChecked:
+    """What one probe run printed → the host's facts, GPUs and findings. address: where the
+    launcher learned the peers reach this host (remote/transport.py)."""
+    facts = _base(host, connect_s, master_addr, address)
     found = _found(res.stdout)
     if found is None:
         facts.update(probe_error=_why_silent(res), probe_exit=res.code)
@@ -148,12 +157,15 @@ def parse(host: Host, res: Result, *, connect_s: float | None, master_addr: str)
     return checked(host, facts, gpus)
 
 
-def _base(host: Host, connect_s: float | None, master_addr: str) -> dict[str, Any]:
+def _base(
+    host: Host, connect_s: float | None, master_addr: str, address: str | None = None
+) -> dict[str, Any]:
     return {
         "reachable": True,
         "connect_s": None if connect_s is None else round(connect_s, 3),
         "python_path": host.python,
         "master_addr": master_addr,
+        "address": address,
     }
 
 
