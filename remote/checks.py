@@ -33,6 +33,8 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
         return tuple(found)
     took = facts.get("connect_s")
     add("ok", "ssh", "connected" if took is None else f"connected in {took:.2f} s")
+    for text in facts.get("ssh_notices") or ():
+        add("warning", "ssh", text)
     if facts.get("probe_error"):
         check = "python" if facts.get("probe_exit") == 127 else "probe"
         add("failure", check, facts["probe_error"])

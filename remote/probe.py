@@ -104,13 +104,19 @@ async def probe(
     """Probe one connected host in one round trip."""
     host = transport.host
     argv = command(host, job, master_addr, workdir, is_master=host.node_rank == 0)
-    address = transport.address
     try:
         res = await transport.run(argv, timeout=PROBE_TIMEOUT)
     except HostError as exc:
-        facts = _base(host, connect_s, master_addr, address)
+        facts = _base(host, connect_s, master_addr, transport.address)
         return checked(host, {**facts, "probe_error": exc.reason})
-    return parse(host, res, connect_s=connect_s, master_addr=master_addr, address=address)
+    return parse(
+        host,
+        res,
+        connect_s=connect_s,
+        master_addr=master_addr,
+        address=transport.address,
+        ssh_notices=transport.notices,  # said of the login (host keys): warnings of the host
+    )
 
 
 def unreachable(host: Host, reason: str) -> HostChecked:
@@ -129,10 +135,13 @@ def parse(
     connect_s: float | None,
     master_addr: str,
     address: str | None = None,
+    ssh_notices: Sequence[str] = (),
 ) -> HostChecked:
     """What one probe run printed → the host's facts, GPUs and findings. address: where the
     launcher learned the peers reach this host (remote/transport.py)."""
     facts = _base(host, connect_s, master_addr, address)
+    if ssh_notices:
+        facts["ssh_notices"] = list(ssh_notices)
     found = _found(res.stdout)
     if found is None:
         facts.update(probe_error=_why_silent(res), probe_exit=res.code)

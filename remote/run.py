@@ -252,8 +252,9 @@ class Run:
             self._unreachable_why[h.node_rank] = exc.reason
             return False
         self._connect_s[h.node_rank] = took
-        for text in t.notices:  # e.g. an ssh config that turns host keys off
-            self.emit(Notice("warning", f"{h.name}: {text}"))
+        if not self.checks:  # else the checks say it, with the host's findings
+            for text in t.notices:  # e.g. an ssh config that turns host keys off
+                self.emit(Notice("warning", text, h.name))
         self.emit(HostState(h.name, h.node_rank, "connected", f"{took:.2f} s"))
         return True
 

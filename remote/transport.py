@@ -255,7 +255,10 @@ class SSHTransport(Transport):
             raise HostError(h.name, ssh_reason(exc.cause, h, via=exc.spec)) from None
         except Exception as exc:  # every way a login can fail, worded per kind below
             self._release()
-            raise HostError(h.name, ssh_reason(exc, h)) from None
+            reason = ssh_reason(exc, h)
+            if self.notices and isinstance(exc, asyncssh.HostKeyNotVerifiable):
+                reason += " (`UserKnownHostsFile none` in ~/.ssh/config does not turn it off)"
+            raise HostError(h.name, reason) from None
         self.address = await self._own_address(config.host)
         return time.monotonic() - t0
 
