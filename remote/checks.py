@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from .events import ChecksDone, Finding, Gpu, HostChecked
 from .inventory import Inventory
-from .plan import is_loopback
+from .plan import NO_MASTER, is_loopback
 
 BUSY_MIB = 1024  # memory in use with no process in sight: a job of another container or user
 LOW_DISK_GIB = 5.0
@@ -135,7 +135,7 @@ def _workdir(add: Add, f: Mapping[str, Any]) -> None:
 def _network(add: Add, f: Mapping[str, Any]) -> None:
     master, own = f.get("master_addr") or "", f.get("address") or ""
     if not master:
-        add("failure", "route", "node 0's address is not known; set job.master_addr")
+        add("failure", "route", NO_MASTER)
     elif f.get("port") is None and is_loopback(master) and own and not is_loopback(own):
         # lo "routes" to it from anywhere; from here it is this host, not node 0
         add(

@@ -19,9 +19,6 @@ import asyncssh
 
 from .inventory import Host
 
-CONNECT_TIMEOUT = 10.0
-KEEPALIVE = 5.0
-
 
 class JumpError(Exception):
     """The jump host `spec` could not be reached or logged into; `cause` says how."""
@@ -35,7 +32,9 @@ async def read_config(host: str, options: dict[str, Any]) -> asyncssh.SSHClientC
     """The options asyncssh would use for host, ~/.ssh/config applied (read in a thread: it
     reads files)."""
     loop = asyncio.get_running_loop()
-    # config=(): ~/.ssh/config, as asyncssh.connect reads it (the class alone reads none)
+    # config=(): ~/.ssh/config, as asyncssh.connect reads it (the class alone reads none);
+    # client_keys=None: no key files read for this look at the config
+    options = {**options, "client_keys": None}
     make = partial(asyncssh.SSHClientConnectionOptions, host=host, config=(), **options)
     return await loop.run_in_executor(None, make)
 
@@ -95,13 +94,14 @@ class Lease:
             fut.result().close()
 
 
-async def lease(spec: str, notices: list[str]) -> Lease:
+async def lease(spec: str, notices: list[str], timeouts: dict[str, Any]) -> Lease:
     """The connection to the jump host `spec` ([user@]host[:port], a chain a,b allowed), made
-    by the first host to ask and shared with the rest; raises JumpError."""
+    by the first host to ask and shared with the rest; raises JumpError. timeouts: asyncssh's
+    connect_timeout and keepalive options, as for the hosts."""
     key = (id(asyncio.get_running_loop()), spec)
     jump = _jumps.get(key)
     if jump is None or jump.dead():  # a jump host whose link died is connected to afresh
-        jump = _jumps[key] = _Jump(asyncio.ensure_future(_connect(spec, notices)))
+        jump = _jumps[key] = _Jump(asyncio.ensure_future(_connect(spec, notices, timeouts)))
     jump.users += 1
     held = Lease(key, jump)
     try:
@@ -115,15 +115,13 @@ async def lease(spec: str, notices: list[str]) -> Lease:
     return held
 
 
-async def _connect(spec: str, notices: list[str]) -> asyncssh.SSHClientConnection:
+async def _connect(
+    spec: str, notices: list[str], timeouts: dict[str, Any]
+) -> asyncssh.SSHClientConnection:
     *before, last = spec.split(",")
     user, host, port = split(last)
-    options: dict[str, Any] = {
-        "connect_timeout": CONNECT_TIMEOUT,
-        "keepalive_interval": KEEPALIVE,
-        "keepalive_count_max": 3,
-        "tunnel": ",".join(before) or (),  # earlier hops: asyncssh chains them
-    }
+    # Earlier hops of a chain (a,b): asyncssh connects through them itself.
+    options: dict[str, Any] = {**timeouts, "tunnel": ",".join(before) or ()}
     if user:
         options["username"] = user
     if port:

@@ -23,6 +23,7 @@ LINE_PREFIX_TEMPLATE = "[${rank}]:"
 SCRATCH = "{ddptui-scratch}"
 # The interface variables `nccl.socket_ifname` sets; gloo needs a concrete name (design §2).
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
+NO_MASTER = "node 0's address is not known; set job.master_addr"
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def master_problem(master: str, addrs: Sequence[str]) -> str | None:
     if len(addrs) < 2:
         return None
     if not master:
-        return "node 0's address is not known; set job.master_addr"
+        return NO_MASTER
     if is_loopback(master) and not all(is_loopback(a) for a in addrs[1:]):
         return (
             f"the master address {master} is a loopback address, which the other hosts "

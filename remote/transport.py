@@ -229,11 +229,12 @@ class SSHTransport(Transport):
     async def connect(self) -> float:
         h = self.host
         t0 = time.monotonic()
-        options: dict[str, Any] = {
+        timeouts = {
             "connect_timeout": CONNECT_TIMEOUT,
             "keepalive_interval": KEEPALIVE,
             "keepalive_count_max": 3,
         }
+        options: dict[str, Any] = dict(timeouts)
         if h.port:
             options["port"] = h.port
         if h.user:
@@ -247,7 +248,7 @@ class SSHTransport(Transport):
             config = await jump.read_config(h.host, options)
             options.update(jump.keep_verifying(config, self.notices, h.host))
             if config.tunnel:
-                self._jump = await jump.lease(str(config.tunnel), self.notices)
+                self._jump = await jump.lease(str(config.tunnel), self.notices, timeouts)
                 options["tunnel"] = self._jump.conn
             self.conn = await asyncssh.connect(h.host, **options)
         except jump.JumpError as exc:

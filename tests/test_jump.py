@@ -32,7 +32,7 @@ class FakeConn:
 def connects(monkeypatch: pytest.MonkeyPatch) -> list[FakeConn]:
     made: list[FakeConn] = []
 
-    async def connect(spec: str, notices: list[str]) -> FakeConn:
+    async def connect(spec: str, notices: list[str], timeouts: Any) -> FakeConn:
         await asyncio.sleep(0)  # the others ask while the first connects
         made.append(FakeConn())
         return made[-1]
@@ -49,7 +49,7 @@ def test_proxyjump_hops() -> None:
 
 
 async def test_one_jump_connection_for_every_host(connects: list[FakeConn]) -> None:
-    leases = await asyncio.gather(*(jump.lease("bastion", []) for _ in range(5)))
+    leases = await asyncio.gather(*(jump.lease("bastion", [], {}) for _ in range(5)))
     assert len(connects) == 1 and {id(h.conn) for h in leases} == {id(connects[0])}
     for held in leases[:-1]:
         held.release()
@@ -60,10 +60,10 @@ async def test_one_jump_connection_for_every_host(connects: list[FakeConn]) -> N
 
 
 async def test_a_dead_jump_is_replaced(connects: list[FakeConn]) -> None:
-    first = await jump.lease("bastion", [])
+    first = await jump.lease("bastion", [], {})
     assert first.conn is not None
     first.conn.close()  # the bastion's link died: the next host connects afresh
-    second = await jump.lease("bastion", [])
+    second = await jump.lease("bastion", [], {})
     assert len(connects) == 2 and second.conn is connects[1]
     first.release()
     assert not connects[1].closed  # the old lease leaves the new jump alone
@@ -72,12 +72,12 @@ async def test_a_dead_jump_is_replaced(connects: list[FakeConn]) -> None:
 
 
 async def test_failure_names_the_jump_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def refused(spec: str, notices: list[str]) -> None:
+    async def refused(spec: str, notices: list[str], timeouts: Any) -> None:
         raise ConnectionRefusedError(111, "Connection refused")
 
     monkeypatch.setattr(jump, "_connect", refused)
     with pytest.raises(jump.JumpError) as err:
-        await jump.lease("me@bastion:2222", [])
+        await jump.lease("me@bastion:2222", [], {})
     assert err.value.spec == "me@bastion:2222" and not jump._jumps
 
 
