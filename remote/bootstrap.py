@@ -56,7 +56,24 @@ os._exit(code or 0)
 )
 
 
+# sh, on the host: $py as the login shell reads an unquoted word: a leading `~` or `~user` is
+# that home. Every argv reaches the host quoted (shlex.join), so the shell never expands it.
+TILDE = """case $py in
+"~" | "~/"*) py=$HOME${py#"~"} ;;
+"~"[A-Za-z_]*)
+    u=${py%%/*}; u=${u#"~"}
+    case $u in
+    *[!A-Za-z0-9._-]*) ;;
+    *) eval "h=~$u"; [ "$h" = "~$u" ] || py=$h${py#"~$u"} ;;
+    esac ;;
+esac"""
+EXPAND_EXEC = "py=$1; shift\n" + TILDE + '\nexec "$py" "$@"'
+
+
 def command(python: str) -> list[str]:
+    """`python -c BOOT`; a `~` path goes through sh, to be expanded there (ssh's way)."""
+    if python.startswith("~"):
+        return ["sh", "-c", EXPAND_EXEC, "ddptui", python, "-c", BOOT]
     return [python, "-c", BOOT]
 
 

@@ -44,12 +44,17 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
     _workdir(add, facts)
     _network(add, facts)
     _stacks(add, facts)
+    if facts.get("git_error"):
+        why = f"git in {facts.get('workdir')}: {facts['git_error']}"
+        add("warning", "code", f"{why}; the code's fingerprint is the script's hash alone")
     return tuple(found)
 
 
 def _software(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
     if f.get("python") is None:
-        add("failure", "python", f"no python at {f.get('python_path')} on this host")
+        path, tried = f.get("python_path"), f.get("python_tried")
+        where = f"{path} ({tried})" if tried and tried != path else path
+        add("failure", "python", f"no python at {where} on this host")
         return
     add("ok", "python", f"python {f['python']} ({f.get('python_exe')})")
     if f.get("torch") is None or f.get("torch_error"):
@@ -88,6 +93,9 @@ def _gpus(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
         add("failure", "gpu", f.get("gpu_error") or "nvidia-smi failed")
         return
     add("ok", "gpu", f"{gpu_summary(gpus)}, driver {f.get('driver')}, CUDA {f.get('cuda')}")
+    if f.get("visible_note"):  # CUDA_VISIBLE_DEVICES, MIG: what the job sees, `auto` starts
+        mistaken = f.get("visible_dropped") or (gpus and not f.get("visible_gpus"))
+        add("warning" if mistaken else "ok", "gpu-visible", f["visible_note"])
     busy = [busy_text(g) for g in gpus if is_busy(g)]
     if busy:
         add("warning", "gpu-busy", "; ".join(busy))
@@ -198,11 +206,12 @@ SAME: tuple[tuple[str, str, Callable[[HostChecked], Any]], ...] = (
 
 
 def across(hosts: Sequence[HostChecked]) -> tuple[Finding, ...]:
-    """torch, CUDA, driver and GPU model the same everywhere; a difference is a warning."""
+    """torch, CUDA, driver, GPU model and the job's code the same everywhere; a difference is
+    a warning."""
     probed = [h for h in _ordered(hosts) if h.facts.get("reachable", True)]
     probed = [h for h in probed if not h.facts.get("probe_error")]
     found = []
-    for check, label, value in SAME:
+    for check, label, value in (*SAME, _same_code(probed)):
         groups: dict[str, list[str]] = {}
         for h in probed:
             v = value(h)
@@ -212,12 +221,43 @@ def across(hosts: Sequence[HostChecked]) -> tuple[Finding, ...]:
             continue  # no GPU anywhere: nothing to compare
         if len(groups) > 1:
             values = "; ".join(f"{v} on {', '.join(names)}" for v, names in groups.items())
-            found.append(Finding("warning", check, f"{label} differs across hosts: {values}"))
+            hint = DIFFERS_HINT.get(check, "")
+            found.append(Finding("warning", check, f"{label} differs across hosts: {values}{hint}"))
         elif len(groups) == 1 and len(probed) > 1:
             [(v, names)] = groups.items()
             if len(names) == len(probed):  # not when the others have none (CPU hosts)
                 found.append(Finding("ok", check, f"{label} {v} on every host"))
     return tuple(found)
+
+
+DIFFERS_HINT = {"same-code": " (job.sync pushes the local code to every host)"}
+
+
+def _same_code(probed: Sequence[HostChecked]) -> tuple[str, str, Callable[[HostChecked], Any]]:
+    """The job's code: its git state where every host has one, else the script's hash alone
+    (a host without git is not different code)."""
+    with_git = all(h.facts.get("git_commit") for h in probed if h.facts.get("script_sha256"))
+    label = "code (script hash, git commit)" if with_git else "code (script hash)"
+    return ("same-code", label, lambda h: fingerprint(h.facts, git=with_git))
+
+
+SHORT = 10  # hex digits shown of a hash: enough to tell a handful of versions apart
+
+
+def fingerprint(facts: Mapping[str, Any], *, git: bool = True) -> str | None:
+    """`sha 1a2b3c4d5e git 9f8e7d6c5b` (`+3 dirty 77aa...` when tracked files changed):
+    None when the script was not found. git=False: the script's hash alone."""
+    sha = facts.get("script_sha256")
+    if not sha:
+        return None
+    text = f"sha {sha[:SHORT]}"
+    commit = facts.get("git_commit")
+    if git and commit:
+        text += f" git {commit[:SHORT]}"
+        if facts.get("git_dirty"):
+            changes = facts.get("git_dirty_sha256")
+            text += f"+{facts['git_dirty']} dirty" + (f" {changes[:8]}" if changes else "")
+    return text
 
 
 def done(hosts: Sequence[HostChecked]) -> ChecksDone:

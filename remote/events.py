@@ -200,6 +200,32 @@ class StacksCaptured(Event):
     summary: str  # the first group's line: the odd one out
 
 
+@dataclass(frozen=True, slots=True)
+class CodeSynced(Event):
+    """`job.sync` on one host: what was pushed to its workdir before launch, or why not."""
+
+    host: str
+    node_rank: int
+    dest: str  # the host's workdir, as the inventory names it
+    files: int = 0  # files pushed (new or changed)
+    bytes: int = 0
+    unchanged: int = 0  # files already there with the same content
+    seconds: float = 0.0
+    skipped: str = ""  # why nothing was done (a local host running in the source itself)
+    error: str = ""  # why the push failed: the launch refuses
+
+    def text(self) -> str:
+        """`code synced to /srv/p: 3 files (41.2 kB) pushed, 197 unchanged, 0.21 s`."""
+        if self.error:
+            return f"code sync to {self.dest} failed: {self.error}"
+        if self.skipped:
+            return f"code sync skipped: {self.skipped}"
+        size = f"{self.bytes / 1e3:.1f} kB" if self.bytes < 1e6 else f"{self.bytes / 1e6:.1f} MB"
+        pushed = f"{self.files} file{'s' * (self.files != 1)} ({size}) pushed"
+        took = f"{self.unchanged} unchanged, {self.seconds:.2f} s"
+        return f"code synced to {self.dest}: {pushed}, {took}"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -216,6 +242,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         GpuStats,
         HangDetected,
         StacksCaptured,
+        CodeSynced,
     )
 }
 

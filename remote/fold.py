@@ -1,8 +1,14 @@
-"""Ranks and host names folded into ranges where they are listed: `0-2,4-5`, `node[01-03,07]`.
+"""Host ranges both ways: folded where ranks and hosts are listed (`0-2,4-5`, `node[01-03,07]`),
+unfolded where the inventory writes them (`host: gpu[01-64]`).
 
 2,048 ranks on 256 hosts only read as ranges. Host names fold the way pdsh and ClusterShell
 write them (and the inventory's host ranges): a shared prefix, the numbers in brackets, zero
 padding kept. Names without a trailing number are listed as they are.
+
+Unfolding is written here rather than taken from ClusterShell's NodeSet: a NodeSet is a sorted
+set (the inventory's order is the node ranks'), and its syntax gives meaning to `,`, `@`, `!`
+and brackets that an IPv6 address (`[fe80::1]`) or an ssh_config alias may hold. Only a bracket
+of numbers and ranges (`[1-4,7]`) is a range; anything else stays as written.
 """
 
 from __future__ import annotations
@@ -11,6 +17,39 @@ import re
 from collections.abc import Callable, Iterable
 
 _NUMBERED = re.compile(r"^(.*?)(\d+)$")
+_RANGE = re.compile(r"\[(\s*\d+\s*(?:-\s*\d+\s*)?(?:,\s*\d+\s*(?:-\s*\d+\s*)?)*)\]")
+MAX_UNFOLD = 100_000  # names one pattern may stand for: a typo'd [1-1000000] is a mistake
+
+
+class RangeError(ValueError):
+    """A host range that cannot be unfolded, in words for the inventory's author."""
+
+
+def unfold(pattern: str) -> list[str]:
+    """`gpu[01-03]` → gpu01, gpu02, gpu03, in the order written; several brackets multiply
+    (`r[1-2]n[1-2]` → r1n1, r1n2, r2n1, r2n2). A number with a leading zero sets the width."""
+    parts = _RANGE.split(pattern)  # text, range, text, range, ..., text
+    out = [parts[0]]
+    for spec, text in zip(parts[1::2], parts[2::2], strict=True):
+        numbers = _numbers(spec, pattern)
+        if len(out) * len(numbers) > MAX_UNFOLD:
+            raise RangeError(f"{pattern!r} stands for more than {MAX_UNFOLD:,} hosts")
+        out = [head + n + text for head in out for n in numbers]
+    return out
+
+
+def _numbers(spec: str, pattern: str) -> list[str]:
+    out: list[str] = []
+    for item in spec.split(","):
+        lo, _, hi = (s.strip() for s in item.partition("-"))
+        hi = hi or lo
+        if int(hi) < int(lo):
+            raise RangeError(f"{pattern!r}: range {lo}-{hi} goes backwards")
+        width = len(lo) if lo.startswith("0") else 0
+        out += [f"{n:0{width}d}" for n in range(int(lo), int(hi) + 1)]
+        if len(out) > MAX_UNFOLD:
+            raise RangeError(f"{pattern!r} stands for more than {MAX_UNFOLD:,} hosts")
+    return out
 
 
 def ranks(numbers: Iterable[int]) -> str:

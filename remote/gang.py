@@ -19,6 +19,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
+from . import fanout
 from .events import (
     Event,
     Failure,
@@ -162,7 +163,7 @@ class Gang:
         delay = 0.5
         while not link.lost and not self.detached:
             try:
-                await self.transports[k].reconnect()
+                await fanout.reconnect(self.transports[k])
                 await link.open({"do": "attach", "run_id": self.run_id, "node": k})
             except HostError:
                 if time.monotonic() - link.heard > self.link_timeout:

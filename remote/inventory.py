@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
 
+from . import fold
+
 EnvValue = str | int | float | bool
 # Durations and sizes: numbers only (`yes` is not 1 second), finite, and above zero.
 Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
@@ -83,6 +85,24 @@ class SpawnArgs(_Strict):
     init_method: str = "--init_method"
 
 
+class Sync(_Strict):
+    """`job.sync`: push a local directory to every host's workdir before launch (remote/sync.py).
+
+    `sync: true` is `sync: {}`: the inventory's own directory. `exclude` adds to DEFAULT_EXCLUDE.
+    """
+
+    source: str = Field(default=".", alias="from", min_length=1)  # relative to the inventory
+    exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("exclude")
+    @classmethod
+    def _patterns(cls, exclude: list[str]) -> list[str]:
+        for pattern in exclude:
+            if not pattern.strip("/"):
+                raise ValueError(f"{pattern!r} is not a pattern (a name like data/ or *.ckpt)")
+        return exclude
+
+
 class Job(_Strict):
     script: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
@@ -99,6 +119,16 @@ class Job(_Strict):
     hang_after: Positive | None = 600.0  # seconds without progress before a hang; null: off
     nccl: Nccl = Field(default_factory=Nccl)
     spawn_args: SpawnArgs = Field(default_factory=lambda: SpawnArgs())
+    sync: Sync | None = None  # push the code to every host before launch; null/false: off
+
+    @field_validator("sync", mode="before")
+    @classmethod
+    def _sync_switch(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return {} if value else None  # true: every default
+        if value is None or isinstance(value, dict):
+            return value
+        raise ValueError("must be true, false, or a mapping like {from: ., exclude: [data/]}")
 
     @field_validator("nproc_per_node")
     @classmethod
@@ -175,7 +205,9 @@ def parse(text: str, path: Path) -> Inventory:
         raise InventoryError(path, _line_of(node, loc), _describe(loc, err)) from None
     if (nul := _nul_at(data)) is not None:  # no argv or environment can carry one
         raise InventoryError(path, _line_of(node, nul), f"`{_dotted(nul)}` contains a NUL byte")
-    return dataclasses.replace(_resolve(raw, path, node), text=text)
+    inv = _resolve(raw, path, node)
+    _check_sync(inv, node)
+    return dataclasses.replace(inv, text=text)
 
 
 def _args_as_written(data: dict[str, Any], node: yaml.Node | None) -> None:
@@ -211,24 +243,23 @@ def _nul_at(value: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
 
 
 def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
-    hosts = []
+    hosts: list[Host] = []
     seen: dict[str, int] = {}
-    for i, entry in enumerate(raw.hosts):
+    for i, entry, address, name in _unfolded(raw.hosts, path, node):
         merged = {
             **raw.defaults.model_dump(exclude_unset=True),
             **entry.model_dump(exclude_unset=True),
         }
         env = {**raw.defaults.env, **entry.env}
-        name = entry.name or entry.host
         if name in seen:
             loc = ("hosts", i, "name" if entry.name else "host")
-            msg = f"hosts[{i}]: {name!r} appears twice (first as hosts[{seen[name]}]); "
+            msg = f"hosts[{i}]: {name!r} appears twice (first in hosts[{seen[name]}]); "
             raise InventoryError(path, _line_of(node, loc), msg + "give each host its own name")
         seen[name] = i
         hosts.append(
             Host(
-                node_rank=i,
-                host=entry.host,
+                node_rank=len(hosts),
+                host=address,
                 name=name,
                 transport=merged.get("transport") or "ssh",
                 user=merged.get("user"),
@@ -242,6 +273,68 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
             )
         )
     return Inventory(path=path, hosts=tuple(hosts), job=raw.job)
+
+
+def with_sync(inv: Inventory, on: bool) -> Inventory:
+    """`launch --sync` / `--no-sync` over what the file says (--sync keeps its `from`/`exclude`)."""
+    job = inv.job.model_copy(update={"sync": (inv.job.sync or Sync()) if on else None})
+    changed = dataclasses.replace(inv, job=job)
+    _check_sync(changed, None)
+    return changed
+
+
+def _check_sync(inv: Inventory, node: yaml.Node | None) -> None:
+    """job.sync writes into each SSH host's workdir: without one, a project would be spread
+    over the login directory. (A local host runs in the source itself by default.)"""
+    if inv.job.sync is None:
+        return
+    for h in inv.hosts:
+        if h.transport == "ssh" and not h.workdir:
+            raise InventoryError(
+                inv.path,
+                _line_of(node, ("job", "sync")),
+                f"`job.sync` needs a workdir for every SSH host: hosts[{h.node_rank}] "
+                f"({h.name}) has none (set `workdir:` in defaults or on the host)",
+            )
+
+
+def _unfolded(
+    entries: list[_HostEntry], path: Path, node: yaml.Node | None
+) -> list[tuple[int, _HostEntry, str, str]]:
+    """(index, entry, host, name) of every host, in order: the entries' host ranges unfolded."""
+    return [
+        (i, entry, address, name)
+        for i, entry in enumerate(entries)
+        for address, name in _unfold_entry(entry, i, path, node)
+    ]
+
+
+def _unfold_entry(
+    entry: _HostEntry, i: int, path: Path, node: yaml.Node | None
+) -> list[tuple[str, str]]:
+    """(host, name) of each host an entry stands for: `host: gpu[01-64]` is 64 hosts, in order,
+    named alongside by `name: n[1-64]`; a range in `name` alone puts several nodes on one host."""
+
+    def fail(key: str, message: str) -> InventoryError:
+        return InventoryError(path, _line_of(node, ("hosts", i, key)), f"hosts[{i}].{message}")
+
+    try:
+        addresses = fold.unfold(entry.host)
+    except fold.RangeError as exc:
+        raise fail("host", f"host: {exc}") from None
+    try:
+        names = fold.unfold(entry.name) if entry.name else addresses
+    except fold.RangeError as exc:
+        raise fail("name", f"name: {exc}") from None
+    if len(addresses) == 1:
+        return [(addresses[0], name) for name in names]
+    if len(names) != len(addresses):
+        raise fail(
+            "name",
+            f"name: {entry.name!r} is {len(names)} name(s) but host {entry.host!r} is "
+            f"{len(addresses)} hosts; write a range of as many names (or leave name out)",
+        )
+    return list(zip(addresses, names, strict=True))
 
 
 def _default_python(transport: str | None) -> str:

@@ -110,14 +110,7 @@ class Monitor:
 
 
 def _message(line: bytes) -> dict[str, Any] | None:
-    text = line.decode("utf-8", "replace")
-    if not text.startswith(MARK):
-        return None
-    try:
-        msg: dict[str, Any] = json.loads(text[len(MARK) :])
-    except ValueError:
-        return None
-    return msg
+    return probe.marked(line, MARK)
 
 
 def parse(host: str, node_rank: int, msg: dict[str, Any]) -> GpuStats | None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import checks
+from . import checks, visible
+from .bootstrap import TILDE
 from .events import Gpu, GpuProcess, GpuStats, HostChecked
 from .inventory import Host, Job
 from .transport import HostError, Result, Transport
@@ -38,7 +39,8 @@ CSV = "--format=csv,noheader,nounits"
 GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), CSV)
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), CSV)
 # What the host runs, by name; plain `nvidia-smi` is the only place naming the driver's CUDA.
-SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": ()}
+# `-L`: the MIG devices, and the UUIDs CUDA_VISIBLE_DEVICES may name (remote/visible.py).
+SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": (), "list": ("-L",)}
 
 PROBE_TIMEOUT = 90.0  # importing torch and waking 8 GPUs can take a while on a busy host
 REFRESH_TIMEOUT = 10.0
@@ -46,22 +48,27 @@ MARK = "DDPTUI-PROBE "  # probe_host.MARK: the line to read, whatever else the h
 
 _HERE = Path(__file__).parent
 _SOURCES = ((_HERE / "host" / "netif.py").read_text(), (_HERE / "probe_host.py").read_text())
-# python -c BOOT NETIF PROBE SPEC [missing]: the host side's netif.py first, in a namespace of its
+# python -c BOOT NETIF PROBE SPEC [TRIED]: the host side's netif.py first, in a namespace of its
 # own (its route_ifname is reused, as the supervisor uses it), then the probe.
 BOOT = (
     "import sys;a=sys.argv;s={'__name__':'ddptui-netif'};p={'__name__':'ddptui-probe'};"
     "exec(compile(a[1],'ddptui-netif','exec'),s);"
     "exec(compile(a[2],'ddptui-probe','exec'),p);"
-    "sys.exit(p['main'](s['route_ifname'],a[3],len(a)>4))"
+    "sys.exit(p['main'](s['route_ifname'],a[3],a[4] if len(a)>4 else None))"
 )
-# $1 is the job's interpreter. Without it, any python3 still learns the rest (told `missing`).
-WRAPPER = """py=$1; shift
+# $1 is the job's interpreter (`~` expanded as the launch does). Without it, any python3 still
+# learns the rest (told the path that was tried, after the other arguments).
+WRAPPER = (
+    "py=$1; shift\n"
+    + TILDE
+    + """
 if command -v "$py" >/dev/null 2>&1; then exec "$py" -c "$@"; fi
 for alt in python3 python; do
-    if command -v "$alt" >/dev/null 2>&1; then exec "$alt" -c "$@" missing; fi
+    if command -v "$alt" >/dev/null 2>&1; then exec "$alt" -c "$@" "$py"; fi
 done
 echo "no python on this host (tried $py, python3, python)" >&2
 exit 127"""
+)
 EXIT_NO_PYTHON = 127
 
 
@@ -142,7 +149,7 @@ def parse(
     facts = _base(host, connect_s, master_addr, address)
     if ssh_notices:
         facts["ssh_notices"] = list(ssh_notices)
-    found = _found(res.stdout)
+    found = marked(res.stdout, MARK)
     if found is None:
         facts.update(probe_error=_why_silent(res), probe_exit=res.code)
         return checked(host, facts)
@@ -161,9 +168,32 @@ def parse(
             nvidia_smi="ok",
             driver=", ".join(sorted(drivers)) or None,
             cuda=cuda_version(smi["summary"]["out"]),
+            **_visible(host, rows, smi.get("list"), found),
         )
     facts["gpu_count"] = len(gpus)
     return checked(host, facts, gpus)
+
+
+def _visible(
+    host: Host, rows: Sequence[GpuRow], listed: dict[str, Any] | None, found: dict[str, Any]
+) -> dict[str, Any]:
+    """The GPUs the job will see: CUDA_VISIBLE_DEVICES from the inventory's env, else the
+    host's, read against `nvidia-smi -L` (else the query's rows: no MIG known)."""
+    gpus = visible.parse_list(listed["out"]) if listed and listed.get("code") == 0 else []
+    gpus = gpus or [visible.Gpu(r.gpu.index, r.uuid or "") for r in rows]
+    seen = _job_sees(host, gpus, found.get("cuda_visible_devices"))
+    return {
+        "visible_gpus": seen.count,
+        "visible_note": seen.message,
+        "visible_dropped": seen.dropped,
+    }
+
+
+def _job_sees(host: Host, gpus: Sequence[visible.Gpu], hosts_value: str | None) -> visible.Visible:
+    """The job's CUDA_VISIBLE_DEVICES: the inventory's env wins over the host's own."""
+    if visible.VAR in host.env:
+        return visible.visible(gpus, host.env[visible.VAR], "the inventory's env")
+    return visible.visible(gpus, hosts_value)
 
 
 def _base(
@@ -178,14 +208,18 @@ def _base(
     }
 
 
-def _found(stdout: bytes) -> dict[str, Any] | None:
+def marked(stdout: bytes, mark: str) -> dict[str, Any] | None:
+    """The JSON after `mark` on the last line that holds it. Whatever else the host printed
+    (a login banner, a python wrapper that greets) is passed over, even an unfinished line
+    the mark's own line begins with."""
     for line in reversed(stdout.decode("utf-8", "replace").splitlines()):
-        if line.startswith(MARK):
+        at = line.find(mark)
+        if at >= 0:
             try:
-                found: dict[str, Any] = json.loads(line[len(MARK) :])
+                found = json.loads(line[at + len(mark) :])
             except ValueError:
                 return None
-            return found
+            return found if isinstance(found, dict) else None
     return None
 
 
@@ -209,6 +243,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         "kernel": found.get("kernel"),
         "python": found.get("python"),
         "python_exe": found.get("python_exe"),
+        "python_tried": found.get("python_tried"),
         "torch": torch.get("version"),
         "torch_path": torch.get("path"),
         "torch_cuda": torch.get("cuda"),
@@ -225,6 +260,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         "port_free": port.get("free"),
         "port_error": port.get("error"),
         **_py_spy(found),
+        **_code(found),
     }
 
 
@@ -234,6 +270,23 @@ def _py_spy(found: dict[str, Any]) -> dict[str, Any]:
         return {}
     spy = found["py_spy"] or {}
     return {"py_spy": spy.get("path"), "ptrace": spy.get("ptrace")}
+
+
+def _code(found: dict[str, Any]) -> dict[str, Any]:
+    """The job's code on this host (remote/checks.py compares it across hosts)."""
+    if "code" not in found:
+        return {}
+    code = found["code"] or {}
+    git = code.get("git") or {}
+    facts = {
+        "script_sha256": code.get("script_sha256"),
+        "git_commit": git.get("commit"),
+        "git_dirty": git.get("dirty"),  # tracked files that differ from the commit
+        "git_dirty_sha256": git.get("dirty_sha256"),
+        "git_error": git.get("error"),
+    }
+    facts["code"] = checks.fingerprint(facts)
+    return facts
 
 
 # -- nvidia-smi --------------------------------------------------------------------------------
@@ -317,6 +370,28 @@ def cuda_version(summary: str) -> str | None:
     """The CUDA version the driver supports, from plain `nvidia-smi` (or `-q`) output."""
     m = _CUDA.search(summary)
     return m[1] if m else None
+
+
+# -- `auto` without the checks ----------------------------------------------------------------
+
+CVD_MARK = "DDPTUI-CVD "
+# The variable (`=VALUE`, or nothing when unset) after a mark (a greeting .bashrc may print
+# first), then the GPUs and MIG devices.
+COUNT_SH = f'printf "{CVD_MARK}%s\\n" "${{{visible.VAR}+=${visible.VAR}}}"; exec nvidia-smi -L'
+
+
+async def count_visible(transport: Transport) -> visible.Visible | None:
+    """The devices a job on this host would see; None without a working nvidia-smi."""
+    try:
+        res = await transport.run(["sh", "-c", COUNT_SH], timeout=REFRESH_TIMEOUT)
+    except HostError:
+        return None
+    text = res.stdout.decode("utf-8", "replace")
+    said = next((ln for ln in text.splitlines() if CVD_MARK in ln), None)
+    if res.code != 0 or said is None:
+        return None
+    rest = said.split(CVD_MARK, 1)[1]  # `=VALUE`, or nothing when unset
+    return _job_sees(transport.host, visible.parse_list(text), rest[1:] if rest else None)
 
 
 # -- live refresh ------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ are in torch/version.py anyway.
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -26,24 +28,31 @@ if TYPE_CHECKING:
 
 MARK = "DDPTUI-PROBE "
 SMI_TIMEOUT = 20.0
+GIT_TIMEOUT = 5.0  # a repository on a slow network filesystem: the rest of the probe goes on
+DIRTY_FILES_HASHED = 200  # past this many changed files the count alone tells the trees apart
 
 
 def main(
-    route_ifname: Callable[[str], str | None], spec_text: str, missing_python: bool = False
+    route_ifname: Callable[[str], str | None], spec_text: str, missing_python: str | None = None
 ) -> int:
-    """spec: {smi: {name: argv}, script, workdir, master_addr, master_port (master only)}."""
+    """spec: {smi: {name: argv}, script, workdir, master_addr, master_port (master only)}.
+    missing_python: the job's interpreter as tried (`~` expanded) when it was not there."""
     spec = json.loads(spec_text)
     smi = shutil.which("nvidia-smi")
     # The queries run while the rest is gathered: nvidia-smi takes its time on a big host.
     running = {name: _start([smi, *argv]) for name, argv in spec["smi"].items()} if smi else {}
+    workdir = workdir_info(spec.get("workdir"), spec["script"])
     found: dict[str, Any] = {
         "hostname": socket.gethostname(),
         "os": os_name(),
         "kernel": os.uname().release,
-        "python": None if missing_python else "{}.{}.{}".format(*sys.version_info[:3]),
+        "python": None if missing_python is not None else "{}.{}.{}".format(*sys.version_info[:3]),
         "python_exe": sys.executable,
-        "torch": None if missing_python else torch_info(smi is not None),
-        "workdir": workdir_info(spec.get("workdir"), spec["script"]),
+        "python_tried": missing_python,
+        "torch": None if missing_python is not None else torch_info(smi is not None),
+        "workdir": workdir,
+        "code": code_info(workdir),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "ifname": route_ifname(spec["master_addr"]),
         "port": port_info(spec["master_port"]) if spec.get("master_port") else None,
         "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,
@@ -117,6 +126,81 @@ def workdir_info(workdir: str | None, script: str) -> dict[str, Any]:
         info["script"] = os.path.join(path, os.path.expanduser(script))
         info["script_found"] = os.path.isfile(info["script"])
     return info
+
+
+def code_info(workdir: dict[str, Any]) -> dict[str, Any]:
+    """The job's code, fingerprinted: the script's sha256 and, where workdir is in a git work
+    tree, its commit and whether tracked files differ from it (with a hash of those files)."""
+    info: dict[str, Any] = {}
+    if workdir.get("script_found"):
+        with contextlib.suppress(OSError):
+            info["script_sha256"] = file_sha256(workdir["script"])
+    git = shutil.which("git")
+    if git and workdir.get("exists"):
+        info["git"] = git_info(git, workdir["path"])
+    return info
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def git_info(git: str, path: str) -> dict[str, Any] | None:
+    """None outside a work tree. --no-optional-locks: a status must not take the index lock a
+    user's own git may hold; core.fsmonitor off: a repository's config runs no program here."""
+    base = [git, "--no-optional-locks", "-c", "core.fsmonitor=false", "-C", path]
+    try:
+        head = (_git([*base, "rev-parse", "--show-toplevel", "HEAD"]) or "").strip().split("\n")
+        if len(head) != 2:
+            return None
+        top, commit = head
+        status = _git([*base, "status", "--porcelain", "-z", "--untracked-files=no"])
+    except subprocess.TimeoutExpired:
+        return {"error": f"git took over {GIT_TIMEOUT:g} s"}
+    if status is None:
+        return {"commit": commit, "error": "git status failed"}
+    changed = _changed(status)
+    info: dict[str, Any] = {"commit": commit, "dirty": len(changed)}
+    if changed:
+        info["dirty_sha256"] = _changes_sha256(top, changed)
+    return info
+
+
+def _git(argv: list[str]) -> str | None:
+    try:
+        res = subprocess.run(argv, capture_output=True, timeout=GIT_TIMEOUT, check=False)
+    except OSError:
+        return None
+    return res.stdout.decode("utf-8", "replace") if res.returncode == 0 else None
+
+
+def _changed(porcelain: str) -> list[str]:
+    """Paths of `status --porcelain -z`: `XY path`; a rename or copy is followed by its old path."""
+    entries, paths = iter(porcelain.split("\0")), set()
+    for entry in entries:
+        if len(entry) > 3:
+            paths.add(entry[3:])
+            if entry[0] in "RC":
+                paths.add(next(entries, ""))
+    return sorted(p for p in paths if p)
+
+
+def _changes_sha256(top: str, changed: list[str]) -> str | None:
+    """What the changed tracked files hold: two trees dirty in different ways differ."""
+    if len(changed) > DIRTY_FILES_HASHED:
+        return None
+    digest = hashlib.sha256()
+    for rel in changed:
+        try:
+            content = file_sha256(os.path.join(top, rel))
+        except OSError:
+            content = "-"  # deleted (or a rename's old name)
+        digest.update(f"{rel}\0{content}\0".encode())
+    return digest.hexdigest()
 
 
 def port_info(port: int) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import checks as checker
-from . import hang, monitor, probe, runs, stacks
+from . import fanout, hang, monitor, probe, runs, stacks, sync
 from . import plan as planner
 from .events import (
     ChecksDone,
@@ -216,6 +216,8 @@ class Run:
         """Connect and check (or count GPUs): True when the run may start."""
         if not await self._connect_all():
             return False
+        if self.inv.job.sync is not None and not await self._sync():
+            return False
         if self.checks:
             done = await self._check_hosts()
             if not done.ok:
@@ -224,6 +226,18 @@ class Run:
         elif self.inv.job.nproc_per_node == "auto":
             await self._count_gpus()
         return True
+
+    async def _sync(self) -> bool:
+        """job.sync: the local code pushed to every host's workdir first (remote/sync.py)."""
+        dests = [self._workdir(t.host) for t in self.transports]
+        results = await sync.push(self.inv, self.transports, dests, self.emit)
+        failed = [r for r in results if r.error]
+        for r in failed:
+            self._failures.append(Failure(r.host, None, None, r.text(), seen_at=0.0))
+        if failed:
+            names = ", ".join(r.host for r in failed)
+            self.emit(Notice("error", f"not starting: the code could not be pushed to {names}"))
+        return not failed
 
     async def _until_stopped(self, work: Coroutine[Any, Any, bool]) -> bool:
         """A phase that stop() cancels at once (a login may take its whole timeout): False."""
@@ -245,7 +259,7 @@ class Run:
         h = t.host
         self.emit(HostState(h.name, h.node_rank, "connecting"))
         try:
-            took = await t.connect()
+            took = await fanout.connect(t)  # bounded, a dropped login tried again
         except HostError as exc:
             self.emit(HostState(h.name, h.node_rank, "unreachable", exc.reason))
             self._failures.append(Failure(h.name, None, None, exc.reason, seen_at=time.time()))
@@ -294,8 +308,8 @@ class Run:
                     workdir=self._workdir(t.host),
                     connect_s=self._connect_s.get(k),
                 )
-            if checked.gpus:
-                self._gpu_counts[k] = len(checked.gpus)
+            if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
+                self._gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))
             self.emit(checked)
             return checked
 
@@ -317,10 +331,11 @@ class Run:
         )
 
     async def _count_gpus(self) -> None:
-        """`auto` without the checks: one GPU query per host, nothing else."""
-        for stats in await asyncio.gather(*(probe.gpu_stats(t) for t in self.transports)):
-            if stats is not None:
-                self._gpu_counts[stats.node_rank] = len(stats.gpus)
+        """`auto` without the checks: one `nvidia-smi -L` per host, nothing else."""
+        counts = await asyncio.gather(*(probe.count_visible(t) for t in self.transports))
+        for t, seen in zip(self.transports, counts, strict=True):
+            if seen is not None:
+                self._gpu_counts[t.host.node_rank] = seen.count
 
     async def _refresh_gpus(self) -> None:
         """Live GPU figures while the job runs: a monitor per host streams them over the open

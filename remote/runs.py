@@ -19,7 +19,7 @@ from typing import Any
 
 import platformdirs
 
-from . import control, inventory
+from . import control, fanout, inventory
 from .inventory import Host, Inventory
 from .record import private_dir, write_private
 from .transport import HostError, Transport, for_host
@@ -182,7 +182,7 @@ def _reach(h: Host) -> tuple[Any, ...]:
 async def _ask(host: Host, nodes: list[tuple[str, int]]) -> dict[str, Any] | str:
     t: Transport = for_host(host)
     try:
-        await t.connect()
+        await fanout.connect(t)
         return await control.status(t, nodes)
     except HostError as exc:
         return exc.reason

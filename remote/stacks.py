@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import fanout, fold, probe
 from . import flight as recorder
-from . import fold, probe
 from .checks import PTRACE_NEEDED
 from .events import Event, Notice, StacksCaptured
 from .transport import HostError, Transport
@@ -183,13 +183,9 @@ async def _host(
         res = await t.run(argv, timeout=TIMEOUT)
     except HostError as exc:
         return exc.reason
-    for line in reversed(res.stdout.decode("utf-8", "replace").splitlines()):
-        if line.startswith(MARK):
-            try:
-                found: dict[str, Any] = json.loads(line[len(MARK) :])
-            except ValueError:
-                break
-            return found
+    found = probe.marked(res.stdout, MARK)
+    if found is not None:
+        return found
     err = [s for s in res.stderr.decode("utf-8", "replace").splitlines() if s.strip()]
     return f"the stacks dump failed (exit {res.code})" + (f": {err[-1]}" if err else "")
 
@@ -293,7 +289,7 @@ async def capture(
 
 async def _connect(transports: Sequence[Transport]) -> None:
     """Log in everywhere at once; a host that cannot be reached says so in the dump."""
-    await asyncio.gather(*(t.connect() for t in transports), return_exceptions=True)
+    await asyncio.gather(*(fanout.connect(t) for t in transports), return_exceptions=True)
 
 
 def _save(report: Report, path: Path) -> None:

@@ -77,11 +77,6 @@ class Transport(ABC):
     def drop(self) -> None:  # noqa: B027 (nothing to drop for most transports)
         """Forget the connection at once, without a goodbye (its link may be dead)."""
 
-    async def reconnect(self) -> float:
-        """A fresh connection to the same host; raises HostError."""
-        self.drop()
-        return await self.connect()
-
 
 def for_host(host: Host) -> Transport:
     return LocalTransport(host) if host.transport == "local" else SSHTransport(host)

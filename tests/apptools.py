@@ -307,13 +307,13 @@ async def wait_for(
 
 
 async def settle(pilot: Pilot[Any]) -> None:
-    """Process every posted message, then draw pending log lines now (not at the next tick)."""
+    """Process every posted message, then draw what the next tick would (log lines, hosts,
+    status, each rank's silence) now."""
     await pilot.pause()
     app = pilot.app
     assert isinstance(app, Dashboard)
     app.flush()
-    app.hosts.flush()
-    app.show_status()
+    app.tick()  # the once-a-second redraw (hosts, status, silences), not left to the timer
     if app.findings._due:  # its redraw waits a moment for more hosts' answers
         app.findings._redraw()
     await pilot.pause()

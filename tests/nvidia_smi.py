@@ -9,6 +9,7 @@ from typing import Any
 
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 H100_BUSY, A100, DRIVER_ERROR = "h100x8-busy", "a100x4", "driver-error"
+A100_MIG = "a100x2-mig"  # written from the documented formats, not captured (see the README)
 
 
 def stand_in(machine: str) -> str:

@@ -2,7 +2,7 @@
 `ProxyJump` in ~/.ssh/config, every host written by its alias (which only the bastion resolves).
 
 The test hosts' prefix and subnet: DDPTUI_TESTHOSTS_BASTION=PREFIX:SUBNET, by default the
-session's prefix + "b" and the next /24 (ddpt:10.213.7 → ddptb:10.213.8).
+session's prefix + "j" and the next /24 (ddpt:10.213.7 → ddptj:10.213.8; the benchmarks own ddptb).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from testhosts import REPO, TestCluster
 pytestmark = pytest.mark.e2e
 
 a, b, c = SUBNET.split(".")
-DEFAULT = f"{PREFIX}b:{a}.{b}.{int(c) + 1}"
+DEFAULT = f"{PREFIX}j:{a}.{b}.{int(c) + 1}"
 BASTION_PREFIX, _, BASTION_SUBNET = os.environ.get("DDPTUI_TESTHOSTS_BASTION", DEFAULT).partition(
     ":"
 )

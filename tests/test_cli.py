@@ -255,3 +255,15 @@ def test_runs_lists_nothing_yet(tmp_path: Path) -> None:
         )
         assert res.returncode == 0, res.stderr
         assert res.stdout.endswith(("no runs yet\n", '"runs": []\n}\n')), res.stdout
+
+
+def test_open_files_limit_goes_up_to_the_hard_one() -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    try:
+        cli.raise_open_files_limit()
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == (hard, hard)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

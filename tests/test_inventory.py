@@ -184,3 +184,56 @@ def test_job_mistakes_name_the_line(new: str, words: list[str]) -> None:
     assert err.line == line_of(text, new.strip()), str(err)
     for word in words:
         assert word in str(err)
+
+
+# -- host ranges ----------------------------------------------------------------------------
+
+RANGES = """\
+defaults: {user: root, env: {A: "1"}}
+hosts:
+  - host: gpu[01-03]
+    port: 2222
+  - host: "10.0.0.[11-12]"
+    name: n[8-9]
+  - host: localhost
+    name: "local[1-2]"
+    transport: local
+job: {script: t.py}
+"""
+
+
+def test_host_ranges_expand_in_order_with_padding_names_and_keys() -> None:
+    inv = parse(RANGES)
+    assert [(h.node_rank, h.host, h.name) for h in inv.hosts] == [
+        (0, "gpu01", "gpu01"), (1, "gpu02", "gpu02"), (2, "gpu03", "gpu03"),
+        (3, "10.0.0.11", "n8"), (4, "10.0.0.12", "n9"),
+        (5, "localhost", "local1"), (6, "localhost", "local2"),
+    ]  # fmt: skip
+    assert all(h.port == 2222 for h in inv.hosts[:3])
+    assert inv.hosts[3].port is None
+    assert all(h.env == {"A": "1"} and h.user == "root" for h in inv.hosts)
+    assert [h.transport for h in inv.hosts[5:]] == ["local", "local"]
+
+
+def test_128_hosts_as_one_line() -> None:
+    inv = parse('hosts:\n  - host: "10.0.0.[11-138]"\n    name: node[0-127]\njob: {script: t}\n')
+    assert len(inv.hosts) == 128
+    assert (inv.hosts[-1].host, inv.hosts[-1].name) == ("10.0.0.138", "node127")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "key", "words"),
+    [
+        ("n[8-9]", "n[8-10]", "name", ["hosts[1].name", "3 name(s)", "2 hosts"]),
+        ("n[8-9]", "gpu-x", "name", ["hosts[1].name", "1 name(s)", "2 hosts"]),
+        ("gpu[01-03]", "gpu[03-01]", "host", ["hosts[0].host", "3-01 goes backwards"]),
+        ("gpu[01-03]", "gpu[1-9999999]", "host", ["hosts[0].host", "more than 100,000"]),
+        ("local[1-2]", "n[9-10]", "name", ["'n9' appears twice", "hosts[1]"]),
+    ],
+)
+def test_range_mistakes_name_the_line(old: str, new: str, key: str, words: list[str]) -> None:
+    text = RANGES.replace(old, new, 1)
+    err = error(text)
+    assert err.line == line_of(text, new), str(err)
+    for word in words:
+        assert word in str(err)

@@ -171,7 +171,10 @@ def test_detached_failure_stops_every_host_and_attach_names_it(
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert (summary["failing_rank"], summary["failing_host"]) == (3, "node1")
     assert any("raise RuntimeError" in line for line in summary["failure"]["traceback"])
-    again = Cmd(["attach", run_id, "--tail", "2"], tmp_path / "again", data_home)  # from disk
+    # From disk. torchrun tees a rank's stdout and stderr from two files polled apart, so the
+    # traceback may land a few stdout lines before the last tick: a tail with room for that.
+    again = Cmd(["attach", run_id, "--tail", "40"], tmp_path / "again", data_home)
     assert again.wait(30) == 1, again.stderr
     assert "run failed: rank 3 on node1" in again.stderr
     assert "[r3 node1] RuntimeError: rank 3 failed on purpose at tick 200" in again.stdout
+    assert sum(line.startswith("[r3 node1]") for line in again.stdout.splitlines()) == 40

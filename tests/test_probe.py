@@ -315,3 +315,11 @@ def test_check_events_survive_json() -> None:
         HostChecked("node1", 1, {"reachable": False}),
     ):
         assert events.from_json(event.to_json()) == event
+
+
+def test_the_mark_is_found_after_a_greeting_without_a_newline() -> None:
+    """A python wrapper's `printf 'banner'` glues itself to the front of the probe's line."""
+    out = b'Welcome! (conda base)\nbanner without a newlineDDPTUI-PROBE {"hostname": "h"}\n'
+    assert probe.marked(out, probe.MARK) == {"hostname": "h"}
+    assert probe.marked(b"DDPTUI-PROBE {not json\n", probe.MARK) is None
+    assert probe.marked(b"nothing of ours\n", probe.MARK) is None

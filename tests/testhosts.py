@@ -13,9 +13,10 @@ Choices worth knowing:
   ``ip``), letting each host carry its own tools, e.g. a fake ``nvidia-smi``.
 - Every host gets its own ed25519 host key, generated in parallel (a few ms each), so host-key
   checking is real: ``known_hosts`` lists each key under the host's IP and alias.
-- ``MaxStartups 100:30:200``: with the default 10:30:100, 60 simultaneous connections to one
-  sshd lost 20 ("kex_exchange_identification: Connection closed by remote host"), which looks
-  like flaky networking when a launcher opens several connections per host at once.
+- ``MaxStartups 100:30:200`` (``max_startups=``; ``restart_sshd(i, max_startups=...)`` for one
+  host): with the default 10:30:100, 60 simultaneous connections to one sshd lost 20
+  ("kex_exchange_identification: Connection closed by remote host"), which looks like flaky
+  networking when a launcher opens several connections per host at once.
 - Bridge netfilter is switched off on our bridge only (``nf_call_iptables 0``), so firewall
   rules of the machine (e.g. Docker's FORWARD DROP) cannot eat host-to-host traffic.
 - ``unused_addr`` (10.213.7.250) is in the subnet but nobody answers ARP: connecting to it fails
@@ -138,6 +139,7 @@ class TestCluster:
         subnet: str = SUBNET,
         lock_timeout: float = 900.0,
         bastion: bool = False,
+        max_startups: str = "100:30:200",
     ) -> None:
         if not 1 <= n <= (MAX_PRIVATE_HOSTS if bastion else MAX_HOSTS):
             raise ValueError(f"n must be in 1..{MAX_HOSTS}, got {n}")
@@ -148,6 +150,7 @@ class TestCluster:
         self.subnet = subnet
         self.bridge_addr = f"{subnet}.1"
         self.lock_timeout = lock_timeout
+        self.max_startups = max_startups  # sshd's MaxStartups on every host (default: lenient)
         self.bridge = bridge_name(prefix)
         self.identity_file = self.root / "id_ed25519"
         self.known_hosts = self.root / "known_hosts"
@@ -299,7 +302,7 @@ class TestCluster:
             "UsePAM no",
             "StrictModes no",
             f"AuthorizedKeysFile {self.authorized_keys}",
-            "MaxStartups 100:30:200",
+            f"MaxStartups {self.max_startups}",
             "MaxSessions 20",
             f"SetEnv PATH={host.bin_dir}:{Path(self.python).parent}:{SYSTEM_PATH} HOME={host.home}",
             "AcceptEnv LANG LC_*",
@@ -412,6 +415,18 @@ class TestCluster:
             _kill_and_wait([host.pid], signal.SIGTERM)
         host.pid_file.unlink(missing_ok=True)
         host.pid = None
+
+    def restart_sshd(self, i: int, *, max_startups: str | None = None) -> None:
+        """Restart host ``i``'s sshd, with its own MaxStartups if given (e.g. sshd's default
+        ``10:30:100``, which drops logins beyond 10 unauthenticated at once)."""
+        self.stop_sshd(i)
+        config = self._sshd_config(self.hosts[i])
+        if max_startups is not None:
+            config = config.replace(
+                f"MaxStartups {self.max_startups}", f"MaxStartups {max_startups}"
+            )
+        self.hosts[i].sshd_config.write_text(config)
+        self.start_sshd(i)
 
     def start_sshd(self, i: int) -> None:
         """(Re)start host ``i``'s sshd and wait until it listens."""

@@ -29,6 +29,7 @@ from textual.worker import Worker, WorkerState
 from remote import inventory, runs
 from remote.events import (
     ChecksDone,
+    CodeSynced,
     Event,
     Failure,
     GpuStats,
@@ -190,6 +191,7 @@ class Dashboard(Glance, LogPane, App[int]):
             ChecksDone: self._checks_done,
             GpuStats: self._gpu_stats,
             HangDetected: self.hang_detected,
+            CodeSynced: self._code_synced,
         }
 
     # -- layout -----------------------------------------------------------------------------
@@ -471,6 +473,9 @@ class Dashboard(Glance, LogPane, App[int]):
             if self.status.state == "running":
                 self.status.state = "stopping"
             self._show_failure(first(self.failures))
+
+    def _code_synced(self, ev: CodeSynced) -> None:
+        self.notify(f"{ev.host}: {ev.text()}", severity="error" if ev.error else "information")
 
     def _notice(self, ev: Notice) -> None:
         where = f"{ev.host}: " if ev.host else ""

@@ -14,9 +14,10 @@ from remote.events import ChecksDone, Finding, HostChecked
 
 NOT_A_TERMINAL_WIDTH = 400  # logs and CI: a row stays on one line, greppable
 LEVEL_TAGS = {"failure": "FAIL", "warning": "warn", "ok": "ok"}
+SAID_WHEN_OK = {"gpu-visible"}  # what `nproc_per_node: auto` will start, and why
 COLUMNS = (
     *("host", "login", "hostname", "os", "python", "torch"),
-    *("GPUs", "driver / CUDA", "network", "disk free", "result"),
+    *("GPUs", "driver / CUDA", "network", "disk free", "code", "result"),
 )
 
 
@@ -38,7 +39,7 @@ def print_table(hosts: Sequence[HostChecked], done: ChecksDone, out: TextIO) -> 
         table.add_row(*row(h))
     width = None if out.isatty() else NOT_A_TERMINAL_WIDTH
     Console(file=out, width=width, highlight=False).print(table)
-    shown = [f for f in done.findings if f.level != "ok"]
+    shown = [f for f in done.findings if f.level != "ok" or f.check in SAID_WHEN_OK]
     for f in shown:
         out.write(finding_line(f) + "\n")
     out.write(summary(hosts, done) + "\n")
@@ -69,6 +70,7 @@ def row(h: HostChecked) -> tuple[str, ...]:
         " / ".join(v for v in (f.get("driver"), f.get("cuda")) if v) or "-",
         net,
         "-" if disk is None else f"{disk:g} GiB",
+        f.get("code") or "-",
         _result(h),
     )
 
@@ -80,7 +82,10 @@ def _gpus(h: HostChecked) -> str:
     if state == "error" or not h.gpus:
         return "nvidia-smi failed" if state == "error" else "-"
     busy = sum(1 for g in h.gpus if is_busy(g))
-    return gpu_summary(h.gpus) + (f" ({busy} busy)" if busy else "")
+    notes = [f"{busy} busy"] if busy else []
+    if h.facts.get("visible_note"):  # CUDA_VISIBLE_DEVICES or MIG: the job sees fewer
+        notes.append(f"{h.facts.get('visible_gpus')} visible")
+    return gpu_summary(h.gpus) + (f" ({', '.join(notes)})" if notes else "")
 
 
 def _result(h: HostChecked) -> str:

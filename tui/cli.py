@@ -17,7 +17,8 @@ from remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
 USAGE = """\
 ddptui [--headless] [-i INVENTORY] [--runs-root DIR] [COMMAND]
-       ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--detach] [-- SCRIPT ARGS...]
+       ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--[no-]sync] [--detach]
+                                  [-- SCRIPT ARGS...]
        ddptui [--headless] check [--json]
        ddptui attach RUN [--tail N] | stop RUN | runs [--json]
        ddptui stacks RUN [--json] [--native]"""
@@ -72,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
         help="--headless: this run's own directory, new or empty (default: RUNS_ROOT/<run id>)",
     )
     launch_p.add_argument("--skip-checks", action="store_true", help="do not check hosts first")
+    launch_p.add_argument(
+        "--sync",
+        action=argparse.BooleanOptionalAction,
+        help="--headless: push the code to every host first, or not (default: job.sync)",
+    )
     launch_p.add_argument(
         "--detach", action="store_true", help="--headless: print the run id, leave it running"
     )
@@ -144,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args_in, extra = args_in[:cut], args_in[cut + 1 :]
     p = parser()
     args = p.parse_args(args_in)
+    raise_open_files_limit()
     try:
         return int(args.handler(args, extra))
     except UsageError as exc:
@@ -151,6 +158,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:  # before the run took Ctrl-C over (loading, connecting a check)
         return EXIT_INTERRUPTED
+
+
+def raise_open_files_limit() -> None:
+    """Soft open-files limit up to the hard one: a connection per host, a rank log each...
+    1,024 (Linux) or 256 (macOS) runs out near a thousand hosts (ParallelSSH's "Too many open
+    files"). macOS refuses an unlimited value: its OPEN_MAX then."""
+    import resource
+
+    infinity = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in (hard, 10240):
+        if soft == infinity or (target != infinity and target <= soft):
+            continue  # never lower it
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            return
+        except (ValueError, OSError):
+            continue
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -169,6 +194,8 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
     for option in ("skip_checks", "detach"):
         if getattr(args, option, False):
             raise UsageError(f"--{option.replace('_', '-')} needs --headless")
+    if getattr(args, "sync", None) is not None:
+        raise UsageError("--sync and --no-sync need --headless (the dashboard follows job.sync)")
     if extra and args.command not in (None, "launch"):
         raise UsageError(f"{args.command} takes no script arguments (after --)")
     root = runs_root(args)
@@ -200,6 +227,8 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
     if args.run_dir and args.runs_root:
         raise UsageError("--run-dir and --runs-root: give one (--run-dir is the run's own)")
     inv = load_inventory(args.inventory)
+    if args.sync is not None:
+        inv = _with_sync(inv, args.sync)
     import asyncio
 
     from remote.run import new_run_id
@@ -287,6 +316,15 @@ def load_inventory(path: Path) -> Inventory:
 
     try:
         return inventory.load(path)
+    except inventory.InventoryError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _with_sync(inv: Inventory, on: bool) -> Inventory:
+    from remote import inventory
+
+    try:
+        return inventory.with_sync(inv, on)
     except inventory.InventoryError as exc:
         raise UsageError(str(exc)) from None
 

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from remote.events import (
     ChecksDone,
+    CodeSynced,
     Event,
     Failure,
     HostChecked,
@@ -76,6 +77,8 @@ class Printer:
             self._finished(event)
         elif isinstance(event, ChecksDone):
             self._checked(event)
+        elif isinstance(event, CodeSynced):
+            self.say(f"{event.host}: {event.text()}")
 
     def _lines(self, batch: LogBatch) -> None:
         host = batch.host

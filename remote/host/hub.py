@@ -105,18 +105,22 @@ class Hub:
             old[0].close()
         if stopping is not None:  # it joined after the stop: it stops too
             _send(sock, lock, t="stop", reason=stopping[0], node=stopping[1])
+        with contextlib.suppress(OSError):  # reset by the peer: the same as its going silent
+            self._follow(node, rfile, sock, lock)
+        # Gone without saying its job ended: its supervisor died or the link broke. A broken
+        # link may heal (the peer reconnects); the watchdog decides after link_timeout.
+
+    def _follow(self, node, rfile, sock, lock):
         for line in rfile:
             try:
                 msg = json.loads(line)
             except ValueError:
-                break
+                return
             self.heard[node] = time.monotonic()
             if msg.get("t") == "end":
                 self._ended(node, msg.get("status"), msg.get("reason"))
             elif msg.get("t") == "hb":
                 _send(sock, lock, t="hb")
-        # Gone without saying its job ended: its supervisor died or the link broke. A broken
-        # link may heal (the peer reconnects); the watchdog decides after link_timeout.
 
     def _authenticate(self, sock, rfile):
         nonce = os.urandom(16).hex().encode()

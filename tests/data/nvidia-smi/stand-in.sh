@@ -7,6 +7,7 @@ APPS="--query-compute-apps=gpu_uuid,pid,used_memory,process_name"
 CSV="--format=csv,noheader,nounits"
 case "$*" in
     "") file=nvidia-smi.txt ;;
+    "-L") file=list.txt ;;
     "$GPUS $CSV") file=query-gpu.csv ;;
     "$APPS $CSV") file=query-compute-apps.csv ;;
     *) echo "stand-in nvidia-smi: no recording for: $*" >&2; exit 2 ;;

@@ -1,0 +1,265 @@
+"""128 hosts: `check` and a light launch by ddptui against pdsh doing the same work, and the
+logins alone at several fan-outs.
+
+    .venv/bin/python scripts/bench_scale.py [--hosts 128] [--reps 3] [--testhosts PREFIX:SUBNET]
+
+Brings up ssh test hosts (by default the benchmarks' own prefix; DDPTUI_TESTHOSTS or
+--testhosts pick another), written in the inventory as one range (`host: "10.x.y.[11-138]"`).
+Each host has its own HOME, so root's ~/.bashrc here (pyenv init, which queues every command
+on one lock: design.md §9) is not what is measured.
+
+- check: `ddptui --headless check` against `pdsh -f HOSTS` running, on every host, the one
+  command ddptui's probe sends (remote/probe.py), as scripts/bench_check.py does.
+- launch: `ddptui --headless launch --skip-checks` of a light job (the `env` style,
+  tests/data/light_job.py: no torch) against pdsh running the same command with the same
+  environment, `%n` as NODE_RANK (how DeepSpeed's pdsh runner starts a job).
+- logins: every host logged into over asyncssh through remote/fanout.py, at several fan-outs.
+- dashboard (no test hosts; --dashboard alone runs just this): 256 hosts and 2,048 ranks from
+  the tests' scripted fakes (tests/apptools.py) under Textual's Pilot at 120x40; each key's
+  latency is from the key event to the app idle again with its result drawn (scrolling the
+  host table and the views list, `/` searches, view switches).
+
+Variants alternate, rotating which goes first; prints medians and the ratios ddptui / pdsh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench_common import (
+    HOST_IFNAME,
+    PREFIX,
+    REPO,
+    SUBNET,
+    Timed,
+    ddptui_command,
+    load,
+    median,
+    planned,
+    require_pdsh,
+    shell_line,
+    table,
+    tail,
+    timed,
+    workspace,
+    write_inventory,
+)
+from testhosts import FIRST_HOST_OCTET, TestCluster
+
+from remote import fanout, inventory, probe
+from remote.transport import SSHTransport
+
+SCRIPT = REPO / "tests" / "data" / "light_job.py"
+HELLO = b"hello from node"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", type=int, default=128)
+    p.add_argument("--reps", type=int, default=3, help="runs of each variant (default 3)")
+    p.add_argument(
+        "--testhosts",
+        default=os.environ.get("DDPTUI_TESTHOSTS", f"{PREFIX}:{SUBNET}"),
+        help="PREFIX:SUBNET of the test hosts (default: DDPTUI_TESTHOSTS, else the benchmarks')",
+    )
+    p.add_argument("--fanouts", default="16,32,64,128", help="fan-outs of the logins alone")
+    p.add_argument("--keep", action="store_true", help="keep logs and outputs")
+    p.add_argument("--dashboard", action="store_true", help="the dashboard's keys alone")
+    args = p.parse_args(argv)
+    if args.dashboard:
+        return dashboard()
+    require_pdsh()
+    prefix, _, subnet = args.testhosts.partition(":")
+    with (
+        workspace("scale", args.keep) as work,
+        TestCluster(args.hosts, root=work / "hosts", prefix=prefix, subnet=subnet) as c,
+    ):
+        return bench(args, c, work)
+
+
+def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
+    n = args.hosts
+    inv_path = work / "inventory.yaml"
+    last = FIRST_HOST_OCTET + n - 1
+    hosts = [{"host": f"{c.subnet}.[{FIRST_HOST_OCTET}-{last}]", "name": f"node[0-{n - 1}]"}]
+    job = {"script": str(SCRIPT), "launcher": "env", "master_port": 29651}
+    inv = write_inventory(inv_path, hosts, {**c.inventory_defaults(), "workdir": str(REPO)}, job)
+    probe_line = probe.shell_command(
+        probe.command(inv.hosts[0], inv.job, c.hosts[0].addr, str(REPO), True)
+    )
+    every = ["pdsh", "-f", str(n), "-w", f"node[0-{n - 1}]"]
+    ddptui = [*ddptui_command(), "--headless"]
+    variants = {
+        "check": {
+            "ddptui check": [*ddptui, "check", "-i", str(inv_path)],
+            "pdsh probe": [*every, probe_line],
+        },
+        "launch": {
+            "ddptui launch": [*ddptui, "launch", "-i", str(inv_path), "--skip-checks"],
+            "pdsh launch": [*every, launch_line(inv, c)],
+        },
+    }
+    print(f"{n} test hosts, {args.reps} reps; {load()}", flush=True)
+    ratios = []
+    for what, runs in variants.items():
+        times = measure(runs, args.reps, c, work, n)
+        if times is None:
+            return 1
+        ours, theirs = (median([t.wall for t in ts]) for ts in times.values())
+        print(
+            table(
+                ["", "median wall (s)", "CPU (s)", "runs"],
+                [
+                    [
+                        name,
+                        f"{median([t.wall for t in ts]):.2f}",
+                        f"{median([t.cpu for t in ts]):.2f}",
+                        " ".join(f"{t.wall:.2f}" for t in ts),
+                    ]
+                    for name, ts in times.items()
+                ],
+            )
+        )
+        ratios.append(f"{what} across {n} hosts: ddptui / pdsh = {ours / theirs:.2f}")
+        print(ratios[-1] + "\n", flush=True)
+    logins = login_times(inv, [int(f) for f in args.fanouts.split(",")])
+    print("logins alone (asyncssh through remote/fanout.py), seconds for all hosts:")
+    print("  " + ", ".join(f"fan-out {f}: {s:.2f} s" for f, s in logins.items()))
+    print("\n".join(ratios))
+    print(load())
+    return dashboard()
+
+
+def dashboard() -> int:
+    """Keypress latency of the dashboard on 256 hosts and 2,048 ranks (scripted fakes),
+    against the same keys on 4 hosts and 32 ranks: the ratio is what the scale costs."""
+    with workspace("scale-dashboard", False) as work:
+        small = asyncio.run(dashboard_keys(work / "small", 4))
+        big = asyncio.run(dashboard_keys(work / "big", 256))
+    rows = [
+        [k, f"{median(small[k]):.1f}", f"{median(v):.1f}", f"{max(v):.1f}", str(len(v))]
+        for k, v in big.items()
+    ]
+    every = sorted(x for v in big.values() for x in v)
+    base = [x for v in small.values() for x in v]
+    print("\ndashboard, key -> handled and drawn (ms), Pilot at 120x40:")
+    print(table(["keys", "4 hosts median", "256 hosts median", "max", "n"], rows))
+    p99 = every[min(len(every) - 1, int(len(every) * 0.99))]
+    print(
+        f"256 hosts / 2,048 ranks: all {len(every)} keys median {median(every):.1f} ms, "
+        f"p99 {p99:.1f} ms; 4 hosts / 32 ranks median {median(base):.1f} ms; "
+        f"ratio {median(every) / median(base):.2f}; {load()}"
+    )
+    return 0
+
+
+async def dashboard_keys(work: Path, n: int) -> dict[str, list[float]]:
+    from apptools import H100, FakeClusters, fake_app, settle
+
+    from remote.events import Event, GpuStats, HostState, NodeStarted, RunStarted
+
+    names = [f"n{k:03d}" for k in range(n)]
+
+    def script(run_id: str) -> list[Event]:
+        out: list[Event] = [RunStarted(run_id, "/runs/x", tuple(names), 8 * n, "torchrun")]
+        for k, name in enumerate(names):
+            out.append(NodeStarted(name, k, 1000 + k, name, tuple(range(8 * k, 8 * k + 8))))
+            out.append(HostState(name, k, "running"))
+        return out
+
+    work.mkdir()
+    (work / "inv.yaml").write_text(
+        "defaults: {transport: local}\nhosts:\n"
+        f"  - {{host: localhost, name: 'n[000-{n - 1:03d}]'}}"
+        "\njob: {script: t.py, nproc_per_node: 8}\n"
+    )
+    clusters = FakeClusters([GpuStats(name, k, (H100,) * 8) for k, name in enumerate(names)])
+    app, _ = fake_app(work / "inv.yaml", script, cluster=clusters)
+    took: dict[str, list[float]] = {}
+
+    async def keys(what: str, *pressed: str) -> None:
+        for key in pressed:
+            t0 = time.perf_counter()
+            await pilot.press(key)
+            await pilot.pause()
+            took.setdefault(what, []).append((time.perf_counter() - t0) * 1000)
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        app.hosts.focus()
+        await keys("hosts: down, pagedown, end/home", *["down"] * 20, *["pagedown"] * 10,
+                   "ctrl+end", "ctrl+home")  # fmt: skip
+        await keys("hosts: / n12, escape", "slash", *"n12", "enter", "slash", "escape")
+        await pilot.press("l")
+        await settle(pilot)
+        app.views.focus()
+        await keys("views: down, pagedown", *["down"] * 20, *["pagedown"] * 20)
+        await keys("views: ] next view", *["right_square_bracket"] * 10)
+        await keys("views: / r2047, enter", "slash", *"r2047", "enter", "enter")
+    return took
+
+
+def launch_line(inv: inventory.Inventory, c: TestCluster) -> str:
+    """Node 0's planned command, `%n` (pdsh's rank of the host) as its NODE_RANK."""
+    node = planned(inv, "pdsh", [h.addr for h in c.hosts]).nodes[0]
+    node = dataclasses.replace(node, env={**node.env, "NODE_RANK": "%n"})
+    return shell_line(node, HOST_IFNAME, str(REPO))
+
+
+def measure(
+    runs: dict[str, list[str]], reps: int, c: TestCluster, work: Path, n: int
+) -> dict[str, list[Timed]] | None:
+    names = list(runs)
+    times: dict[str, list[Timed]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names[rep % 2 :] + names[: rep % 2]:
+            slug = f"{name.replace(' ', '-')}-{rep}"
+            argv = list(runs[name])
+            if name == "ddptui launch":
+                argv += ["--run-dir", str(work / f"run-{rep}")]
+            res = timed(argv, work / f"{slug}.out", work / f"{slug}.err", env=c.pdsh_env())
+            if not answered_by_all(name, res, n):
+                print(f"bench: {name} failed (exit {res.code}):\n{tail(res.err)}\n{tail(res.out)}")
+                return None
+            times[name].append(res)
+            print(f"  rep {rep + 1}: {name:<13} {res.wall:6.2f} s wall, {res.cpu:6.2f} s CPU")
+    return times
+
+
+def answered_by_all(name: str, res: Timed, n: int) -> bool:
+    out = res.out.read_bytes()
+    if name == "pdsh probe":
+        return out.count(probe.MARK.encode()) == n
+    if name == "ddptui check":
+        return res.code == 0 and sum(line.startswith(b"node") for line in out.splitlines()) == n
+    return res.code == 0 and out.count(HELLO) == n
+
+
+def login_times(inv: inventory.Inventory, fanouts: Sequence[int]) -> dict[int, float]:
+    """Seconds to log into every host at each fan-out (a loop each: fresh gates)."""
+    out = {}
+    for width in fanouts:
+        fanout.FANOUT = width
+        out[width] = asyncio.run(login_all(inv))
+    return out
+
+
+async def login_all(inv: inventory.Inventory) -> float:
+    transports = [SSHTransport(h) for h in inv.hosts]
+    t0 = time.monotonic()
+    try:
+        await asyncio.gather(*(fanout.connect(t) for t in transports))
+        return time.monotonic() - t0
+    finally:
+        await asyncio.gather(*(t.close() for t in transports))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,222 @@
+"""Hosts set up their own way, on real sshd test hosts with real torchrun: paths under `~`, a
+python wrapper and a .bashrc that greet on stdout and stderr. Every command that execs on the
+hosts (check, launch, stacks, runs, stop, attach) must read through them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import nvidia_smi
+import pytest
+from e2etools import Cli, Cmd, assert_nothing_left, wait_for
+from testhosts import REPO, TestCluster
+
+pytestmark = pytest.mark.e2e
+
+GREETER = """#!/bin/sh
+echo "Welcome to the cluster! (conda base activated)"
+echo "module: loaded cuda/12.4" >&2
+{unfinished}exec {python} "$@"
+"""
+# The probe's line follows it on the same line. (The job's first line would too, as it would in
+# a terminal: the job's own output, left as it is.)
+UNFINISHED = "printf 'a banner without a newline'\n"
+BASHRC = 'echo "hello from .bashrc"\necho "bashrc on stderr" >&2\n'
+TRAIN = "examples/train.py"
+
+
+def ddptui(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=timeout)
+
+
+def no_traceback_of_ours(stderr: str) -> None:
+    """Ranks' tracebacks arrive tagged (`[node0] Traceback`); ddptui's own would not be."""
+    assert not any(line.startswith("Traceback") for line in stderr.splitlines()), stderr
+    assert "JSONDecodeError" not in stderr, stderr
+
+
+@pytest.fixture
+def homes(cluster: TestCluster, request: pytest.FixtureRequest) -> Iterator[list[Path]]:
+    """node0 and node1's homes, each with a wrapper python in ~/venv/bin, a script ~/job.py
+    and a directory ~/proj; emptied again after the test. The wrapper's greeting may end with
+    more shell lines (the fixture's param)."""
+    unfinished = getattr(request, "param", "")
+    made = []
+    for host in cluster.hosts[:2]:
+        home = host.home
+        (home / "venv" / "bin").mkdir(parents=True)
+        python = home / "venv" / "bin" / "python"
+        python.write_text(GREETER.format(python=cluster.python, unfinished=unfinished))
+        python.chmod(0o755)
+        (home / "job.py").write_text((REPO / TRAIN).read_text())
+        (home / "proj").mkdir()
+        made.append(home)
+    try:
+        yield made
+    finally:
+        for home in made:  # what this fixture made, not the runs' state under ~/.local
+            shutil.rmtree(home / "venv")
+            shutil.rmtree(home / "proj")
+            (home / "job.py").unlink()
+
+
+def test_tilde_paths_check_and_launch(
+    cluster: TestCluster, homes: list[Path], tmp_path: Path
+) -> None:
+    """python, script and workdir all under `~`: the check passes, torchrun runs, and the job
+    ran in ~/proj."""
+    job = {"script": "~/job.py", "nproc_per_node": 2, "master_port": 29751}
+    inv = cluster.write_inventory(
+        tmp_path / "inv.yaml", job, hosts=[0, 1], python="~/venv/bin/python", workdir="~/proj"
+    )
+    res = ddptui("check", "-i", str(inv), "--json")
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    for h, home in zip(report["hosts"], homes, strict=True):
+        facts = h["facts"]
+        assert facts["python_exe"] == cluster.python  # the wrapper exec'd the real one
+        assert facts["workdir"] == str(home / "proj")
+        assert facts["script"] == str(home / "job.py") and facts["script_found"]
+    cli = Cli(inv, tmp_path / "run")
+    assert cli.wait(180) == 0, cli.stderr
+    no_traceback_of_ours(cli.stderr)
+    for r in range(4):
+        assert f"rank {r}/4" in (tmp_path / "run" / f"rank-{r}.log").read_text()
+    # The job's working directory: torchrun's ranks ran in ~/proj on each host.
+    assert all((home / "proj").is_dir() for home in homes)
+
+
+def test_tilde_python_missing_says_the_expanded_path(cluster: TestCluster, tmp_path: Path) -> None:
+    job = {"script": TRAIN, "master_port": 29752}
+    inv = cluster.write_inventory(
+        tmp_path / "inv.yaml", job, hosts=[0], python="~/nowhere/bin/python"
+    )
+    res = ddptui("check", "-i", str(inv))
+    assert res.returncode == 1
+    home = cluster.hosts[0].home
+    want = f"no python at ~/nowhere/bin/python ({home}/nowhere/bin/python) on this host"
+    assert want in res.stdout, res.stdout
+
+
+@pytest.fixture
+def greeting_bashrc(cluster: TestCluster) -> Iterator[None]:
+    rcs = [host.home / ".bashrc" for host in cluster.hosts[:2]]
+    for rc in rcs:
+        rc.write_text(BASHRC)
+    try:
+        yield
+    finally:
+        for rc in rcs:
+            rc.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("homes", [UNFINISHED], indirect=True)
+@pytest.mark.usefixtures("greeting_bashrc")
+def test_greeting_wrapper_and_bashrc_through_every_command(
+    cluster: TestCluster, homes: list[Path], tmp_path: Path
+) -> None:
+    """A python wrapper and a .bashrc that greet: check, launch --detach, runs, stacks, stop,
+    attach each read past the greetings; none of them crashes on them."""
+    job = {
+        "script": "tests/data/tick.py",
+        "args": ["100000", "0.1"],
+        "nproc_per_node": 2,
+        "master_port": 29753,
+    }
+    inv = cluster.write_inventory(
+        tmp_path / "inv.yaml", job, hosts=[0, 1], python="~/venv/bin/python"
+    )
+    res = ddptui("check", "-i", str(inv))
+    assert res.returncode == 0, res.stdout + res.stderr
+    no_traceback_of_ours(res.stderr)
+
+    run_dir = tmp_path / "run"
+    launch = ddptui("launch", "-i", str(inv), "--run-dir", str(run_dir), "--detach")
+    assert launch.returncode == 0, launch.stderr
+    no_traceback_of_ours(launch.stderr)
+    run_id = launch.stdout.split()[-1]
+    attach = Cmd(["attach", str(run_dir)], tmp_path / "attach")
+    wait_for(lambda: "[r3 node1] tick 3 " in attach.stdout, 60, "rank 3 to tick")
+    # The greetings are each host's own output, shown as such, not a crash.
+    assert "[node0] Welcome to the cluster!" in attach.stdout, attach.stdout
+    assert "[node0] hello from .bashrc" in attach.stdout
+
+    runs = ddptui("runs", "--json", "--runs-root", str(tmp_path))
+    no_traceback_of_ours(runs.stderr)
+    assert runs.returncode == 0, runs.stderr
+    [listed] = [r for r in json.loads(runs.stdout)["runs"] if r["id"] == run_id]
+    assert listed["status"] == "running"
+
+    stacks = ddptui("stacks", str(run_dir), "--json")
+    no_traceback_of_ours(stacks.stderr)
+    report = json.loads(stacks.stdout)
+    ranks = sorted(r for g in report["groups"] + report["errors"] for r in g["ranks"])
+    assert ranks == [0, 1, 2, 3], report
+
+    stop = ddptui("stop", str(run_dir))
+    assert stop.returncode == 0, stop.stderr
+    no_traceback_of_ours(stop.stderr)
+    assert_nothing_left(cluster, run_id)
+    attach.wait(60)
+    no_traceback_of_ours(attach.stderr)
+
+
+# -- nproc_per_node: auto counts what the job will see ----------------------------------------
+
+
+@pytest.fixture
+def limited_gpus(cluster: TestCluster) -> Iterator[None]:
+    """node0: 8 H100s, its .bashrc exporting CUDA_VISIBLE_DEVICES=0,1; node1: 2 A100s, one in
+    MIG mode with 3 MIG devices (written from the documented format, not captured)."""
+    cluster.put_tool(0, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H100_BUSY))
+    cluster.put_tool(1, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.A100_MIG))
+    rc = cluster.hosts[0].home / ".bashrc"
+    rc.write_text("export CUDA_VISIBLE_DEVICES=0,1\n")
+    try:
+        yield
+    finally:
+        rc.unlink()
+        for host in cluster.hosts[:2]:
+            (host.bin_dir / "nvidia-smi").unlink()
+
+
+TICKS = {"script": "tests/data/tick.py", "args": ["3", "0.01"], "nproc_per_node": "auto"}
+
+
+@pytest.mark.usefixtures("limited_gpus")
+def test_auto_counts_the_visible_gpus(cluster: TestCluster, tmp_path: Path) -> None:
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", {**TICKS, "master_port": 29754}, [0, 1])
+    res = ddptui("check", "-i", str(inv))
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.splitlines()
+    assert "ok node0 gpu-visible: 2 of 8 GPUs visible (CUDA_VISIBLE_DEVICES=0,1)" in lines
+    mig = "MIG-7e0c8f5b-ae2d-5b5e-9a0c-5e6c1c1a2f3b"
+    want = f"ok node1 gpu-visible: 1 of 4 GPUs and MIG devices visible (a CUDA process sees one MIG device, {mig})"  # noqa: E501
+    assert want in lines, res.stdout
+    for flags in ((), ("--skip-checks",)):  # with the checks' count, and with its own
+        cli = Cli(inv, tmp_path / f"run{len(flags)}", flags=flags)
+        assert cli.wait(180) == 0, cli.stderr
+        assert "nproc_per_node auto: 2 on node0, 1 on node1 (world size 3)" in cli.stderr
+        assert sorted(ln for ln in cli.stdout.splitlines() if ln.endswith(" 2")) == [
+            "[r0 node0] tick 0 2",
+            "[r1 node0] tick 1 2",
+            "[r2 node1] tick 2 2",
+        ]
+
+
+@pytest.mark.usefixtures("limited_gpus")
+def test_the_inventorys_cuda_visible_devices_wins(cluster: TestCluster, tmp_path: Path) -> None:
+    node0 = {"host": cluster.hosts[0].addr, "name": "node0", "env": {"CUDA_VISIBLE_DEVICES": "5"}}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", {**TICKS, "master_port": 29755}, [node0])
+    report = json.loads(ddptui("check", "-i", str(inv), "--json").stdout)
+    facts = report["hosts"][0]["facts"]
+    assert (facts["gpu_count"], facts["visible_gpus"]) == (8, 1)
+    assert facts["visible_note"] == (
+        "1 of 8 GPUs visible (CUDA_VISIBLE_DEVICES=5 in the inventory's env)"
+    )
