@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from .events import ChecksDone, Finding, Gpu, HostChecked
 from .inventory import Inventory
+from .plan import NO_MASTER, is_loopback
 
 BUSY_MIB = 1024  # memory in use with no process in sight: a job of another container or user
 LOW_DISK_GIB = 5.0
@@ -32,6 +33,8 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
         return tuple(found)
     took = facts.get("connect_s")
     add("ok", "ssh", "connected" if took is None else f"connected in {took:.2f} s")
+    for text in facts.get("ssh_notices") or ():
+        add("warning", "ssh", text)
     if facts.get("probe_error"):
         check = "python" if facts.get("probe_exit") == 127 else "probe"
         add("failure", check, facts["probe_error"])
@@ -138,8 +141,18 @@ def _workdir(add: Add, f: Mapping[str, Any]) -> None:
 
 
 def _network(add: Add, f: Mapping[str, Any]) -> None:
-    master = f.get("master_addr")
-    if f.get("ifname"):
+    master, own = f.get("master_addr") or "", f.get("address") or ""
+    if not master:
+        add("failure", "route", NO_MASTER)
+    elif f.get("port") is None and is_loopback(master) and own and not is_loopback(own):
+        # lo "routes" to it from anywhere; from here it is this host, not node 0
+        add(
+            "failure",
+            "route",
+            f"the master address {master} is a loopback address: this host ({own}) cannot "
+            "reach node 0 there; set job.master_addr",
+        )
+    elif f.get("ifname"):
         add("ok", "route", f"{f['ifname']} routes to the master {master}")
     else:
         add("failure", "route", f"no route to the master {master}")

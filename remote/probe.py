@@ -114,9 +114,16 @@ async def probe(
     try:
         res = await transport.run(argv, timeout=PROBE_TIMEOUT)
     except HostError as exc:
-        facts = _base(host, connect_s, master_addr)
+        facts = _base(host, connect_s, master_addr, transport.address)
         return checked(host, {**facts, "probe_error": exc.reason})
-    return parse(host, res, connect_s=connect_s, master_addr=master_addr)
+    return parse(
+        host,
+        res,
+        connect_s=connect_s,
+        master_addr=master_addr,
+        address=transport.address,
+        ssh_notices=transport.notices,  # said of the login (host keys): warnings of the host
+    )
 
 
 def unreachable(host: Host, reason: str) -> HostChecked:
@@ -128,9 +135,20 @@ def checked(host: Host, facts: dict[str, Any], gpus: Sequence[Gpu] = ()) -> Host
     return HostChecked(host.name, host.node_rank, facts, tuple(gpus), findings)
 
 
-def parse(host: Host, res: Result, *, connect_s: float | None, master_addr: str) -> HostChecked:
-    """What one probe run printed → the host's facts, GPUs and findings."""
-    facts = _base(host, connect_s, master_addr)
+def parse(
+    host: Host,
+    res: Result,
+    *,
+    connect_s: float | None,
+    master_addr: str,
+    address: str | None = None,
+    ssh_notices: Sequence[str] = (),
+) -> HostChecked:
+    """What one probe run printed → the host's facts, GPUs and findings. address: where the
+    launcher learned the peers reach this host (remote/transport.py)."""
+    facts = _base(host, connect_s, master_addr, address)
+    if ssh_notices:
+        facts["ssh_notices"] = list(ssh_notices)
     found = marked(res.stdout, MARK)
     if found is None:
         facts.update(probe_error=_why_silent(res), probe_exit=res.code)
@@ -178,12 +196,15 @@ def _job_sees(host: Host, gpus: Sequence[visible.Gpu], hosts_value: str | None) 
     return visible.visible(gpus, hosts_value)
 
 
-def _base(host: Host, connect_s: float | None, master_addr: str) -> dict[str, Any]:
+def _base(
+    host: Host, connect_s: float | None, master_addr: str, address: str | None = None
+) -> dict[str, Any]:
     return {
         "reachable": True,
         "connect_s": None if connect_s is None else round(connect_s, 3),
         "python_path": host.python,
         "master_addr": master_addr,
+        "address": address,
     }
 
 

@@ -152,12 +152,13 @@ class Run:
         if auto:
             per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
             self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
+        addrs = [t.address for t in self.transports]
+        if why := planner.master_problem(inv.job.master_addr or addrs[0], addrs):
+            self._failures.append(Failure(inv.master.name, None, None, why, seen_at=time.time()))
+            self.emit(Notice("error", f"not starting: {why}"))
+            return self._finish()
         plan = planner.build(
-            inv,
-            run_id=self.run_id,
-            nprocs=nprocs,
-            extra_args=self.extra_args,
-            addrs=[t.address for t in self.transports],
+            inv, run_id=self.run_id, nprocs=nprocs, extra_args=self.extra_args, addrs=addrs
         )
         for text in plan.notices:
             self.emit(Notice("warning", text))
@@ -265,6 +266,9 @@ class Run:
             self._unreachable_why[h.node_rank] = exc.reason
             return False
         self._connect_s[h.node_rank] = took
+        if not self.checks:  # else the checks say it, with the host's findings
+            for text in t.notices:  # e.g. an ssh config that turns host keys off
+                self.emit(Notice("warning", text, h.name))
         self.emit(HostState(h.name, h.node_rank, "connected", f"{took:.2f} s"))
         return True
 

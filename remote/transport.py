@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import shlex
 import socket
 import time
@@ -19,6 +20,7 @@ from typing import Any, Protocol
 
 import asyncssh
 
+from . import jump
 from .inventory import Host
 
 CONNECT_TIMEOUT = 10.0
@@ -57,6 +59,7 @@ class Transport(ABC):
     def __init__(self, host: Host) -> None:
         self.host = host
         self.address = host.host  # as peers reach it; refined on connect
+        self.notices: list[str] = []  # for a person, once connected (run.py emits them)
 
     @abstractmethod
     async def connect(self) -> float:
@@ -209,18 +212,24 @@ class _SSHProcess:
 
 
 class SSHTransport(Transport):
-    """One asyncssh connection per host; ~/.ssh/config, ssh-agent and known_hosts honoured."""
+    """One asyncssh connection per host; ~/.ssh/config, ssh-agent and known_hosts honoured.
+
+    A host behind a ProxyJump is reached through one connection to the jump host, shared by
+    every host behind it (remote/jump.py): a bastion's MaxStartups drops a login per host.
+    """
 
     conn: asyncssh.SSHClientConnection | None = None
+    _jump: jump.Lease | None = None
 
     async def connect(self) -> float:
         h = self.host
         t0 = time.monotonic()
-        options: dict[str, Any] = {
+        timeouts = {
             "connect_timeout": CONNECT_TIMEOUT,
             "keepalive_interval": KEEPALIVE,
             "keepalive_count_max": 3,
         }
+        options: dict[str, Any] = dict(timeouts)
         if h.port:
             options["port"] = h.port
         if h.user:
@@ -229,14 +238,44 @@ class SSHTransport(Transport):
             options["client_keys"] = [str(Path(h.identity_file).expanduser())]
         if h.known_hosts:  # host keys are always checked; this only says where they are
             options["known_hosts"] = str(Path(h.known_hosts).expanduser())
+        self.notices = []
         try:
+            config = await jump.read_config(h.host, options)
+            options.update(jump.keep_verifying(config, self.notices, h.host))
+            if config.tunnel:
+                self._jump = await jump.lease(str(config.tunnel), self.notices, timeouts)
+                options["tunnel"] = self._jump.conn
             self.conn = await asyncssh.connect(h.host, **options)
+        except jump.JumpError as exc:
+            self._release()
+            raise HostError(h.name, ssh_reason(exc.cause, h, via=exc.spec)) from None
         except Exception as exc:  # every way a login can fail, worded per kind below
-            raise HostError(h.name, ssh_reason(exc, h)) from None
-        peer = self.conn.get_extra_info("peername")
-        if peer:
-            self.address = peer[0]
+            self._release()
+            reason = ssh_reason(exc, h)
+            if self.notices and isinstance(exc, asyncssh.HostKeyNotVerifiable):
+                reason += " (`UserKnownHostsFile none` in ~/.ssh/config does not turn it off)"
+            raise HostError(h.name, reason) from None
+        self.address = await self._own_address(config.host)
         return time.monotonic() - t0
+
+    async def _own_address(self, hostname: str) -> str:
+        """Where the peers reach this host: the address we reached it at when that is one
+        (a tunnel or a ProxyCommand has none; loopback is no good to the others), else the
+        config's HostName when it is an address, else what the host's sshd saw us connect to
+        ($SSH_CONNECTION: behind a bastion, its private address)."""
+        peer = self._conn().get_extra_info("peername")
+        for addr in (peer[0] if peer else "", hostname):
+            if routable(addr):
+                return str(addr)
+        try:
+            res = await self.run(["sh", "-c", 'echo "DDPTUI-ADDR $SSH_CONNECTION"'], timeout=30)
+        except HostError:
+            res = Result(None, b"", b"")
+        for line in res.stdout.decode("utf-8", "replace").splitlines():
+            fields = line.split()
+            if fields[:1] == ["DDPTUI-ADDR"] and len(fields) == 5:
+                return fields[3]
+        return str(peer[0]) if peer else ""
 
     def _conn(self) -> asyncssh.SSHClientConnection:
         if self.conn is None:
@@ -267,17 +306,35 @@ class SSHTransport(Transport):
         if self.conn is not None:
             self.conn.abort()
             self.conn = None
+        self._release()
 
     async def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
             with contextlib.suppress(Exception):
                 await self.conn.wait_closed()
+        self._release()
+
+    def _release(self) -> None:
+        if self._jump is not None:
+            self._jump.release()
+            self._jump = None
 
 
-def ssh_reason(exc: BaseException, host: Host) -> str:
-    """Why a login failed, in words a person acts on."""
+def routable(addr: str) -> bool:
+    """An address other hosts may reach: an IP, neither loopback nor unspecified."""
+    try:
+        ip = ipaddress.ip_address(addr.split("%", 1)[0])
+    except ValueError:
+        return False
+    return not (ip.is_loopback or ip.is_unspecified)
+
+
+def ssh_reason(exc: BaseException, host: Host, via: str | None = None) -> str:
+    """Why a login failed, in words a person acts on; via: the jump host that failed."""
     target = f"{host.user + '@' if host.user else ''}{host.host}:{host.port or 22}"
+    if via is not None:
+        return f"jump host {via} (ProxyJump): {ssh_reason(exc, jump.as_host(via, host))}"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         where = host.known_hosts or "~/.ssh/known_hosts"
         return (

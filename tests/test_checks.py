@@ -273,3 +273,34 @@ def test_json_holds_every_fact() -> None:
     assert [h["facts"]["gpu_count"] for h in report["hosts"]] == [8, 4, 0, 0]
     assert report["hosts"][0]["gpus"][5]["processes"][0]["pid"] == 48290
     assert {f["check"] for f in report["findings"] if f["host"] is None} >= {"same-gpu"}
+
+
+# -- the master's address ---------------------------------------------------------------------
+
+
+def network(master: str, address: str | None, **over: Any) -> HostChecked:
+    res = Result(0, (probe.MARK + json.dumps(found(**over)) + "\n").encode(), b"")
+    return probe.parse(HOSTS[1], res, connect_s=0.1, master_addr=master, address=address)
+
+
+def test_no_master_address_fails_the_route_check() -> None:
+    h = network("", "10.0.0.12", ifname="lo")  # '' "routes" to lo: the bug behind MASTER_ADDR=''
+    assert not_ok(h) == [("failure", "route")]
+    assert message(h, "route") == "node 0's address is not known; set job.master_addr"
+
+
+def test_loopback_master_fails_on_a_host_elsewhere() -> None:
+    h = network("127.0.0.1", "10.0.0.12", ifname="lo")
+    assert not_ok(h) == [("failure", "route")]
+    assert message(h, "route").startswith(
+        "the master address 127.0.0.1 is a loopback address: this host (10.0.0.12) cannot"
+    )
+    assert not_ok(network("127.0.0.1", "127.0.0.1", ifname="lo")) == []  # the same machine
+
+
+def test_login_notices_are_warnings() -> None:
+    res = Result(0, (probe.MARK + json.dumps(found()) + "\n").encode(), b"")
+    text = "~/.ssh/config sets `UserKnownHostsFile none` for n1: ddptui still verifies ..."
+    h = probe.parse(HOSTS[1], res, connect_s=0.1, master_addr="10.0.0.11", ssh_notices=[text])
+    assert not_ok(h) == [("warning", "ssh")]
+    assert [f.message for f in h.findings if f.level == "warning"] == [text]

@@ -190,3 +190,17 @@ def test_paths_to_expand_on_the_host_are_python_and_script() -> None:
 def test_ipv6_master_is_bracketed_in_urls() -> None:
     inv = make("  script: t.py\n  launcher: spawn\n  master_addr: 'fd00::1'\n")
     assert build(inv).nodes[0].argv[-1] == "tcp://[fd00::1]:29500"
+
+
+def test_master_address_must_reach_the_other_hosts() -> None:
+    remote = ["10.0.0.11", "10.0.0.12"]
+    assert plan.master_problem("10.0.0.11", remote) is None
+    assert plan.master_problem("", ["", "10.0.0.12"]) == (
+        "node 0's address is not known; set job.master_addr"
+    )
+    why = plan.master_problem("127.0.0.1", ["127.0.0.1", "10.0.0.12"])
+    assert why is not None and why.startswith("the master address 127.0.0.1 is a loopback")
+    assert plan.master_problem("::1", ["::1", "fd00::2"]) is not None
+    # every node on this machine (the bundled inventory), or a single host: loopback is right
+    assert plan.master_problem("127.0.0.1", ["127.0.0.1", "127.0.0.1"]) is None
+    assert plan.master_problem("", [""]) is None

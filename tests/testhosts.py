@@ -33,6 +33,13 @@ Choices worth knowing:
   down the running one), then removes leftovers of a crashed earlier run with the same prefix.
   A cluster started by ``scripts/testhosts.py up`` counts as a leftover for the next ``up``.
   A second cluster alongside needs another prefix *and* another subnet.
+- ``bastion=True`` puts the hosts on a private network this machine cannot route to: the
+  subnet's upper half (``.128/25``, hosts from ``.139``) on a bridge with no address here, and a
+  bastion namespace (``<prefix>-b0``, sshd at ``.5`` on the lower half, the bridge ``.1``) with
+  a leg on each network. ``ssh_config`` reaches the hosts by alias through ``ProxyJump
+  bastion``; their ``HostName`` is the alias itself, which only the bastion resolves (its own
+  ``/etc/hosts``), so no address of theirs is known here. ``bastion_logins()`` counts the
+  logins its sshd accepted.
 
 pdsh against the cluster (its ssh module runs ``ssh -oConnectTimeout=10 <APPEND> -2 -a -x
 node0 CMD``; ``TestCluster.pdsh_env()`` returns this environment)::
@@ -66,6 +73,9 @@ SUBNET = "10.213.7"  # first three octets of the /24; the bridge is .1
 FIRST_HOST_OCTET = 11
 UNUSED_OCTET = 250
 MAX_HOSTS = 200  # .11 .. .210, well below the unused address
+BASTION_OCTET = 5  # bastion=True: its address on each half of the subnet (.5, .133)
+PRIVATE_OFFSET = 128  # bastion=True: the hosts' half of the subnet, .128/25
+MAX_PRIVATE_HOSTS = 100
 DEFAULT_PREFIX = "ddpt"
 SSHD = "/usr/sbin/sshd"
 NETNS_DIR = Path("/run/netns")
@@ -128,9 +138,10 @@ class TestCluster:
         prefix: str = DEFAULT_PREFIX,
         subnet: str = SUBNET,
         lock_timeout: float = 900.0,
+        bastion: bool = False,
         max_startups: str = "100:30:200",
     ) -> None:
-        if not 1 <= n <= MAX_HOSTS:
+        if not 1 <= n <= (MAX_PRIVATE_HOSTS if bastion else MAX_HOSTS):
             raise ValueError(f"n must be in 1..{MAX_HOSTS}, got {n}")
         self.n = n
         self.root = Path(root).resolve()
@@ -147,7 +158,14 @@ class TestCluster:
         self.authorized_keys = self.root / "authorized_keys"
         self.unused_addr = f"{subnet}.{UNUSED_OCTET}"
         self.python = sys.executable
+        self.mask = 25 if bastion else 24
+        self.host_offset = PRIVATE_OFFSET if bastion else 0
         self.hosts = [self._make_host(i) for i in range(n)]
+        self.bastion: TestHost | None = None
+        if bastion:
+            host_dir = self.root / "hosts" / "bastion"
+            addr = f"{subnet}.{BASTION_OCTET}"
+            self.bastion = TestHost(-1, "bastion", addr, f"{prefix}-b0", host_dir, host_dir / "bin")
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock_fd: int | None = None
 
@@ -156,7 +174,7 @@ class TestCluster:
         return TestHost(
             index=i,
             name=f"node{i}",
-            addr=f"{self.subnet}.{FIRST_HOST_OCTET + i}",
+            addr=f"{self.subnet}.{FIRST_HOST_OCTET + i + self.host_offset}",
             netns=f"{self.prefix}-h{i}",
             dir=host_dir,
             bin_dir=host_dir / "bin",
@@ -175,6 +193,16 @@ class TestCluster:
     ) -> None:
         self.down()
 
+    @property
+    def machines(self) -> list[TestHost]:
+        """Every namespace with an sshd: the hosts, and the bastion if there is one."""
+        return self.hosts + ([self.bastion] if self.bastion else [])
+
+    def bastion_logins(self) -> int:
+        """How many logins the bastion's sshd has accepted so far."""
+        assert self.bastion is not None
+        return self.bastion.log_file.read_text(errors="replace").count("Accepted publickey")
+
     def up(self) -> TestCluster:
         """Build the network, keys and configs, start every sshd; wait until all listen."""
         check_prerequisites()
@@ -183,9 +211,9 @@ class TestCluster:
             teardown_all(self.prefix)
             self._write_files()
             self._create_network()
-            for host in self.hosts:
+            for host in self.machines:
                 self._spawn_sshd(host)
-            for host in self.hosts:
+            for host in self.machines:
                 self._wait_sshd(host)
         except BaseException:
             self.down()
@@ -202,7 +230,7 @@ class TestCluster:
                 _reap(proc)
         finally:
             self._procs.clear()
-            for host in self.hosts:
+            for host in self.machines:
                 host.pid = None
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
@@ -211,24 +239,27 @@ class TestCluster:
 
     def _write_files(self) -> None:
         shutil.rmtree(self.root / "hosts", ignore_errors=True)  # a previous run's
-        for host in self.hosts:
+        for host in self.machines:
             host.bin_dir.mkdir(parents=True, exist_ok=True)
             host.home.mkdir()
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privsep chroot
-        for host in self.hosts:  # `ip netns exec` bind-mounts these over /etc/resolv.conf
+        for host in self.machines:  # `ip netns exec` bind-mounts these over /etc/resolv.conf
             etc = ETC_NETNS / host.netns
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "resolv.conf").write_text(RESOLV_CONF)
+        if self.bastion:  # the private hosts' names resolve on the bastion alone
+            names = "".join(f"{h.addr} {h.name}\n" for h in self.hosts)
+            (ETC_NETNS / self.bastion.netns / "hosts").write_text(f"127.0.0.1 localhost\n{names}")
         self.identity_file.unlink(missing_ok=True)
         keygens = [_keygen(self.identity_file, "ddptui-testhosts-client")]
-        keygens += [_keygen(h.host_key, h.name) for h in self.hosts]
+        keygens += [_keygen(h.host_key, h.name) for h in self.machines]
         for proc in keygens:
             if proc.wait() != 0:
                 raise RuntimeError(f"ssh-keygen failed: {proc.args!r}")
         self.authorized_keys.write_text(self.identity_file.with_suffix(".pub").read_text())
-        self.known_hosts.write_text("".join(self._known_hosts_line(h) for h in self.hosts))
+        self.known_hosts.write_text("".join(self._known_hosts_line(h) for h in self.machines))
         self.ssh_config.write_text(self._client_config())
-        for host in self.hosts:
+        for host in self.machines:
             host.sshd_config.write_text(self._sshd_config(host))
         for i, files in self.tools.items():
             for name, text in files.items():
@@ -249,6 +280,11 @@ class TestCluster:
             "BatchMode yes",
             "ConnectTimeout 10",
         ]
+        if self.bastion:  # by alias through the bastion; the alias resolves there only
+            jump = [f"ProxyJump {self.bastion.name}"]
+            blocks = [[f"Host {h.name}", f"HostName {h.name}", *jump, *common] for h in self.hosts]
+            blocks.append([f"Host {self.bastion.name}", f"HostName {self.bastion.addr}", *common])
+            return "\n".join("\n    ".join(block) + "\n" for block in blocks)
         blocks = [[f"Host {h.name}", f"HostName {h.addr}", *common] for h in self.hosts]
         blocks.append([f"Host {self.subnet}.*", *common])  # raw addresses work too
         return "\n".join("\n    ".join(block) + "\n" for block in blocks)
@@ -293,33 +329,53 @@ class TestCluster:
     # -- network -----------------------------------------------------------------------------
 
     def _create_network(self) -> None:
-        cmds = [f"netns add {h.netns}" for h in self.hosts]
+        cmds = [f"netns add {h.netns}" for h in self.machines]
         cmds += [
             f"link add {self.bridge} type bridge",
-            f"addr add {self.bridge_addr}/24 dev {self.bridge}",
+            f"addr add {self.bridge_addr}/{self.mask} dev {self.bridge}",
             f"link set {self.bridge} up",
         ]
+        hosts_bridge = self.bridge
+        if self.bastion:  # the hosts' bridge has no address here: no route from this machine
+            hosts_bridge = private_bridge_name(self.prefix)
+            cmds += [f"link add {hosts_bridge} type bridge", f"link set {hosts_bridge} up"]
+            for leg, bridge in enumerate((self.bridge, hosts_bridge)):
+                veth = f"{self.prefix}-w{leg}"
+                cmds.append(
+                    f"link add {veth} type veth peer name eth{leg} netns {self.bastion.netns}"
+                )
+                cmds.append(f"link set {veth} master {bridge} up")
         for h in self.hosts:
             veth = veth_name(self.prefix, h.index)
             cmds.append(f"link add {veth} type veth peer name eth0 netns {h.netns}")
-            cmds.append(f"link set {veth} master {self.bridge} up")
+            cmds.append(f"link set {veth} master {hosts_bridge} up")
         _ip_batch(cmds)
         # Without br_netfilter loaded the kernel may refuse this; then there is nothing to bypass.
         _ip_batch(
-            [f"link set {self.bridge} type bridge nf_call_iptables 0 nf_call_arptables 0"],
+            [
+                f"link set {b} type bridge nf_call_iptables 0 nf_call_arptables 0"
+                for b in {self.bridge, hosts_bridge}
+            ],
             check=False,
         )
-        procs = [_ip_batch_start(self._netns_cmds(h), netns=h.netns) for h in self.hosts]
+        procs = [_ip_batch_start(self._netns_cmds(h), netns=h.netns) for h in self.machines]
         for proc in procs:
             _ip_batch_finish(proc)
 
     def _netns_cmds(self, host: TestHost) -> list[str]:
-        return [
+        private_leg = f"{self.subnet}.{PRIVATE_OFFSET + BASTION_OCTET}"  # bastion=True
+        gateway = self.bridge_addr
+        if self.bastion and host is not self.bastion:
+            gateway = private_leg  # the bastion, which forwards nothing
+        cmds = [
             "link set lo up",
-            f"addr add {host.addr}/24 dev eth0",
+            f"addr add {host.addr}/{self.mask} dev eth0",
             "link set eth0 up",
-            f"route add default via {self.bridge_addr}",
+            f"route add default via {gateway}",
         ]
+        if host is self.bastion:
+            cmds += [f"addr add {private_leg}/{self.mask} dev eth1", "link set eth1 up"]
+        return cmds
 
     # -- sshd --------------------------------------------------------------------------------
 
@@ -420,8 +476,12 @@ class TestCluster:
 
         The job runs in the repository (so examples/ resolve) unless defaults say otherwise.
         """
+        # Behind a bastion the hosts are known here by their aliases alone (ssh_config).
+        where = "name" if self.bastion else "addr"
         entries = [
-            {"host": self.hosts[h].addr, "name": self.hosts[h].name} if isinstance(h, int) else h
+            {"host": getattr(self.hosts[h], where), "name": self.hosts[h].name}
+            if isinstance(h, int)
+            else h
             for h in hosts
         ]
         merged = {**self.inventory_defaults(), "workdir": str(REPO), **defaults}
@@ -443,6 +503,10 @@ class TestCluster:
 
 def bridge_name(prefix: str) -> str:
     return f"{prefix}br0"
+
+
+def private_bridge_name(prefix: str) -> str:
+    return f"{prefix}br1"
 
 
 def veth_name(prefix: str, i: int) -> str:
@@ -520,7 +584,7 @@ def teardown_all(prefix: str = DEFAULT_PREFIX) -> None:
     cmds += [f"netns del {name}" for name in namespaces]
     if cmds:
         _ip_batch(cmds, check=False)
-    for etc in ETC_NETNS.glob(f"{prefix}-h*"):
+    for etc in [*ETC_NETNS.glob(f"{prefix}-h*"), *ETC_NETNS.glob(f"{prefix}-b*")]:
         shutil.rmtree(etc, ignore_errors=True)
     left = _our_netns(prefix) + _our_links(prefix)
     if left:
@@ -542,13 +606,13 @@ def pids_with_env(key: str, value: str) -> list[int]:
 
 
 def _our_netns(prefix: str) -> list[str]:
-    pattern = re.compile(rf"{re.escape(prefix)}-h\d+")
+    pattern = re.compile(rf"{re.escape(prefix)}-[hb]\d+")
     names = os.listdir(NETNS_DIR) if NETNS_DIR.is_dir() else []
     return sorted(n for n in names if pattern.fullmatch(n))
 
 
 def _our_links(prefix: str) -> list[str]:
-    pattern = re.compile(rf"{re.escape(prefix)}-v\d+|{re.escape(bridge_name(prefix))}")
+    pattern = re.compile(rf"{re.escape(prefix)}-[vw]\d+|{re.escape(prefix)}br[01]")
     return sorted(n for n in os.listdir("/sys/class/net") if pattern.fullmatch(n))
 
 

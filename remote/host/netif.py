@@ -1,33 +1,59 @@
 """Which network interface a host uses to reach an address: what gloo and NCCL need named.
 
 Runs on the hosts (python3 >= 3.8, standard library only), in the supervisor and the probe.
+The kernel picks the route (a UDP connect sends nothing); the interface is the one holding the
+local address it chose: IPv6 from /proc/net/if_inet6, IPv4 from the interface's primary address
+(an ioctl), else any address, secondary ones included (`ip -o addr`).
 """
 
 from __future__ import annotations
 
 import socket
+import subprocess
 
 SIOCGIFADDR = 0x8915
 
 
 def route_ifname(addr):
     """The name of the interface this host uses to reach addr (what gloo and NCCL need)."""
+    if not addr:
+        return None  # '' would "route" to this host itself: never a master address
     try:
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as s:
             s.connect((addr, 9))  # UDP connect sends nothing; it only picks a route
             local = s.getsockname()[0]
-    except OSError:
+    except (OSError, ValueError):
         return None
     return ifname_of(local)
 
 
 def ifname_of(local_addr):
+    local_addr = local_addr.split("%", 1)[0]  # fe80::1%eth0: the scope is not the address
+    if local_addr.startswith("127.") or local_addr == "::1":
+        return "lo"
+    if ":" in local_addr:
+        return _inet6_ifname(local_addr)
+    return _primary_ifname(local_addr) or _ip_addr_ifname(local_addr)
+
+
+def _inet6_ifname(local_addr):
+    want = socket.inet_pton(socket.AF_INET6, local_addr).hex()
+    try:
+        with open("/proc/net/if_inet6", encoding="ascii") as f:
+            for line in f:  # address index prefix scope flags name
+                fields = line.split()
+                if len(fields) == 6 and fields[0] == want:
+                    return fields[5]
+    except OSError:
+        pass
+    return _ip_addr_ifname(local_addr)
+
+
+def _primary_ifname(local_addr):
     import fcntl
     import struct
 
-    if local_addr.startswith("127."):
-        return "lo"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         for _, name in socket.if_nameindex():
             req = struct.pack("256s", name.encode()[:15])
@@ -37,4 +63,23 @@ def ifname_of(local_addr):
                 continue
             if socket.inet_ntoa(got[20:24]) == local_addr:
                 return name
+    return None
+
+
+def _ip_addr_ifname(local_addr):
+    """Every address, secondary ones too: `2: eth0    inet 10.0.0.5/24 ... secondary eth0`."""
+    try:
+        out = subprocess.run(
+            ["ip", "-o", "addr", "show"], capture_output=True, text=True, timeout=5
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_ip_addr(out, local_addr)
+
+
+def parse_ip_addr(out, local_addr):
+    for line in out.splitlines():
+        fields = line.split()
+        if fields[2:3] in (["inet"], ["inet6"]) and fields[3].split("/")[0] == local_addr:
+            return fields[1].split("@", 1)[0]
     return None

@@ -1,0 +1,151 @@
+"""Hosts behind a bastion (ProxyJump in ~/.ssh/config): one connection to it carries them all.
+
+asyncssh, left to itself, opens a new connection to the jump host for every host behind it; a
+bastion's sshd drops unauthenticated connections beyond `MaxStartups` (10 by default), so a
+cluster of 32 loses a third of its logins. Here the jump host is connected to once per event
+loop and handed to every host's connection as its `tunnel`; the last host to let go closes it.
+Its host key is checked like any other (known_hosts from ~/.ssh/config, else the default file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import asyncssh
+
+from .inventory import Host
+
+
+class JumpError(Exception):
+    """The jump host `spec` could not be reached or logged into; `cause` says how."""
+
+    def __init__(self, spec: str, cause: BaseException) -> None:
+        self.spec, self.cause = spec, cause
+        super().__init__(f"{spec}: {cause}")
+
+
+async def read_config(host: str, options: dict[str, Any]) -> asyncssh.SSHClientConnectionOptions:
+    """The options asyncssh would use for host, ~/.ssh/config applied (read in a thread: it
+    reads files)."""
+    loop = asyncio.get_running_loop()
+    # config=(): ~/.ssh/config, as asyncssh.connect reads it (the class alone reads none);
+    # client_keys=None: no key files read for this look at the config
+    options = {**options, "client_keys": None}
+    make = partial(asyncssh.SSHClientConnectionOptions, host=host, config=(), **options)
+    return await loop.run_in_executor(None, make)
+
+
+def keep_verifying(
+    config: asyncssh.SSHClientConnectionOptions, notices: list[str], host: str
+) -> dict[str, Any]:
+    """`UserKnownHostsFile none` makes asyncssh trust any host key, where OpenSSH would still
+    refuse an unknown one: keep checking against the default known_hosts, and say so."""
+    if config.known_hosts is not None:
+        return {}
+    notices.append(
+        f"~/.ssh/config sets `UserKnownHostsFile none` for {host}: ddptui still verifies its "
+        "host key, against ~/.ssh/known_hosts (known_hosts: in the inventory names another file)"
+    )
+    return {"known_hosts": []}  # [] is asyncssh's "the default file"
+
+
+@dataclass
+class _Jump:
+    conn: asyncio.Future[asyncssh.SSHClientConnection]
+    users: int = 0
+
+    def dead(self) -> bool:
+        if not self.conn.done():
+            return False
+        if self.conn.cancelled() or self.conn.exception() is not None:
+            return True
+        return self.conn.result().is_closed()
+
+
+_jumps: dict[tuple[int, str], _Jump] = {}
+
+
+@dataclass
+class Lease:
+    """One host's hold on a shared jump connection; release() once its own connection ends."""
+
+    key: tuple[int, str]
+    jump: _Jump
+    conn: asyncssh.SSHClientConnection | None = None
+    released: bool = False
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        self.jump.users -= 1
+        if self.jump.users > 0:
+            return
+        if _jumps.get(self.key) is self.jump:
+            del _jumps[self.key]
+        fut = self.jump.conn
+        if not fut.done():
+            fut.cancel()
+        elif not fut.cancelled() and fut.exception() is None:
+            fut.result().close()
+
+
+async def lease(spec: str, notices: list[str], timeouts: dict[str, Any]) -> Lease:
+    """The connection to the jump host `spec` ([user@]host[:port], a chain a,b allowed), made
+    by the first host to ask and shared with the rest; raises JumpError. timeouts: asyncssh's
+    connect_timeout and keepalive options, as for the hosts."""
+    key = (id(asyncio.get_running_loop()), spec)
+    jump = _jumps.get(key)
+    if jump is None or jump.dead():  # a jump host whose link died is connected to afresh
+        jump = _jumps[key] = _Jump(asyncio.ensure_future(_connect(spec, notices, timeouts)))
+    jump.users += 1
+    held = Lease(key, jump)
+    try:
+        held.conn = await asyncio.shield(jump.conn)  # a host cancelled leaves the rest waiting
+    except asyncio.CancelledError:
+        held.release()
+        raise
+    except Exception as exc:
+        held.release()
+        raise JumpError(spec, exc) from None
+    return held
+
+
+async def _connect(
+    spec: str, notices: list[str], timeouts: dict[str, Any]
+) -> asyncssh.SSHClientConnection:
+    *before, last = spec.split(",")
+    user, host, port = split(last)
+    # Earlier hops of a chain (a,b): asyncssh connects through them itself.
+    options: dict[str, Any] = {**timeouts, "tunnel": ",".join(before) or ()}
+    if user:
+        options["username"] = user
+    if port:
+        options["port"] = port
+    config = await read_config(host, options)
+    options.update(keep_verifying(config, notices, host))
+    return await asyncssh.connect(host, **options)
+
+
+def split(spec: str) -> tuple[str | None, str, int | None]:
+    """`user@host:port` → (user, host, port), as OpenSSH's ProxyJump writes one hop."""
+    user, _, rest = spec.rpartition("@")
+    host, port = rest, ""
+    if rest.startswith("["):  # [v6] or [v6]:port
+        host, _, tail = rest[1:].partition("]")
+        port = tail[1:]
+    elif rest.count(":") == 1:  # a bare IPv6 address has more
+        host, _, port = rest.partition(":")
+    return user or None, host, int(port) if port.isdigit() else None
+
+
+def as_host(spec: str, behind: Host) -> Host:
+    """The jump host as a Host, to word its errors like any host's."""
+    user, host, port = split(spec.split(",")[-1])
+    return dataclasses.replace(
+        behind, host=host, name=host, user=user, port=port, identity_file=None, known_hosts=None
+    )

@@ -1,0 +1,116 @@
+"""Hosts behind a bastion: a private network this machine cannot route to, reached through
+`ProxyJump` in ~/.ssh/config, every host written by its alias (which only the bastion resolves).
+
+The test hosts' prefix and subnet: DDPTUI_TESTHOSTS_BASTION=PREFIX:SUBNET, by default the
+session's prefix + "j" and the next /24 (ddpt:10.213.7 → ddptj:10.213.8; the benchmarks own ddptb).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import PREFIX, SUBNET
+from e2etools import Cli, Cmd
+from testhosts import REPO, TestCluster
+
+pytestmark = pytest.mark.e2e
+
+a, b, c = SUBNET.split(".")
+DEFAULT = f"{PREFIX}j:{a}.{b}.{int(c) + 1}"
+BASTION_PREFIX, _, BASTION_SUBNET = os.environ.get("DDPTUI_TESTHOSTS_BASTION", DEFAULT).partition(
+    ":"
+)
+
+# Every rank says where its MASTER_ADDR points, then the three hosts meet over gloo.
+SCRIPT = """\
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(1)
+dist.all_reduce(t)
+print(f"MASTER_ADDR={os.environ['MASTER_ADDR']} sum={int(t.item())}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.fixture(scope="module")
+def private(
+    require_testhosts: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestCluster]:
+    root = tmp_path_factory.mktemp("bastion")
+    with TestCluster(
+        3, root=root, prefix=BASTION_PREFIX, subnet=BASTION_SUBNET, bastion=True
+    ) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def home(private: TestCluster, tmp_path: Path) -> dict[str, str]:
+    """A HOME whose ~/.ssh/config is the cluster's: ProxyJump bastion for every host."""
+    ssh = tmp_path / "home" / ".ssh"
+    ssh.mkdir(parents=True)
+    (ssh / "config").write_text(private.ssh_config.read_text())
+    return {"HOME": str(ssh.parent)}
+
+
+def test_unreachable_from_here(private: TestCluster) -> None:
+    route = subprocess.run(
+        ["ip", "route", "get", private.hosts[0].addr], capture_output=True, text=True
+    )
+    assert private.bridge not in route.stdout  # only the bastion's leg is on our bridge
+    assert private.ssh(0, "hostname").stdout.strip() == "node0"  # ssh gets there, jumping
+
+
+def test_check_learns_the_private_address_in_one_bastion_login(
+    private: TestCluster, home: dict[str, str], tmp_path: Path
+) -> None:
+    inv = private.write_inventory(tmp_path / "inv.yaml", {"script": "examples/train.py"})
+    before = private.bastion_logins()
+    argv = [sys.executable, "-m", "tui.cli", "--headless", "check", "-i", str(inv), "--json"]
+    env = {**os.environ, **home}
+    res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    hosts = json.loads(res.stdout)["hosts"]
+    master = private.hosts[0].addr
+    for h in hosts:
+        assert h["facts"]["master_addr"] == master
+        assert h["facts"]["ifname"] == "eth0"  # not lo
+    assert [h["facts"]["address"] for h in hosts] == [h.addr for h in private.hosts]
+    assert private.bastion_logins() - before == 1  # one connection carried all three
+
+
+@pytest.mark.parametrize("rdzv", ["static", "c10d"])
+def test_torchrun_across_the_private_network(
+    private: TestCluster, home: dict[str, str], tmp_path: Path, rdzv: str
+) -> None:
+    (tmp_path / "meet.py").write_text(SCRIPT)
+    job = {"script": "meet.py", "nproc_per_node": 1, "master_port": 29641, "rdzv_backend": rdzv}
+    inv = private.write_inventory(tmp_path / "inv.yaml", job, workdir=str(tmp_path))
+    before = private.bastion_logins()
+    # c10d without the checks: the addresses come from the hosts all the same.
+    flags = ["--skip-checks"] if rdzv == "c10d" else []
+    cli = Cli(inv, tmp_path / "run", flags=flags, env=home)
+    assert cli.wait() == 0, cli.stderr
+    master = private.hosts[0].addr
+    for r in range(3):
+        assert f"MASTER_ADDR={master} sum=3" in (cli.run_dir / f"rank-{r}.log").read_text()
+    assert private.bastion_logins() - before == 1
+
+
+def test_attach_and_stop_through_the_bastion(
+    private: TestCluster, home: dict[str, str], tmp_path: Path
+) -> None:
+    job = {"script": "examples/train.py", "nproc_per_node": 1, "master_port": 29643}
+    args = ["--epochs", "1000", "--step-time", "0.1"]
+    inv = private.write_inventory(tmp_path / "inv.yaml", {**job, "args": args})
+    cli = Cli(inv, tmp_path / "run", flags=["--detach", "--skip-checks"], env=home)
+    assert cli.wait() == 0, cli.stderr
+    info = json.loads((cli.run_dir / "run.json").read_text())
+    assert info["master_addr"] == private.hosts[0].addr
+    stop = Cmd(["stop", str(cli.run_dir)], tmp_path / "stop", env=home)
+    assert stop.wait() == 0, stop.stderr
