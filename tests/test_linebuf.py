@@ -68,3 +68,15 @@ def test_threads_printing_at_once_write_whole_lines(tmp_path: Path) -> None:
         mine = [x for x in body if x.startswith(f"thread {k} ")]
         assert mine == [f"thread {k} line {i:04d} " + "x" * 40 for i in range(3000)]
     assert len(body) == 4 * 3000
+
+
+def test_a_closed_stream_at_exit_says_nothing(tmp_path: Path) -> None:
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    code = "import sys; print('bye'); sys.stdout.close()"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        timeout=60,
+    )
+    assert (out.returncode, out.stdout, out.stderr) == (0, b"bye\n", b"")

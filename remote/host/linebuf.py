@@ -60,11 +60,15 @@ class _Lines(io.TextIOWrapper):
             super().flush()
 
     def flush_all(self):
-        """At exit: every thread's unfinished line."""
+        """At exit: every thread's unfinished line (the stream may be closed by then)."""
         with _LOCK:
-            for rest in self.__dict__.pop("_rests", {}).values():
-                self._emit(rest)
-            super().flush()
+            rests = [r for r in self.__dict__.pop("_rests", {}).values() if r]
+            if rests and not self.closed:
+                try:
+                    self._emit("".join(rests))
+                    super().flush()
+                except (OSError, ValueError):
+                    pass
 
     def _emit(self, text):
         tag = self._tag
