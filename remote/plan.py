@@ -35,7 +35,6 @@ class NodePlan:
     route_to: str | None  # set IFNAME_VARS to the interface that routes to this address
     unset: tuple[str, ...] = ()  # removed from the job's environment, even the host's own
     expand: tuple[int, ...] = ()  # argv items that are paths: `~` expanded on the host
-    line_buffered: bool = False  # processes share the job's stdout: keep their lines whole
 
     @property
     def node_rank(self) -> int:
@@ -79,7 +78,6 @@ def build(
                 ranks=ranks,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
                 expand=(0, argv.index(job.script, 1)),
-                line_buffered=job.launcher in ("spawn", "env"),
                 # Lightning spawns nothing when LOCAL_RANK is set (design §2).
                 unset=("LOCAL_RANK",) if job.launcher == "env" else (),
             )

@@ -404,7 +404,6 @@ class Run:
             "ifname_vars": list(planner.IFNAME_VARS),
             "grace": job.stop_grace,
             "unset": list(node.unset),
-            "line_buffered": node.line_buffered,
             "ranks": list(node.ranks),
             "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
             "link_timeout": job.link_timeout,

@@ -111,7 +111,6 @@ def test_spawn_style_passes_node_arguments() -> None:
             "--init_method",
             "tcp://10.0.0.11:29500",
         )
-        assert node.line_buffered
         assert SCRATCH not in node.argv
     assert p.world_size is None
     assert any("node" in n for n in p.notices)

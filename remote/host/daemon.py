@@ -138,10 +138,11 @@ class Daemon:
             for name in spec.get("ifname_vars", ()):
                 if ifname and name not in spec["env"]:
                     env[name] = ifname
-        if spec.get("line_buffered"):
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (self._sitecustomize(), env.get("PYTHONPATH")) if p
-            )
+        # Every style: spawn and Lightning processes share one stdout, and torchrun's tee
+        # writes every rank's lines from threads of one process (remote/host/linebuf.py).
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (self._sitecustomize(), env.get("PYTHONPATH")) if p
+        )
         env.update(self.tags)
         argv = [expand(a) if i in spec.get("expand", ()) else a for i, a in enumerate(spec["argv"])]
         argv = [self.scratch() if a == spec.get("scratch_arg") else a for a in argv]

@@ -2,6 +2,9 @@
 
 In the spawn and env (Lightning) styles a node's processes share one stdout pipe; with
 PYTHONUNBUFFERED each print() is two writes (text, newline), so two ranks' lines glue together.
+In the torchrun and launch styles each rank writes to a file that torchrun's tee reads line by
+line, one thread per rank, into its own stdout: a rank's half-written line was read as a line
+and another rank's glued to it.
 The supervisor writes SITECUSTOMIZE as sitecustomize.py into a private directory put first on
 the job's PYTHONPATH: every Python process of the job then writes each line in one write()
 (atomic on a pipe up to PIPE_BUF), and, once it has joined torch's process group, starts each
