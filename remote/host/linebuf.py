@@ -16,6 +16,7 @@ SITECUSTOMIZE = r'''# Written by ddptui's supervisor (see remote/host/linebuf.py
 import atexit, io, os, sys, threading
 
 _LOCK = threading.RLock()  # a signal handler may print while a line is written
+_ident = threading.get_ident
 
 
 def _rank():
@@ -35,29 +36,32 @@ class _Lines(io.TextIOWrapper):
 
     _tag = None  # "[3]:" once known
     _bol = True  # the next character starts a line
+    _rests = None  # thread id -> its unfinished line (set by _wrap)
 
     def write(self, s):
+        # print() calls this twice a line: kept lean, the lock only around the real write.
         if not s:
             return 0
+        n = len(s)
         if self._tag is None and _TAGS:
             rank = _rank()
             if rank is not None:
                 self._tag = "[%d]:" % rank
-        with _LOCK:
-            rests = self.__dict__.setdefault("_rests", {})
-            me = threading.get_ident()
-            text = _join(rests.pop(me, ""), s)
-            cut = text.rfind("\n") + 1
-            if cut < len(text):
-                rests[me] = text[cut:]
-            if cut:
-                self._emit(text[:cut])
-                super().flush()
-        return len(s)
+        rests, me = self._rests, _ident()
+        rest = rests.pop(me, None)
+        if rest:
+            s = _join(rest, s) if _TEE else rest + s
+        cut = s.rfind("\n") + 1
+        if cut < len(s):
+            rests[me] = s[cut:]
+        if cut:
+            with _LOCK:  # line_buffering: the text ends with a newline, so it leaves now
+                self._emit(s[:cut])
+        return n
 
     def flush(self):
         with _LOCK:  # asked for: a prompt, a progress bar
-            rest = self.__dict__.get("_rests", {}).pop(threading.get_ident(), "")
+            rest = self._rests.pop(_ident(), None) if self._rests else None
             if rest:
                 self._emit(rest)
             super().flush()
@@ -65,7 +69,8 @@ class _Lines(io.TextIOWrapper):
     def flush_all(self):
         """At exit: every thread's unfinished line (the stream may be closed by then)."""
         with _LOCK:
-            rests = [r for r in self.__dict__.pop("_rests", {}).values() if r]
+            rests = [r for r in self._rests.values() if r] if self._rests else []
+            self._rests = {}
             if rests and not self.closed:
                 try:
                     self._emit("".join(rests))
@@ -85,7 +90,7 @@ class _Lines(io.TextIOWrapper):
 def _join(rest, s):
     """torchrun's tee reads a rank's file line by line; caught mid-write it sends a half line
     with its `[N]:` header, then the rest of it with the header again: join them back."""
-    if rest and _TEE and rest.startswith("[") and "]:" in rest:
+    if rest.startswith("[") and "]:" in rest:
         header = rest[: rest.index("]:") + 2]
         if s.startswith(header):
             s = s[len(header) :]
@@ -96,9 +101,12 @@ def _wrap(name):
     old = getattr(sys, name)
     try:
         old.flush()
-        new = _Lines(old.detach(), encoding=old.encoding, errors=old.errors)
+        new = _Lines(
+            old.detach(), encoding=old.encoding, errors=old.errors, line_buffering=True
+        )
     except Exception:
         return
+    new._rests = {}
     setattr(sys, name, new)
     setattr(sys, "__%s__" % name, new)
     atexit.register(new.flush_all)
