@@ -102,9 +102,12 @@ def all_runs() -> list[RunRecord]:
         for entry in root().iterdir():
             if (entry / RUN_JSON).exists():
                 try:
-                    found.append(read(entry))
+                    record = read(entry)
                 except RunError:
                     continue
+                if entry.is_symlink() and record.run_id != entry.name:
+                    continue  # a --run-dir since reused by another run (linked by its own id)
+                found.append(record)
     return sorted(found, key=lambda r: (r.started_at, r.run_id), reverse=True)
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from remote import inventory, runs
 from remote.events import LogBatch, RunFinished, RunStarted
 from remote.record import Recorder, RunDirError, usable_dir
 
@@ -94,3 +96,18 @@ def test_unusable_directories_are_one_line(tmp_path: Path) -> None:
         (tmp_path / "ro").mkdir(mode=0o500)
         with pytest.raises(RunDirError, match="not writable"):
             usable_dir(tmp_path / "ro", empty=True)
+
+
+def test_a_run_dir_reused_by_another_run_is_listed_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--run-dir DIR twice (the first run's files removed in between): the first run's link
+    now leads to the second run, which must not be listed under both ids."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    inv = inventory.parse("hosts: [{host: a}]\njob: {script: t.py}\n", tmp_path / "inv.yaml")
+    run_dir = tmp_path / "run"
+    for run_id in ("20250101-120000-aaaa", "20250101-130000-bbbb"):
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir()
+        runs.register(run_dir, run_id, inv)
+    assert [r.run_id for r in runs.all_runs()] == ["20250101-130000-bbbb"]
