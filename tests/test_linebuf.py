@@ -62,7 +62,7 @@ def test_torchruns_half_line_is_joined_back_not_glued_to_another_rank(tmp_path: 
 
 def test_threads_printing_at_once_write_whole_lines(tmp_path: Path) -> None:
     lines = run(tmp_path, FLOOD)
-    assert lines[-1] == "no newline at the end"  # written at exit
+    assert lines[-1] == "no newline at the end"  # the last flush at exit
     body = lines[:-1]
     for k in range(4):
         mine = [x for x in body if x.startswith(f"thread {k} ")]

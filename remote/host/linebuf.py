@@ -13,9 +13,8 @@ Then it runs the host's own sitecustomize, if there is one. Standard library onl
 """
 
 SITECUSTOMIZE = r'''# Written by ddptui's supervisor (see remote/host/linebuf.py in ddptui).
-import atexit, io, os, sys, threading
+import io, os, sys, threading
 
-_LOCK = threading.RLock()  # a signal handler may print while a line is written
 _ident = threading.get_ident
 
 
@@ -38,8 +37,11 @@ class _Lines(io.TextIOWrapper):
     _bol = True  # the next character starts a line
     _rests = None  # thread id -> its unfinished line (set by _wrap)
 
+    # No lock of our own: a daemon thread frozen holding it at exit would hang the process's
+    # last flush. The C writer under us keeps each write() whole.
+
     def write(self, s):
-        # print() calls this twice a line: kept lean, the lock only around the real write.
+        # print() calls this twice a line: kept lean.
         if not s:
             return 0
         n = len(s)
@@ -54,29 +56,15 @@ class _Lines(io.TextIOWrapper):
         cut = s.rfind("\n") + 1
         if cut < len(s):
             rests[me] = s[cut:]
-        if cut:
-            with _LOCK:  # line_buffering: the text ends with a newline, so it leaves now
-                self._emit(s[:cut])
+        if cut:  # line_buffering: the text ends with a newline, so it leaves now
+            self._emit(s[:cut])
         return n
 
     def flush(self):
-        with _LOCK:  # asked for: a prompt, a progress bar
-            rest = self._rests.pop(_ident(), None) if self._rests else None
-            if rest:
-                self._emit(rest)
-            super().flush()
-
-    def flush_all(self):
-        """At exit: every thread's unfinished line (the stream may be closed by then)."""
-        with _LOCK:
-            rests = [r for r in self._rests.values() if r] if self._rests else []
-            self._rests = {}
-            if rests and not self.closed:
-                try:
-                    self._emit("".join(rests))
-                    super().flush()
-                except (OSError, ValueError):
-                    pass
+        rest = self._rests.pop(_ident(), None) if self._rests else None
+        if rest:  # asked for: a prompt, a progress bar
+            self._emit(rest)
+        super().flush()
 
     def _emit(self, text):
         tag = self._tag
@@ -109,7 +97,6 @@ def _wrap(name):
     new._rests = {}
     setattr(sys, name, new)
     setattr(sys, "__%s__" % name, new)
-    atexit.register(new.flush_all)
 
 
 _TAGS = os.environ.get("DDPTUI_RANK_TAGS") == "1"
