@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import dataclasses
 import errno
+import fcntl
 import json
 import os
 import resource
@@ -102,6 +103,24 @@ def write_private(path: Path, text: str) -> None:
         f.write(text)
 
 
+def replace_private(path: Path, text: str) -> None:
+    """Write a whole file at once for readers and other writers (a tmp of this process's own)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write_private(tmp, text)
+    tmp.replace(path)
+
+
+def _writer_lock(run_dir: Path) -> int | None:
+    """An flock on the run dir's .writer, held while this process records (None: taken)."""
+    fd = os.open(run_dir / ".writer", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 class Recorder:
     def __init__(
         self, run_dir: Path, resume: bool = False, started_at: float | None = None
@@ -112,11 +131,18 @@ class Recorder:
         self.dir = private_dir(run_dir)
         self.node_of: dict[str, int] = {}  # log file → the node whose lines it holds
         self.stored: dict[int, int] = {}  # node → spool offset its logs hold, when resumed
-        if resume:
+        # One writer per run dir: a second ddptui on the same run (a `stop` beside an `attach`)
+        # shows the run but must not cut back or append to logs another one is writing.
+        self.lock = _writer_lock(self.dir)
+        self.passive = self.lock is None
+        if resume and not self.passive:
             self._resume()
-        self.events = open(  # noqa: SIM115
-            self.dir / "events.jsonl", "a" if resume else "x", encoding="utf-8", opener=_private
-        )
+        self.events: IO[str] | None = None
+        if not self.passive:
+            self.events = open(  # noqa: SIM115
+                self.dir / "events.jsonl", "a" if resume else "x", encoding="utf-8",
+                opener=_private,
+            )  # fmt: skip
         # The open rank logs, least recently written first; a closed one is reopened to append.
         self.logs: OrderedDict[str, IO[str]] = OrderedDict()
         self.max_open = _open_logs_limit()
@@ -124,6 +150,12 @@ class Recorder:
         self.t0 = started_at or time.time()
 
     def __call__(self, event: Event) -> None:
+        if self.events is None:  # passive: the other writer stores it all; the end, both
+            if isinstance(event, RunStarted):
+                self.started = event
+            if isinstance(event, RunFinished) and event.status != "detached":
+                self._summary(event)
+            return
         if isinstance(event, LogBatch):
             self._write_lines(event)
             return
@@ -185,9 +217,8 @@ class Recorder:
             except OSError:
                 continue
             nodes.setdefault(str(k), {"offset": 0, "files": {}})["files"][name] = size
-        tmp = self.dir / "offsets.json.tmp"
-        write_private(tmp, json.dumps(nodes))
-        tmp.replace(self.dir / "offsets.json")
+        if not self.passive:
+            replace_private(self.dir / "offsets.json", json.dumps(nodes))
 
     def _resume(self) -> None:
         """Cut the logs back to the last checkpoint; lines past it come again from the hosts."""
@@ -221,10 +252,14 @@ class Recorder:
             "failing_rank": fin.failure.rank if fin.failure else None,
             "failing_host": fin.failure.host if fin.failure else None,
         }
-        write_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     def close(self) -> None:
         for f in self.logs.values():
             f.close()
         self.logs.clear()
-        self.events.close()
+        if self.events is not None:
+            self.events.close()
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None

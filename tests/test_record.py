@@ -69,7 +69,12 @@ def test_run_dirs_and_files_are_the_owners_alone(tmp_path: Path) -> None:
     for d in (tmp_path / "made", tmp_path / "made" / "by", run_dir):
         assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
     names = {p.name: stat.S_IMODE(p.stat().st_mode) for p in run_dir.iterdir()}
-    assert names == {"events.jsonl": 0o600, "rank-0.log": 0o600, "summary.json": 0o600}
+    assert names == {
+        "events.jsonl": 0o600,
+        "rank-0.log": 0o600,
+        "summary.json": 0o600,
+        ".writer": 0o600,  # the lock of the process that records (one at a time)
+    }
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "succeeded"
     assert stat.S_IMODE(tmp_path.stat().st_mode) == 0o755  # what it did not make, it left
 
@@ -111,3 +116,25 @@ def test_a_run_dir_reused_by_another_run_is_listed_once(
         run_dir.mkdir()
         runs.register(run_dir, run_id, inv)
     assert [r.run_id for r in runs.all_runs()] == ["20250101-130000-bbbb"]
+
+
+def test_a_second_viewer_of_a_run_leaves_the_logs_to_the_first(tmp_path: Path) -> None:
+    """`stop` (or another attach) beside an attach: one process writes the run dir; the other
+    shows the run and neither cuts back nor appends to the logs."""
+    first = Recorder(tmp_path / "run")
+    first(RunStarted("r1", str(tmp_path / "run"), ("node0",), 1, "torchrun"))
+    first(LogBatch("node0", 0, "stdout", ((0, "one"),)))
+    second = Recorder(tmp_path / "run", resume=True)
+    assert second.passive
+    second(LogBatch("node0", 0, "stdout", ((0, "one"),)))
+    first(LogBatch("node0", 0, "stdout", ((0, "two"),)))
+    second.checkpoint({0: 10})
+    second(RunFinished("stopped", 130, 1.0))
+    second.close()
+    first.close()
+    assert (tmp_path / "run" / "rank-0.log").read_text() == "one\ntwo\n"
+    assert not (tmp_path / "run" / "offsets.json").exists()
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "stopped"
+    third = Recorder(tmp_path / "run", resume=True)  # the first one is gone: this one writes
+    assert not third.passive
+    third.close()
