@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -78,6 +79,12 @@ def worker(local_rank: int, nprocs: int, args: argparse.Namespace) -> None:
     if rank == 0:
         print("done")
     dist.destroy_process_group()
+    # mp.spawn's children finalize the interpreter on return, where gloo's C++ threads can
+    # abort them ("terminate called without an active exception", torch 2.13; see train.py):
+    # the work is done, so leave without finalizing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main() -> None:
