@@ -144,7 +144,8 @@ def split(spec: str) -> tuple[str | None, str, int | None]:
 
 
 def as_host(spec: str, behind: Host) -> Host:
-    """The jump host as a Host, to word its errors like any host's."""
+    """The jump host as a Host, only to word its errors like any host's (ssh_reason): its
+    connection is made by _connect, host keys verified (known_hosts=None names the default)."""
     user, host, port = split(spec.split(",")[-1])
     return dataclasses.replace(
         behind, host=host, name=host, user=user, port=port, identity_file=None, known_hosts=None

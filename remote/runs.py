@@ -21,7 +21,7 @@ import platformdirs
 
 from . import control, fanout, inventory
 from .inventory import Host, Inventory
-from .record import private_dir, write_private
+from .record import private_dir, replace_private, write_private
 from .transport import HostError, Transport, for_host
 
 RUN_JSON, INVENTORY, SUMMARY = "run.json", "inventory.yaml", "summary.json"
@@ -55,9 +55,7 @@ def register(run_dir: Path, run_id: str, inv: Inventory, **info: Any) -> None:
 def write_info(run_dir: Path, **info: Any) -> None:
     path = run_dir / RUN_JSON
     old = json.loads(path.read_text()) if path.exists() else {}
-    tmp = path.with_suffix(".tmp")
-    write_private(tmp, json.dumps({**old, **info}, indent=2) + "\n")
-    tmp.replace(path)
+    replace_private(path, json.dumps({**old, **info}, indent=2) + "\n")
 
 
 @dataclass
