@@ -13,6 +13,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -95,7 +96,12 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BaseException:  # a failing rank leaves at once too: its traceback, then exit 1
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
     # Gloo's C++ threads can race the interpreter's finalization and abort a finished rank
     # ("terminate called without an active exception", seen here on torch 2.13; pytorch PR
     # 179291). The work is done and the group destroyed: leave without finalizing, as
