@@ -15,7 +15,7 @@ on one lock: design.md §9) is not what is measured.
   environment, `%n` as NODE_RANK (how DeepSpeed's pdsh runner starts a job).
 - logins: every host logged into over asyncssh through remote/fanout.py, at several fan-outs.
 - dashboard (no test hosts; --dashboard alone runs just this): 256 hosts and 2,048 ranks from
-  the tests' scripted fakes (tests/apptools.py) under Textual's Pilot at 120x40; each key's
+  the tests' scripted fakes (tests/support/apptools.py) under Textual's Pilot at 120x40; each key's
   latency is from the key event to the app idle again with its result drawn (scrolling the
   host table and the views list, `/` searches, view switches).
 

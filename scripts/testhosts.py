@@ -1,7 +1,7 @@
 """Start or stop the ssh test hosts by hand: ``python scripts/testhosts.py up 4`` / ``down``.
 
 The hosts keep running after ``up`` returns; ``down`` (or the next test session) removes them.
-See tests/testhosts.py for what a host is.
+See tests/support/testhosts.py for what a host is.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from testhosts import DEFAULT_PREFIX, SUBNET, TestCluster, cluster_lock, teardown_all  # noqa: E402
 

@@ -1,9 +1,20 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures. The tests go by tier, each a folder:
+
+unit/     the launcher's pure parts, with fakes
+host/     the host side (remote/host/) run here, through the local transport
+app/      the dashboard under Pilot: scripted fakes, the real engine, snapshots
+e2e/      real sshd test hosts in network namespaces (support/testhosts.py), real torchrun
+support/  what they share: the test hosts, the app's fakes, e2e helpers, nvidia-smi stand-ins
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 import nvidia_smi
 import pytest

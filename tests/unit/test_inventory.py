@@ -67,7 +67,7 @@ def test_python_defaults_to_python3_remotely_and_this_interpreter_locally() -> N
 
 
 def test_bundled_inventory_is_valid() -> None:
-    inv = inventory.load(Path(__file__).parent.parent / "inventory.yaml")
+    inv = inventory.load(Path(__file__).parents[2] / "inventory.yaml")
     assert len(inv.hosts) == 2
     assert all(h.transport == "local" for h in inv.hosts)
 

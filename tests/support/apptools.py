@@ -35,7 +35,7 @@ from remote.stacks import Frame, Group, Report
 from tui.app import Dashboard, RunLike, create_app
 from tui.glance import ClusterLike
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"
 RUN_ID = "20250101-120000-abcd"
 

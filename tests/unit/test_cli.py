@@ -129,7 +129,7 @@ def test_help_imports_nothing_heavy() -> None:
             [sys.executable, "-X", "importtime", "-m", "tui.cli", *args],
             capture_output=True,
             text=True,
-            cwd=Path(__file__).parent.parent,
+            cwd=Path(__file__).parents[2],
         )
         loaded = {line.split("|")[-1].strip() for line in res.stderr.splitlines()}
         heavy = {"pydantic", "yaml", "asyncssh", "textual", "rich", "platformdirs", "remote.run"}

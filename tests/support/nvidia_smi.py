@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).parent / "data" / "nvidia-smi"
+DATA = Path(__file__).parents[1] / "data" / "nvidia-smi"
 H100_BUSY, A100, DRIVER_ERROR = "h100x8-busy", "a100x4", "driver-error"
 A100_MIG = "a100x2-mig"  # written from the documented formats, not captured (see the README)
 

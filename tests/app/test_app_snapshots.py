@@ -1,6 +1,6 @@
 """Snapshots of the dashboard at fixed sizes, from fixed events (pytest-textual-snapshot 1.1.0).
 
-Regenerate after a deliberate change with `pytest tests/test_app_snapshots.py --snapshot-update`
+Regenerate after a deliberate change with `pytest tests/app/test_app_snapshots.py --snapshot-update`
 and look at the SVGs (snapshot_report.html shows the differences when a test fails).
 """
 

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import nvidia_smi
 import pytest
-from test_tmux_e2e import Tmux
-from test_tmux_e2e import wait_for as wait_on_screen
 from testhosts import REPO, TestCluster, pids_with_env, veth_name
+from tmux import Tmux
+from tmux import wait_for as wait_on_screen
 
 pytestmark = pytest.mark.e2e
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 
 
 def monitors_of(pid: int) -> list[int]:

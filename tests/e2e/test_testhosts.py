@@ -15,7 +15,7 @@ import pytest
 import testhosts
 from testhosts import TestCluster, pids_with_env, teardown_all
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # A second cluster next to the session's one needs its own names and subnet.
 OTHER_PREFIX, OTHER_SUBNET = "ddptt", "10.213.8"
 

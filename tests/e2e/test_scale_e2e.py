@@ -19,7 +19,7 @@ from testhosts import FIRST_HOST_OCTET, TestCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.scale]
 HOSTS = 128
-SCRIPT = Path(__file__).parent / "data" / "light_job.py"
+SCRIPT = Path(__file__).parents[1] / "data" / "light_job.py"
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from remote.stacks import Frame, RankStack
 from remote.transport import LocalTransport
 from tui import stacks_cmd
 
-DATA = Path(__file__).parent / "data" / "flight-recorder"
+DATA = Path(__file__).parents[1] / "data" / "flight-recorder"
 RUN = "20250101-120000-stck"
 SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 needs_py_spy = pytest.mark.skipif(not os.access(SPY, os.X_OK), reason="needs py-spy")

@@ -11,7 +11,7 @@ from pathlib import Path
 import nvidia_smi
 import pytest
 from nvidia_smi import A100, A100_MIG, DRIVER_ERROR, H100_BUSY
-from test_probe import levels, local_inventory, run_probe, with_gpus
+from probetools import levels, local_inventory, run_probe, with_gpus
 
 from remote import probe, visible
 from remote.run import Run

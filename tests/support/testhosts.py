@@ -68,7 +68,7 @@ from functools import cache
 from pathlib import Path
 from types import TracebackType
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SUBNET = "10.213.7"  # first three octets of the /24; the bridge is .1
 FIRST_HOST_OCTET = 11
 UNUSED_OCTET = 250

@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import importlib.metadata
 import json
-import os
 import shlex
 import socket
 import sys
@@ -17,6 +16,8 @@ from typing import Any
 import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
+from probetools import levels, local_inventory, run_probe, with_gpus
+from probetools import message as _message
 
 from remote import events, inventory, probe
 from remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
@@ -24,7 +25,7 @@ from remote.run import Run
 from remote.run import check as run_checks
 from remote.transport import HostError, LocalTransport, Result
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def smi(machine: str) -> dict[str, Any]:
@@ -108,40 +109,6 @@ def test_stand_in_refuses_other_queries() -> None:
 
 
 # -- the one command --------------------------------------------------------------------------
-
-
-def local_inventory(tmp_path: Path, job: str = "", host: str = "") -> inventory.Inventory:
-    (tmp_path / "train.py").write_text("print('hi')\n")
-    text = (
-        f"defaults:\n  transport: local\n  workdir: {tmp_path}\n{host}"
-        "hosts:\n  - host: localhost\n    name: node0\n  - host: localhost\n    name: node1\n"
-        f"job:\n  script: train.py\n  master_port: {free_port()}\n{job}"
-    )
-    return inventory.parse(text, tmp_path / "inventory.yaml")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def run_probe(inv: inventory.Inventory, k: int = 0) -> HostChecked:
-    host = inv.hosts[k]
-    transport = LocalTransport(host)
-    return asyncio.run(
-        probe.probe(transport, inv.job, "127.0.0.1", workdir=host.workdir, connect_s=0.0)
-    )
-
-
-def levels(checked: HostChecked) -> dict[str, str]:
-    return {f.check: f.level for f in checked.findings}
-
-
-def with_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, machine: str) -> None:
-    nvidia_smi.install(tmp_path / "bin", machine)
-    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
 
 
 def test_command_survives_a_shell() -> None:
@@ -241,10 +208,6 @@ def test_silent_probe_is_a_failure_with_the_hosts_words() -> None:
         ("probe", "failure")
     ]
     assert _message(checked, "probe") == "the probe failed (exit 1): SyntaxError: invalid syntax"
-
-
-def _message(checked: HostChecked, check: str) -> str:
-    return next(f.message for f in checked.findings if f.check == check)
 
 
 # -- live refresh, the run's use of the checks --------------------------------------------------

@@ -28,7 +28,7 @@ from remote.events import Event, LogBatch, Notice, RunFinished
 from remote.host import procs
 from remote.run import Run
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

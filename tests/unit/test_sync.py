@@ -16,7 +16,7 @@ from remote.events import CodeSynced, Event, from_json
 from remote.inventory import Inventory
 from remote.transport import LocalTransport
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def project(root: Path) -> Path:

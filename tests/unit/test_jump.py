@@ -1,5 +1,5 @@
 """remote/jump.py and the address logic of remote/transport.py, with stand-ins for asyncssh
-(the real thing, a bastion and a private network: tests/test_bastion_e2e.py)."""
+(the real thing, a bastion and a private network: tests/e2e/test_bastion_e2e.py)."""
 
 from __future__ import annotations
 

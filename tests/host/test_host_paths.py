@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_probe import _message, free_port, levels, local_inventory, run_probe
+from probetools import free_port, levels, local_inventory, run_probe
+from probetools import message as _message
 
 from remote import bootstrap, control, inventory
 from remote.host import daemon
