@@ -1,10 +1,11 @@
 """Every node's supervisor, followed to the end: lines in, stops out, leases both ways.
 
-One NodeLink per host (remote/link.py). A dropped connection is reconnected and the node's
-spool resumed at the last byte read; a host not heard from for `link_timeout` is lost, which
-fails the run and stops the others. A node that fails stops the rest (its supervisors also tell
-each other through the run's hub, so this holds with nobody attached). `detach()` leaves the
-run to its supervisors.
+One NodeLink per node (remote/link.py) on its host's agent (remote/fleet.py). A stream that
+ends early is taken up again where it stopped, on the same agent or, if the host's link went, on
+a new one; a host not heard from for `link_timeout` is lost, which fails the run and stops the
+others. A node that fails stops the rest (the supervisors also tell each other through the run's
+hub, so this holds with nobody attached). `detach()` leaves the run to its supervisors. What each
+ending means for the run is remote/verdict.py's to say.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from . import fanout
+from . import nodemsg
 from .events import (
     Event,
     Failure,
@@ -31,18 +32,17 @@ from .events import (
     Notice,
     Stream,
 )
-from .failures import FailureTracker, describe_exit
-from .host.daemon import beat_interval
-from .link import Item, NodeLink, Noise, Record
-from .transport import HostError, Transport
+from .failures import FailureTracker
+from .fleet import Fleet
+from .host import protocol
+from .link import Item, NodeLink, Record
+from .transport import HostError
+from .verdict import Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
-# A line as torchrun tees it, `[<global rank>]:text`; \d is what int() reads.
+# A line as a rank's is spooled, `[<global rank>]:text`; \d is what int() reads.
 RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
-# Why a node stopped that the launcher did not stop: a `ddptui stop` (another launcher), the
-# run's hub (another node failed or was lost), or its lease (no launcher heard from).
-STOP_CAUSES = {"launcher": "user", "peer": "failure", "lease": "lease"}
-YIELD_EVERY = 64  # reads between giving the loop to the dashboard and the other nodes
+AWAY_BEATS = 3  # the launcher's own clock jumped by this many beats: it was not running
 
 
 @dataclass
@@ -53,128 +53,152 @@ class Node:
     node_rank: int
     ranks: tuple[int, ...] = ()
     started: bool = False
-    end: dict[str, Any] | None = None  # the supervisor's `exit` (or `error`) message
-    at: float = 0.0  # host clock of that message
+    end: nodemsg.Exit | nodemsg.StartError | None = None  # its supervisor's last word
+    at: float = 0.0  # host clock of that word
 
 
 @dataclass
 class Gang:
     run_id: str
-    transports: list[Transport]
+    fleet: Fleet
     emit: Callable[[Event], None]
     link_timeout: float
     grace: float
     master_addr: str = ""
     tracker: FailureTracker = field(default_factory=FailureTracker)
-    failures: list[Failure] = field(default_factory=list)
-    # Why the hub stopped nodes, for when the failing node itself can tell us nothing.
-    peer_failures: list[Failure] = field(default_factory=list)
-    cause: str | None = None  # "user" or "failure": why the run is ending early
-    stop_sent: float = 0.0  # host clock (time.time) when the nodes were told to stop
+    verdict: Verdict = field(default_factory=Verdict)
     detached: bool = False
     links: dict[int, NodeLink] = field(default_factory=dict)
     nodes: dict[int, Node] = field(default_factory=dict)
     running: asyncio.Event = field(default_factory=asyncio.Event)  # every node has started
     stored: dict[int, int] = field(default_factory=dict)  # node → spool offset the logs hold
+    away: float = 0.0  # seconds the launcher itself was not running (a laptop's lid closed)
     _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
     _hub: str | None = None
+
+    @property
+    def cause(self) -> str | None:
+        return self.verdict.cause
 
     # -- asking ---------------------------------------------------------------------------------
 
     def stop(self, cause: str = "user") -> None:
         """Stop every node (TERM, grace, KILL on each host). Safe to call more than once."""
-        if self.cause is None:
-            self.cause, self.stop_sent = cause, time.time()
-            if cause == "user":
-                self.emit(
-                    Notice("info", f"stopping every node (TERM, then KILL after {self.grace:g} s)")
-                )
+        if self.verdict.stop(cause, time.time()) and cause == "user":
+            self.emit(
+                Notice("info", f"stopping every node (TERM, then KILL after {self.grace:g} s)")
+            )
         for link in self.links.values():
-            link.send("stop")
+            link.say(protocol.SAY_STOP)
 
     def detach(self) -> None:
         """Leave the run to its supervisors: no launcher lease any more; they end it alone."""
         self.detached = True
         for link in self.links.values():
-            link.send("detach")
-            if link.proc is not None:
-                link.proc.close_stdin()  # the relay passes it on, then hangs up
+            link.say(protocol.SAY_DETACH)
+            link.close()  # the supervisor lets this viewer go; the stream ends
 
     # -- following ------------------------------------------------------------------------------
 
-    async def follow(self, node: Node, cmd: dict[str, Any]) -> None:
+    async def follow(self, node: Node, op: str, args: dict[str, Any]) -> None:
         """Open the node's stream (start or attach) and follow it to its end."""
         k = node.node_rank
         self.nodes[k] = node
-        link = self.links[k] = NodeLink(self.transports[k], self.run_id, k)
+        link = self.links[k] = NodeLink(self.run_id, k)
+        for text in self._agent_noise(k):  # what its login printed: the node's own output
+            self.emit(LogBatch(node.name, k, "stdout", ((None, text),)))
+        while True:
+            why = await self._stream(node, link, op, args)
+            if link.ended or self.detached or isinstance(node.end, nodemsg.StartError):
+                break
+            if not await self._reconnect(node, link, why):
+                break
+            op, args = protocol.ATTACH, {"run_id": self.run_id, "node": k}
+        self._conclude(node, link, why)
+
+    def _agent_noise(self, k: int) -> list[str]:
+        agent = self.fleet.ready(k)
+        return list(agent.noise) if agent is not None else []
+
+    async def _stream(self, node: Node, link: NodeLink, op: str, args: dict[str, Any]) -> str:
+        """One channel of the node's stream, to its end; why it ended ("" if by the host)."""
+        k = node.node_rank
+        done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        def ended(why: str | None) -> None:
+            if not done.done():
+                done.set_result(why)
+
         try:
-            await link.open(cmd)
+            agent = await self.fleet.agent(k, self.emit)
         except HostError as exc:
-            self._failed(node, None, [self._failure(node, exc.reason)])
-            return
+            return exc.reason
+        link.open(agent, op, args, lambda items: self._items(node, link, items), ended)
         if self.cause:
-            link.send("stop")
-        await self._follow(node, link)
-        self._conclude(node, link)
+            link.say(protocol.SAY_STOP)
+        if self._hub and k:
+            link.say(self._hub)
+        return await done or ""
 
     async def keep_leases(self) -> None:
-        """Ping every supervisor; a host silent for link_timeout is lost (ends by cancel)."""
-        beat = beat_interval(self.link_timeout)
+        """Ping every supervisor; a host silent for link_timeout is lost (ends by cancel).
+
+        If the launcher itself was not running (its clock jumped: a laptop asleep, a SIGSTOP),
+        the silence is its own: what the hosts sent meanwhile is read before anyone is judged."""
+        beat = protocol.beat_interval(self.link_timeout)
+        last = time.monotonic()
         while True:
             await asyncio.sleep(beat)
+            now = time.monotonic()
+            if now - last > AWAY_BEATS * beat + 1.0:
+                self.away = max(self.away, now - last - beat)
+                self.emit(
+                    Notice(
+                        "warning",
+                        f"ddptui itself was not running for {self.away:.0f} s (asleep or "
+                        "suspended): the hosts are judged once what they said meanwhile is read",
+                    )
+                )
+                for link in self.links.values():  # judged afresh, once they had their say
+                    link.heard = now
+            last = now
             for k, link in self.links.items():
-                if link.ended or link.lost:
+                if link.ended or link.lost or link.channel is None:
                     continue
-                link.send("ping")
-                if time.monotonic() - link.heard > self.link_timeout:
+                link.say(protocol.SAY_PING)
+                if now - link.heard > self.link_timeout:
                     link.lost = True
-                    link.close()
-                    self.transports[k].drop()  # wakes the reader: the link is dead
+                    agent = self.fleet.agents.get(k)
+                    if agent is not None:
+                        agent.drop()  # ends the stream: the link is dead
 
-    async def _follow(self, node: Node, link: NodeLink) -> None:
-        reads = 0
-        while True:
-            items = await link.read()
-            if items is None:
-                if link.ended or self.detached or (node.end is not None and "error" in node.end):
-                    return
-                if not await self._reconnect(node, link):
-                    return
-                continue
-            reads += 1
-            if reads % YIELD_EVERY == 0:  # read() does not suspend while data is buffered
-                await asyncio.sleep(0)
-            for item in items:
-                self._item(node, link, item)
-
-    async def _reconnect(self, node: Node, link: NodeLink) -> bool:
-        """A new connection to the host, the stream resumed where it stopped; False: lost."""
+    async def _reconnect(self, node: Node, link: NodeLink, why: str) -> bool:
+        """The stream again, resumed where it stopped; False: given up (lost, or detached)."""
         k, name = node.node_rank, node.name
         gone = link.heard  # the last word from the host: the outage began after it
+        agent = self.fleet.ready(k)
+        if agent is not None and not why:
+            return True  # the agent is fine; its supervisor's stream ended early: attach again
         self.emit(HostState(name, k, "disconnected", "reconnecting"))
         self.emit(
             Notice(
                 "warning",
-                f"connection lost; reconnecting (the job runs on; the host counts as lost "
-                f"after {self.link_timeout:g} s without a word)",
+                f"connection lost ({why}); reconnecting (the job runs on; the host counts as "
+                f"lost after {self.link_timeout:g} s without a word)",
                 host=name,
             )
         )
         delay = 0.5
         while not link.lost and not self.detached:
             try:
-                await fanout.reconnect(self.transports[k])
-                await link.open({"do": "attach", "run_id": self.run_id, "node": k})
+                await self.fleet.reconnect(k, self.emit)
             except HostError:
                 if time.monotonic() - link.heard > self.link_timeout:
+                    link.lost = True
                     break
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
                 continue
-            if self.cause:
-                link.send("stop")
-            if self._hub and k:
-                link.send(self._hub)
             took = time.monotonic() - gone
             self.emit(
                 Notice("info", f"reconnected: the link was silent for {took:.1f} s", host=name)
@@ -183,70 +207,66 @@ class Gang:
             return True
         return False
 
-    def _item(self, node: Node, link: NodeLink, item: Item) -> None:
-        if isinstance(item, Record):
-            if item.kind == b"m":
-                self._message(node, link, item.message(), item.at)
+    def _items(self, node: Node, link: NodeLink, items: list[Item]) -> None:
+        for item in items:
+            if isinstance(item, Record):
+                if item.kind == b"m":
+                    self._message(node, link, nodemsg.parse(item.message()), item.at)
+                else:
+                    text = item.data.decode("utf-8", "surrogateescape")
+                    stored = item.end <= self.stored.get(node.node_rank, 0)
+                    self._lines(node, STREAMS[item.kind], text, item.at, link.replaying, stored)
             else:
-                text = item.data.decode("utf-8", "surrogateescape")
-                stored = item.end <= self.stored.get(node.node_rank, 0)
-                self._lines(node, STREAMS[item.kind], text, item.at, link.replaying, stored)
-        elif isinstance(item, Noise):  # the host's own words (a banner, a greeting wrapper)
-            lines = tuple((None, line) for line in item.text.splitlines() if line.strip())
-            if lines:
-                self.emit(LogBatch(node.name, node.node_rank, "stdout", lines))
-        elif item.get("t") == "error":
-            node.end, node.at = item, time.time()
-        elif item.get("t") == "trimmed":
-            self.emit(
-                Notice(
-                    "warning",
-                    f"{item.get('missed', 0)} bytes of output were trimmed on the host "
-                    "before ddptui could read them (job.spool_max_mb)",
-                    host=node.name,
-                )
-            )
+                msg = nodemsg.parse(item)
+                if isinstance(msg, nodemsg.StartError):
+                    node.end, node.at = msg, time.time()
+                elif isinstance(msg, nodemsg.Trimmed) and msg.missed:
+                    self.emit(
+                        Notice(
+                            "warning",
+                            f"{msg.missed} bytes of output were trimmed on the host before "
+                            "ddptui could read them (job.spool_max_mb)",
+                            host=node.name,
+                        )
+                    )
 
-    def _message(self, node: Node, link: NodeLink, msg: dict[str, Any], at: float) -> None:
-        kind, k, name = msg.get("t"), node.node_rank, node.name
-        if kind == "started":
+    def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
+        k, name = node.node_rank, node.name
+        if isinstance(msg, nodemsg.Started):
             node.started = True
-            node.ranks = tuple(msg.get("ranks") or node.ranks)
-            self.emit(
-                NodeStarted(name, k, msg["pid"], msg["hostname"], node.ranks, msg.get("ifname"))
-            )
+            node.ranks = msg.ranks or node.ranks
+            self.emit(NodeStarted(name, k, msg.pid, msg.hostname, node.ranks, msg.ifname))
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
-            if k == 0 and msg.get("hub_port"):
-                self._hub = f"hub {self.master_addr} {msg['hub_port']}"
+            if k == 0 and msg.hub_port:
+                self._hub = f"{protocol.SAY_HUB} {self.master_addr} {msg.hub_port}"
                 for j, other in self.links.items():
                     if j:
-                        other.send(self._hub)
+                        other.say(self._hub)
             elif self._hub:
-                link.send(self._hub)
+                link.say(self._hub)
             self._check_running()
-        elif kind == "ranks":
-            node.ranks = tuple(msg["ranks"])
-            self.emit(NodeRanks(name, k, node.ranks, msg.get("world")))
+        elif isinstance(msg, nodemsg.Ranks):
+            node.ranks = msg.ranks
+            self.emit(NodeRanks(name, k, node.ranks, msg.world))
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
-        elif kind == "stopping" and msg.get("by") == "peer" and self.cause is None:
+        elif isinstance(msg, nodemsg.Stopping) and msg.by == protocol.BY_PEER:
             # The run's hub stopped it: another node failed (its own report follows).
-            self.cause, self.stop_sent = "failure", at
-        elif kind == "trimmed":
+            self.verdict.stop("failure", at)
+        elif isinstance(msg, nodemsg.Trimmed):
             self.emit(
                 Notice(
                     "warning",
-                    f"the host trimmed {msg.get('bytes', 0) >> 20} MiB of old output to stay "
-                    f"within {msg.get('max', 0) >> 20} MiB (job.spool_max_mb); lines already "
-                    "received are kept",
+                    f"the host trimmed {msg.bytes >> 20} MiB of old output to stay within "
+                    f"{msg.max >> 20} MiB (job.spool_max_mb); lines already received are kept",
                     host=name,
                 )
             )
-        elif kind in ("exit", "error"):
+        elif isinstance(msg, nodemsg.Exit | nodemsg.StartError):
             node.end, node.at = msg, at
 
     def _check_running(self) -> None:
         started = sum(n.started for n in self.nodes.values())
-        if started == len(self.transports) and (self._hub or started == 1):
+        if started == len(self.fleet.transports) and (self._hub or started == 1):
             self.running.set()
 
     def _lines(
@@ -260,73 +280,49 @@ class Gang:
 
     # -- endings --------------------------------------------------------------------------------
 
-    def _conclude(self, node: Node, link: NodeLink) -> None:
-        end = node.end
-        if self.detached and end is None:
+    def _conclude(self, node: Node, link: NodeLink, why: str) -> None:
+        if self.detached and node.end is None:
             return
-        if end is None:
-            why = (
+        k, name = node.node_rank, node.name
+        if link.lost:
+            gone = (
                 f"lost: not heard from for {self.link_timeout:g} s (network cut or host down); "
                 "its supervisor stops its part when no launcher is heard from for as long"
-                if link.lost
-                else "its supervisor died (the host's part is swept by the run's tags)"
             )
-            self._failed(node, None, [self._failure(node, why)])
-            if not link.lost:
+        elif why and node.end is None:
+            gone = why
+        else:
+            gone = "its supervisor died (the host's part is swept by the run's tags)"
+        ending = self.verdict.ended(
+            name,
+            node.end,
+            node.at or time.time(),
+            gone=gone,
+            tracebacks=lambda host, code, at: self.tracker.node_failures(host, code, at=at),
+            peer_name=lambda j: self.nodes[j].name if j in self.nodes else None,
+        )
+        for text in ending.errors:
+            self.emit(Notice("error", text, host=name))
+        self.emit(HostState(name, k, ending.state, ending.detail))
+        self.emit(NodeExited(name, k, ending.exit_code, ending.failures, ending.stopped))
+        if ending.state == "failed":
+            self.stop("failure")
+            if node.end is None and not link.lost and not why:
                 self._sweeps.append(asyncio.ensure_future(self._sweep(node)))
-        elif end.get("t") == "error":
-            self._failed(node, None, [self._failure(node, str(end.get("msg")))])
-        else:
-            self._exited(node, end)
-
-    def _exited(self, node: Node, end: dict[str, Any]) -> None:
-        name, k, code = node.name, node.node_rank, end.get("code")
-        for text in end.get("survivors") or ():
-            self.emit(Notice("error", f"{text} could not be killed", host=name))
-        if code == 0 and not end.get("stopped"):
-            self.emit(HostState(name, k, "done"))
-            self.emit(NodeExited(name, k, code))
-        elif end.get("stopped"):
-            if self.cause is None:  # not our stop: a stop from elsewhere, or its lease
-                self.cause, self.stop_sent = STOP_CAUSES.get(str(end.get("by")), "failure"), node.at
-            if end.get("by") == "lease":
-                self.emit(Notice("error", f"stopped: {end.get('reason')}", host=name))
-            if self.cause == "failure":  # its own tracebacks from before the stop still count
-                own = self.tracker.node_failures(name, code, at=node.at)
-                self.failures.extend(f for f in own if f.seen_at < self.stop_sent)
-                if end.get("by") == "peer":
-                    self.peer_failures.append(self._peer_failure(node, end))
-            self.emit(HostState(name, k, "stopped", describe_exit(code)))
-            self.emit(NodeExited(name, k, code, stopped=True))
-        else:
-            self._failed(node, code, self.tracker.node_failures(name, code, at=node.at))
-
-    def _failed(self, node: Node, code: int | None, failures: list[Failure]) -> None:
-        # Failures after a stop are its echo (ranks dying of TERM or of a lost peer).
-        if self.cause != "user":
-            self.failures.extend(failures)
-        detail = failures[0].message if failures else describe_exit(code)
-        self.emit(HostState(node.name, node.node_rank, "failed", detail))
-        self.emit(NodeExited(node.name, node.node_rank, code, tuple(failures)))
-        self.stop("failure")
-
-    def _peer_failure(self, node: Node, end: dict[str, Any]) -> Failure:
-        """What the hub said of the node that made it stop the others."""
-        cause = self.nodes.get(end["node"]) if isinstance(end.get("node"), int) else None
-        name = cause.name if cause is not None else node.name
-        return Failure(name, None, None, str(end.get("reason")), seen_at=node.at)
-
-    def _failure(self, node: Node, message: str, code: int | None = None) -> Failure:
-        return Failure(node.name, None, code, message, seen_at=node.at or time.time())
 
     async def _sweep(self, node: Node) -> None:
         """Its supervisor is gone: stop what is left of the node by the run's tags."""
-        from . import control
-
         with contextlib.suppress(HostError):
-            left = await control.sweep(self.transports[node.node_rank], self.run_id, node.node_rank)
-            for text in left:
+            for text in await self.sweep(node.node_rank):
                 self.emit(Notice("error", f"{text} could not be killed", host=node.name))
+
+    async def sweep(self, k: int) -> list[str]:
+        """Stop what is left of node k on its host, by the run's tags: what could not be killed.
+        Raises HostError."""
+        agent = await self.fleet.agent(k, self.emit)
+        args = {"run_id": self.run_id, "node": k, "grace": self.grace}
+        got = await agent.request(protocol.SWEEP, args)
+        return [str(text)[:1000] for text in got.get("survivors") or ()]
 
     async def settle(self) -> None:
         """Wait for the sweeps of nodes whose supervisor died."""
@@ -334,24 +330,24 @@ class Gang:
 
     async def hang_up(self) -> None:
         """After a cancel: stop every node still running and read to each stream's end."""
-        live = [link for link in self.links.values() if not link.ended and link.proc is not None]
+        live = [link for link in self.links.values() if link.channel and not link.closed.is_set()]
         for link in live:
-            link.send("stop")
-
-        async def drain(link: NodeLink) -> None:
-            while await link.read() is not None:
-                pass
-
+            link.say(protocol.SAY_STOP)
         if live:
-            await asyncio.wait(
-                [asyncio.ensure_future(drain(link)) for link in live], timeout=self.grace + 10
-            )
+            ends = [asyncio.ensure_future(link.closed.wait()) for link in live]
+            _, pending = await asyncio.wait(ends, timeout=self.grace + 10)
+            for task in pending:
+                task.cancel()
         for link in self.links.values():
             link.close()
 
+    @property
+    def failures(self) -> list[Failure]:
+        return self.verdict.failures
+
 
 def _untag(data: str) -> tuple[tuple[int | None, str], ...]:
-    """Each whole line of data: `[3]:hello` → (3, "hello"); torchrun's own lines carry no tag."""
+    """Each whole line of data: `[3]:hello` → (3, "hello"); a node's own lines carry no tag."""
     found = RANK_TAG.findall(data)  # one pass in C over the whole chunk
     ranks = {tag: int(tag) if tag else None for tag in set(map(itemgetter(0), found))}
     if len(ranks) == 1:  # the usual chunk: one rank's lines

@@ -115,6 +115,8 @@ class Job(_Strict):
     # seconds between TERM and KILL
     stop_grace: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] = 5.0
     link_timeout: Positive = 60.0  # launcher <-> supervisor lease, seconds
+    # seconds a host may take from its login to its agent's first word (a slow login shell)
+    start_timeout: Positive = 300.0
     spool_max_mb: Positive = 1024.0  # MB of output each host keeps for replay
     hang_after: Positive | None = 600.0  # seconds without progress before a hang; null: off
     nccl: Nccl = Field(default_factory=Nccl)

@@ -1,22 +1,22 @@
-"""One host's supervisor as the launcher sees it: its spool, read across SSH connections.
+"""One node's supervisor as the launcher sees it: its spool, read across agents and connections.
 
 A link remembers how far into the node's spool it has read (complete records only), so a new
-connection asks for exactly the next byte: no record twice, none missed. What a host prints
-outside the protocol comes out as Noise, to be shown as the host's own output.
+channel, on the same agent or on a new one after a reconnect, asks for exactly the next byte: no
+record twice, none missed. Frames come in as the agent's reader hands them over; `on_items`
+gets each batch of Records and control messages, `on_end` the channel's end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import bootstrap
-from .host import wire
-from .transport import Process, Transport
-
-READ = 1 << 18
+from .agent import Agent, Channel
+from .host import protocol, wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,30 +29,31 @@ class Record:
     end: int  # spool offset just past this record
 
     def message(self) -> dict[str, Any]:
-        msg = json.loads(self.data)
-        assert isinstance(msg, dict)
+        try:
+            msg = json.loads(self.data)
+        except ValueError:
+            msg = None
+        if not isinstance(msg, dict):
+            raise wire.Garbage("a meta record that is not an object", self.data)
         return msg
 
 
-@dataclass(frozen=True, slots=True)
-class Noise:
-    text: str
-
-
-Item = Record | Noise | dict[str, Any]  # a dict: an out-of-band control message
+Item = Record | dict[str, Any]  # a dict: an out-of-band control message
+OnItems = Callable[[list[Item]], None]
+OnEnd = Callable[[str | None], None]
 
 
 class NodeLink:
-    def __init__(self, transport: Transport, run_id: str, node: int) -> None:
-        self.transport, self.run_id, self.node = transport, run_id, node
-        self.proc: Process | None = None
+    def __init__(self, run_id: str, node: int) -> None:
+        self.run_id, self.node = run_id, node
+        self.channel: Channel | None = None
+        self.closed = asyncio.Event()  # the current channel has ended
         self.heard = time.monotonic()  # the last byte from the host
         self.ended = False  # the supervisor said the stream is complete
         self.lost = False  # given up on: not heard from for link_timeout
         self.hello: dict[str, Any] = {}
         self._fed = 0  # spool offset of the next byte for the reader
         self._history = False  # this link attached to a run already going (or gone)
-        self._noise = b""  # the start of a line the host printed outside the protocol
         self._wire = wire.WireReader()
         self._spool = wire.SpoolReader()
 
@@ -63,49 +64,46 @@ class NodeLink:
 
     @property
     def offset(self) -> int:
-        """Where a new connection resumes: the end of the last complete record."""
+        """Where a new channel resumes: the end of the last complete record."""
         return self._fed - len(self._spool.buf)
 
-    async def open(self, cmd: dict[str, Any]) -> None:
-        """A new SSH exec (start the supervisor, or attach to it), resuming at `offset`."""
+    def open(
+        self, agent: Agent, op: str, args: dict[str, Any], on_items: OnItems, on_end: OnEnd
+    ) -> None:
+        """A new channel (start the supervisor, or attach to it), resuming at `offset`."""
         offset = self.offset
-        self._history = self._history or (cmd.get("do") == "attach" and offset == 0)
+        self._history = self._history or (op == protocol.ATTACH and offset == 0)
         self.close()
-        python = self.transport.host.python
-        self.proc = await self.transport.start(bootstrap.command(python))
         self._fed, self._wire, self._spool = offset, wire.WireReader(), wire.SpoolReader()
-        self.proc.write(bootstrap.payload(cmd) + b"hello %d\n" % offset)
+        self.heard = time.monotonic()
 
-    def send(self, line: str) -> None:
-        if self.proc is not None:
-            self.proc.write(line.encode() + b"\n")
+        def frame(kind: bytes, payload: Any) -> None:
+            self.heard = time.monotonic()
+            items = self._parse(payload) if kind == b"d" else [payload]
+            if items:
+                on_items(items)
+
+        def end(why: str | None) -> None:
+            self.closed.set()
+            on_end(why)
+
+        self.closed = asyncio.Event()
+        self.channel = agent.open(op, args, frame, end)
+        self.say(f"{protocol.SAY_HELLO} {offset}")
+
+    def say(self, line: str) -> None:
+        if self.channel is not None:
+            self.channel.send(line.encode() + b"\n")
 
     def close(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc = None
+        """Our side of the stream is over (the supervisor lets this viewer go)."""
+        if self.channel is not None:
+            self.channel.end()
+            self.channel = None
 
-    async def read(self) -> list[Item] | None:
-        """What arrived next; None when this connection is over (see `ended`)."""
-        if self.proc is None:
-            return None
-        data = await self.proc.read(READ)
-        if not data:
-            self.proc = None
-            return None
-        self.heard = time.monotonic()
+    def _parse(self, data: bytes) -> list[Item]:
         items: list[Item] = []
         for it in self._wire.feed(data):
-            if isinstance(it, wire.Noise):
-                self._noise += it.data
-                cut = self._noise.rfind(b"\n") + 1
-                if cut:
-                    items.append(_noise(self._noise[:cut]))
-                    self._noise = self._noise[cut:]
-                continue
-            if self._noise:  # the protocol began: a banner's unfinished line ends here
-                items.append(_noise(self._noise))
-                self._noise = b""
             if isinstance(it, wire.Data):
                 items += self._records(it.offset, it.data)
             else:
@@ -114,7 +112,7 @@ class NodeLink:
         return items
 
     def _records(self, offset: int, data: bytes) -> list[Item]:
-        skip = self._fed - offset  # already read over an earlier connection
+        skip = self._fed - offset  # already read over an earlier channel
         if skip >= len(data):
             return []
         if skip > 0:
@@ -128,13 +126,9 @@ class NodeLink:
 
     def _control(self, msg: dict[str, Any]) -> None:
         kind = msg.get("t")
-        if kind == "hello":
+        if kind == protocol.STREAM_HELLO:
             self.hello = msg
-        elif kind == "eof":
+        elif kind == protocol.EOF:
             self.ended = True
-        elif kind == "trimmed":  # gone from the host before we read it: carry on from there
+        elif kind == protocol.TRIMMED:  # gone from the host before we read it: on from there
             self._fed, self._spool = int(msg["at"]), wire.SpoolReader()
-
-
-def _noise(data: bytes) -> Noise:
-    return Noise(data.decode("utf-8", "surrogateescape"))

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from . import flight
 from .inventory import Host, Inventory, env_text
 
-# torchrun prefixes each teed worker line with this; ${rank} is the global rank (torch >= 2.2).
-LINE_PREFIX_TEMPLATE = "[${rank}]:"
 # torchrun's --log-dir, and the flight recorder's files (in env values): the supervisor puts a
-# fresh private directory (mkdtemp) in its place.
+# fresh private directory (mkdtemp) in its place. In the torchrun styles each rank's stdout and
+# stderr go to files there (--redirects 3), which the supervisor reads (remote/host/tail.py).
 SCRATCH = "{ddptui-scratch}"
 # The interface variables `nccl.socket_ifname` sets; gloo needs a concrete name (design §2).
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
@@ -35,6 +34,7 @@ class NodePlan:
     route_to: str | None  # set IFNAME_VARS to the interface that routes to this address
     unset: tuple[str, ...] = ()  # removed from the job's environment, even the host's own
     expand: tuple[int, ...] = ()  # argv items that are paths: `~` expanded on the host
+    tail_ranks: bool = False  # torchrun writes each rank's output to files the host reads
 
     @property
     def node_rank(self) -> int:
@@ -80,6 +80,7 @@ def build(
                 expand=(0, argv.index(job.script, 1)),
                 # Lightning spawns nothing when LOCAL_RANK is set (design §2).
                 unset=("LOCAL_RANK",) if job.launcher == "env" else (),
+                tail_ranks=job.launcher in ("torchrun", "launch"),
             )
         )
     notices = []
@@ -173,7 +174,7 @@ def _argv(
         str(nproc),
         "--max-restarts",
         str(job.max_restarts),
-        "--tee",
+        "--redirects",
         "3",
         "--log-dir",
         SCRATCH,
@@ -226,8 +227,6 @@ def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
     )
     if job.launcher == "torchrun" and job.rdzv_backend == "c10d":
         del env["NODE_RANK"]  # the rendezvous orders the nodes, not the inventory
-    if job.launcher in ("torchrun", "launch"):
-        env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = LINE_PREFIX_TEMPLATE
     if job.launcher in ("spawn", "env"):
         env["DDPTUI_RANK_TAGS"] = "1"  # remote/host/linebuf.py: `[rank]:` once in the group
     if job.launcher == "env":

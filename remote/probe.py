@@ -1,28 +1,26 @@
-"""Checks before launch, launcher side: one command per host learns everything; parse it here.
-
-`command()` is that one command: a `sh -c` wrapper finds the job's interpreter (or, when it is
-missing, any python3, so the rest is still learned and the missing one is named) and runs
-probe_host.py on it. `parse()` turns what came back into a HostChecked; remote/checks.py judges.
-The nvidia-smi GPU query and its parser also serve the live refresh while a job runs
-(`gpu_stats`), over the connections the run already holds.
+"""Checks before launch, launcher side: one op of each host's agent learns everything (its
+`probe`, remote/host/probe.py, on the job's interpreter, or any python3 when that is missing, so
+the rest is still learned and the missing one is named); `parse()` turns the answer into a
+HostChecked, and remote/checks.py judges. The nvidia-smi queries and their parser also serve the
+live GPU figures (remote/monitor.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import checks, visible
-from .bootstrap import TILDE
-from .events import Gpu, GpuProcess, GpuStats, HostChecked
+from .events import Gpu, GpuProcess, HostChecked
+from .host import protocol
 from .inventory import Host, Job
-from .transport import HostError, Result, Transport
+from .transport import HostError
+
+if TYPE_CHECKING:
+    from .agent import Agent
 
 GPU_FIELDS = (
     "index",
@@ -44,32 +42,7 @@ SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": (), "list"
 
 PROBE_TIMEOUT = 90.0  # importing torch and waking 8 GPUs can take a while on a busy host
 REFRESH_TIMEOUT = 10.0
-MARK = "DDPTUI-PROBE "  # probe_host.MARK: the line to read, whatever else the host printed
-
-_HERE = Path(__file__).parent
-_SOURCES = ((_HERE / "host" / "netif.py").read_text(), (_HERE / "probe_host.py").read_text())
-# python -c BOOT NETIF PROBE SPEC [TRIED]: the host side's netif.py first, in a namespace of its
-# own (its route_ifname is reused, as the supervisor uses it), then the probe.
-BOOT = (
-    "import sys;a=sys.argv;s={'__name__':'ddptui-netif'};p={'__name__':'ddptui-probe'};"
-    "exec(compile(a[1],'ddptui-netif','exec'),s);"
-    "exec(compile(a[2],'ddptui-probe','exec'),p);"
-    "sys.exit(p['main'](s['route_ifname'],a[3],a[4] if len(a)>4 else None))"
-)
-# $1 is the job's interpreter (`~` expanded as the launch does). Without it, any python3 still
-# learns the rest (told the path that was tried, after the other arguments).
-WRAPPER = (
-    "py=$1; shift\n"
-    + TILDE
-    + """
-if command -v "$py" >/dev/null 2>&1; then exec "$py" -c "$@"; fi
-for alt in python3 python; do
-    if command -v "$alt" >/dev/null 2>&1; then exec "$alt" -c "$@" "$py"; fi
-done
-echo "no python on this host (tried $py, python3, python)" >&2
-exit 127"""
-)
-EXIT_NO_PYTHON = 127
+FACTS_MAX = 64 << 10  # characters of any one text a host's answer may carry
 
 
 @dataclass(frozen=True)
@@ -81,49 +54,48 @@ class GpuRow:
     driver: str | None
 
 
-def command(
-    host: Host, job: Job, master_addr: str, workdir: str | None, is_master: bool
-) -> list[str]:
-    """The one command that probes `host` (argv; the transport quotes it for the shell)."""
-    spec = {
+def spec(job: Job, master_addr: str, workdir: str | None, is_master: bool) -> dict[str, Any]:
+    """What the host's probe is asked (remote/host/probe.py: facts)."""
+    return {
         "smi": {name: list(args) for name, args in SMI_RUNS.items()},
         "script": job.script,
         "workdir": workdir,
         "master_addr": master_addr,
         "master_port": job.master_port if is_master else None,
     }
-    return ["sh", "-c", WRAPPER, "ddptui-probe", host.python, BOOT, *_SOURCES, json.dumps(spec)]
-
-
-def shell_command(argv: Sequence[str]) -> str:
-    """The same command as one string for a remote shell (ssh, pdsh)."""
-    return shlex.join(argv)
 
 
 async def probe(
-    transport: Transport,
+    agent: Agent,
     job: Job,
     master_addr: str,
     *,
     workdir: str | None,
     connect_s: float | None,
 ) -> HostChecked:
-    """Probe one connected host in one round trip."""
-    host = transport.host
-    argv = command(host, job, master_addr, workdir, is_master=host.node_rank == 0)
+    """Probe one host whose agent is up: one op, one answer."""
+    t = agent.transport
+    host = t.host
+    asked = spec(job, master_addr, workdir, is_master=host.node_rank == 0)
     try:
-        res = await transport.run(argv, timeout=PROBE_TIMEOUT)
+        found = await agent.request(protocol.PROBE, asked, timeout=PROBE_TIMEOUT)
     except HostError as exc:
-        facts = _base(host, connect_s, master_addr, transport.address)
+        facts = _base(host, connect_s, master_addr, t.address)
         return checked(host, {**facts, "probe_error": exc.reason})
     return parse(
         host,
-        res,
+        found,
         connect_s=connect_s,
         master_addr=master_addr,
-        address=transport.address,
-        ssh_notices=transport.notices,  # said of the login (host keys): warnings of the host
+        address=t.address,
+        ssh_notices=t.notices,  # said of the login (host keys): warnings of the host
     )
+
+
+def broken(host: Host, reason: str, code: int | None) -> HostChecked:
+    """Logged into, but ddptui's agent did not start there (no python: exit 127)."""
+    facts = {"reachable": True, "python_path": host.python}
+    return checked(host, {**facts, "probe_error": reason, "probe_exit": code})
 
 
 def unreachable(host: Host, reason: str) -> HostChecked:
@@ -137,41 +109,47 @@ def checked(host: Host, facts: dict[str, Any], gpus: Sequence[Gpu] = ()) -> Host
 
 def parse(
     host: Host,
-    res: Result,
+    found: dict[str, Any],
     *,
     connect_s: float | None,
     master_addr: str,
     address: str | None = None,
     ssh_notices: Sequence[str] = (),
 ) -> HostChecked:
-    """What one probe run printed → the host's facts, GPUs and findings. address: where the
-    launcher learned the peers reach this host (remote/transport.py)."""
+    """The host's answer → its facts, GPUs and findings. address: where the launcher learned
+    the peers reach this host (remote/fleet.py). The answer is data from a host: a field of
+    the wrong shape is a probe error, never a crash."""
     facts = _base(host, connect_s, master_addr, address)
     if ssh_notices:
         facts["ssh_notices"] = list(ssh_notices)
-    found = marked(res.stdout, MARK)
-    if found is None:
-        facts.update(probe_error=_why_silent(res), probe_exit=res.code)
+    try:
+        facts.update(_facts(found))
+        gpus = _gpu_facts(host, found, facts)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        facts["probe_error"] = f"the probe's answer is not understood: {exc!r}"[:FACTS_MAX]
         return checked(host, facts)
-    facts.update(_facts(found))
-    gpus: tuple[Gpu, ...] = ()
+    facts["gpu_count"] = len(gpus)
+    return checked(host, facts, gpus)
+
+
+def _gpu_facts(host: Host, found: dict[str, Any], facts: dict[str, Any]) -> tuple[Gpu, ...]:
     smi = found.get("smi")
     if smi is None:
         facts["nvidia_smi"] = "missing"
-    elif error := smi_error(smi["gpus"]):
-        facts.update(nvidia_smi="error", gpu_error=error)
-    else:
-        rows = parse_gpus(smi["gpus"]["out"])
-        gpus = attach_processes(rows, smi["apps"]["out"] if smi["apps"]["code"] == 0 else "")
-        drivers = {r.driver for r in rows if r.driver}
-        facts.update(
-            nvidia_smi="ok",
-            driver=", ".join(sorted(drivers)) or None,
-            cuda=cuda_version(smi["summary"]["out"]),
-            **_visible(host, rows, smi.get("list"), found),
-        )
-    facts["gpu_count"] = len(gpus)
-    return checked(host, facts, gpus)
+        return ()
+    if error := smi_error(smi["gpus"]):
+        facts.update(nvidia_smi="error", gpu_error=error[:FACTS_MAX])
+        return ()
+    rows = parse_gpus(smi["gpus"]["out"])
+    gpus = attach_processes(rows, smi["apps"]["out"] if smi["apps"]["code"] == 0 else "")
+    drivers = {r.driver for r in rows if r.driver}
+    facts.update(
+        nvidia_smi="ok",
+        driver=", ".join(sorted(drivers)) or None,
+        cuda=cuda_version(smi["summary"]["out"]),
+        **_visible(host, rows, smi.get("list"), found),
+    )
+    return gpus
 
 
 def _visible(
@@ -206,30 +184,6 @@ def _base(
         "master_addr": master_addr,
         "address": address,
     }
-
-
-def marked(stdout: bytes, mark: str) -> dict[str, Any] | None:
-    """The JSON after `mark` on the last line that holds it. Whatever else the host printed
-    (a login banner, a python wrapper that greets) is passed over, even an unfinished line
-    the mark's own line begins with."""
-    for line in reversed(stdout.decode("utf-8", "replace").splitlines()):
-        at = line.find(mark)
-        if at >= 0:
-            try:
-                found = json.loads(line[at + len(mark) :])
-            except ValueError:
-                return None
-            return found if isinstance(found, dict) else None
-    return None
-
-
-def _why_silent(res: Result) -> str:
-    """Why the probe said nothing: the host's own last words, or its exit status."""
-    lines = [s.strip() for s in res.stderr.decode("utf-8", "replace").splitlines() if s.strip()]
-    if res.code == EXIT_NO_PYTHON and lines:
-        return lines[-1]
-    tail = f": {lines[-1]}" if lines else ""
-    return f"the probe failed (exit {res.code}){tail}"
 
 
 def _facts(found: dict[str, Any]) -> dict[str, Any]:
@@ -374,39 +328,16 @@ def cuda_version(summary: str) -> str | None:
 
 # -- `auto` without the checks ----------------------------------------------------------------
 
-CVD_MARK = "DDPTUI-CVD "
-# The variable (`=VALUE`, or nothing when unset) after a mark (a greeting .bashrc may print
-# first), then the GPUs and MIG devices.
-COUNT_SH = f'printf "{CVD_MARK}%s\\n" "${{{visible.VAR}+=${visible.VAR}}}"; exec nvidia-smi -L'
 
-
-async def count_visible(transport: Transport) -> visible.Visible | None:
+async def count_visible(agent: Agent) -> visible.Visible | None:
     """The devices a job on this host would see; None without a working nvidia-smi."""
     try:
-        res = await transport.run(["sh", "-c", COUNT_SH], timeout=REFRESH_TIMEOUT)
+        found = await agent.request(protocol.COUNT, timeout=REFRESH_TIMEOUT)
     except HostError:
         return None
-    text = res.stdout.decode("utf-8", "replace")
-    said = next((ln for ln in text.splitlines() if CVD_MARK in ln), None)
-    if res.code != 0 or said is None:
+    listed = found.get("list")
+    if not isinstance(listed, dict) or listed.get("code") != 0:
         return None
-    rest = said.split(CVD_MARK, 1)[1]  # `=VALUE`, or nothing when unset
-    return _job_sees(transport.host, visible.parse_list(text), rest[1:] if rest else None)
-
-
-# -- live refresh ------------------------------------------------------------------------------
-
-
-async def gpu_stats(transport: Transport) -> GpuStats | None:
-    """One GPU query over an open connection; None when the host did not answer with GPUs."""
-    try:
-        res = await transport.run(list(GPU_QUERY), timeout=REFRESH_TIMEOUT)
-    except HostError:
-        return None
-    if res.code != 0:
-        return None
-    rows = parse_gpus(res.stdout.decode("utf-8", "replace"))
-    if not rows:
-        return None
-    host = transport.host
-    return GpuStats(host.name, host.node_rank, tuple(r.gpu for r in rows))
+    gpus = visible.parse_list(str(listed.get("out", "")))
+    cvd = found.get("cuda_visible_devices")
+    return _job_sees(agent.transport.host, gpus, None if cvd is None else str(cvd))

@@ -19,10 +19,12 @@ from typing import Any
 
 import platformdirs
 
-from . import control, fanout, inventory
+from . import inventory
+from .fleet import Fleet
+from .host import protocol
 from .inventory import Host, Inventory
 from .record import private_dir, replace_private, write_private
-from .transport import HostError, Transport, for_host
+from .transport import HostError
 
 RUN_JSON, INVENTORY, SUMMARY = "run.json", "inventory.yaml", "summary.json"
 # A run's status: from its summary, else from its hosts' supervisors.
@@ -181,14 +183,17 @@ def _reach(h: Host) -> tuple[Any, ...]:
 
 
 async def _ask(host: Host, nodes: list[tuple[str, int]]) -> dict[str, Any] | str:
-    t: Transport = for_host(host)
+    """{run_id: {node: state or None}} from the host's agent (one login), or why not."""
+    fleet = Fleet([host])
     try:
-        await fanout.connect(t)
-        return await control.status(t, nodes)
+        agent = await fleet.agent(0, lambda event: None)
+        got = await agent.request(protocol.STATUS, {"nodes": [list(n) for n in nodes]})
     except HostError as exc:
         return exc.reason
     finally:
-        await t.close()
+        await fleet.close()
+    found = got.get("runs", {})
+    return found if isinstance(found, dict) else "its agent's answer is not understood"
 
 
 def age(seconds: float) -> str:

@@ -1,6 +1,6 @@
 """Every rank's stack, grouped: what a stalled job is doing, on every host at once.
 
-`dump()` asks every host in one round trip (remote/stacks_host.py: py-spy on each rank process
+`dump()` asks every host's agent in one op (remote/host/stacks.py: py-spy on each rank process
 of the run, side by side) and groups identical stacks (LLNL STAT's idea): with 512 dumps, the
 odd group out is the answer, so the smallest groups come first. A group is keyed by the main
 thread's frames (function, file, line), innermost first.
@@ -13,7 +13,6 @@ the stacks') with the analyser's verdict (flight.py).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -21,28 +20,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import fanout, fold, probe
 from . import flight as recorder
+from . import fold
 from .checks import PTRACE_NEEDED
 from .events import Event, Notice, StacksCaptured
-from .transport import HostError, Transport
+from .fleet import Fleet
+from .host import protocol
+from .record import private_dir, replace_private
+from .transport import HostError
 
-MARK = "DDPTUI-STACKS "  # stacks_host.MARK
 TIMEOUT = 60.0
 FLIGHT_WAIT = 15.0  # seconds the ranks have to write their traces (a first dump: ~5 s here)
+ANALYSE_S = 150.0  # the analyser on node 0's host (its own timeout is 120 s)
 SHOWN_FRAMES = 8  # frames of a group on its text line; the JSON and the file have them all
 
-_HERE = Path(__file__).parent
-_SOURCES = tuple(
-    (_HERE / f).read_text() for f in ("host/procs.py", "probe_host.py", "stacks_host.py")
-)
-# python -c BOOT PROCS PROBE STACKS SPEC: each in a namespace of its own (the probe's main must
-# not run); the stacks script gets the other two.
-BOOT = (
-    "import sys;a=sys.argv;n=[{'__name__':'ddptui-'+w} for w in ('procs','probe','stacks')];"
-    "[exec(compile(a[i+1],n[i]['__name__'],'exec'),n[i]) for i in range(3)];"
-    "sys.exit(n[2]['main'](n[0],n[1],a[4]))"
-)
+Emit = Callable[[Event], None]
 
 
 @dataclass(frozen=True)
@@ -125,69 +117,69 @@ class Report:
         }
 
 
-def command(python: str, run_id: str, node: int, nnodes: int, **what: object) -> list[str]:
-    """The host's dump (argv). what: native (bool), stacks (bool), flight_wait (seconds)."""
-    spec = {"run_id": run_id, "node": node, "nnodes": nnodes, **what}
-    # The job's interpreter runs the dump (its venv holds py-spy); any python3 will do else.
-    return ["sh", "-c", probe.WRAPPER, "ddptui-stacks", python, BOOT, *_SOURCES, json.dumps(spec)]
-
-
-async def dump(transports: Sequence[Transport], run_id: str, *, native: bool = False) -> Report:
-    """Every rank's stack on every host (one round trip each, all hosts at once), grouped."""
+async def dump(fleet: Fleet, emit: Emit, run_id: str, *, native: bool = False) -> Report:
+    """Every rank's stack on every host (one op each, all hosts at once), grouped."""
     t0 = time.monotonic()
-    answers = await _ask(transports, run_id, native=native, stacks=True, flight_wait=0)
+    answers = await _ask(fleet, emit, run_id, native=native, stacks=True, flight_wait=0)
     stacks: list[RankStack] = []
     problems: dict[str, str] = {}
-    for t, answer in zip(transports, answers, strict=True):
-        name = t.host.name
+    for host, answer in zip(fleet.hosts, answers, strict=True):
+        name = host.name
         if isinstance(answer, str):
             problems[name] = answer
             continue
-        if answer.get("error"):
-            problems[name] = answer["error"]
+        if answer.get("problem"):
+            problems[name] = str(answer["problem"])[:1000]
         stacks += _rank_stacks(name, answer)
     return Report(run_id, group(stacks), problems, time.monotonic() - t0)
 
 
-async def traces(transports: Sequence[Transport], run_id: str) -> recorder.Collected:
-    """Every rank's flight recorder trace, asked for through its dump pipe. A round trip of its
-    own beside the stacks': a rank's first dump can take seconds."""
-    answers = await _ask(transports, run_id, stacks=False, flight_wait=FLIGHT_WAIT)
-    found: dict[int, bytes] = {}
+async def traces(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Collected:
+    """Every rank's flight recorder trace, asked for through its dump pipe. An op of its own
+    beside the stacks': a rank's first dump can take seconds."""
+    answers = await _ask(fleet, emit, run_id, stacks=False, flight_wait=FLIGHT_WAIT)
+    found: dict[int, Any] = {}
     missing: dict[int, str] = {}
     for answer in answers:
         if isinstance(answer, str):
-            continue  # the stacks' round trip says why the host gave nothing
+            continue  # the stacks' op says why the host gave nothing
         for rank, got in (answer.get("flight") or {}).items():
-            if "data" in got:
-                found[int(rank)] = base64.b64decode(got["data"])
+            if isinstance(got, dict) and "trace" in got:
+                found[int(rank)] = got["trace"]
             else:
-                missing[int(rank)] = got.get("error", "no trace")
+                missing[int(rank)] = str(got.get("error", "no trace"))[:1000]
     return recorder.Collected(found, missing)
 
 
-async def _ask(
-    transports: Sequence[Transport], run_id: str, **what: object
-) -> list[dict[str, Any] | str]:
+def analyser(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Analyse:
+    """torch's analyser, run by node 0's host on the traces (its python, its private dir)."""
+
+    async def analyse(data: bytes) -> str:
+        try:
+            agent = await fleet.agent(0, emit)
+            got = await agent.request(
+                protocol.FLIGHT, {"run_id": run_id, "node": 0}, data=data, timeout=ANALYSE_S
+            )
+        except HostError as exc:
+            return f"the analyser could not run on {fleet.hosts[0].name}: {exc.reason}"
+        return str(got.get("verdict") or "")
+
+    return analyse
+
+
+async def _ask(fleet: Fleet, emit: Emit, run_id: str, **what: object) -> list[dict[str, Any] | str]:
     """Every host's answer, or why it gave none."""
-    nnodes = len(transports)
-    return list(await asyncio.gather(*(_host(t, run_id, nnodes, what) for t in transports)))
+    nnodes = len(fleet.hosts)
 
+    async def one(k: int) -> dict[str, Any] | str:
+        spec = {"run_id": run_id, "node": k, "nnodes": nnodes, **what}
+        try:
+            agent = await fleet.agent(k, emit)
+            return await agent.request(protocol.STACKS, spec, timeout=TIMEOUT)
+        except HostError as exc:
+            return exc.reason
 
-async def _host(
-    t: Transport, run_id: str, nnodes: int, what: dict[str, object]
-) -> dict[str, Any] | str:
-    h = t.host
-    argv = command(h.python, run_id, h.node_rank, nnodes, **what)
-    try:
-        res = await t.run(argv, timeout=TIMEOUT)
-    except HostError as exc:
-        return exc.reason
-    found = probe.marked(res.stdout, MARK)
-    if found is not None:
-        return found
-    err = [s for s in res.stderr.decode("utf-8", "replace").splitlines() if s.strip()]
-    return f"the stacks dump failed (exit {res.code})" + (f": {err[-1]}" if err else "")
+    return list(await asyncio.gather(*(one(k) for k in range(nnodes))))
 
 
 def _rank_stacks(host: str, answer: dict[str, Any]) -> list[RankStack]:
@@ -233,9 +225,6 @@ def group(stacks: Sequence[RankStack]) -> tuple[Group, ...]:
     return tuple(sorted(groups, key=lambda g: (g.error is not None, len(g.ranks), g.ranks)))
 
 
-Emit = Callable[[Event], None]
-
-
 def _stamp(run_dir: Path) -> str:
     """The time, made unique among the run's dumps (a hang's and one asked for may meet)."""
     stamp = base = time.strftime("%Y%m%d-%H%M%S")
@@ -247,30 +236,28 @@ def _stamp(run_dir: Path) -> str:
 
 
 async def capture(
-    transports: Sequence[Transport],
+    fleet: Fleet,
     run_id: str,
     run_dir: Path,
     emit: Emit | None = None,
     *,
     native: bool = False,
     flight: bool = False,
-    connect: bool = False,
     dumped: Callable[[Report], None] | None = None,
 ) -> tuple[Report, Path]:
     """Dump, then save the report in the run dir (`stacks-<time>.txt` and `.json`); with the
     flight recorder, its traces and the analyser's verdict too. Says what it saved on `emit`.
-    `dumped` sees the stacks before the traces (they take longer) and their analysis.
-    connect: log in first (the transports are not connected yet)."""
-    if connect:
-        await _connect(transports)
-    flights = asyncio.ensure_future(traces(transports, run_id)) if flight else None
+    `dumped` sees the stacks before the traces (they take longer) and their analysis. Hosts
+    whose agent is not up yet are connected to first."""
+    say = emit or (lambda event: None)
+    flights = asyncio.ensure_future(traces(fleet, say, run_id)) if flight else None
     try:
-        report = await dump(transports, run_id, native=native)
+        report = await dump(fleet, say, run_id, native=native)
     except BaseException:
         if flights is not None:
             flights.cancel()
         raise
-    run_dir.mkdir(parents=True, exist_ok=True)
+    private_dir(run_dir)
     stamp = _stamp(run_dir)
     path = run_dir / f"stacks-{stamp}.txt"
     _save(report, path)
@@ -282,16 +269,12 @@ async def capture(
         emit(Notice("warning", f"every rank's stack saved to {path}; first: {first}"))
     if flights is not None:
         report.flight = await flights
-        await report.flight.save(run_dir / f"flight-{stamp}")
+        analyse = analyser(fleet, say, run_id)
+        await report.flight.save(run_dir / f"flight-{stamp}", analyse)
         _save(report, path)  # with the traces' fate and the verdict
     return report, path
 
 
-async def _connect(transports: Sequence[Transport]) -> None:
-    """Log in everywhere at once; a host that cannot be reached says so in the dump."""
-    await asyncio.gather(*(fanout.connect(t) for t in transports), return_exceptions=True)
-
-
 def _save(report: Report, path: Path) -> None:
-    path.write_text(report.text(frames=1_000) + "\n")
-    path.with_suffix(".json").write_text(json.dumps(report.as_json(), indent=2) + "\n")
+    replace_private(path, report.text(frames=1_000) + "\n")
+    replace_private(path.with_suffix(".json"), json.dumps(report.as_json(), indent=2) + "\n")

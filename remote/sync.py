@@ -6,22 +6,23 @@ them the same: the local directory (`from`, default the inventory's own) is push
 `workdir`, in at most two round trips per host, both on the connection the run already holds:
 
 1. plan: the manifest (path, size, sha256, mtime of every local file not excluded) goes to the
-   host, which answers which files it lacks or holds with other content (remote/sync_host.py:
-   size and mtime as the last push set them, else the hash, decide);
-2. put: those files go as one tar on stdin, and are written atomically with their mode and mtime.
+   host's agent, which answers which files it lacks or holds with other content
+   (remote/host/sync.py: size and mtime as the last push set them, else the hash, decide);
+2. put: those files go as one tar, and are written atomically with their mode and mtime.
 
 Content decides, not mtimes alone: a `git checkout` that changed mtimes moves nothing, a file
 edited on a host is put back; a second sync with nothing changed moves and reads nothing but
 the manifest on the hosts. Nothing is deleted on the host (outputs and checkpoints live there).
 A `transport: local` host running in the source itself is skipped; any other local workdir is
-copied into like a remote one (the same code path). The host side runs on the job's python (any
-python3 where that is missing), as the probe does.
+copied into like a remote one (the same code path). The host side runs in the agent, on the job's
+python (any python3 where that is missing), as the probe does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fnmatch
+import hashlib
 import io
 import json
 import os
@@ -30,13 +31,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from . import probe
+from .agent import Agent
 from .events import CodeSynced, Event
-from .inventory import Inventory, Sync
-from .probe_host import file_sha256
-from .transport import HostError, LocalTransport, Transport
+from .host import protocol
+from .inventory import Host, Inventory, Sync
+from .transport import HostError
 
 # Never code: version control, caches, virtualenvs (interpreter-specific, often huge) and the
 # output directories of common trainers (pushing them would overwrite the host's own results).
@@ -58,16 +58,9 @@ DEFAULT_EXCLUDE = (
     "wandb",
     "lightning_logs",
 )
-MARK = "DDPTUI-SYNC "  # sync_host.MARK
 PLAN_TIMEOUT = 120.0  # the host hashes its copies of the files: seconds for a big tree
 MAX_BYTES = 2 * 10**9  # every changed file travels in one message per host, held in memory
 MIN_RATE = 1e6  # bytes/s the slowest link is expected to manage during `put`
-
-_SOURCE = (Path(__file__).parent / "sync_host.py").read_text()
-BOOT = (
-    "import sys;a=sys.argv;s={'__name__':'ddptui-sync'};"
-    "exec(compile(a[1],'ddptui-sync','exec'),s);sys.exit(s['main'](a[2],a[3]))"
-)
 
 Emit = Callable[[Event], None]
 
@@ -79,6 +72,14 @@ class LocalFile:
     sha256: str
     mode: int
     mtime: float
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def excluded(rel: str, patterns: Sequence[str]) -> bool:
@@ -144,20 +145,21 @@ def source_dir(inv: Inventory, sync: Sync) -> Path:
 
 
 async def push(
-    inv: Inventory, transports: Sequence[Transport], dests: Sequence[str | None], emit: Emit
+    inv: Inventory, agents: Sequence[Agent | None], dests: Sequence[str | None], emit: Emit
 ) -> list[CodeSynced]:
     """Push `job.sync`'s source to each host's dest (its workdir), all hosts at once; one
     CodeSynced per host, emitted as it finishes. Any with `error` set means: do not launch."""
     sync = inv.job.sync
     assert sync is not None
     root = source_dir(inv, sync)
+    hosts = inv.hosts
     try:
         if not root.is_dir():
             raise SourceError(f"the local source {root} is not a directory (job.sync.from)")
         files = await asyncio.to_thread(collect, root, (*DEFAULT_EXCLUDE, *sync.exclude))
     except (OSError, SourceError) as exc:
         why = str(exc) if isinstance(exc, SourceError) else f"cannot read the local source: {exc}"
-        results = [_result(t, d or "", error=why) for t, d in zip(transports, dests, strict=True)]
+        results = [_result(h, d or "", error=why) for h, d in zip(hosts, dests, strict=True)]
         for r in results:
             emit(r)
         return results
@@ -168,66 +170,53 @@ async def push(
             tars[names] = asyncio.ensure_future(asyncio.to_thread(tar_of, files, names))
         return tars[names]
 
-    async def one(t: Transport, dest: str) -> CodeSynced:
-        if isinstance(t, LocalTransport) and not t.host.workdir:
+    async def one(host: Host, agent: Agent | None, dest: str) -> CodeSynced:
+        if host.transport == "local" and not host.workdir:
             result = _result(
-                t, dest, skipped="a local host without workdir runs beside the inventory"
+                host, dest, skipped="a local host without workdir runs beside the inventory"
             )
-        elif isinstance(t, LocalTransport) and Path(dest).expanduser().resolve() == root:
-            result = _result(t, dest, skipped="the host's workdir is the source directory")
+        elif host.transport == "local" and Path(dest).expanduser().resolve() == root:
+            result = _result(host, dest, skipped="the host's workdir is the source directory")
+        elif agent is None:
+            result = _result(host, dest, error="not connected")
         else:
             try:
-                result = await _push_one(t, dest, files, tar_for)
+                result = await _push_one(agent, dest, files, tar_for)
             except HostError as exc:
-                result = _result(t, dest, error=exc.reason)
+                result = _result(host, dest, error=exc.reason)
             except OSError as exc:  # a local file that changed or went while being read
-                result = _result(t, dest, error=f"cannot read the local source: {exc}")
+                result = _result(host, dest, error=f"cannot read the local source: {exc}")
         emit(result)
         return result
 
     # An SSH host without workdir is refused at load (inventory._check_sync).
-    pairs = zip(transports, dests, strict=True)
-    return list(await asyncio.gather(*(one(t, d or str(root)) for t, d in pairs)))
-
-
-def _runs_here(t: LocalTransport, dest: str, root: Path) -> bool:
-    """A local host without workdir runs beside the inventory (run.py), one with the source as
-    workdir in it: nothing to copy. Any other local workdir is copied into like a remote one."""
-    return not t.host.workdir or Path(dest).expanduser().resolve() == root
+    triples = zip(hosts, agents, dests, strict=True)
+    return list(await asyncio.gather(*(one(h, a, d or str(root)) for h, a, d in triples)))
 
 
 async def _push_one(
-    t: Transport,
+    agent: Agent,
     dest: str,
     files: dict[str, LocalFile],
     tar_for: Callable[[tuple[str, ...]], asyncio.Task[bytes]],
 ) -> CodeSynced:
     t0 = time.monotonic()
     manifest = {rel: [f.size, f.sha256, f.mtime] for rel, f in files.items()}
-    answer = await _step(t, "plan", dest, json.dumps(manifest).encode(), PLAN_TIMEOUT)
-    need = tuple(answer.get("need", ()))
+    data = json.dumps(manifest).encode()
+    answer = await agent.request(
+        protocol.SYNC_PLAN, {"dest": dest}, data=data, timeout=PLAN_TIMEOUT
+    )
+    need = tuple(str(rel) for rel in answer.get("need", ()) if rel in files)
     if need:
-        data = await tar_for(need)
-        await _step(t, "put", dest, data, PLAN_TIMEOUT + len(data) / MIN_RATE)
+        tar = await tar_for(need)
+        timeout = PLAN_TIMEOUT + len(tar) / MIN_RATE
+        await agent.request(protocol.SYNC_PUT, {"dest": dest}, data=tar, timeout=timeout)
     size = sum(files[rel].size for rel in need)
     took = time.monotonic() - t0
     unchanged = len(files) - len(need)
-    return CodeSynced(t.host.name, t.host.node_rank, dest, len(need), size, unchanged, took)
+    host = agent.transport.host
+    return CodeSynced(host.name, host.node_rank, dest, len(need), size, unchanged, took)
 
 
-async def _step(t: Transport, step: str, dest: str, data: bytes, timeout: float) -> dict[str, Any]:
-    argv = ["sh", "-c", probe.WRAPPER, "ddptui-sync", t.host.python, BOOT, _SOURCE, step, dest]
-    res = await t.run(argv, input=data, timeout=timeout)
-    for line in reversed(res.stdout.decode("utf-8", "replace").splitlines()):
-        if line.startswith(MARK):
-            answer: dict[str, Any] = json.loads(line[len(MARK) :])
-            if "error" in answer:
-                raise HostError(t.host.name, f"{step}: {answer['error']}")
-            return answer
-    err = [s.strip() for s in res.stderr.decode("utf-8", "replace").splitlines() if s.strip()]
-    why = f": {err[-1]}" if err else ""
-    raise HostError(t.host.name, f"{step} failed (exit {res.code}){why}")
-
-
-def _result(t: Transport, dest: str, *, error: str = "", skipped: str = "") -> CodeSynced:
-    return CodeSynced(t.host.name, t.host.node_rank, dest, skipped=skipped, error=error)
+def _result(host: Host, dest: str, *, error: str = "", skipped: str = "") -> CodeSynced:
+    return CodeSynced(host.name, host.node_rank, dest, skipped=skipped, error=error)

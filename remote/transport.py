@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import shlex
+import signal
 import socket
 import time
 from abc import ABC, abstractmethod
@@ -49,6 +51,7 @@ class Process(Protocol):
     async def readline(self) -> bytes: ...
     async def read(self, n: int) -> bytes: ...
     def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
     def close_stdin(self) -> None: ...
     async def wait(self) -> int | None: ...
     def stderr_tail(self) -> str: ...
@@ -59,6 +62,7 @@ class Transport(ABC):
     def __init__(self, host: Host) -> None:
         self.host = host
         self.address = host.host  # as peers reach it; refined on connect
+        self.peer_address = host.host  # where we reached it, whatever it is
         self.notices: list[str] = []  # for a person, once connected (run.py emits them)
 
     @abstractmethod
@@ -115,6 +119,10 @@ class _LocalProcess:
         if not self._stdin.is_closing():
             self._stdin.write(data)
 
+    async def drain(self) -> None:
+        with contextlib.suppress(ConnectionError):
+            await self._stdin.drain()
+
     def close_stdin(self) -> None:
         if not self._stdin.is_closing():
             self._stdin.close()
@@ -128,8 +136,10 @@ class _LocalProcess:
         return self._err.text()
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
+        """Its whole process group: a login wrapper's children go too (node supervisors leave
+        the group at their start: they live on)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
 
 
 class LocalTransport(Transport):
@@ -150,6 +160,7 @@ class LocalTransport(Transport):
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 limit=LINE_LIMIT,
+                start_new_session=True,  # a group of its own, as an ssh session's
             )
         except OSError as exc:
             raise HostError(self.host.name, f"cannot run {argv[0]}: {exc.strerror}") from None
@@ -193,6 +204,10 @@ class _SSHProcess:
     def write(self, data: bytes) -> None:
         with contextlib.suppress(asyncssh.Error, OSError, BrokenPipeError):
             self.proc.stdin.write(data)
+
+    async def drain(self) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError, BrokenPipeError):
+            await self.proc.stdin.drain()
 
     def close_stdin(self) -> None:
         with contextlib.suppress(asyncssh.Error, OSError, BrokenPipeError):
@@ -255,27 +270,20 @@ class SSHTransport(Transport):
             if self.notices and isinstance(exc, asyncssh.HostKeyNotVerifiable):
                 reason += " (`UserKnownHostsFile none` in ~/.ssh/config does not turn it off)"
             raise HostError(h.name, reason) from None
-        self.address = await self._own_address(config.host)
+        self.address = self._own_address(config.host)
         return time.monotonic() - t0
 
-    async def _own_address(self, hostname: str) -> str:
+    def _own_address(self, hostname: str) -> str:
         """Where the peers reach this host: the address we reached it at when that is one
         (a tunnel or a ProxyCommand has none; loopback is no good to the others), else the
-        config's HostName when it is an address, else what the host's sshd saw us connect to
-        ($SSH_CONNECTION: behind a bastion, its private address)."""
+        config's HostName when it is an address; else "" until its agent says what its sshd
+        saw ($SSH_CONNECTION: behind a bastion, its private address; remote/fleet.py)."""
         peer = self._conn().get_extra_info("peername")
-        for addr in (peer[0] if peer else "", hostname):
+        self.peer_address = str(peer[0]) if peer else ""
+        for addr in (self.peer_address, hostname):
             if routable(addr):
                 return str(addr)
-        try:
-            res = await self.run(["sh", "-c", 'echo "DDPTUI-ADDR $SSH_CONNECTION"'], timeout=30)
-        except HostError:
-            res = Result(None, b"", b"")
-        for line in res.stdout.decode("utf-8", "replace").splitlines():
-            fields = line.split()
-            if fields[:1] == ["DDPTUI-ADDR"] and len(fields) == 5:
-                return fields[3]
-        return str(peer[0]) if peer else ""
+        return ""
 
     def _conn(self) -> asyncssh.SSHClientConnection:
         if self.conn is None:

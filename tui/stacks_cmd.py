@@ -8,7 +8,6 @@ recorder, its traces and the analyser's verdict follow (they take seconds).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from typing import TextIO
@@ -16,7 +15,7 @@ from typing import TextIO
 from remote import runs
 from remote import stacks as dumper
 from remote.exits import EXIT_FAILED, EXIT_OK
-from remote.transport import for_host
+from remote.run import fleet_for
 
 
 async def stacks(spec: str, *, as_json: bool, native: bool, out: TextIO | None = None) -> int:
@@ -25,7 +24,7 @@ async def stacks(spec: str, *, as_json: bool, native: bool, out: TextIO | None =
     out = out or sys.stdout
     record = runs.resolve(spec)
     inv = record.inventory()
-    transports = [for_host(h) for h in inv.hosts]
+    fleet = fleet_for(inv)  # one login per host
 
     def show(report: dumper.Report) -> None:  # the stacks at once; the analyser takes seconds
         out.write(report.text(flight=False) + "\n")
@@ -33,11 +32,11 @@ async def stacks(spec: str, *, as_json: bool, native: bool, out: TextIO | None =
 
     try:
         report, path = await dumper.capture(
-            transports, record.run_id, record.dir, native=native,
-            flight=inv.job.nccl.flight_recorder, connect=True, dumped=None if as_json else show,
+            fleet, record.run_id, record.dir, native=native,
+            flight=inv.job.nccl.flight_recorder, dumped=None if as_json else show,
         )  # fmt: skip
     finally:
-        await asyncio.gather(*(t.close() for t in transports), return_exceptions=True)
+        await fleet.close()
     if as_json:
         out.write(json.dumps(report.as_json(), indent=2) + "\n")
     elif report.flight is not None:

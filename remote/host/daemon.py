@@ -1,9 +1,11 @@
 """The supervisor proper: a daemon on the host that owns one node's part of a run to its end.
 
-It outlives any one SSH connection (launchers come and go, design §7): it starts the job in a
+The agent's `start` op runs it as a fresh interpreter (`boot`), which detaches at once. It
+outlives any one SSH connection (launchers come and go, design §7): it starts the job in a
 session of its own with the run's tags in its environment, is a child subreaper, spools every
-byte the job prints (remote/host/spool.py), and serves viewers on a Unix socket in its private
-directory, which `main.relay` reaches over SSH. It stops the job (TERM, grace, KILL) when
+byte the job prints (remote/host/spool.py; in the torchrun styles each rank's files, read by
+remote/host/tail.py), and serves viewers on a Unix socket in its private directory, which an
+agent's relay reaches (remote/host/nodes.py). It stops the job (TERM, grace, KILL) when
 - a launcher says `stop`;
 - the run is attached and no launcher has been heard from for link_timeout (the lease);
 - the run's hub says so (another node failed or was lost; remote/host/hub.py).
@@ -25,15 +27,60 @@ import threading
 import time
 
 from . import hub as hubs
-from . import linebuf, netif, procs, wire
+from . import linebuf, netif, procs, protocol, wire
+from .protocol import beat_interval
 from .spool import Spool, Trimmed
+from .state import STATE
+from .tail import RankTail
 
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 SEND_MAX = 1 << 18  # spool bytes per wire frame
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
 SOCKET = "ctl.sock"
-STATE = "state.json"
+ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewers again
+
+
+def boot(ndir):
+    """The supervisor's own process (remote/host/nodes.py starts it): the spec on stdin; "ok"
+    (or why not) on stdout once it serves, then detached from everything of the agent's."""
+    try:
+        spec = protocol.spec(json.loads(sys.stdin.buffer.read()))
+        os.chdir(ndir)
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(SOCKET)  # relative: a deep home must not exceed sun_path's 108 bytes
+        server.listen(64)
+    except (OSError, ValueError) as exc:
+        os.write(1, "cannot start the supervisor: {}".format(exc).encode())
+        os._exit(1)
+    if os.fork():  # the agent waits for this parent; the daemon goes on, adopted by init
+        os._exit(0)
+    os.umask(0o077)
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    # "ok" goes on a descriptor of its own, closed once said: the agent reads to EOF, and the
+    # guardian and the job (forked before and after) must hold no copy of it.
+    said_fd = os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.set_inheritable(said_fd, False)
+    said = []
+
+    def ready(text):
+        said.append(text)
+        os.write(said_fd, text.encode())
+        os.close(said_fd)
+
+    code = 0
+    try:
+        Daemon(spec, ndir).serve(server, ready)
+    except BaseException as exc:  # its log says why
+        log("supervisor failed: {!r}".format(exc))
+        if not said:
+            ready("supervisor failed: {!r}".format(exc))
+        code = 1
+    os._exit(code)
 
 
 def now_ms():
@@ -51,15 +98,16 @@ class Daemon:
         self.spec, self.dir = spec, ndir
         self.node, self.nnodes = spec["node"], len(spec["names"])
         self.tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(self.node)}
-        self.grace = spec.get("grace", 5.0)
-        self.link_timeout = spec.get("link_timeout", 60.0)
+        self.grace = spec["grace"]
+        self.link_timeout = spec["link_timeout"]
         self.beat = beat_interval(self.link_timeout)
-        self.mode = "detached" if spec.get("detached") else "attached"
-        self.spool = Spool(ndir, spec.get("spool_max", 1 << 30))
+        self.mode = "detached" if spec["detached"] else "attached"
+        self.spool = Spool(ndir, spec["spool_max"])
         self.heard = time.monotonic()  # the last word from any launcher
         self.lock = threading.Lock()
         self.clients = {}  # socket -> [last heard, done event]
         self.server = None  # the viewers' listening socket (serve)
+        self.closing = False  # the daemon is leaving: its accept loop ends
         self.stop_once = threading.Lock()
         self.stop_evt = threading.Event()
         self.stop_by = self.stop_reason = self.stop_node = None
@@ -80,7 +128,7 @@ class Daemon:
         trimmed = self.spool.append(data)
         if trimmed:  # said in the spool itself, so every viewer learns it in order
             self.spool.append(
-                wire.meta(now_ms(), t="trimmed", bytes=trimmed, max=self.spool.max_bytes)
+                wire.meta(now_ms(), t=protocol.TRIMMED, bytes=trimmed, max=self.spool.max_bytes)
             )
 
     def save_state(self, **changes):
@@ -100,13 +148,13 @@ class Daemon:
         if self.node == 0:
             self.hub = hubs.Hub(
                 self.spec["secret"], self.spec["names"], self.link_timeout, self.beat,
-                lambda why, node: self.stop("peer", why, node),
+                lambda why, node: self.stop(protocol.BY_PEER, why, node),
             )  # fmt: skip
             self.hub.start()
         else:
             self.link = hubs.HubLink(
                 self.spec["secret"], self.node, self.link_timeout, self.beat,
-                lambda why, node: self.stop("peer", why, node),
+                lambda why, node: self.stop(protocol.BY_PEER, why, node),
             )  # fmt: skip
         self.server = server
         _thread(self._accept, server)
@@ -130,27 +178,26 @@ class Daemon:
         spec = self.spec
         env = dict(os.environ)
         env.update(spec["env"])
-        for name in spec.get("unset", ()):  # e.g. a LOCAL_RANK the host exports stops Lightning
+        for name in spec["unset"]:  # e.g. a LOCAL_RANK the host exports stops Lightning
             env.pop(name, None)
         ifname = None
-        if spec.get("route_to"):
+        if spec["route_to"]:
             ifname = netif.route_ifname(spec["route_to"])
-            for name in spec.get("ifname_vars", ()):
+            for name in spec["ifname_vars"]:
                 if ifname and name not in spec["env"]:
                     env[name] = ifname
-        # Every style: spawn and Lightning processes share one stdout, and torchrun's tee
-        # writes every rank's lines from threads of one process (remote/host/linebuf.py).
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (self._sitecustomize(), env.get("PYTHONPATH")) if p
-        )
+        if spec["line_buffer"]:  # spawn and Lightning: a node's processes share one stdout
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (self._sitecustomize(), env.get("PYTHONPATH")) if p
+            )
         env.update(self.tags)
-        argv = [expand(a) if i in spec.get("expand", ()) else a for i, a in enumerate(spec["argv"])]
-        argv = [self.scratch() if a == spec.get("scratch_arg") else a for a in argv]
-        mark = spec.get("scratch_arg")
+        argv = [expand(a) if i in spec["expand"] else a for i, a in enumerate(spec["argv"])]
+        mark = spec["scratch_arg"]
+        argv = [self.scratch() if a == mark else a for a in argv]
         for name, value in list(env.items()):  # paths in it (the flight recorder's files)
             if mark and mark in value:
                 env[name] = value.replace(mark, self.scratch())
-        cwd = expand(spec["workdir"]) if spec.get("workdir") else None
+        cwd = expand(spec["workdir"]) if spec["workdir"] else None
         try:
             self.job = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
@@ -158,29 +205,34 @@ class Daemon:
             )  # fmt: skip
         except OSError as exc:
             what = cwd if cwd and exc.filename == cwd else argv[0]
-            self.note(t="error", msg=f"cannot start {what}: {exc.strerror}")
+            self.note(t=protocol.ERROR, msg=f"cannot start {what}: {exc.strerror}")
             self.save_state(status="failed", exit_code=127, ended=time.time())
             return None
         self.note(
-            t="started", pid=self.job.pid, hostname=socket.gethostname(), ifname=ifname,
-            hub_port=self.hub.port if self.hub else None, mode=self.mode,
-            ranks=spec.get("ranks"),
+            t=protocol.STARTED, pid=self.job.pid, hostname=socket.gethostname(), ifname=ifname,
+            hub_port=self.hub.port if self.hub else None, mode=self.mode, ranks=spec["ranks"],
         )  # fmt: skip
-        self.save_state(status="running", job_pid=self.job.pid)
+        self.save_state(status="running", job_pid=self.job.pid, scratch=self.scratch_dir)
         threads = [
             _thread(self._pump, self.job.stdout, b"1"),
             _thread(self._pump, self.job.stderr, b"2"),
         ]
         _thread(self._reap)
-        if spec.get("learn_ranks"):
+        if spec["tail_ranks"]:  # torchrun's --redirects: each rank's own files
+            tail = RankTail(self.scratch(), spec["ranks"], self.tags, self._spool_lines)
+            threads.append(_thread(tail.run, self.job_done))
+        if spec["learn_ranks"]:
             threads.append(_thread(self._watch_ranks))
         return threads
+
+    def _spool_lines(self, stream, data):
+        self._append(wire.record(stream, now_ms(), data))
 
     def _finish(self):
         code = self.job_code
         stopped = self.stop_evt.is_set()
         if stopped:
-            status = "lost" if self.stop_by == "lease" else "stopped"
+            status = "lost" if self.stop_by == protocol.BY_LEASE else "stopped"
         else:
             status = "succeeded" if code == 0 else "failed"
         reason = self.stop_reason or (
@@ -189,7 +241,7 @@ class Daemon:
             )
         )  # fmt: skip
         self.note(
-            t="exit", code=code, stopped=stopped, by=self.stop_by, reason=reason,
+            t=protocol.EXIT, code=code, stopped=stopped, by=self.stop_by, reason=reason,
             node=self.stop_node, survivors=self.survivors,
         )  # fmt: skip
         self.save_state(status=status, exit_code=code, by=self.stop_by, reason=reason,
@@ -211,6 +263,7 @@ class Daemon:
         elif self.link is not None:  # the hub must hear that we ended, or it waits for us
             self.link.delivered.wait(self.link_timeout)
         self.spool.close()
+        self.closing = True
         _unlink(SOCKET)  # a later attach finds no daemon and is served the spool instead
         self._drain(time.monotonic() + DRAIN_S)
         os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
@@ -235,7 +288,7 @@ class Daemon:
                 return
             self.stop_by, self.stop_reason, self.stop_node = by, reason, node
             self.stop_evt.set()
-        self.note(t="stopping", by=by, reason=reason, node=node)
+        self.note(t=protocol.STOPPING, by=by, reason=reason, node=node)
 
     def _stopper(self):
         self.stop_evt.wait()
@@ -248,8 +301,8 @@ class Daemon:
         while not self.job_done.wait(self.beat):
             silent = time.monotonic() - self.heard
             if self.mode == "attached" and silent > self.link_timeout:
-                self.stop("lease", f"no launcher heard from for {silent:g} s (launcher gone or its "
-                          "link down; detach to leave a run on its own)")  # fmt: skip
+                why = f"no launcher heard from for {silent:g} s (launcher gone or its link down; "
+                self.stop(protocol.BY_LEASE, why + "detach to leave a run on its own)")
             for sock, (heard, _) in list(self.clients.items()):
                 if time.monotonic() - heard > self.link_timeout:
                     _close(sock)  # a viewer behind a dead link: its relay must not linger
@@ -320,21 +373,29 @@ class Daemon:
 
     def _watch_ranks(self):
         def report(ranks, world):
-            self.note(t="ranks", ranks=ranks, world=world)
+            self.note(t=protocol.RANKS, ranks=ranks, world=world)
 
         procs.watch_ranks(self.job.pid, self.tags, self.node, self.nnodes, self.job_done, report)
 
     # -- viewers ------------------------------------------------------------------------------
 
     def _accept(self, server):
-        while True:
+        """Viewers, for as long as the daemon lives: out of file descriptors or threads (a
+        flood, a busy host), it says so, waits and goes on; it never stops taking them."""
+        pause = ACCEPT_BACKOFF_S[0]
+        while not self.closing:
             try:
                 sock, _ = server.accept()
-            except OSError:
-                return
-            done = threading.Event()
-            self.clients[sock] = [time.monotonic(), done]  # before _drain can miss it
-            _thread(self._client, sock, done)
+                done = threading.Event()
+                self.clients[sock] = [time.monotonic(), done]  # before _drain can miss it
+                _thread(self._client, sock, done)
+                pause = ACCEPT_BACKOFF_S[0]
+            except (OSError, RuntimeError) as exc:
+                if self.closing:
+                    return
+                log(f"viewers: {exc!r}; taking them again in {pause:g} s")
+                time.sleep(pause)
+                pause = min(pause * 2, ACCEPT_BACKOFF_S[1])
 
     def _client(self, sock, done):
         rfile = sock.makefile("rb")
@@ -367,21 +428,19 @@ class Daemon:
     def _command(self, words):
         if not words:
             return
-        verb = words[0]
-        if verb == b"stop":
-            self.stop("launcher", "stopped from the launcher")
-        elif verb == b"detach":
-            if self.mode != "detached":
-                self.mode = "detached"
-                self.note(t="mode", mode="detached")
+        verb = words[0].decode("ascii", "replace")
+        if verb == protocol.SAY_STOP:
+            self.stop(protocol.BY_LAUNCHER, "stopped from the launcher")
+        elif verb in (protocol.SAY_DETACH, protocol.SAY_ATTACH):
+            mode = "detached" if verb == protocol.SAY_DETACH else "attached"
+            # attach: a launcher takes the run back on its lease (not once the job has ended)
+            if self.mode != mode and (mode == "detached" or not self.job_done.is_set()):
+                self.mode = mode
+                self.note(t=protocol.MODE, mode=mode)
                 self.save_state()
-        elif verb == b"attach":  # a launcher takes the run back on its lease
-            if self.mode != "attached" and not self.job_done.is_set():
-                self.mode = "attached"
-                self.note(t="mode", mode="attached")
-                self.save_state()
-        elif verb == b"hub" and self.link is not None and len(words) == 3:
-            self.link.connect(words[1].decode(), int(words[2]))
+        elif verb == protocol.SAY_HUB and self.link is not None and len(words) == 3:
+            with contextlib.suppress(ValueError):
+                self.link.connect(words[1].decode(), int(words[2]))
 
     def _send_spool(self, sock, offset, hello, done):
         def send(data):
@@ -397,27 +456,22 @@ class Daemon:
 
 def send_spool(send, spool, offset, hello, beat, done):
     """Everything from `offset` on, then live, until the spool closes (or `done`)."""
-    send(wire.control(t="hello", **hello))
+    send(wire.control(t=protocol.STREAM_HELLO, **hello))
     while not done.is_set():
         try:
             chunk = spool.read(offset, SEND_MAX)
         except Trimmed as gone:
-            send(wire.control(t="trimmed", missed=gone.start - offset, at=gone.start))
+            send(wire.control(t=protocol.TRIMMED, missed=gone.start - offset, at=gone.start))
             offset = gone.start
             continue
         if chunk:
             send(wire.data_frame(offset, chunk))
             offset += len(chunk)
         elif spool.closed:
-            send(wire.control(t="eof", end=offset))
+            send(wire.control(t=protocol.EOF, end=offset))
             return
         elif not spool.wait(offset, beat) and not spool.closed:
-            send(wire.control(t="hb"))
-
-
-def beat_interval(link_timeout: float) -> float:
-    """Heartbeats often enough that a few lost ones never end a lease."""
-    return min(5.0, max(0.2, link_timeout / 6.0))
+            send(wire.control(t=protocol.HEARTBEAT))
 
 
 def split_line(data):

@@ -163,13 +163,27 @@ def exit_code(status):
 # -- ranks ---------------------------------------------------------------------------------------
 
 
-def ranks_by_pid(tags, node, nnodes, root=None):
+def own_descendants(root):
+    """root's live descendants that run as this user: what a supervisor started, and nothing a
+    neighbour made look like it (a process of theirs may carry the run's tags)."""
+    me = os.getuid()
+    found = []
+    for pid in descendants(root):
+        try:
+            if os.stat("/proc/{}".format(pid)).st_uid == me:
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def ranks_by_pid(tags, node, nnodes, root=None, among=None):
     """({pid: global rank}, world size) of the job's rank processes here, ({}, None) if unknown.
 
     root: the job's own process (the script itself in the spawn and env styles); found among
-    the tagged processes when not given.
+    the tagged processes when not given. among: the pids to look at (else every tagged one).
     """
-    procs = [(pid, environ(pid)) for pid in tagged_pids(tags)]
+    procs = [(pid, environ(pid)) for pid in (tagged_pids(tags) if among is None else among)]
     # torchrun's workers (c10d, launch) carry their global rank.
     workers = [(pid, env) for pid, env in procs if "TORCHELASTIC_RUN_ID" in env and "RANK" in env]
     if workers:

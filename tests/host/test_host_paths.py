@@ -1,6 +1,6 @@
 """`~` in the inventory's paths (python, script, workdir) is the host's home, as ssh's shell
 would make it: expanded on the host, the same way by the check and by every command that execs
-there (the probe's wrapper, the bootstrap of start/attach/stop/runs). Here through the local
+there (the one command that starts the host's agent, remote/shipper.py). Here through the local
 transport, with HOME pointed at a directory of the test's own."""
 
 from __future__ import annotations
@@ -11,19 +11,20 @@ import pwd
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from probetools import free_port, levels, local_inventory, run_probe
+from probetools import free_port, levels, local_inventory, run_probe, with_agent
 from probetools import message as _message
 
-from remote import bootstrap, control, inventory
-from remote.host import daemon
-from remote.transport import LocalTransport
+from remote import inventory, shipper
+from remote.agent import Agent
+from remote.host import daemon, protocol
 
 
 def tilde(word: str, home: str) -> str:
-    """What bootstrap.TILDE makes of `word` with HOME=home."""
-    script = "py=$1\n" + bootstrap.TILDE + '\nprintf %s "$py"'
+    """What shipper.TILDE makes of `word` with HOME=home."""
+    script = "py=$1\n" + shipper.TILDE + '\nprintf %s "$py"'
     res = subprocess.run(
         ["sh", "-c", script, "t", word], capture_output=True, text=True, env={"HOME": home}
     )
@@ -61,10 +62,6 @@ def test_the_daemon_expands_as_the_shell_does(word: str, monkeypatch: pytest.Mon
     assert daemon.expand(word) == tilde(word, "/h o")
 
 
-def test_plain_python_runs_as_it_is() -> None:
-    assert bootstrap.command("/opt/venv/bin/python")[:2] == ["/opt/venv/bin/python", "-c"]
-
-
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A HOME holding ~/venv/bin/python (a wrapper around this interpreter) and ~/proj."""
@@ -99,10 +96,14 @@ def test_missing_python_under_tilde_names_where_it_looked(home: Path, tmp_path: 
     assert _message(checked, "python") == want
 
 
-def test_host_commands_run_a_tilde_python(home: Path, tmp_path: Path) -> None:
-    """The bootstrap (start, attach, stop, runs) runs `~/venv/bin/python` too."""
+def test_the_agent_runs_a_tilde_python(home: Path, tmp_path: Path) -> None:
+    """Every command's agent (check, launch, attach, stop, runs) runs `~/venv/bin/python`."""
     inv = local_inventory(tmp_path, host="  python: ~/venv/bin/python\n")
-    transport = LocalTransport(inv.hosts[0])
-    got = asyncio.run(control.status(transport, [("no-such-run", 0)]))
-    assert got == {"no-such-run": {"0": None}}
+
+    async def status(agent: Agent) -> dict[str, Any]:
+        assert agent.hello is not None and agent.hello.missing_python is None
+        return await agent.request(protocol.STATUS, {"nodes": [["no-such-run", 0]]})
+
+    got = asyncio.run(with_agent(inv, 0, status))
+    assert got["runs"] == {"no-such-run": {"0": None}}
     assert os.environ["HOME"] == str(home)

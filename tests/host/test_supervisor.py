@@ -272,7 +272,7 @@ def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Pa
     from remote.host import daemon
 
     d = daemon.Daemon.__new__(daemon.Daemon)
-    d.clients = {}
+    d.clients, d.closing = {}, False
     served = threading.Event()
 
     def client(sock: socket.socket, done: threading.Event) -> None:

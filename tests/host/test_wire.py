@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -13,13 +15,8 @@ from remote.host import daemon, wire
 from remote.host.spool import Spool, Trimmed
 
 
-def stream(*records: bytes, offset: int = 0) -> bytes:
-    data = b"".join(records)
-    return wire.MARK + wire.control(t="hello") + wire.data_frame(offset, data)
-
-
-def feed_in_pieces(reader: wire.WireReader, data: bytes, cuts: list[int]) -> list[object]:
-    items: list[object] = []
+def feed_in_pieces(reader: Any, data: bytes, cuts: list[int]) -> list[Any]:
+    items: list[Any] = []
     at = 0
     for cut in [*sorted(set(c % (len(data) + 1) for c in cuts)), len(data)]:
         items += reader.feed(data[at:cut])
@@ -29,33 +26,68 @@ def feed_in_pieces(reader: wire.WireReader, data: bytes, cuts: list[int]) -> lis
 
 @given(st.lists(st.integers(min_value=0), max_size=8))
 def test_frames_survive_any_split(cuts: list[int]) -> None:
+    """The agent's stdout: a banner, the mark, frames of every kind; then, inside one channel's
+    data, a node's stream; inside its D frames, spool records."""
     rec = [wire.record(b"1", 5, b"a\nb\n"), wire.meta(6, t="exit", code=0)]
-    data = b"Welcome!\n" + stream(*rec) + wire.control(t="eof")
-    items = feed_in_pieces(wire.WireReader(), data, cuts)
+    node = wire.control(t="hello") + wire.data_frame(0, b"".join(rec)) + wire.control(t="eof")
+    out = b"Welcome!\n" + wire.MARK + wire.jframe(0, {"t": "hello"})
+    out += wire.frame(3, b"d", node[:7]) + wire.frame(3, b"d", node[7:]) + wire.frame(3, b"e")
+    items = feed_in_pieces(wire.FrameReader(), out, cuts)
     noise = b"".join(i.data for i in items if isinstance(i, wire.Noise))
-    chunks = b"".join(i.data for i in items if isinstance(i, wire.Data))
-    controls = [i for i in items if isinstance(i, dict)]
+    frames = [i for i in items if isinstance(i, wire.Frame)]
     assert noise == b"Welcome!\n"
+    assert frames[0].message() == {"t": "hello"}
+    assert [(f.chan, f.kind) for f in frames[1:]] == [(3, b"d"), (3, b"d"), (3, b"e")]
+    inner = feed_in_pieces(wire.WireReader(), b"".join(f.payload for f in frames[1:]), cuts)
+    chunks = b"".join(i.data for i in inner if isinstance(i, wire.Data))
+    assert [i for i in inner if isinstance(i, dict)] == [{"t": "hello"}, {"t": "eof"}]
     assert chunks == b"".join(rec)
-    assert controls == [{"t": "hello"}, {"t": "eof"}]
     assert wire.SpoolReader().feed(chunks) == [
         (b"1", 5, b"a\nb\n", len(rec[0])),
         (b"m", 6, b'{"t": "exit", "code": 0}', len(rec[0]) + len(rec[1])),
     ]
 
 
-def test_a_stray_line_after_the_mark_is_noise_not_a_crash() -> None:
-    data = wire.MARK + b"sitecustomize says hi\n" + wire.control(t="hb")
-    items = wire.WireReader().feed(data)
-    assert [type(i).__name__ for i in items] == ["Noise", "dict"]
-    assert isinstance(items[0], wire.Noise) and items[0].data == b"sitecustomize says hi\n"
+def test_a_banner_glued_to_the_mark_and_a_need_line() -> None:
+    """A python wrapper's `printf 'banner'` glues itself to the front of the mark's line; the
+    boot asks for the code it lacks on a line of its own."""
+    reader = wire.FrameReader()
+    items = reader.feed(b"banner without a newline" + wire.NEED + b"abc123\n")
+    assert [type(i).__name__ for i in items] == ["Noise", "Need"]
+    assert isinstance(items[1], wire.Need) and items[1].hash == "abc123"
+    items = reader.feed(b"more" + wire.MARK + wire.jframe(0, {"t": "hello"}))
+    assert [type(i).__name__ for i in items] == ["Noise", "Frame"]
 
 
-def test_a_huge_line_without_newline_before_the_mark_is_passed_on() -> None:
-    reader = wire.WireReader()
+def test_after_the_mark_only_frames() -> None:
+    reader = wire.FrameReader()
+    reader.feed(wire.MARK)
+    with pytest.raises(wire.Garbage, match="not a frame: b'sitecustomize says hi"):
+        reader.feed(b"sitecustomize says hi\n")
+    with pytest.raises(wire.Garbage, match="a frame of 999999999 bytes"):
+        wire.FrameReader(marked=True).feed(b"1 d 999999999\n")
+    with pytest.raises(wire.Garbage, match="not a stream frame"):
+        wire.WireReader().feed(b"hello there\n")
+    with pytest.raises(wire.Garbage, match="a spool record of 999999999 bytes"):
+        wire.SpoolReader().feed(b"1 5 999999999\n")
+
+
+def test_a_huge_line_without_newline_before_the_mark_is_passed_on_in_pieces() -> None:
+    reader = wire.FrameReader()
     items = reader.feed(b"\0" * 900_000)
     assert sum(len(i.data) for i in items if isinstance(i, wire.Noise)) > 800_000
-    assert len(reader.buf) < len(wire.MARK)
+    assert all(len(i.data) <= wire.NOISE_MAX for i in items)
+    assert len(reader.buf) - reader.at < wire.NOISE_MAX
+
+
+def test_noise_is_scanned_once_however_it_trickles_in() -> None:
+    """Linear: a long line arriving a byte at a time is not scanned again from its start."""
+    reader = wire.FrameReader()
+    t0 = time.perf_counter()
+    for _ in range(wire.NOISE_MAX - 1):
+        assert reader.feed(b"x") == []
+    assert time.perf_counter() - t0 < 2.0
+    assert reader.seen == wire.NOISE_MAX - 1
 
 
 def test_spool_trims_whole_segments_and_says_where_it_starts(tmp_path: Path) -> None:
@@ -80,7 +112,7 @@ def test_send_spool_from_an_offset_then_eof(tmp_path: Path) -> None:
     spool.close()
     sent: list[bytes] = []
     daemon.send_spool(sent.append, spool, len(a), {"live": False}, 0.1, threading.Event())
-    items = wire.WireReader().feed(wire.MARK + b"".join(sent))
+    items = wire.WireReader().feed(b"".join(sent))
     assert items[0] == {"t": "hello", "live": False}
     data = [i for i in items if isinstance(i, wire.Data)]
     assert [(d.offset, d.data) for d in data] == [(len(a), b)]
@@ -97,54 +129,47 @@ def test_a_runaway_line_is_cut_into_tagged_pieces() -> None:
     assert body == line[4:]
 
 
-class FakeProcess:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.written = data, b""
+class FakeAgent:
+    """Each open() is a channel; the test hands its frames over as the reader would."""
 
-    async def read(self, n: int) -> bytes:
-        chunk, self.data = self.data[:n], self.data[n:]
-        return chunk
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, dict[str, Any]]] = []
+        self.sent: list[bytes] = []
+        self.frame: Any = None
+        self.end: Any = None
 
-    def write(self, data: bytes) -> None:
-        self.written += data
+    def open(self, op: str, args: dict[str, Any], on_frame: Any, on_end: Any) -> Any:
+        self.opened.append((op, args))
+        self.frame, self.end = on_frame, on_end
+        agent = self
 
-    def kill(self) -> None:
-        pass
+        class Chan:
+            open = True
 
+            def send(self, data: bytes) -> None:
+                agent.sent.append(data)
 
-class FakeTransport:
-    """Each start() answers with the next canned stream."""
+            def end(self) -> None:
+                pass
 
-    def __init__(self, *streams: bytes) -> None:
-        from remote.inventory import Host
-
-        self.host = Host(0, "h", "h", "local", None, None, None, None, "python3", None, {}, None)
-        self.streams = list(streams)
-        self.procs: list[FakeProcess] = []
-
-    async def start(self, argv: list[str]) -> FakeProcess:
-        self.procs.append(FakeProcess(self.streams.pop(0)))
-        return self.procs[-1]
+        return Chan()
 
 
-async def test_a_new_connection_resumes_at_the_last_whole_record() -> None:
+async def test_a_new_channel_resumes_at_the_last_whole_record() -> None:
     from remote.link import NodeLink, Record
 
     a, b, c = (wire.record(b"1", i, f"line {i}\n".encode()) for i in range(3))
-    # The first connection breaks in the middle of b; the host resends from where we asked,
-    # and a little before (a relay's buffer): nothing twice, nothing missed.
-    first = wire.MARK + wire.data_frame(0, a + b[:5])
-    second = wire.MARK + wire.data_frame(0, a + b) + wire.data_frame(len(a + b), c)
-    link = NodeLink(FakeTransport(first, second), "run", 0)  # type: ignore[arg-type]
-    await link.open({"do": "start"})
     got: list[object] = []
-    while (items := await link.read()) is not None:
-        got += items
+    agent = FakeAgent()
+    link = NodeLink("run", 0)
+    link.open(agent, "start", {}, got.extend, lambda why: None)  # type: ignore[arg-type]
+    # The first channel breaks in the middle of b; the host resends from where we asked,
+    # and a little before (a relay's buffer): nothing twice, nothing missed.
+    agent.frame(b"d", wire.data_frame(0, a + b[:5]))
     assert link.offset == len(a)  # b is incomplete: resume at its start
-    await link.open({"do": "attach"})
-    assert link.transport.procs[-1].written.endswith(b"hello %d\n" % len(a))  # type: ignore[attr-defined]
-    while (items := await link.read()) is not None:
-        got += items
+    link.open(agent, "attach", {}, got.extend, lambda why: None)  # type: ignore[arg-type]
+    assert agent.sent[-1] == b"hello %d\n" % len(a)
+    agent.frame(b"d", wire.data_frame(0, a + b) + wire.data_frame(len(a + b), c))
     records = [r for r in got if isinstance(r, Record)]
     assert [r.data for r in records] == [b"line 0\n", b"line 1\n", b"line 2\n"]
     assert [r.end for r in records] == [len(a), len(a + b), len(a + b + c)]

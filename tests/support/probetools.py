@@ -1,19 +1,25 @@
-"""The probe run here through the local transport: an inventory of two local nodes, and the
-findings of one host's probe by check."""
+"""The host's agent run here through the local transport: an inventory of two local nodes, one
+host's probe (or any op) over a real agent, and its findings by check."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import nvidia_smi
 import pytest
 
-from remote import inventory, probe
-from remote.events import HostChecked
-from remote.transport import LocalTransport
+from remote import inventory
+from remote.agent import Agent
+from remote.events import ChecksDone, Event, HostChecked
+from remote.fleet import Fleet
+from remote.preflight import Preflight
+
+T = TypeVar("T")
 
 
 def local_inventory(tmp_path: Path, job: str = "", host: str = "") -> inventory.Inventory:
@@ -33,12 +39,36 @@ def free_port() -> int:
         return port
 
 
+async def with_agent(inv: inventory.Inventory, k: int, use: Callable[[Agent], Awaitable[T]]) -> T:
+    """`use(agent)` with host k's real agent (started for it, let go after)."""
+    fleet = Fleet(inv.hosts)
+    try:
+        return await use(await fleet.agent(k, lambda event: None))
+    finally:
+        await fleet.close()
+
+
+def preflight(
+    inv: inventory.Inventory, emit: Callable[[Event], None] = lambda e: None
+) -> tuple[Preflight, ChecksDone]:
+    """Every host checked as `ddptui check` does it (each one's agent started, then let go)."""
+
+    async def check() -> tuple[Preflight, ChecksDone]:
+        fleet = Fleet(inv.hosts)
+        pre = Preflight(inv, fleet, emit)
+        try:
+            return pre, await pre.check()
+        finally:
+            await fleet.close()
+
+    return asyncio.run(check())
+
+
 def run_probe(inv: inventory.Inventory, k: int = 0) -> HostChecked:
-    host = inv.hosts[k]
-    transport = LocalTransport(host)
-    return asyncio.run(
-        probe.probe(transport, inv.job, "127.0.0.1", workdir=host.workdir, connect_s=0.0)
-    )
+    """Host k's checks as `ddptui check` makes them."""
+    seen: list[Event] = []
+    preflight(inv, seen.append)
+    return next(h for h in seen if isinstance(h, HostChecked) and h.node_rank == k)
 
 
 def levels(checked: HostChecked) -> dict[str, str]:

@@ -13,14 +13,13 @@ from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
 
 from remote import checks, inventory, probe
 from remote.events import Finding, HostChecked
-from remote.transport import Result
 from tui import check_report
 
 TORCH = {"version": "2.3.1+cu121", "cuda": "12.1", "cuda_available": True, "nccl": "2.20.5"}
 
 
 def found(machine: str | None = None, **over: Any) -> dict[str, Any]:
-    """What probe_host prints for a healthy host, with `machine`'s recorded nvidia-smi."""
+    """What a healthy host's probe answers, with `machine`'s recorded nvidia-smi."""
     out: dict[str, Any] = {
         "hostname": "gpu-a",
         "os": "Ubuntu 22.04.4 LTS",
@@ -54,8 +53,7 @@ HOSTS = inventory.parse(
 
 
 def checked(k: int, facts: dict[str, Any], connect_s: float = 0.25) -> HostChecked:
-    res = Result(0, (probe.MARK + json.dumps(facts) + "\n").encode(), b"")
-    return probe.parse(HOSTS[k], res, connect_s=connect_s, master_addr="10.0.0.11")
+    return probe.parse(HOSTS[k], facts, connect_s=connect_s, master_addr="10.0.0.11")
 
 
 def not_ok(h: HostChecked) -> list[tuple[str, str]]:
@@ -279,8 +277,7 @@ def test_json_holds_every_fact() -> None:
 
 
 def network(master: str, address: str | None, **over: Any) -> HostChecked:
-    res = Result(0, (probe.MARK + json.dumps(found(**over)) + "\n").encode(), b"")
-    return probe.parse(HOSTS[1], res, connect_s=0.1, master_addr=master, address=address)
+    return probe.parse(HOSTS[1], found(**over), connect_s=0.1, master_addr=master, address=address)
 
 
 def test_no_master_address_fails_the_route_check() -> None:
@@ -299,8 +296,7 @@ def test_loopback_master_fails_on_a_host_elsewhere() -> None:
 
 
 def test_login_notices_are_warnings() -> None:
-    res = Result(0, (probe.MARK + json.dumps(found()) + "\n").encode(), b"")
     text = "~/.ssh/config sets `UserKnownHostsFile none` for n1: ddptui still verifies ..."
-    h = probe.parse(HOSTS[1], res, connect_s=0.1, master_addr="10.0.0.11", ssh_notices=[text])
+    h = probe.parse(HOSTS[1], found(), connect_s=0.1, master_addr="10.0.0.11", ssh_notices=[text])
     assert not_ok(h) == [("warning", "ssh")]
     assert [f.message for f in h.findings if f.level == "warning"] == [text]

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from probetools import run_probe
 
-from remote import checks, inventory, probe, probe_host
+from remote import checks, inventory, probe
 from remote.events import HostChecked
-from remote.transport import LocalTransport
+from remote.host import probe as probe_host
 from tui import check_report
 
 A, B = "a" * 64, "b" * 64
@@ -88,9 +88,7 @@ def git(repo: Path, *args: str) -> str:
 def probe_facts(tmp_path: Path, workdir: Path) -> dict[str, Any]:
     text = f"hosts: [{{host: localhost, transport: local, workdir: {workdir}}}]\n"
     inv = inventory.parse(text + "job: {script: train.py}\n", tmp_path / "inv.yaml")
-    t = LocalTransport(inv.hosts[0])
-    checked = asyncio.run(probe.probe(t, inv.job, "127.0.0.1", workdir=str(workdir), connect_s=0))
-    return checked.facts
+    return run_probe(inv).facts
 
 
 def test_probe_reads_the_hash_commit_and_changes(tmp_path: Path) -> None:

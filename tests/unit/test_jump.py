@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from remote import inventory, jump
-from remote.transport import Result, SSHTransport, routable
+from remote.fleet import own_address
+from remote.transport import SSHTransport, routable
 
 
 class FakeConn:
@@ -91,26 +92,20 @@ HOST = inventory.parse("hosts:\n  - host: node0\njob:\n  script: t.py\n", Path("
 
 
 @pytest.mark.parametrize(
-    ("peer", "hostname", "said", "want"),
+    ("peer", "hostname", "ssh_addr", "want"),
     [
         (("10.0.0.5", 22), "node0", None, "10.0.0.5"),  # a direct connection: as reached
         (("", 0), "10.1.0.7", None, "10.1.0.7"),  # tunnelled, HostName an address
-        (("", 0), "node0", "DDPTUI-ADDR 10.1.0.5 41012 10.1.0.7 22\n", "10.1.0.7"),  # the host
-        (None, "node0", "greeting\nDDPTUI-ADDR 10.1.0.5 1 10.1.0.8 22\n", "10.1.0.8"),
-        (("127.0.0.1", 22), "localhost", "DDPTUI-ADDR 172.17.0.1 1 172.17.0.2 22\n", "172.17.0.2"),
+        (("", 0), "node0", "10.1.0.7", "10.1.0.7"),  # what the host's sshd saw (its agent says)
+        (None, "node0", "10.1.0.8", "10.1.0.8"),
+        (("127.0.0.1", 22), "localhost", "172.17.0.2", "172.17.0.2"),
+        (("127.0.0.1", 22), "localhost", None, "127.0.0.1"),  # nothing better is known
     ],
 )
-async def test_own_address(
-    peer: tuple[str, int] | None, hostname: str, said: str | None, want: str
+def test_own_address(
+    peer: tuple[str, int] | None, hostname: str, ssh_addr: str | None, want: str
 ) -> None:
     t = SSHTransport(HOST)
     t.conn = FakeConn(peer)  # type: ignore[assignment]
-    asked: list[list[str]] = []
-
-    async def run(argv: list[str], input: bytes = b"", timeout: float = 30) -> Result:
-        asked.append(argv)
-        return Result(0, (said or "").encode(), b"")
-
-    t.run = run  # type: ignore[method-assign]
-    assert await t._own_address(hostname) == want
-    assert bool(asked) == (said is not None)  # a round trip only where nothing else tells
+    t.address = t._own_address(hostname)  # as connect() sets it
+    assert own_address(t, ssh_addr) == want

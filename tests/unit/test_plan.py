@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from remote import inventory, plan
-from remote.plan import LINE_PREFIX_TEMPLATE, SCRATCH
+from remote.plan import SCRATCH
 
 RUN = "20260101-000000-abcd"
 
@@ -43,14 +43,15 @@ def test_static_torchrun_every_node(hosts: int, nproc: int) -> None:
         assert flag(argv, "--master-addr") == "10.0.0.11"
         assert flag(argv, "--master-port") == "29500"
         assert flag(argv, "--rdzv-backend") == "static"
-        assert flag(argv, "--tee") == "3"
+        assert flag(argv, "--redirects") == "3"  # each rank's own files, read by its host
+        assert flag(argv, "--log-dir") == SCRATCH and "--tee" not in argv
         assert argv[-5:] == ("train.py", "--epochs", "3", "--lr", "0.1")
         assert node.ranks == tuple(range(k * nproc, (k + 1) * nproc))
         assert node.env["NODE_RANK"] == str(k)
         assert node.env["MASTER_ADDR"] == "10.0.0.11"
         assert node.env["MASTER_PORT"] == "29500"
         assert node.env["PYTHONUNBUFFERED"] == "1"
-        assert node.env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] == LINE_PREFIX_TEMPLATE
+        assert node.tail_ranks  # no wrapper in the rank: its host reads its files
         assert node.route_to == "10.0.0.11"  # socket_ifname: auto by default
 
 
@@ -136,7 +137,7 @@ def test_env_style_for_lightning() -> None:
         assert "LOCAL_RANK" not in node.env  # Lightning would spawn nothing
         assert node.unset == ("LOCAL_RANK",)  # not even from the host's own environment
         assert node.ranks == ()  # the Trainer's `devices` decides; learned during the run
-        assert "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" not in node.env
+        assert not node.tail_ranks  # its processes share one stdout: whole lines from a wrapper
 
 
 def test_nccl_settings() -> None:

@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import importlib.metadata
 import json
-import shlex
 import socket
 import sys
 from pathlib import Path
@@ -16,14 +15,14 @@ from typing import Any
 import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
-from probetools import levels, local_inventory, run_probe, with_gpus
+from probetools import levels, local_inventory, preflight, run_probe, with_gpus
 from probetools import message as _message
 
 from remote import events, inventory, probe
 from remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
 from remote.run import Run
 from remote.run import check as run_checks
-from remote.transport import HostError, LocalTransport, Result
+from remote.transport import HostError, LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -108,17 +107,14 @@ def test_stand_in_refuses_other_queries() -> None:
     assert res["code"] == 2 and "no recording" in res["err"]
 
 
-# -- the one command --------------------------------------------------------------------------
+# -- the probe op -----------------------------------------------------------------------------
 
 
-def test_command_survives_a_shell() -> None:
+def test_the_master_alone_checks_its_port() -> None:
     inv = inventory.load(REPO / "inventory.yaml")
-    argv = probe.command(inv.hosts[0], inv.job, "10.0.0.1", "/w d", is_master=True)
-    assert shlex.split(probe.shell_command(argv)) == argv
-    spec = json.loads(argv[-1])
-    assert spec["master_port"] == 29500 and spec["workdir"] == "/w d"
-    worker = probe.command(inv.hosts[1], inv.job, "10.0.0.1", None, is_master=False)
-    assert json.loads(worker[-1])["master_port"] is None
+    asked = probe.spec(inv.job, "10.0.0.1", "/w d", is_master=True)
+    assert asked["master_port"] == 29500 and asked["workdir"] == "/w d"
+    assert probe.spec(inv.job, "10.0.0.1", None, is_master=False)["master_port"] is None
 
 
 def test_probe_a_gpu_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -200,26 +196,17 @@ def test_missing_script_and_workdir(tmp_path: Path) -> None:
     assert levels(checked)["workdir"] == "failure" and "script" not in levels(checked)
 
 
-def test_silent_probe_is_a_failure_with_the_hosts_words() -> None:
+def test_an_answer_of_the_wrong_shape_is_a_probe_failure_not_a_crash() -> None:
     host = inventory.load(REPO / "inventory.yaml").hosts[0]
-    res = Result(1, b"", b"Traceback (most recent call last):\nSyntaxError: invalid syntax\n")
-    checked = probe.parse(host, res, connect_s=0.1, master_addr="127.0.0.1")
-    assert [(f.check, f.level) for f in checked.findings if f.level != "ok"] == [
-        ("probe", "failure")
-    ]
-    assert _message(checked, "probe") == "the probe failed (exit 1): SyntaxError: invalid syntax"
+    for answer in ({"smi": "not a mapping"}, {"torch": ["a", "list"]}, {"workdir": 7}):
+        checked = probe.parse(host, answer, connect_s=0.1, master_addr="127.0.0.1")
+        assert [(f.check, f.level) for f in checked.findings if f.level != "ok"] == [
+            ("probe", "failure")
+        ], answer
+        assert _message(checked, "probe").startswith("the probe's answer is not understood")
 
 
-# -- live refresh, the run's use of the checks --------------------------------------------------
-
-
-def test_gpu_stats(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    host = local_inventory(tmp_path).hosts[1]
-    assert asyncio.run(probe.gpu_stats(LocalTransport(host))) is None  # no nvidia-smi
-    with_gpus(monkeypatch, tmp_path, A100)
-    stats = asyncio.run(probe.gpu_stats(LocalTransport(host)))
-    assert stats is not None and (stats.host, stats.node_rank) == ("node1", 1)
-    assert [g.name for g in stats.gpus] == ["NVIDIA A100-SXM4-40GB"] * 4
+# -- the run's use of the checks ----------------------------------------------------------------
 
 
 def test_a_failed_check_refuses_the_launch(tmp_path: Path) -> None:
@@ -232,7 +219,7 @@ def test_a_failed_check_refuses_the_launch(tmp_path: Path) -> None:
     kinds = [type(e).__name__ for e in seen]
     assert kinds.count("HostChecked") == 2 and "ChecksDone" in kinds
     assert "NodeStarted" not in kinds and not any(
-        isinstance(e, events.HostState) and e.state == "starting" for e in seen
+        isinstance(e, events.HostState) and e.state == "running" for e in seen
     )
     assert any(isinstance(e, events.Notice) and "checks failed" in e.text for e in seen)
 
@@ -240,11 +227,10 @@ def test_a_failed_check_refuses_the_launch(tmp_path: Path) -> None:
 def test_auto_uses_the_gpus_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with_gpus(monkeypatch, tmp_path, A100)
     inv = local_inventory(tmp_path, job="  nproc_per_node: auto\n")
-    run = Run(inv, lambda e: None)
-    assert run.nprocs() == [1, 1]  # before any probe: `gpus:` or 1
-    done = asyncio.run(run.check())
+    assert Run(inv, lambda e: None).nprocs() == [1, 1]  # before any probe: `gpus:` or 1
+    pre, done = preflight(inv)
     assert done.ok
-    assert run.nprocs() == [4, 4]
+    assert pre.nprocs() == [4, 4]
 
 
 class Unreachable(LocalTransport):
@@ -278,11 +264,3 @@ def test_check_events_survive_json() -> None:
         HostChecked("node1", 1, {"reachable": False}),
     ):
         assert events.from_json(event.to_json()) == event
-
-
-def test_the_mark_is_found_after_a_greeting_without_a_newline() -> None:
-    """A python wrapper's `printf 'banner'` glues itself to the front of the probe's line."""
-    out = b'Welcome! (conda base)\nbanner without a newlineDDPTUI-PROBE {"hostname": "h"}\n'
-    assert probe.marked(out, probe.MARK) == {"hostname": "h"}
-    assert probe.marked(b"DDPTUI-PROBE {not json\n", probe.MARK) is None
-    assert probe.marked(b"nothing of ours\n", probe.MARK) is None

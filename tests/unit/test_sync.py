@@ -7,14 +7,15 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from remote import inventory, sync
 from remote.events import CodeSynced, Event, from_json
+from remote.fleet import Fleet
 from remote.inventory import Inventory
-from remote.transport import LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,10 +43,21 @@ def inv_for(tmp: Path, dests: list[Path], sync_text: str = "{exclude: [data/]}")
     return inventory.load(path)
 
 
+async def agents_push(
+    inv: Inventory, dests: list[str | None], emit: Callable[[Event], None]
+) -> list[CodeSynced]:
+    """sync.push over a real agent per host (as a launch's preflight does)."""
+    fleet = Fleet(inv.hosts)
+    try:
+        agents = [await fleet.agent(k, lambda e: None) for k in range(len(inv.hosts))]
+        return await sync.push(inv, agents, dests, emit)
+    finally:
+        await fleet.close()
+
+
 def push(inv: Inventory) -> list[CodeSynced]:
     seen: list[Event] = []
-    transports = [LocalTransport(h) for h in inv.hosts]
-    results = asyncio.run(sync.push(inv, transports, [h.workdir for h in inv.hosts], seen.append))
+    results = asyncio.run(agents_push(inv, [h.workdir for h in inv.hosts], seen.append))
     assert sorted(seen, key=lambda e: getattr(e, "node_rank", 0)) == results  # one event each
     return results
 
@@ -99,7 +111,7 @@ def test_a_failing_host_is_named(tmp_path: Path) -> None:
     blocked.write_text("a file where the workdir should be")
     results = push(inv_for(tmp_path, [tmp_path / "ok", blocked]))
     assert results[0].error == "" and results[0].files == 4
-    assert results[1].host == "n1" and results[1].error.startswith("put: ")
+    assert results[1].host == "n1" and results[1].error.startswith("sync-put: ")
     assert "code sync to" in results[1].text() and str(blocked) in results[1].text()
 
 
@@ -216,6 +228,5 @@ def test_a_local_host_without_workdir_is_skipped(tmp_path: Path) -> None:
     path.write_text("hosts: [{host: localhost, transport: local}]\n"
                     "job: {script: train.py, sync: {from: code}}\n")  # fmt: skip
     inv = inventory.load(path)
-    transports = [LocalTransport(h) for h in inv.hosts]
-    [result] = asyncio.run(sync.push(inv, transports, [str(path.parent)], lambda e: None))
+    [result] = asyncio.run(agents_push(inv, [str(path.parent)], lambda e: None))
     assert result.skipped and not (tmp_path / "src" / "train.py").exists()

@@ -11,11 +11,12 @@ from pathlib import Path
 import nvidia_smi
 import pytest
 from nvidia_smi import A100, A100_MIG, DRIVER_ERROR, H100_BUSY
-from probetools import levels, local_inventory, run_probe, with_gpus
+from probetools import levels, local_inventory, preflight, run_probe, with_agent, with_gpus
 
 from remote import probe, visible
-from remote.run import Run
-from remote.transport import LocalTransport
+from remote.fleet import Fleet
+from remote.inventory import Inventory
+from remote.preflight import Preflight
 from tui.check_report import print_table
 
 
@@ -96,9 +97,7 @@ def test_the_hosts_variable_limits_auto(monkeypatch: pytest.MonkeyPatch, tmp_pat
     checked = run_probe(inv)
     assert checked.facts["gpu_count"] == 8 and checked.facts["visible_gpus"] == 2
     assert levels(checked)["gpu-visible"] == "ok"
-    run = Run(inv, lambda e: None)
-    asyncio.run(run.check())
-    assert run.nprocs() == [2, 2]
+    assert preflight(inv)[0].nprocs() == [2, 2]
 
 
 def test_the_inventorys_env_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -126,9 +125,8 @@ def test_mig_through_the_probe_and_the_table(
 ) -> None:
     with_gpus(monkeypatch, tmp_path, A100_MIG)
     inv = local_inventory(tmp_path, job="  nproc_per_node: auto\n")
-    run = Run(inv, lambda e: None)
-    done = asyncio.run(run.check())
-    assert run.nprocs() == [1, 1]
+    pre, done = preflight(inv)
+    assert pre.nprocs() == [1, 1]
     checked = run_probe(inv)
     assert checked.facts["gpu_count"] == 2 and checked.facts["visible_gpus"] == 1
     print_table([checked], done, out := io.StringIO())
@@ -139,31 +137,41 @@ def test_mig_through_the_probe_and_the_table(
 # -- auto without the checks -------------------------------------------------------------------
 
 
+def count(inv: Inventory) -> visible.Visible | None:
+    return asyncio.run(with_agent(inv, 0, probe.count_visible))
+
+
 def test_count_without_the_checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     inv = local_inventory(tmp_path)
-    transport = LocalTransport(inv.hosts[0])
-    assert asyncio.run(probe.count_visible(transport)) is None  # no nvidia-smi
+    assert count(inv) is None  # no nvidia-smi
     with_gpus(monkeypatch, tmp_path, H100_BUSY)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert asyncio.run(probe.count_visible(transport)) == visible.Visible(8, None)
+    assert count(inv) == visible.Visible(8, None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")
-    seen = asyncio.run(probe.count_visible(transport))
+    seen = count(inv)
     assert seen is not None and seen.count == 1
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    seen = asyncio.run(probe.count_visible(transport))
+    seen = count(inv)
     assert seen is not None and seen.count == 0
 
 
 def test_count_with_a_broken_driver(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with_gpus(monkeypatch, tmp_path, DRIVER_ERROR)
-    transport = LocalTransport(local_inventory(tmp_path).hosts[0])
-    assert asyncio.run(probe.count_visible(transport)) is None
+    assert count(local_inventory(tmp_path)) is None
 
 
 def test_auto_with_skip_checks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with_gpus(monkeypatch, tmp_path, H100_BUSY)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
     inv = local_inventory(tmp_path, job="  nproc_per_node: auto\n")
-    run = Run(inv, lambda e: None, checks=False)
-    asyncio.run(run._count_gpus())
-    assert run.nprocs() == [3, 3]
+
+    async def counted() -> list[int]:
+        fleet = Fleet(inv.hosts)
+        pre = Preflight(inv, fleet, lambda e: None, checks=False)
+        try:
+            assert await pre.run()
+            return pre.nprocs()
+        finally:
+            await fleet.close()
+
+    assert asyncio.run(counted()) == [3, 3]

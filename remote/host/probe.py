@@ -1,48 +1,42 @@
-"""The host side of the checks: one run of this script learns what a host offers the job.
+"""The checks, host side: what this host offers the job, learned in one op of the agent.
 
-It runs on the job's own interpreter (python3 >= 3.8, standard library only) and travels in the
-command line itself, after host/netif.py's source, whose route_ifname it is handed: nothing is
-installed on the host, and pdsh can run the very same command. It prints one line, MARK + JSON.
-
-nvidia-smi's output goes back raw: the launcher parses it (remote/probe.py), so one parser serves
-this probe and the live refresh alike. torch is imported only where it could use a GPU (a CUDA
-build on a host with nvidia-smi): the import costs seconds of CPU, and its version and CUDA build
-are in torch/version.py anyway.
+It runs in the agent, on the job's own interpreter where there is one (else any python3, told
+which one was missing): python3 >= 3.8, standard library only. nvidia-smi's output goes back
+raw: the launcher parses it (remote/probe.py), so one parser serves this probe and the live
+monitor (remote/host/monitor.py) alike. torch is imported only where it could use a GPU (a CUDA
+build on a host with nvidia-smi): the import costs seconds of CPU, and its version and CUDA
+build are in torch/version.py anyway.
 """
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import socket
 import subprocess
 import sys
 
+from .netif import route_ifname
+
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from typing import Any
 
-MARK = "DDPTUI-PROBE "
 SMI_TIMEOUT = 20.0
 GIT_TIMEOUT = 5.0  # a repository on a slow network filesystem: the rest of the probe goes on
 DIRTY_FILES_HASHED = 200  # past this many changed files the count alone tells the trees apart
 
 
-def main(
-    route_ifname: Callable[[str], str | None], spec_text: str, missing_python: str | None = None
-) -> int:
+def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, Any]:
     """spec: {smi: {name: argv}, script, workdir, master_addr, master_port (master only)}.
     missing_python: the job's interpreter as tried (`~` expanded) when it was not there."""
-    spec = json.loads(spec_text)
     smi = shutil.which("nvidia-smi")
     # The queries run while the rest is gathered: nvidia-smi takes its time on a big host.
     running = {name: _start([smi, *argv]) for name, argv in spec["smi"].items()} if smi else {}
     workdir = workdir_info(spec.get("workdir"), spec["script"])
-    found: dict[str, Any] = {
+    return {
         "hostname": socket.gethostname(),
         "os": os_name(),
         "kernel": os.uname().release,
@@ -58,9 +52,13 @@ def main(
         "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,
         "py_spy": {"path": find_py_spy(), "ptrace": ptrace_rights()},
     }
-    sys.stdout.write(MARK + json.dumps(found) + "\n")
-    sys.stdout.flush()
-    return 0
+
+
+def visible_gpus() -> dict[str, Any]:
+    """For nproc_per_node: auto without the checks: CUDA_VISIBLE_DEVICES and `nvidia-smi -L`."""
+    smi = shutil.which("nvidia-smi")
+    listed = _finish(_start([smi, "-L"])) if smi else None
+    return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "list": listed}
 
 
 def os_name() -> str:
@@ -112,7 +110,7 @@ def _import_torch(info: dict[str, Any]) -> None:
         info["cuda"] = torch.version.cuda
         info["cuda_available"] = bool(torch.cuda.is_available())
         if info["cuda"]:
-            nccl = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+            nccl = torch.cuda.nccl.version()
             info["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
     except Exception as exc:  # a broken install says why; the checks report it
         info["error"] = f"import torch failed: {type(exc).__name__}: {exc}"

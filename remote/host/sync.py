@@ -1,15 +1,14 @@
 """The host side of `job.sync`: what of the launcher's files this host lacks, then taking them.
 
-Runs on the host's python (3.8+, standard library only), sent in the SSH exec like the probe:
-`python -c BOOT <this source> plan|put DEST`, the data on stdin (a manifest can outgrow what one
-argument may hold). It prints one line, MARK + JSON.
+Two ops of the agent (python3 >= 3.8, standard library only), their data on the channel (a
+manifest can outgrow one frame), each answering one JSON object:
 
-- plan: stdin is {relpath: [size, sha256, mtime]}; answers {"need": [relpath, ...]}: the files
-  missing here or whose content differs. A file of the same size and mtime is the one the last
-  put wrote (it set that mtime); one of the same size but another mtime is hashed (a `git
+- sync-plan: the data is {relpath: [size, sha256, mtime]}; answers {"need": [relpath, ...]}:
+  the files missing here or whose content differs. A file of the same size and mtime is the one
+  the last put wrote (it set that mtime); one of the same size but another mtime is hashed (a `git
   checkout` changes mtimes, not content), so what decides is the content, yet a second sync
   with nothing changed reads nothing.
-- put: stdin is an uncompressed tar of those files, read as it comes; each is written beside
+- sync-put: the data is an uncompressed tar of those files, read as it comes; each is written beside
   its target and renamed over it (a reader never sees half a file), with the launcher's mode
   and mtime.
 Nothing here deletes: files that exist only on the host (outputs, checkpoints) stay.
@@ -22,30 +21,28 @@ import json
 import os
 import socket
 import stat
-import sys
 import tarfile
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-MARK = "DDPTUI-SYNC "
+MANIFEST_MAX = 256 << 20  # bytes of manifest a plan takes
 CHUNK = 1 << 20
 MTIME_SLACK = 1e-3  # seconds: a float mtime through tar's text and utime loses a little
 
 
-def main(step: str, dest: str) -> int:
-    root = os.path.expanduser(dest)
+def serve(ch: Any, req: dict[str, Any], step: str) -> None:
+    """req: {dest}; the data follows on the channel."""
+    root = os.path.expanduser(req["dest"])
     try:
         if step == "plan":
-            out = plan(root, json.loads(sys.stdin.buffer.read()))
+            out = plan(root, json.loads(ch.read_all(MANIFEST_MAX)))
         else:
-            out = put(root, sys.stdin.buffer)
+            out = put(root, ch.reader())
     except (OSError, tarfile.TarError, ValueError) as exc:
         out = {"error": _why(exc)}
-    sys.stdout.write(MARK + json.dumps(out) + "\n")
-    sys.stdout.flush()
-    return 1 if "error" in out else 0
+    ch.answer(out)
 
 
 def plan(root: str, want: dict[str, list[Any]]) -> dict[str, Any]:

@@ -1,0 +1,152 @@
+"""The launcher's hosts: one agent each (remote/agent.py), started on first use, then shared.
+
+The dashboard opens a Fleet on its inventory and keeps it; a run launched there borrows the same
+agents, so a launch costs no login shell more than opening the dashboard did. `check`, `launch`,
+`attach`, `stop`, `stacks` and `runs` each open their own: one login shell per host, at most.
+
+Connecting a host says where it is: *connecting* (the SSH login, bounded and retried by
+remote/fanout.py), *starting* (from the exec until its agent's HELLO: a slow login shell is a host
+starting, not a host lost), then *connected*. Each host's GPU monitor is one channel on its agent,
+whoever listens (the dashboard, a run's hang guard).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+
+from . import fanout
+from .agent import Agent
+from .events import Event, HostState
+from .inventory import Host
+from .monitor import Monitor
+from .transport import HostError, Transport, for_host, routable
+
+Emit = Callable[[Event], None]
+
+
+class Fleet:
+    def __init__(
+        self,
+        hosts: Sequence[Host],
+        *,
+        start_timeout: float = 300.0,
+        lease: float = 60.0,
+        transports: Sequence[Transport] | None = None,
+    ) -> None:
+        self.hosts = tuple(hosts)
+        self.transports = list(transports or [for_host(h) for h in hosts])
+        self.start_timeout, self.lease = start_timeout, lease
+        self.agents: dict[int, Agent] = {}
+        self.took: dict[int, float] = {}  # node rank → seconds from login to the agent's HELLO
+        self.monitors: dict[int, Monitor] = {}
+        self.listeners: list[Emit] = []  # who hears the GPU figures
+        self.on_lost: list[Callable[[int, str], None]] = []  # told when a host's agent is lost
+        self._starting: dict[int, asyncio.Task[Agent]] = {}
+
+    def same_hosts(self, hosts: Sequence[Host]) -> bool:
+        return self.hosts == tuple(hosts)
+
+    def ready(self, k: int) -> Agent | None:
+        agent = self.agents.get(k)
+        return agent if agent is not None and agent.ready else None
+
+    async def agent(self, k: int, emit: Emit) -> Agent:
+        """Host k's agent, started if need be (once, however many ask). Raises HostError."""
+        if (agent := self.ready(k)) is not None:
+            return agent
+        task = self._starting.get(k)
+        if task is None or task.done():
+            task = self._starting[k] = asyncio.ensure_future(self._start(k, emit))
+        return await asyncio.shield(task)
+
+    async def reconnect(self, k: int, emit: Emit) -> Agent:
+        """A new login and agent for host k (its link dropped); the same bounds as the first."""
+        old = self.agents.pop(k, None)
+        if old is not None:
+            old.drop()
+        self.transports[k].drop()
+        return await self.agent(k, emit)
+
+    async def _start(self, k: int, emit: Emit) -> Agent:
+        t = self.transports[k]
+        h = t.host
+        emit(HostState(h.name, k, "connecting"))
+        t0 = time.monotonic()
+        await fanout.connect(t)  # HostError when it cannot log in
+        emit(HostState(h.name, k, "starting"))
+        agent = Agent(t, start_timeout=self.start_timeout, lease=self.lease)
+        agent.on_lost = lambda why: self._lost(k, agent, why)
+        hello = await agent.start()
+        t.address = own_address(t, hello.ssh_addr)
+        self.agents[k] = agent
+        self.took[k] = time.monotonic() - t0
+        emit(HostState(h.name, k, "connected", f"{self.took[k]:.2f} s"))
+        if self.listeners:
+            self._monitor(k, agent)
+        return agent
+
+    def _lost(self, k: int, agent: Agent, why: str) -> None:
+        if self.agents.get(k) is agent:  # not one replaced on purpose (a reconnect)
+            for tell in list(self.on_lost):
+                tell(k, why)
+
+    # -- GPU figures ----------------------------------------------------------------------------
+
+    def listen(self, emit: Emit) -> None:
+        """`emit` hears every host's GPU figures from now on (a monitor per ready host)."""
+        if emit not in self.listeners:
+            self.listeners.append(emit)
+        for k, agent in self.agents.items():
+            if agent.ready:
+                self._monitor(k, agent)
+
+    def unlisten(self, emit: Emit) -> None:
+        with contextlib.suppress(ValueError):
+            self.listeners.remove(emit)
+
+    def _monitor(self, k: int, agent: Agent) -> None:
+        current = self.monitors.get(k)
+        if current is None or current.agent is not agent:
+            self.monitors[k] = Monitor(agent, self._stats)
+
+    def _stats(self, event: Event) -> None:
+        for emit in list(self.listeners):
+            emit(event)
+
+    # -- ending ---------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Every agent let go (they leave at once; node supervisors live on), every login closed."""
+        for task in self._starting.values():
+            task.cancel()
+        await asyncio.gather(*self._starting.values(), return_exceptions=True)
+        await asyncio.gather(*(a.close() for a in self.agents.values()), return_exceptions=True)
+        await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
+        self.agents.clear()
+        self.monitors.clear()
+
+
+def own_address(t: Transport, ssh_addr: str | None) -> str:
+    """Where the peers reach a host: where we reached it, when that is an address they can use
+    (remote/transport.py); through a tunnel, what its sshd saw us reach ($SSH_CONNECTION, its
+    agent's HELLO says); else where we reached it, whatever that is."""
+    if routable(t.address):
+        return t.address
+    return ssh_addr or t.address or t.peer_address
+
+
+async def connect_all(fleet: Fleet, emit: Emit) -> dict[int, str]:
+    """Every host's agent at once; {node rank: why not} for those that could not be had."""
+
+    async def one(k: int) -> str | None:
+        try:
+            await fleet.agent(k, emit)
+        except HostError as exc:
+            return exc.reason
+        return None
+
+    whys = await asyncio.gather(*(one(k) for k in range(len(fleet.transports))))
+    return {k: why for k, why in enumerate(whys) if why is not None}

@@ -1,0 +1,249 @@
+"""The host agent: what the one SSH exec per host runs; every op multiplexed over its stdio.
+
+remote/shipper.py's boot starts it (python3 >= 3.8, standard library only). It writes the mark
+and HELLO on channel 0, then serves each channel the launcher opens (protocol.OPS) in a thread of
+its own, writing every answer as a frame on its stdout. It leaves when its stdin closes (the
+launcher or its connection went) or when the launcher has been silent for the lease: a cut link
+never closes it, and a host must not keep an agent for every launcher that vanished. Node
+supervisors it started live on: their own lease decides for them (remote/host/daemon.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from . import monitor, nodes, probe, protocol, stacks, sync, wire
+
+READ = 1 << 18
+INBOX = 64  # frames waiting for an op; more, and the reader waits (the launcher slows down)
+
+
+class Ended(Exception):
+    """The launcher ended the channel."""
+
+
+class Channel:
+    """One op's channel: what the launcher sends on it, and the way to answer."""
+
+    def __init__(self, agent, chan):
+        self.agent, self.chan = agent, chan
+        self.inbox = queue.Queue(INBOX)
+        self.closers = []
+
+    def put(self, kind, payload):
+        """From the reader thread: waits while the op is behind (the launcher slows down)."""
+        self.inbox.put((kind, payload))
+
+    def on_close(self, fn):
+        self.closers.append(fn)
+
+    def close(self):
+        for fn in self.closers:
+            with contextlib.suppress(Exception):
+                fn()
+        with contextlib.suppress(queue.Full):  # wakes a thread still reading the channel
+            self.inbox.put_nowait((b"e", None))
+
+    # -- what an op reads --------------------------------------------------------------------
+
+    def recv(self, timeout=None):
+        """(kind, payload) next, a `j` frame's JSON parsed; None after timeout."""
+        try:
+            kind, payload = self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if kind == b"j":
+            try:
+                return kind, wire.Frame(self.chan, kind, payload).message()
+            except wire.Garbage:
+                return kind, None
+        return kind, payload
+
+    def read_all(self, limit):
+        """Every data frame until the launcher ends the channel, at most limit bytes."""
+        chunks, size = [], 0
+        for chunk in self.reader_chunks():
+            size += len(chunk)
+            if size > limit:
+                raise ValueError("more than {} bytes".format(limit))
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def reader_chunks(self):
+        while True:
+            kind, payload = self.recv()
+            if kind == b"e":
+                return
+            if kind == b"d":
+                yield payload
+
+    def reader(self):
+        """The channel's data as a file object, for a reader that streams (tarfile's `r|`)."""
+        return _ChunkFile(self.reader_chunks())
+
+    def read_line(self, limit=256):
+        """The first line of data (a node stream's `hello OFFSET`)."""
+        data = b""
+        while b"\n" not in data and len(data) < limit:
+            got = self.recv(timeout=30)
+            if got is None or got[0] != b"d":
+                break
+            data += got[1]
+        return data.partition(b"\n")[0]
+
+    # -- what an op says ---------------------------------------------------------------------
+
+    def answer(self, msg):
+        self.agent.send(wire.jframe(self.chan, msg))
+
+    def data(self, payload):
+        self.agent.send(wire.frame(self.chan, b"d", payload))
+
+
+class _ChunkFile:
+    def __init__(self, chunks):
+        self.chunks, self.buf = chunks, b""
+
+    def read(self, n=-1):
+        while n < 0 or len(self.buf) < n:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                break
+            self.buf += chunk
+        out, self.buf = (self.buf, b"") if n < 0 else (self.buf[:n], self.buf[n:])
+        return out
+
+
+def _answer(fn):
+    """An op whose function returns its one answer."""
+    return lambda agent, ch, req: ch.answer(fn(req))
+
+
+OPS = {
+    protocol.PROBE: lambda agent, ch, req: ch.answer(probe.facts(req, agent.missing)),
+    protocol.COUNT: _answer(lambda req: probe.visible_gpus()),
+    protocol.SYNC_PLAN: lambda agent, ch, req: sync.serve(ch, req, "plan"),
+    protocol.SYNC_PUT: lambda agent, ch, req: sync.serve(ch, req, "put"),
+    protocol.MONITOR: lambda agent, ch, req: monitor.serve(ch, req),
+    protocol.START: lambda agent, ch, req: nodes.start(ch, req, agent.code_dir, agent.sources),
+    protocol.ATTACH: lambda agent, ch, req: nodes.attach(ch, req),
+    protocol.STACKS: _answer(stacks.dump),
+    protocol.FLIGHT: lambda agent, ch, req: stacks.analyse(ch, req),
+    protocol.SWEEP: lambda agent, ch, req: nodes.sweep(ch, req),
+    protocol.STATUS: lambda agent, ch, req: nodes.status(ch, req),
+}
+
+
+class Agent:
+    def __init__(self, code_dir, sources, missing):
+        self.code_dir, self.sources, self.missing = code_dir, sources, missing
+        # Frames alone on the real stdout: anything else this process or a child prints (a
+        # warning, a tool run without a pipe) goes to stderr instead.
+        self.out = os.dup(1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+        self.lock = threading.Lock()
+        self.channels = {}
+        self.heard = time.monotonic()
+        self.lease = protocol.AGENT_LEASE_S
+
+    def send(self, data):
+        view = memoryview(data)
+        with self.lock:
+            try:
+                while view:
+                    view = view[os.write(self.out, view) :]
+            except OSError:  # the launcher's end is gone
+                self.leave()
+
+    def run(self):
+        self.send(wire.MARK + wire.jframe(0, self.hello()))
+        threading.Thread(target=self._watch, daemon=True).start()
+        reader = wire.FrameReader(marked=True)
+        try:
+            while True:
+                data = os.read(0, READ)
+                if not data:
+                    break
+                for f in reader.feed(data):
+                    self.dispatch(f)
+        except (OSError, wire.Garbage) as exc:
+            sys.stderr.write("ddptui agent: {}\n".format(exc))
+        self.leave()
+
+    def hello(self):
+        conn = os.environ.get("SSH_CONNECTION", "").split()
+        return {
+            "t": protocol.HELLO,
+            "v": protocol.VERSION,
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "python": "{}.{}.{}".format(*sys.version_info[:3]),
+            "exe": sys.executable,
+            "missing_python": self.missing,
+            "ssh_addr": conn[2] if len(conn) == 4 else None,  # as this host's sshd was reached
+            "code": "kept" if self.code_dir else "memory",
+        }
+
+    def dispatch(self, f):
+        self.heard = time.monotonic()
+        if f.chan == 0:
+            return self._control(f)
+        ch = self.channels.get(f.chan)
+        if ch is not None:
+            ch.put(f.kind, f.payload)
+        elif f.kind == b"j":
+            self.open(f.chan, f.message())
+
+    def _control(self, f):
+        if f.kind != b"j":
+            return
+        msg = f.message()
+        if msg.get("t") == protocol.PING:
+            self.send(wire.jframe(0, {"t": protocol.PONG}))
+        elif msg.get("t") == protocol.LEASE:
+            self.lease = float(msg.get("seconds") or protocol.AGENT_LEASE_S)
+
+    def open(self, chan, req):
+        ch = self.channels[chan] = Channel(self, chan)
+        op = OPS.get(req.get("op"))
+        threading.Thread(target=self._serve, args=(op, ch, req), daemon=True).start()
+
+    def _serve(self, op, ch, req):
+        try:
+            if op is None:
+                ch.answer({"error": "unknown op {!r}".format(req.get("op"))})
+            else:
+                op(self, ch, req)
+        except Exception as exc:  # the launcher hears why; the agent serves on
+            traceback.print_exc()
+            ch.answer({"error": "{} failed: {!r}".format(req.get("op"), exc)})
+        finally:
+            self.channels.pop(ch.chan, None)
+            ch.close()
+            self.send(wire.frame(ch.chan, b"e"))
+
+    def _watch(self):
+        while True:
+            time.sleep(1.0)
+            if time.monotonic() - self.heard > self.lease:
+                sys.stderr.write("ddptui agent: no word from the launcher; leaving\n")
+                self.leave()
+
+    def leave(self):
+        for ch in list(self.channels.values()):
+            ch.close()
+        with contextlib.suppress(OSError):
+            sys.stderr.flush()
+        os._exit(0)
+
+
+def main(code_dir, sources, missing):
+    Agent(code_dir, sources, missing).run()

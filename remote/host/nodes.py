@@ -1,0 +1,190 @@
+"""A host's part of runs: start a node's supervisor, relay its stream, sweep it, say its state.
+
+Ops of the agent (remote/host/agent.py):
+
+  start   make the node's private directory, start its supervisor there (remote/host/daemon.py,
+          a daemon of its own that outlives this SSH session), then relay its stream
+  attach  relay a running node's stream; if its supervisor is gone, serve what its spool kept
+  sweep   stop what is left of a node by its tags (its supervisor died)
+  status  the state of some runs' nodes on this host
+
+The supervisor is a fresh interpreter, not a fork of the agent: the agent runs threads, and a
+fork would inherit whatever lock one of them held. Its stream is reached through its Unix socket
+(a relative name, through /proc/self/fd: a deep home must not exceed sun_path's 108 bytes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+from . import daemon, procs, protocol, state
+from .spool import Spool
+
+START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
+DAEMON_BOOT = (
+    "import sys;sys.path.insert(0,sys.argv[1]);from ddph import daemon;daemon.boot(sys.argv[2])"
+)
+
+
+def start(ch, req, code_dir, sources):
+    spec = req["spec"]
+    if not os.path.isdir("/proc/self"):  # the job's processes are found through /proc
+        why = "ddptui needs Linux on the hosts: this is {} (no /proc)".format(sys.platform)
+        return _error(ch, why)
+    try:
+        spec = protocol.spec(spec)
+    except protocol.SpecError as exc:
+        return _error(ch, "this host's ddptui does not understand the launcher's: {}".format(exc))
+    ndir = state.node_dir(spec["run_id"], spec["node"])
+    try:
+        state.private_dirs(os.path.dirname(ndir))
+        os.mkdir(ndir, 0o700)  # fresh: a directory already there is not ours to reuse
+    except OSError as exc:
+        return _error(ch, "cannot make {}: {}".format(ndir, exc))
+    state.prune()
+    why = _spawn(ndir, spec, code_dir or _keep_code(ndir, sources))
+    if why:
+        return _error(ch, why)
+    relay(ch, ndir)
+
+
+def _error(ch, msg):
+    ch.answer({"t": protocol.ERROR, "msg": msg})
+
+
+def _keep_code(ndir, sources):
+    """The code beside the node, for its supervisor, where the state dir could not keep it."""
+    path = os.path.join(ndir, "code")
+    os.mkdir(path, 0o700)
+    os.mkdir(os.path.join(path, "ddph"), 0o700)
+    for name, text in sources.items():
+        with open(os.path.join(path, "ddph", name + ".py"), "w", encoding="utf-8") as f:
+            f.write(text)
+    return path
+
+
+def _spawn(ndir, spec, code_dir):
+    """Start the supervisor; None once it says it is up, else why not."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    log = os.open(os.path.join(ndir, "supervisor.log"), flags, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", DAEMON_BOOT, code_dir, ndir],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=ndir,
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    except OSError as exc:
+        return "cannot start the supervisor: {}".format(exc.strerror)
+    finally:
+        os.close(log)
+    try:  # it says "ok" (or why not) and lets go of its stdout; its parent leaves at once
+        said, _ = proc.communicate(json.dumps(spec).encode(), timeout=START_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "the supervisor did not start within {:g} s".format(START_TIMEOUT)
+    if said == b"ok":
+        return None
+    return said.decode("utf-8", "replace").strip() or "the supervisor died at its start"
+
+
+# -- a node's stream -----------------------------------------------------------------------------
+
+
+def attach(ch, req, *_):
+    ndir = state.node_dir(req["run_id"], req["node"])
+    if not os.path.isdir(ndir):
+        return _error(ch, "no such run on this host ({})".format(ndir))
+    relay(ch, ndir)
+
+
+def connect(ndir):
+    """A connection to the node's supervisor, or None when it is gone."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        fd = os.open(ndir, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        sock.close()
+        return None
+    try:
+        sock.connect("/proc/self/fd/{}/{}".format(fd, daemon.SOCKET))
+        return sock
+    except OSError:
+        sock.close()
+        return None
+    finally:
+        os.close(fd)
+
+
+def relay(ch, ndir):
+    """Bytes both ways until the supervisor hangs up; the launcher's end is passed on."""
+    sock = connect(ndir)
+    if sock is None:
+        return replay(ch, ndir)
+
+    def to_daemon():
+        with contextlib.suppress(OSError):
+            for chunk in ch.reader_chunks():
+                sock.sendall(chunk)
+            sock.shutdown(socket.SHUT_WR)  # the launcher ended its side (detach)
+
+    ch.on_close(lambda: _close(sock))
+    threading.Thread(target=to_daemon, daemon=True).start()
+    try:
+        while True:
+            data = sock.recv(1 << 18)
+            if not data:
+                return
+            ch.data(data)
+    except OSError:
+        return
+    finally:
+        _close(sock)
+
+
+def _close(sock):
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+def replay(ch, ndir):
+    """The node's supervisor is gone: its spool from the asked offset, then its final state."""
+    words = ch.read_line().split()
+    offset = int(words[1]) if words[:1] == [b"hello"] and len(words) > 1 else 0
+    spool = Spool(ndir, 1 << 30, writable=False)
+    spool.closed = True
+    found = state.read_state(ndir)
+    hello = {"node": found.get("node"), "run_id": found.get("run_id"), "live": False,
+             "state": found, "spool_start": spool.start, "spool_end": spool.end}  # fmt: skip
+    daemon.send_spool(ch.data, spool, offset, hello, 1.0, threading.Event())
+
+
+# -- sweep, status -------------------------------------------------------------------------------
+
+
+def sweep(ch, req, *_):
+    tags = {"DDPTUI_RUN_ID": req["run_id"], "DDPTUI_NODE": str(req["node"])}
+    found = procs.tagged_pids(tags)
+    left = procs.sweep(lambda: procs.tagged_pids(tags), req.get("grace", 5.0))
+    ch.answer({"t": "swept", "found": len(found), "survivors": left})
+
+
+def status(ch, req, *_):
+    """{run_id: {node: state}} for [run_id, node] pairs; `alive` when its supervisor answers."""
+    found = {}
+    for run_id, node in req["nodes"]:
+        ndir = state.node_dir(run_id, node)
+        got = state.read_state(ndir)
+        if got:
+            sock = connect(ndir)
+            got["alive"] = sock is not None
+            if sock is not None:
+                sock.close()
+        found.setdefault(run_id, {})[str(node)] = got or None
+    ch.answer({"t": "status", "runs": found})

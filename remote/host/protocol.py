@@ -1,0 +1,136 @@
+"""The contract between the launcher and a host: the agent's ops, the node spec, the messages.
+
+Both ends import this module (the launcher as `remote.host.protocol`, the host as
+`ddph.protocol`): every key, default and message kind is named here once. Standard library only,
+python3 >= 3.8. The bytes that carry these (frames, spool records) are remote/host/wire.py's.
+
+One SSH exec per host starts the agent (remote/host/agent.py). It says HELLO on channel 0, then
+serves ops, each on a channel the launcher opens with a JSON request `{"op": OP, ...}`:
+
+  probe      the checks' facts (remote/host/probe.py)            one answer
+  count      the GPUs a job would see, for nproc_per_node: auto   one answer
+  sync-plan  which of the launcher's files this host lacks         data in, one answer
+  sync-put   those files, as one tar                               data in, one answer
+  monitor    GPU samples every few seconds, until ended           answers; {"pause": bool} in
+  start      start a node's supervisor (remote/host/daemon.py),   its stream both ways (data)
+             then relay its stream
+  attach     relay a running node's stream, or replay its spool   likewise
+  stacks     every rank's stack and flight-recorder traces (JSON)  one answer
+  flight     the run's traces analysed by torch, on this host     data in, one answer
+  sweep      stop what is left of a node by its tags               one answer
+  status     the state of some runs' nodes on this host            one answer
+
+Channel 0 carries the agent's own words: HELLO first, PONG to each PING, and LEASE from the
+launcher (seconds of silence after which the agent leaves).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
+VERSION = 1
+
+# -- ops ----------------------------------------------------------------------------------------
+
+PROBE = "probe"
+COUNT = "count"
+SYNC_PLAN = "sync-plan"
+SYNC_PUT = "sync-put"
+MONITOR = "monitor"
+START = "start"
+ATTACH = "attach"
+STACKS = "stacks"
+FLIGHT = "flight"
+SWEEP = "sweep"
+STATUS = "status"
+OPS = (PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS)
+
+# -- channel 0 ----------------------------------------------------------------------------------
+
+HELLO = "hello"  # agent: {v, pid, hostname, python, exe, missing_python, ssh_addr, code}
+PING = "ping"  # launcher, every few seconds
+PONG = "pong"  # agent, to each ping
+LEASE = "lease"  # launcher: {seconds}: leave after that long without a word
+AGENT_LEASE_S = 60.0  # until the launcher says otherwise
+
+# -- a node's stream (spool meta records and out-of-band control, remote/host/daemon.py) --------
+
+STARTED = "started"  # {pid, hostname, ifname, hub_port, mode, ranks}
+RANKS = "ranks"  # {ranks, world}: only the run reveals them (c10d, spawn, Lightning)
+STOPPING = "stopping"  # {by, reason, node}
+EXIT = "exit"  # {code, stopped, by, reason, node, survivors, first}
+ERROR = "error"  # {msg}: the node could not start
+TRIMMED = "trimmed"  # meta {bytes, max}; control {missed, at}
+MODE = "mode"  # {mode}: attached or detached
+# control frames only
+STREAM_HELLO = "hello"  # {node, run_id, mode, live, spool_start, spool_end, state}
+HEARTBEAT = "hb"
+EOF = "eof"  # {end}: the stream is complete
+
+# Why a node stopped (EXIT's `by`, STOPPING's `by`).
+BY_LAUNCHER = "launcher"  # a launcher said stop
+BY_PEER = "peer"  # the run's hub said stop (another node failed or was lost)
+BY_LEASE = "lease"  # no launcher heard from for link_timeout
+
+# Launcher to a node's supervisor: text lines on its stream.
+SAY_HELLO = "hello"  # hello OFFSET: resume the spool there
+SAY_PING = "ping"
+SAY_STOP = "stop"
+SAY_DETACH = "detach"
+SAY_ATTACH = "attach"
+SAY_HUB = "hub"  # hub ADDR PORT: where the run's hub listens
+
+# -- a node's spec (START) ----------------------------------------------------------------------
+
+REQUIRED = object()
+SPEC_DEFAULTS = {
+    "run_id": REQUIRED,
+    "node": REQUIRED,
+    "names": REQUIRED,  # every node's name, in node order
+    "argv": REQUIRED,
+    "secret": REQUIRED,  # the supervisors' proof to each other (the hub); never on disk
+    "env": {},  # exported to the job over the host's own environment
+    "unset": [],  # removed from the job's environment, even the host's own
+    "expand": [],  # argv indices that are paths: `~` expanded on the host
+    "scratch_arg": None,  # this text in argv and env becomes the node's scratch directory
+    "workdir": None,
+    "route_to": None,  # set ifname_vars to the interface that routes to this address
+    "ifname_vars": [],
+    "master_addr": None,  # where the peers reach node 0 (the hub binds there)
+    "ranks": [],  # global ranks by local rank; [] when only the run reveals them
+    "learn_ranks": False,  # watch the job's processes for their ranks
+    "tail_ranks": False,  # torchrun's --redirects: read each rank's files (remote/host/tail.py)
+    "line_buffer": False,  # the whole-lines sitecustomize (remote/host/linebuf.py)
+    "grace": 5.0,  # seconds between TERM and KILL
+    "link_timeout": 60.0,
+    "spool_max": 1 << 30,
+    "detached": False,
+}
+
+
+class SpecError(ValueError):
+    pass
+
+
+def spec(given: dict[str, Any]) -> dict[str, Any]:
+    """A node spec with its defaults filled in; an unknown or missing key is a SpecError (a
+    launcher and a host of different versions say so instead of guessing)."""
+    unknown = sorted(set(given) - set(SPEC_DEFAULTS))
+    if unknown:
+        raise SpecError("unknown spec keys: " + ", ".join(unknown))
+    out = {}
+    for key, default in SPEC_DEFAULTS.items():
+        if key in given:
+            out[key] = given[key]
+        elif default is REQUIRED:
+            raise SpecError("the spec lacks " + key)
+        else:
+            out[key] = type(default)(default) if isinstance(default, (list, dict)) else default
+    return out
+
+
+def beat_interval(link_timeout: float) -> float:
+    """Heartbeats often enough that a few lost ones never end a lease."""
+    return min(5.0, max(0.2, link_timeout / 6.0))

@@ -1,0 +1,230 @@
+"""Every rank's stack on this host, in one op of its agent: `py-spy dump` on each rank process of
+a run's node, all at once, and with the flight recorder on, each rank's NCCL trace as well.
+
+Only what this host's side started counts: the node's supervisor (from its state in the private
+state dir) and its descendants that run as this user; a process another user made look like a
+rank (it may carry the run's tags: the run id is in `ps`) is never dumped, poked or read. The
+flight recorder's pipes and traces are those of the node's own scratch directory (the paths the
+plan gave every rank), opened without following links, and a trace is read only if it is a file
+of this user's. A trace is a pickle: it is read here, by an unpickler that refuses every global
+(a trace holds plain dicts, lists and numbers), and leaves as JSON. python3 >= 3.8, stdlib only.
+
+It answers {hostname, ranks: {rank: {pid, threads} | {pid, error}}, problem, flight}.
+"""
+
+from __future__ import annotations  # py3.8: annotations stay unevaluated
+
+import io
+import json
+import os
+import pickle
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+
+from . import procs, state
+from .probe import _start, find_py_spy, ptrace_rights
+
+TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
+DUMP_TIMEOUT = 20.0
+PIPE = "nccl_pipe_rank_"  # + rank + ".pipe", in the node's scratch dir (remote/flight.py)
+TRACE = "nccl_trace_rank_"  # + rank
+TRACE_MAX = 64 << 20  # bytes of one rank's trace
+FLIGHT_POLL = 0.1
+ANALYSER = "torch.distributed.flight_recorder.fr_trace"
+ANALYSE_TIMEOUT = 120.0
+VERDICT_MAX = 64 << 10
+
+
+def dump(spec: dict[str, Any]) -> dict[str, Any]:
+    """spec: {run_id, node, nnodes, native, stacks (bool), flight_wait (seconds; 0: no
+    flight recorder)}."""
+    found: dict[str, Any] = {"hostname": socket.gethostname(), "ranks": {}, "problem": None}
+    node = state.read_state(state.node_dir(spec["run_id"], spec["node"]))
+    by_pid = {}
+    if node.get("pid") and node.get("status") in ("starting", "running"):
+        tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(spec["node"])}
+        mine = procs.own_descendants(node["pid"])
+        by_pid, _ = procs.ranks_by_pid(tags, spec["node"], spec["nnodes"], among=mine)
+    if not by_pid:
+        found["problem"] = "no rank of run {} runs on this host".format(spec["run_id"])
+    elif spec.get("stacks", True):
+        spy = find_py_spy()
+        if spy is None:
+            found["problem"] = "py-spy not found (pip install py-spy, in the train extra)"
+        else:
+            found["ranks"] = dump_all(spy, by_pid, spec.get("native", False))
+            found["ptrace"] = ptrace_rights()
+    if by_pid and spec.get("flight_wait"):
+        found["flight"] = flight(node.get("scratch"), sorted(by_pid.values()), spec["flight_wait"])
+    return found
+
+
+def dump_all(spy: str, by_pid: dict[int, int], native: bool) -> dict[str, Any]:
+    """{rank: {pid, threads}} for every rank process, the dumps running side by side."""
+    extra = ["--native"] if native else []
+    running = {pid: _start([spy, "dump", "--json", "--pid", str(pid), *extra]) for pid in by_pid}
+    out = {}
+    for pid, proc in running.items():
+        stack: dict[str, Any] = {"pid": pid}
+        stack.update(_dumped(proc))
+        out[str(by_pid[pid])] = stack
+    return out
+
+
+def _dumped(proc: Any) -> dict[str, Any]:
+    if isinstance(proc, OSError):
+        return {"error": "cannot run py-spy: {}".format(proc.strerror)}
+    try:
+        out, err = proc.communicate(timeout=DUMP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"error": "py-spy did not answer in {:g} s".format(DUMP_TIMEOUT)}
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
+        return {"error": "py-spy: " + (" ".join(lines[:3]) or "exit {}".format(proc.returncode))}
+    try:
+        threads = json.loads(out)
+    except ValueError:
+        return {"error": "py-spy printed no stack"}
+    return {"threads": [_thread(t) for t in threads]}
+
+
+def _thread(t: dict[str, Any]) -> dict[str, Any]:
+    """What the launcher groups by, less py-spy's extras (locals, ids)."""
+    frames = [
+        {"function": f.get("name"), "file": f.get("short_filename"), "path": f.get("filename"),
+         "line": f.get("line")}
+        for f in t.get("frames", ()) if not f.get("is_shim_entry")
+    ]  # fmt: skip
+    main = t.get("thread_name") == "MainThread" or t.get("os_thread_id") == t.get("pid")
+    return {"name": t.get("thread_name"), "main": main, "frames": frames}
+
+
+# -- the flight recorder -------------------------------------------------------------------------
+
+
+def flight(scratch: str | None, ranks: list[int], wait: float) -> dict[str, Any]:
+    """Ask every rank to dump its NCCL flight recorder; {rank: {trace} | {error}}."""
+    if not scratch or not _private_dir(scratch):
+        refused = "the node's scratch directory is not this user's private one"
+        return {str(rank): {"error": refused} for rank in ranks}
+    asked: dict[int, tuple[str, Any]] = {}  # rank → (trace file, its stat before we asked)
+    out: dict[str, Any] = {}
+    for rank in ranks:
+        path = os.path.join(scratch, TRACE + str(rank))
+        before = _stat(path)
+        why = _poke(os.path.join(scratch, PIPE + str(rank) + ".pipe"))
+        if why:
+            out[str(rank)] = {"error": why}
+        else:
+            asked[rank] = (path, before)
+    deadline = time.monotonic() + wait
+    while asked and time.monotonic() < deadline:
+        for rank, (path, before) in list(asked.items()):
+            got = _fresh(path, before)
+            if got is not None:
+                out[str(rank)] = got
+                del asked[rank]
+        time.sleep(FLIGHT_POLL)
+    for rank, (path, _) in asked.items():
+        out[str(rank)] = {"error": "no trace in {} after {:g} s".format(path, wait)}
+    return out
+
+
+def _private_dir(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
+def _poke(pipe: str) -> str | None:
+    """One byte into a rank's dump pipe; why not, if it could not be written."""
+    try:
+        fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError as exc:  # ENXIO: nobody reads it (no process group yet, or not NCCL)
+        return "the flight recorder is not on for this rank ({})".format(exc.strerror)
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return "{} is not a pipe".format(pipe)
+        os.write(fd, b"1")
+    finally:
+        os.close(fd)
+    return None
+
+
+def _stat(path: str) -> tuple[float, int] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_mtime, st.st_size
+
+
+def _fresh(path: str, before: tuple[float, int] | None) -> dict[str, Any] | None:
+    """The trace as JSON once it was (re)written since `before` and has stopped growing."""
+    now = _stat(path)
+    if now is None or now == before or now[1] == 0:
+        return None
+    time.sleep(FLIGHT_POLL)
+    if _stat(path) != now:
+        return None
+    try:
+        trace = read_trace(path)
+        json.dumps(trace)  # what goes back: plain JSON, or nothing
+    except (OSError, ValueError, TypeError, pickle.UnpicklingError, EOFError) as exc:
+        return {"error": "unreadable trace {}: {}".format(path, exc)}
+    return {"file": path, "trace": trace}
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Plain data only: a pickle that names any class or function is refused, not run."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError("refused {}.{}: a trace holds plain data".format(module, name))
+
+
+def read_trace(path: str) -> Any:
+    """A rank's trace: a regular file of this user's, at most TRACE_MAX, plain data."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
+            raise ValueError("not a file of this user's")
+        if st.st_size > TRACE_MAX:
+            raise ValueError("{} bytes, more than {}".format(st.st_size, TRACE_MAX))
+        return _PlainUnpickler(io.BytesIO(f.read())).load()
+
+
+def analyse(ch: Any, req: dict[str, Any]) -> None:
+    """The run's traces, sent as JSON ({rank: trace}), analysed here by torch's own analyser
+    with this host's python, in a fresh directory under the node's private one; the verdict
+    goes back as text. The pickles it reads are written here, from that JSON."""
+    traces = json.loads(ch.read_all(TRACE_MAX * 8))
+    where = tempfile.mkdtemp(prefix="flight-", dir=state.node_dir(req["run_id"], req["node"]))
+    try:
+        for rank, trace in traces.items():
+            path = os.path.join(where, TRACE + str(int(rank)))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(trace, f)
+        argv = [sys.executable, "-m", ANALYSER, "-p", TRACE, where]
+        try:
+            res = subprocess.run(argv, capture_output=True, timeout=ANALYSE_TIMEOUT, check=False)
+        except subprocess.TimeoutExpired:
+            ch.answer({"error": "no verdict in {:g} s".format(ANALYSE_TIMEOUT)})
+            return
+        text = (res.stdout + res.stderr).decode("utf-8", "replace")[-VERDICT_MAX:]
+        ch.answer({"verdict": text, "code": res.returncode})
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

@@ -1,0 +1,178 @@
+"""Before a run, and for `check` and the dashboard: every host's agent up, the code pushed, the
+checks. Nothing of a job starts here.
+
+`run()` is a launch's part: all or nothing (a host that cannot be reached, a code push or a check
+that fails: the launch refuses, and says why). `check()` alone is `ddptui check` and the
+dashboard's opening: each host's probe follows its own agent's HELLO, without waiting for the
+slowest host's login (the master's address, which every probe needs, is known at node 0's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import checks as checker
+from . import probe, sync
+from .agent import AgentError
+from .events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
+from .fleet import Fleet
+from .inventory import Host, Inventory
+from .transport import HostError
+
+Emit = Callable[[Event], None]
+
+
+class Preflight:
+    def __init__(self, inv: Inventory, fleet: Fleet, emit: Emit, *, checks: bool = True) -> None:
+        self.inv, self.fleet, self.emit, self.checks = inv, fleet, emit, checks
+        self.failures: list[Failure] = []
+        self.unreachable: dict[int, str] = {}  # node rank → why it could not be logged into
+        self.broken: dict[int, AgentError] = {}  # logged into, but its agent did not start
+        self.gpu_counts: dict[int, int] = {}  # node rank → GPUs the job will see (`auto`)
+
+    async def run(self) -> bool:
+        """Connect, push the code, check (or count GPUs): True when the run may start."""
+        done: ChecksDone | None = None
+        if self.checks and self.inv.job.sync is None:
+            done = await self.check()  # each host's probe right after its own HELLO
+        else:
+            if not await self.connect():
+                return False
+            if self.inv.job.sync is not None and not await self._sync():
+                return False
+            done = await self.check() if self.checks else None
+            if not self.checks and self.inv.job.nproc_per_node == "auto":
+                await self._count_gpus()
+        if self.unreachable:
+            self.emit(Notice("error", "not starting: every host must be reachable"))
+            return False
+        if self.broken and done is None:  # the checks say it otherwise, as a finding
+            names = ", ".join(self.inv.hosts[k].name for k in self.broken)
+            self.emit(Notice("error", f"not starting: ddptui's agent did not start on {names}"))
+            return False
+        if done is not None and not done.ok:
+            self._checks_failed(done)
+            return False
+        return True
+
+    def nprocs(self) -> list[int]:
+        """Processes per host. `auto` uses the GPUs found on the host, else `gpus:`, else 1."""
+        return checker.nprocs(self.inv, self.gpu_counts)
+
+    # -- connecting -----------------------------------------------------------------------------
+
+    async def connect(self, why: str = "not starting: every host must be reachable") -> bool:
+        ok = all(await asyncio.gather(*(self._agent(k) for k in range(len(self.inv.hosts)))))
+        if not ok:
+            self.emit(Notice("error", why))
+        return ok
+
+    async def _agent(self, k: int) -> bool:
+        try:
+            await self.fleet.agent(k, self.emit)
+        except AgentError as exc:
+            self._broken(k, exc)
+            return False
+        except HostError as exc:
+            self._unreachable(k, exc.reason)
+            return False
+        if not self.checks:  # else the checks say it, with the host's findings
+            t = self.fleet.transports[k]
+            for text in t.notices:  # e.g. an ssh config that turns host keys off
+                self.emit(Notice("warning", text, t.host.name))
+        return True
+
+    def _broken(self, k: int, exc: AgentError) -> None:
+        host = self.inv.hosts[k]
+        self.broken[k] = exc
+        self.emit(HostState(host.name, k, "failed", exc.reason))
+        self.failures.append(Failure(host.name, None, None, exc.reason, seen_at=time.time()))
+
+    def _unreachable(self, k: int, reason: str) -> None:
+        host = self.inv.hosts[k]
+        if k not in self.unreachable:
+            self.unreachable[k] = reason
+            self.emit(HostState(host.name, k, "unreachable", reason))
+            self.failures.append(Failure(host.name, None, None, reason, seen_at=time.time()))
+
+    # -- the checks -----------------------------------------------------------------------------
+
+    async def check(self) -> ChecksDone:
+        """Probe every host (its agent started first, if need be), then judge them together."""
+        master_known = asyncio.Event()  # the master's address is where its sshd answered
+
+        async def one(k: int) -> HostChecked:
+            host = self.inv.hosts[k]
+            try:
+                up = k not in self.unreachable and await self._agent(k)
+            finally:
+                if k == 0:
+                    master_known.set()
+            await master_known.wait()
+            master_addr = self.inv.job.master_addr or self.fleet.transports[0].address
+            agent = self.fleet.ready(k) if up else None
+            if k in self.broken:
+                checked = probe.broken(host, self.broken[k].reason, self.broken[k].code)
+            elif agent is None:
+                checked = probe.unreachable(host, self.unreachable.get(k) or "not reachable")
+            else:
+                checked = await probe.probe(
+                    agent,
+                    self.inv.job,
+                    master_addr,
+                    workdir=self.workdir(host),
+                    connect_s=self.fleet.took.get(k),
+                )
+            if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
+                self.gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))
+            self.emit(checked)
+            return checked
+
+        done = checker.done(await asyncio.gather(*(one(k) for k in range(len(self.inv.hosts)))))
+        self.emit(done)
+        return done
+
+    def _checks_failed(self, done: ChecksDone) -> None:
+        failed = [f for f in done.findings if f.level == "failure"]
+        for f in failed:
+            message = f"check failed ({f.check}): {f.message}"
+            self.failures.append(Failure(f.host or "checks", None, None, message, seen_at=0.0))
+        self.emit(
+            Notice(
+                "error",
+                f"not starting: checks failed on {len({f.host for f in failed})} host(s) "
+                "(--skip-checks launches anyway)",
+            )
+        )
+
+    async def _count_gpus(self) -> None:
+        """`auto` without the checks: each host's agent lists its GPUs, nothing else."""
+        agents = [self.fleet.ready(k) for k in range(len(self.inv.hosts))]
+        counts = await asyncio.gather(*(probe.count_visible(a) for a in agents if a is not None))
+        for agent, seen in zip([a for a in agents if a is not None], counts, strict=True):
+            if seen is not None:
+                self.gpu_counts[agent.transport.host.node_rank] = seen.count
+
+    # -- the code -------------------------------------------------------------------------------
+
+    async def _sync(self) -> bool:
+        """job.sync: the local code pushed to every host's workdir first (remote/sync.py)."""
+        agents = [self.fleet.ready(k) for k in range(len(self.inv.hosts))]
+        dests = [self.workdir(h) for h in self.inv.hosts]
+        results = await sync.push(self.inv, agents, dests, self.emit)
+        failed = [r for r in results if r.error]
+        for r in failed:
+            self.failures.append(Failure(r.host, None, None, r.text(), seen_at=0.0))
+        if failed:
+            names = ", ".join(r.host for r in failed)
+            self.emit(Notice("error", f"not starting: the code could not be pushed to {names}"))
+        return not failed
+
+    def workdir(self, host: Host) -> str | None:
+        """A local node without workdir runs beside the inventory, where its script is."""
+        if host.workdir or host.transport != "local":
+            return host.workdir
+        return str(Path(self.inv.path).resolve().parent)

@@ -1,0 +1,138 @@
+"""Who failed, and why the run stopped: the run's verdict from what each node said. Pure.
+
+remote/gang.py feeds it each node's ending (its supervisor's EXIT or ERROR, or nothing: lost or
+dead) and the stops it sends; it answers how to show each node and, at the end, the run's status,
+exit code and root cause. The rules:
+
+- The first stop names the cause: the user's, a node's failure, or a lease (no launcher heard
+  from). A failure after the user's stop is its echo, never the cause.
+- A node stopped by the hub (a peer failed) brings its own tracebacks from before the stop, and
+  the hub's word on which node failed, for when the failing node itself can tell nothing.
+- The root cause is remote/failures.py's `first`: a failure of its own before echoes, then the
+  earliest traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .events import Failure, HostStatus, RunStatus
+from .exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
+from .failures import describe_exit, first
+from .host import protocol
+from .nodemsg import Exit, StartError
+
+# Why a node stopped that the launcher did not stop: a `ddptui stop` (another launcher), the
+# run's hub (another node failed or was lost), or its lease (no launcher heard from).
+STOP_CAUSES = {
+    protocol.BY_LAUNCHER: "user",
+    protocol.BY_PEER: "failure",
+    protocol.BY_LEASE: "lease",
+}
+
+# (host, exit code, host clock of the exit) → the failures its ranks' stderr shows
+Tracebacks = Callable[[str, int | None, float], list[Failure]]
+
+
+@dataclass(frozen=True)
+class NodeEnding:
+    """How one node ended, as the front-ends show it."""
+
+    state: HostStatus  # done, stopped, failed
+    detail: str
+    exit_code: int | None
+    failures: tuple[Failure, ...] = ()
+    stopped: bool = False
+    errors: tuple[str, ...] = ()  # said of the host as errors (what could not be killed)
+
+
+@dataclass
+class Verdict:
+    cause: str | None = None  # "user", "failure" or "lease": why the run is ending early
+    stop_sent: float = 0.0  # host clock (time.time) when the nodes were told to stop
+    failures: list[Failure] = field(default_factory=list)
+    # What the hub said of the node that made it stop the others (the failing node itself may
+    # tell nothing: lost, or its supervisor killed).
+    peer_failures: list[Failure] = field(default_factory=list)
+
+    def stop(self, cause: str, at: float) -> bool:
+        """The run ends early for `cause`; True the first time (the cause that counts)."""
+        if self.cause is not None:
+            return False
+        self.cause, self.stop_sent = cause, at
+        return True
+
+    # -- a node's end --------------------------------------------------------------------------
+
+    def ended(
+        self,
+        name: str,
+        end: Exit | StartError | None,
+        at: float,
+        *,
+        gone: str,
+        tracebacks: Tracebacks,
+        peer_name: Callable[[int], str | None],
+    ) -> NodeEnding:
+        """A node's stream is over. end: its last word (None: none came, `gone` says why);
+        at: the host clock of that word."""
+        if end is None:
+            return self.failed(Failure(name, None, None, gone, seen_at=at))
+        if isinstance(end, StartError):
+            return self.failed(Failure(name, None, None, end.msg, seen_at=at))
+        errors = tuple(f"{text} could not be killed" for text in end.survivors)
+        if end.code == 0 and not end.stopped:
+            return NodeEnding("done", "", 0, errors=errors)
+        if not end.stopped:
+            return self.failed(*tracebacks(name, end.code, at), code=end.code, errors=errors)
+        if self.cause is None:  # not our stop: a stop from elsewhere, or its lease
+            self.stop(STOP_CAUSES.get(end.by or "", "failure"), at)
+        if end.by == protocol.BY_LEASE:
+            errors += (f"stopped: {end.reason}",)
+        if self.cause == "failure":  # its own tracebacks from before the stop still count
+            own = tracebacks(name, end.code, at)
+            self.failures.extend(f for f in own if f.seen_at < self.stop_sent)
+            if end.by == protocol.BY_PEER:
+                culprit = peer_name(end.node) if end.node is not None else None
+                message = end.reason or "the run's hub said stop"
+                self.peer_failures.append(Failure(culprit or name, None, None, message, seen_at=at))
+        return NodeEnding("stopped", describe_exit(end.code), end.code, stopped=True, errors=errors)
+
+    def failed(
+        self, *failures: Failure, code: int | None = None, errors: tuple[str, ...] = ()
+    ) -> NodeEnding:
+        """A node failed: its failures count unless the user stopped the run first (they are
+        that stop's echo); the others are to be stopped."""
+        if self.cause != "user":
+            self.failures.extend(failures)
+        detail = failures[0].message if failures else describe_exit(code)
+        return NodeEnding("failed", detail, code, tuple(failures), errors=errors)
+
+    # -- the run's end -------------------------------------------------------------------------
+
+    def outcome(
+        self,
+        earlier: Sequence[Failure] = (),
+        *,
+        unreachable: bool = False,
+        detached: bool = False,
+    ) -> tuple[RunStatus, int, Failure | None, tuple[Failure, ...]]:
+        """(status, exit code, root cause, every failure in the order seen). earlier: failures
+        before any node started (logins, checks)."""
+        failures = [*earlier, *(self.failures or self.peer_failures)]
+        root = first(failures)
+        status: RunStatus
+        if detached:
+            status, code = "detached", EXIT_OK
+        elif unreachable:
+            status, code = "unreachable", EXIT_UNREACHABLE
+        elif root is not None:
+            status, code = "failed", EXIT_FAILED
+        elif self.cause == "user":
+            status, code = "stopped", EXIT_INTERRUPTED
+        elif self.cause == "lease":  # no launcher was heard from: the hosts stopped the run
+            status, code = "lost", EXIT_FAILED
+        else:
+            status, code = "succeeded", EXIT_OK
+        return status, code, root, tuple(sorted(failures, key=lambda f: f.seen_at))
