@@ -183,8 +183,8 @@ class Gang:
         self.emit(
             Notice(
                 "warning",
-                f"connection lost ({why}); reconnecting (the job runs on; the host counts as "
-                f"lost after {self.link_timeout:g} s without a word)",
+                f"connection lost; reconnecting (the job runs on; the host counts as lost "
+                f"after {self.link_timeout:g} s without a word)",
                 host=name,
             )
         )

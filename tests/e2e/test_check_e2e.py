@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from probetools import preflight
 from testhosts import REPO, TestCluster
 
 from remote import inventory, monitor
@@ -104,10 +105,9 @@ def test_auto_counts_each_hosts_gpus(gpu_cluster: TestCluster, tmp_path: Path) -
     job = {**JOB, "nproc_per_node": "auto"}
     path = gpu_cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1, cpu, 3))
     inv = inventory.load(path)
-    probe_run = Run(inv, lambda e: None)
-    done = asyncio.run(probe_run.check())
+    pre, done = preflight(inv)
     assert not done.ok  # node3's driver
-    assert probe_run.nprocs() == [8, 4, 2, 1]
+    assert pre.nprocs() == [8, 4, 2, 1]
 
 
 def test_launch_refuses_on_a_failed_check(gpu_cluster: TestCluster, tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from probetools import preflight
 from testhosts import TestCluster
 
 from remote import fanout, inventory
 from remote.events import Event, HostState
-from remote.run import Run
 from remote.transport import SSHTransport
 
 pytestmark = pytest.mark.e2e
@@ -87,7 +87,7 @@ def test_a_host_that_refuses_is_unreachable_with_its_reason(
     try:
         inv = inventory.load(cluster.write_inventory(tmp_path / "inv.yaml", JOB, hosts=[0, HOST]))
         events: list[Event] = []
-        done = asyncio.run(Run(inv, events.append).check())
+        done = preflight(inv, events.append)[1]
     finally:
         cluster.start_sshd(HOST)
     assert not done.ok

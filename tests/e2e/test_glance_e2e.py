@@ -1,9 +1,9 @@
 """The cluster at a glance and into a hang, on the ssh test hosts.
 
 - `ddptui` in a real terminal (tmux) on 3 hosts with recorded nvidia-smi stand-ins: each
-  host's GPUs and the busy GPU's process within 20 s, no key pressed, nothing started; `q`
-  quits at once and leaves no monitor on any host.
-- The monitors never outlive the launcher: SIGKILLed, or its link to a host cut (veth down).
+  host's GPUs and the busy GPU's process within 20 s, no key pressed, nothing started but each
+  host's agent (whose monitor streams the figures); `q` quits at once and leaves no agent.
+- The agents never outlive the launcher: SIGKILLed, or its link to a host cut (veth down).
 - A stall on 3 hosts x 2 ranks (tests/data/stall.py, real torchrun with gloo): `hang_after`
   warns and saves every rank's stack unasked; `stacks --json` puts rank 3 alone in its own
   function and the five others in one group; the flight recorder's traces come back with
@@ -33,22 +33,6 @@ pytestmark = pytest.mark.e2e
 DATA = Path(__file__).parents[1] / "data"
 
 
-def monitors_of(pid: int) -> list[int]:
-    """Pids of the GPU monitors (remote/monitor_host.py) the launcher `pid` started."""
-    owner = f'"owner": "{pid}@'.encode()
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"ddptui-monitor" in cmdline and owner in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
 def on_host(cluster: TestCluster, i: int) -> list[int]:
     """What runs on test host i, less its sshd (the listener, and each session's: `sshd:
     root@notty` names itself so)."""
@@ -67,6 +51,19 @@ def on_host(cluster: TestCluster, i: int) -> list[int]:
             "sshd"
         ):
             found.append(int(entry.name))
+    return found
+
+
+def agents_on(cluster: TestCluster, *hosts: int) -> list[int]:
+    """Pids of ddptui's host agents (remote/host/agent.py) running on these test hosts."""
+    found = []
+    for i in hosts:
+        for pid in on_host(cluster, i):
+            try:
+                if b"from ddph import agent" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(pid)
+            except OSError:
+                continue
     return found
 
 
@@ -101,7 +98,6 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
     env = {"XDG_DATA_HOME": str(tmp_path / "data"), "TERM": "xterm-256color"}
     term = Tmux([ddptui, "-i", str(inv)], env, (120, 32))
     try:
-        pid = int(term.tmux("list-panes", "-t", "t", "-F", "#{pane_pid}").stdout.split()[0])
         t0 = time.monotonic()
 
         def glance() -> bool:
@@ -116,17 +112,17 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
         assert "none" in next(ln for ln in screen.splitlines() if "node2" in ln)
         wait_on_screen(lambda: "hosts up 3/3" in term.screen(), "every host up", 20, term)
         assert "no run yet" in term.screen()
-        # the checks brought the first figures; then a monitor keeps them live on each GPU host
-        wait(lambda: len(monitors_of(pid)) == 2, "node0's and node1's monitors", 10)
+        # the checks brought the first figures; then each GPU host's monitor keeps them live
         wait_on_screen(lambda: "2:python3 (nobody)" in term.screen(), "whose process", 10, term)
-        monitors = monitors_of(pid)
-        running = [p for h in (0, 1, 2) for p in on_host(gpu_cluster, h) if p not in monitors]
-        assert running == [], "nothing but the monitors runs on the hosts"
+        agents = agents_on(gpu_cluster, 0, 1, 2)
+        assert len(agents) == 3, "one agent per host"
+        running = [p for h in (0, 1, 2) for p in on_host(gpu_cluster, h) if p not in agents]
+        assert running == [], "nothing but the agents runs on the hosts"
         term.send("q")
         t1 = time.monotonic()
         wait_on_screen(lambda: not term.alive, "ddptui to exit", 10, term)
         quit_s = time.monotonic() - t1
-        wait(lambda: not monitors_of(pid), "the monitors to leave", 10)
+        wait(lambda: not agents_on(gpu_cluster, 0, 1, 2), "the agents to leave", 10)
         assert not any(on_host(gpu_cluster, h) for h in (0, 1, 2)), "nothing left on the hosts"
         print(f"GPUs of every host on screen after {took:.1f} s; q took {quit_s:.2f} s")
         assert quit_s < 3
@@ -137,13 +133,12 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
         gpu_cluster.put_tool(0, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H100_BUSY))
 
 
-# -- the monitors never outlive the launcher ---------------------------------------------------
+# -- the agents never outlive the launcher -------------------------------------------------------
 
 WATCHER = """
 import asyncio, sys
-from remote import inventory, monitor
+from remote import inventory
 from remote.cluster import Cluster
-monitor.LEASE, monitor.BEAT = {lease}, 1.0
 inv = inventory.load(sys.argv[1])
 def emit(event):
     print(type(event).__name__, getattr(event, "host", ""), getattr(event, "state", ""), flush=True)
@@ -151,42 +146,40 @@ asyncio.run(Cluster(inv, emit).run())
 """
 
 
-def watcher(inv: Path, lease: float) -> subprocess.Popen[str]:
-    """A launcher of its own holding the cluster's connections (and monitors) open."""
-    code = WATCHER.format(lease=lease)
+def watcher(inv: Path) -> subprocess.Popen[str]:
+    """A launcher of its own holding the cluster's agents (and their monitors) open."""
     return subprocess.Popen(
-        [sys.executable, "-c", code, str(inv)],
+        [sys.executable, "-c", WATCHER, str(inv)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
 
 
-def test_monitors_leave_when_the_launcher_is_killed(
-    gpu_cluster: TestCluster, tmp_path: Path
-) -> None:
+def test_agents_leave_when_the_launcher_is_killed(gpu_cluster: TestCluster, tmp_path: Path) -> None:
     inv = gpu_cluster.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
-    proc = watcher(inv, lease=20.0)
+    proc = watcher(inv)
     try:
-        wait(lambda: len(monitors_of(proc.pid)) == 2, "a monitor on each host", 30)
+        wait(lambda: len(agents_on(gpu_cluster, 0, 1)) == 2, "an agent on each host", 30)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        wait(lambda: not monitors_of(proc.pid), "the monitors to leave (stdin EOF)", 10)
+        wait(lambda: not agents_on(gpu_cluster, 0, 1), "the agents to leave (stdin EOF)", 10)
     finally:
         proc.kill()
 
 
-def test_a_monitor_leaves_when_its_link_is_cut(gpu_cluster: TestCluster, tmp_path: Path) -> None:
-    """A cut link never closes the monitor's stdin (its sshd does not notice): the lease."""
-    inv = gpu_cluster.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
-    proc = watcher(inv, lease=3.0)
+def test_an_agent_leaves_when_its_link_is_cut(gpu_cluster: TestCluster, tmp_path: Path) -> None:
+    """A cut link never closes the agent's stdin (its sshd does not notice): its lease does."""
+    job = {"script": "x.py", "link_timeout": 3}
+    inv = gpu_cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1))
+    proc = watcher(inv)
     veth = veth_name(gpu_cluster.prefix, 1)
     try:
-        wait(lambda: len(monitors_of(proc.pid)) == 2, "a monitor on each host", 30)
-        [on_node1] = [p for p in monitors_of(proc.pid) if p in on_host(gpu_cluster, 1)]
+        wait(lambda: len(agents_on(gpu_cluster, 0, 1)) == 2, "an agent on each host", 30)
+        [on_node1] = agents_on(gpu_cluster, 1)
         subprocess.run(["ip", "link", "set", veth, "down"], check=True)
         t0 = time.monotonic()
-        wait(lambda: not Path(f"/proc/{on_node1}").exists(), "node1's monitor to leave", 15)
-        print(f"node1's monitor left {time.monotonic() - t0:.1f} s after its link was cut")
-        assert len(monitors_of(proc.pid)) == 1  # node0's goes on
+        wait(lambda: not Path(f"/proc/{on_node1}").exists(), "node1's agent to leave", 15)
+        print(f"node1's agent left {time.monotonic() - t0:.1f} s after its link was cut")
+        assert len(agents_on(gpu_cluster, 0)) == 1  # node0's goes on
     finally:
         subprocess.run(["ip", "link", "set", veth, "up"], check=False)
         proc.kill()

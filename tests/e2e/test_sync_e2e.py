@@ -105,7 +105,7 @@ def test_a_host_that_cannot_take_the_code_refuses_the_launch(
     )
     cli = Cli(inv, tmp_path / "run")
     assert cli.wait() == 1, cli.stderr
-    assert "node1: code sync to ~/proj failed: put: " in cli.stderr
+    assert "node1: code sync to ~/proj failed: sync-put: " in cli.stderr
     assert "not starting: the code could not be pushed to node1" in cli.stderr
     assert ": running" not in cli.stderr and cli.summary()["status"] == "failed"
     blocked.unlink()

@@ -1,0 +1,92 @@
+"""The contract between launcher and host (remote/host/protocol.py) and the typed values the
+launcher reads a node's messages into (remote/nodemsg.py): keys, defaults, and what a host may
+not send."""
+
+from __future__ import annotations
+
+import pytest
+
+from remote import nodemsg
+from remote.host import protocol, wire
+
+REQUIRED = {"run_id": "r", "node": 0, "names": ["a"], "argv": ["python3", "t.py"], "secret": "s"}
+
+
+def test_a_spec_gets_every_default() -> None:
+    spec = protocol.spec(REQUIRED)
+    assert set(spec) == set(protocol.SPEC_DEFAULTS)
+    assert spec["grace"] == 5.0 and spec["link_timeout"] == 60.0 and spec["env"] == {}
+    assert spec["ranks"] == [] and not spec["tail_ranks"] and not spec["detached"]
+    spec["env"]["X"] = "1"  # each spec its own copies of the mutable defaults
+    assert protocol.spec(REQUIRED)["env"] == {}
+
+
+def test_a_spec_with_an_unknown_or_missing_key_is_refused() -> None:
+    with pytest.raises(protocol.SpecError, match="unknown spec keys: tee"):
+        protocol.spec({**REQUIRED, "tee": 3})
+    missing = {k: v for k, v in REQUIRED.items() if k != "secret"}
+    with pytest.raises(protocol.SpecError, match="the spec lacks secret"):
+        protocol.spec(missing)
+
+
+def test_beats_fit_the_lease() -> None:
+    assert protocol.beat_interval(60) == 5.0
+    assert protocol.beat_interval(6) == 1.0
+    assert protocol.beat_interval(0.1) == 0.2
+
+
+def test_every_op_is_served() -> None:
+    from remote.host import agent
+
+    assert set(agent.OPS) == set(protocol.OPS)
+
+
+@pytest.mark.parametrize(
+    ("msg", "want"),
+    [
+        (
+            {"t": "started", "pid": 7, "hostname": "n0", "ifname": "eth0", "hub_port": 4,
+             "mode": "attached", "ranks": [0, 1]},
+            nodemsg.Started(7, "n0", "eth0", 4, "attached", (0, 1)),
+        ),
+        ({"t": "ranks", "ranks": [2, 3], "world": 4}, nodemsg.Ranks((2, 3), 4)),
+        (
+            {"t": "stopping", "by": "peer", "reason": "node 1 failed", "node": 1},
+            nodemsg.Stopping("peer", "node 1 failed", 1),
+        ),
+        (
+            {"t": "exit", "code": -15, "stopped": True, "by": "launcher", "reason": None,
+             "node": None, "survivors": ["pid 9 (python) in D state"]},
+            nodemsg.Exit(-15, True, "launcher", None, None, ("pid 9 (python) in D state",)),
+        ),
+        ({"t": "error", "msg": "cannot start python3"}, nodemsg.StartError("cannot start python3")),
+        ({"t": "trimmed", "bytes": 10, "max": 20}, nodemsg.Trimmed(10, 20, 0)),
+        ({"t": "trimmed", "missed": 5, "at": 100}, nodemsg.Trimmed(0, 0, 5)),
+        ({"t": "mode", "mode": "detached"}, nodemsg.Mode("detached")),
+        ({"t": "hb"}, None),
+        ({"t": "something newer"}, None),
+    ],
+)  # fmt: skip
+def test_messages_become_typed_values(msg: dict[str, object], want: object) -> None:
+    assert nodemsg.parse(msg) == want
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        {"t": "started", "pid": "7"},
+        {"t": "started", "pid": True},
+        {"t": "ranks", "ranks": ["a"]},
+        {"t": "ranks"},
+        {"t": "exit", "code": 1.5},
+        {"t": "mode"},
+    ],
+)
+def test_a_message_that_does_not_hold_is_garbage(msg: dict[str, object]) -> None:
+    with pytest.raises(wire.Garbage, match=f"a {msg['t']} message that does not hold"):
+        nodemsg.parse(msg)
+
+
+def test_texts_are_bounded() -> None:
+    got = nodemsg.parse({"t": "error", "msg": "x" * 100_000})
+    assert isinstance(got, nodemsg.StartError) and len(got.msg) == nodemsg.TEXT_MAX

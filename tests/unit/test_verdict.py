@@ -1,0 +1,115 @@
+"""Who failed and why the run stopped (remote/verdict.py): each node's ending and the run's
+outcome, from what the nodes said. Pure: no hosts."""
+
+from __future__ import annotations
+
+from remote.events import Failure
+from remote.nodemsg import Exit, StartError
+from remote.verdict import NodeEnding, Tracebacks, Verdict
+
+NAMES = {0: "node0", 1: "node1", 2: "node2"}
+
+
+def tracebacks_of(*failures: Failure) -> Tracebacks:
+    """What each host's rank stderr showed, by host."""
+
+    def tracebacks(host: str, code: int | None, at: float) -> list[Failure]:
+        return [f for f in failures if f.host == host]
+
+    return tracebacks
+
+
+def ended(
+    v: Verdict,
+    name: str,
+    end: Exit | StartError | None,
+    gone: str = "its supervisor died",
+    tracebacks: Tracebacks | None = None,
+) -> NodeEnding:
+    tracebacks = tracebacks or tracebacks_of()
+    return v.ended(name, end, 10.0, gone=gone, tracebacks=tracebacks, peer_name=NAMES.get)
+
+
+def exit_(
+    code: int | None,
+    stopped: bool = False,
+    by: str | None = None,
+    reason: str | None = None,
+    node: int | None = None,
+    left: tuple[str, ...] = (),
+) -> Exit:
+    return Exit(code, stopped, by, reason, node, left)
+
+
+def test_every_node_done_is_success() -> None:
+    v = Verdict()
+    for name in NAMES.values():
+        assert ended(v, name, exit_(0)).state == "done"
+    assert v.outcome() == ("succeeded", 0, None, ())
+
+
+def test_a_failed_rank_is_the_root_and_the_others_stopped_are_its_echo() -> None:
+    v = Verdict()
+    own = Failure("node1", 3, 1, "ValueError: bad batch", seen_at=5.0)
+    echo = Failure("node0", 0, -15, "killed by SIGTERM", seen_at=6.0)
+    tracebacks = tracebacks_of(own, echo)
+    ending = ended(v, "node1", exit_(1), tracebacks=tracebacks)
+    assert (ending.state, ending.detail, ending.failures) == ("failed", own.message, (own,))
+    v.stop("failure", 5.5)
+    stopped = ended(v, "node0", exit_(-15, True, "peer", node=1), tracebacks=tracebacks)
+    assert (stopped.state, stopped.stopped) == ("stopped", True)
+    status, code, root, ordered = v.outcome()
+    assert (status, code, root) == ("failed", 1, own)
+    assert ordered == (own,)  # node0's TERM came after the stop: an echo, not a failure
+
+
+def test_a_user_stop_makes_later_failures_its_echo() -> None:
+    v = Verdict()
+    assert v.stop("user", 1.0) and not v.stop("failure", 2.0)  # the first cause counts
+    ending = ended(v, "node0", exit_(1), tracebacks=tracebacks_of(Failure("node0", 0, 1, "x")))
+    assert ending.state == "failed"  # shown as it ended...
+    assert v.outcome()[:3] == ("stopped", 130, None)  # ...but the run was stopped
+
+
+def test_a_stop_from_elsewhere_names_its_cause() -> None:
+    v = Verdict()
+    ended(v, "node0", exit_(-15, True, "launcher"))  # `ddptui stop` from another terminal
+    assert v.cause == "user" and v.outcome()[0] == "stopped"
+    v = Verdict()
+    lease = ended(v, "node0", exit_(-15, True, "lease", reason="no launcher heard from for 60 s"))
+    assert lease.errors == ("stopped: no launcher heard from for 60 s",)
+    assert v.outcome()[:3] == ("lost", 1, None)  # lost: the hosts stopped it, nobody is blamed
+
+
+def test_the_hubs_word_names_a_node_that_could_tell_nothing() -> None:
+    """node2's supervisor died with the host; the hub stopped the others because of it."""
+    v = Verdict()
+    why = "node 2 (node2) lost: its supervisor was not heard from for 60 s"
+    ended(v, "node0", exit_(-15, True, "peer", node=2, reason=why))
+    status, _, root, _ = v.outcome()
+    assert status == "failed" and root is not None
+    assert (root.host, root.message) == ("node2", why)
+
+
+def test_no_word_at_all_is_named_as_such() -> None:
+    v = Verdict()
+    lost = ended(v, "node1", None, gone="lost: not heard from for 60 s (network cut or host down)")
+    assert lost.state == "failed" and lost.failures[0].message.startswith("lost: not heard")
+    start = ended(v, "node2", StartError("cannot start /opt/venv/bin/python: No such file"))
+    assert start.detail == "cannot start /opt/venv/bin/python: No such file"
+    assert v.outcome()[0] == "failed"
+
+
+def test_survivors_are_said_whatever_the_ending() -> None:
+    v = Verdict()
+    done = ended(v, "node0", exit_(0, left=("pid 9 (python) in D state",)))
+    assert done.state == "done" and done.errors == (
+        "pid 9 (python) in D state could not be killed",
+    )
+
+
+def test_outcome_before_any_node() -> None:
+    refused = Failure("node1", None, None, "check failed (script): no train.py", seen_at=0.0)
+    assert Verdict().outcome([refused])[:3] == ("failed", 1, refused)
+    assert Verdict().outcome([refused], unreachable=True)[:2] == ("unreachable", 3)
+    assert Verdict().outcome(detached=True)[:2] == ("detached", 0)
