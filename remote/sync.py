@@ -57,6 +57,12 @@ DEFAULT_EXCLUDE = (
     "runs",
     "wandb",
     "lightning_logs",
+    # Secrets: a code push must not spread keys and tokens to every host.
+    ".ssh",
+    ".aws",
+    ".env",
+    "*.pem",
+    ".netrc",
 )
 MARK = "DDPTUI-SYNC "  # sync_host.MARK
 PLAN_TIMEOUT = 120.0  # the host hashes its copies of the files: seconds for a big tree
