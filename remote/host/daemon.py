@@ -101,6 +101,7 @@ class Daemon:
             self.hub = hubs.Hub(
                 self.spec["secret"], self.spec["names"], self.link_timeout, self.beat,
                 lambda why, node: self.stop("peer", why, node),
+                self.spec["env"].get("MASTER_ADDR"),
             )  # fmt: skip
             self.hub.start()
         else:
