@@ -63,11 +63,10 @@ class Session:
     """Both ends' proofs and the session key, from the secret, both nonces and the node."""
 
     def __init__(self, secret, hub_nonce, peer_nonce, node):
-        self.secret = secret.encode()
-        self.said = [hub_nonce, peer_nonce, b"%d" % node]
-        self.peer_proof = _mac(self.secret, b"peer", *self.said)
-        self.hub_proof = _mac(self.secret, b"hub", *self.said)
-        self.key = hmac.new(self.secret, b" ".join([b"key", *self.said]), hashlib.sha256).digest()
+        secret, said = secret.encode(), (hub_nonce, peer_nonce, b"%d" % node)
+        self.peer_proof = _mac(secret, b"peer", *said)
+        self.hub_proof = _mac(secret, b"hub", *said)
+        self.key = _mac(secret, b"key", *said)
 
 
 class Channel:

@@ -91,9 +91,9 @@ def test_a_wrong_secret_is_turned_away() -> None:
 @pytest.mark.security
 def test_the_hub_listens_at_the_master_address_only() -> None:
     stops = Stops()
-    for bind, want in (("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1"), ("::1", "::1")):
+    for bind, want in (("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1 ::1"), ("::1", "::1")):
         h = Hub(SECRET, ["node0", "node1"], 5.0, 0.1, stops, bind)
-        assert h.server.getsockname()[0] == want
+        assert h.server.getsockname()[0] in want.split()
         h.server.close()
     h = Hub(SECRET, ["node0", "node1"], 5.0, 0.1, stops, "192.0.2.1")  # not this host's
     assert h.server.getsockname()[0] in ("::", "0.0.0.0")  # NAT: the peers may still reach it
