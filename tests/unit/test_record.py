@@ -140,15 +140,6 @@ def test_a_second_viewer_of_a_run_leaves_the_logs_to_the_first(tmp_path: Path) -
     third.close()
 
 
-@pytest.fixture
-def victim(tmp_path: Path) -> Path:
-    """A file of the victim's that a planted symlink points at."""
-    path = tmp_path / "victim"
-    path.write_text("precious\n")
-    path.chmod(0o600)
-    return path
-
-
 @pytest.mark.security
 def test_a_planted_log_symlink_is_never_written_through(tmp_path: Path, victim: Path) -> None:
     """A rank log planted as a symlink (by someone who could write the run dir before the CLI

@@ -223,15 +223,6 @@ def test_a_local_host_without_workdir_is_skipped(tmp_path: Path) -> None:
     assert result.skipped and not (tmp_path / "src" / "train.py").exists()
 
 
-@pytest.fixture
-def victim(tmp_path: Path) -> Path:
-    """A file of the host's owner, 0600, that a neighbour's symlinks point at."""
-    path = tmp_path / "secret"
-    path.write_text("precious\n")
-    path.chmod(0o600)
-    return path
-
-
 @pytest.mark.security
 def test_planted_tmp_symlinks_are_never_written_through(tmp_path: Path, victim: Path) -> None:
     """The tmp was `<target>.ddptui-sync.<host>.<pid>`: a neighbour who may write the workdir
