@@ -4,7 +4,10 @@ asyncssh, left to itself, opens a new connection to the jump host for every host
 bastion's sshd drops unauthenticated connections beyond `MaxStartups` (10 by default), so a
 cluster of 32 loses a third of its logins. Here the jump host is connected to once per event
 loop and handed to every host's connection as its `tunnel`; the last host to let go closes it.
-Its host key is checked like any other (known_hosts from ~/.ssh/config, else the default file).
+A chain (`ProxyJump a,b`, or a hop with a ProxyJump of its own) is connected hop by hop here,
+each through the last: asyncssh, left a chain, connects the earlier hops itself with their
+~/.ssh/config as is, so a hop under `UserKnownHostsFile none` was trusted unverified. Every
+hop's host key is checked like any host's (known_hosts from ~/.ssh/config, else the default).
 """
 
 from __future__ import annotations
@@ -109,26 +112,61 @@ async def lease(spec: str, notices: list[str], timeouts: dict[str, Any]) -> Leas
     except asyncio.CancelledError:
         held.release()
         raise
+    except JumpError:
+        held.release()
+        raise
     except Exception as exc:
         held.release()
         raise JumpError(spec, exc) from None
     return held
 
 
+MAX_NESTING = 8  # hops with ProxyJumps of their own, deeper than this: a loop in ~/.ssh/config
+
+
 async def _connect(
     spec: str, notices: list[str], timeouts: dict[str, Any]
 ) -> asyncssh.SSHClientConnection:
-    *before, last = spec.split(",")
-    user, host, port = split(last)
-    # Earlier hops of a chain (a,b): asyncssh connects through them itself.
-    options: dict[str, Any] = {**timeouts, "tunnel": ",".join(before) or ()}
-    if user:
-        options["username"] = user
-    if port:
-        options["port"] = port
-    config = await read_config(host, options)
-    options.update(keep_verifying(config, notices, host))
-    return await asyncssh.connect(host, **options)
+    """The chain `spec` (a,b,...), each hop through the one before it, each hop's host key
+    verified; raises JumpError naming the hop that failed."""
+    conn: asyncssh.SSHClientConnection | None = None
+    try:
+        for hop, host, options in await _chain(spec, notices, timeouts):
+            try:
+                nxt = await asyncssh.connect(host, **options, tunnel=conn)
+            except Exception as exc:
+                raise JumpError(hop, exc) from None
+            nxt.set_tunnel(conn)  # closing a hop closes those it went through, as asyncssh does
+            conn = nxt
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
+    assert conn is not None
+    return conn
+
+
+async def _chain(
+    spec: str, notices: list[str], timeouts: dict[str, Any], nesting: int = 0
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """Every hop of `spec` in order, (hop, host, asyncssh options); the first hop's own
+    ProxyJump in ~/.ssh/config goes before it, as OpenSSH does."""
+    chain = []
+    for k, hop in enumerate(spec.split(",")):
+        user, host, port = split(hop)
+        options: dict[str, Any] = dict(timeouts)
+        if user:
+            options["username"] = user
+        if port:
+            options["port"] = port
+        config = await read_config(host, options)
+        if k == 0 and config.tunnel:
+            if nesting >= MAX_NESTING:
+                raise JumpError(hop, ValueError("ProxyJump nested too deep (a loop?)"))
+            chain += await _chain(str(config.tunnel), notices, timeouts, nesting + 1)
+        options.update(keep_verifying(config, notices, host))
+        chain.append((hop, host, options))
+    return chain
 
 
 def split(spec: str) -> tuple[str | None, str, int | None]:

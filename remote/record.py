@@ -13,14 +13,19 @@ A run directory holds one run, and only its owner reads it: directories ddptui c
 from __future__ import annotations
 
 import codecs
+import contextlib
 import dataclasses
 import errno
 import fcntl
 import json
 import os
+import pwd
 import resource
+import secrets
+import stat
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
@@ -77,14 +82,16 @@ def private_dir(path: Path) -> Path:
 
 
 def usable_dir(path: Path, *, empty: bool) -> Path:
-    """Before anything connects: `path` is (or now is) a writable directory, and empty if
-    asked (a run directory holds one run: a second would mix its logs in). Else RunDirError."""
+    """Before anything connects: `path` is (or now is) a writable directory of this user's that
+    no one else may write to, and empty if asked (a run directory holds one run: a second
+    would mix its logs in). Else RunDirError."""
     try:
         private_dir(path)
     except (FileExistsError, NotADirectoryError):
         raise RunDirError(f"{path}: not a directory (a file is in the way)") from None
     except OSError as exc:
         raise RunDirError(f"{path}: cannot make a directory: {exc.strerror or exc}") from None
+    check_private(path, path.stat())
     if not os.access(path, os.W_OK | os.X_OK):
         raise RunDirError(f"{path}: not writable")
     if empty and any(path.iterdir()):
@@ -92,27 +99,75 @@ def usable_dir(path: Path, *, empty: bool) -> Path:
     return path
 
 
-def _private(path: str, flags: int) -> int:
-    """open()'s opener: new files readable by their owner alone."""
-    return os.open(path, flags, 0o600)
+def check_private(path: Path, st: os.stat_result) -> None:
+    """RunDirError unless the directory `st` is this user's and no one else may write to it:
+    who can write it can plant a symlink where a log goes, or swap the inventory copy."""
+    if st.st_uid != os.geteuid():
+        raise RunDirError(f"{path}: owned by {_user(st.st_uid)}, not by you; name your own")
+    if st.st_mode & 0o022:
+        mode = stat.S_IMODE(st.st_mode)
+        raise RunDirError(
+            f"{path}: others may write to it (mode {mode:04o}); `chmod go-w` it or name another"
+        )
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a whole file that only its owner may read (a run's summary, its inventory)."""
-    with open(path, "w", encoding="utf-8", opener=_private) as f:
+def _user(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+# Files are made relative to their directory's descriptor, never through a symlink, and new
+# ones exclusively (O_EXCL); a tmp has a random name, so none can be planted ahead of it.
+NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW
+
+
+def open_dir(path: Path) -> int:
+    """A descriptor of the directory `path`, for the *at() calls below."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _write_new(dir_fd: int, name: str, text: str) -> None:
+    with open(os.open(name, NEW, 0o600, dir_fd=dir_fd), "w", encoding="utf-8") as f:
         f.write(text)
 
 
-def replace_private(path: Path, text: str) -> None:
-    """Write a whole file at once for readers and other writers (a tmp of this process's own)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write_private(tmp, text)
-    tmp.replace(path)
+def write_private(path: Path, text: str) -> None:
+    """Write a new file that only its owner may read (a run's inventory copy); never over, or
+    through, one that is there already."""
+    with _dir_of(path) as fd:
+        _write_new(fd, path.name, text)
 
 
-def _writer_lock(run_dir: Path) -> int | None:
+def replace_private(path: Path, text: str, dir_fd: int | None = None) -> None:
+    """Write a whole file at once for readers and other writers (a tmp of a random name).
+    dir_fd: the directory's, when open already."""
+    with contextlib.nullcontext(dir_fd) if dir_fd is not None else _dir_of(path) as fd:
+        tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
+        _write_new(fd, tmp, text)
+        os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+
+
+@contextlib.contextmanager
+def _dir_of(path: Path) -> Iterator[int]:
+    fd = open_dir(path.parent)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def read_text(dir_fd: int, name: str) -> str:
+    """A file of the directory, never read through a symlink."""
+    with open(os.open(name, os.O_RDONLY | NOFOLLOW, dir_fd=dir_fd), encoding="utf-8") as f:
+        return f.read()
+
+
+def _writer_lock(dir_fd: int) -> int | None:
     """An flock on the run dir's .writer, held while this process records (None: taken)."""
-    fd = os.open(run_dir / ".writer", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(".writer", os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o600, dir_fd=dir_fd)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -129,20 +184,27 @@ class Recorder:
         the logs take only what they lack (see checkpoint); events.jsonl goes on. Else the
         directory must hold no run yet: events.jsonl opens with "x", so runs never mix."""
         self.dir = private_dir(run_dir)
+        self.fd = open_dir(self.dir)  # every file below is made relative to it
+        try:
+            check_private(self.dir, os.fstat(self.fd))
+        except RunDirError:
+            os.close(self.fd)
+            raise
+        self.known: set[str] = set()  # logs there already (resumed, or made by this process)
         self.node_of: dict[str, int] = {}  # log file → the node whose lines it holds
         self.stored: dict[int, int] = {}  # node → spool offset its logs hold, when resumed
         # One writer per run dir: a second ddptui on the same run (a `stop` beside an `attach`)
         # shows the run but must not cut back or append to logs another one is writing.
-        self.lock = _writer_lock(self.dir)
+        self.lock = _writer_lock(self.fd)
         self.passive = self.lock is None
         if resume and not self.passive:
             self._resume()
         self.events: IO[str] | None = None
         if not self.passive:
-            self.events = open(  # noqa: SIM115
-                self.dir / "events.jsonl", "a" if resume else "x", encoding="utf-8",
-                opener=_private,
-            )  # fmt: skip
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW
+            fd = os.open("events.jsonl", flags if resume else flags | os.O_EXCL, 0o600,
+                         dir_fd=self.fd)  # fmt: skip
+            self.events = open(fd, "a", encoding="utf-8")  # noqa: SIM115
         # The open rank logs, least recently written first; a closed one is reopened to append.
         self.logs: OrderedDict[str, IO[str]] = OrderedDict()
         self.max_open = _open_logs_limit()
@@ -195,9 +257,12 @@ class Recorder:
             return f
         if len(self.logs) >= self.max_open:
             self.logs.popitem(last=False)[1].close()
-        f = self.logs[name] = open(  # noqa: SIM115
-            self.dir / name, "a", encoding="utf-8", errors=BYTES_BACK, opener=_private
-        )
+        flags = os.O_WRONLY | os.O_APPEND | NOFOLLOW
+        if name not in self.known:  # made now: a file there already was planted
+            flags |= os.O_CREAT | os.O_EXCL
+            self.known.add(name)
+        fd = os.open(name, flags, 0o600, dir_fd=self.fd)
+        f = self.logs[name] = open(fd, "a", encoding="utf-8", errors=BYTES_BACK)  # noqa: SIM115
         return f
 
     def checkpoint(self, offsets: dict[int, int]) -> None:
@@ -213,17 +278,17 @@ class Recorder:
         }
         for name, k in self.node_of.items():
             try:
-                size = (self.dir / name).stat().st_size
+                size = os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_size
             except OSError:
                 continue
             nodes.setdefault(str(k), {"offset": 0, "files": {}})["files"][name] = size
         if not self.passive:
-            replace_private(self.dir / "offsets.json", json.dumps(nodes))
+            replace_private(self.dir / "offsets.json", json.dumps(nodes), self.fd)
 
     def _resume(self) -> None:
         """Cut the logs back to the last checkpoint; lines past it come again from the hosts."""
         try:
-            nodes = json.loads((self.dir / "offsets.json").read_text())
+            nodes = json.loads(read_text(self.fd, "offsets.json"))
         except (OSError, ValueError):
             nodes = {}
         sizes = {}
@@ -232,11 +297,16 @@ class Recorder:
             for name, size in node.get("files", {}).items():
                 sizes[name] = int(size)
                 self.node_of[name] = int(k)
-        for log in [*self.dir.glob("rank-*.log"), *self.dir.glob("node-*.log")]:
-            if log.name in sizes:
-                os.truncate(log, sizes[log.name])
+        for name in os.listdir(self.fd):
+            if not (name.startswith(("rank-", "node-")) and name.endswith(".log")):
+                continue
+            if name in sizes:
+                fd = os.open(name, os.O_WRONLY | NOFOLLOW, dir_fd=self.fd)
+                os.ftruncate(fd, sizes[name])
+                os.close(fd)
+                self.known.add(name)
             else:
-                log.unlink()  # written after the checkpoint: it all comes again
+                os.unlink(name, dir_fd=self.fd)  # written after the checkpoint: all comes again
 
     def _summary(self, fin: RunFinished) -> None:
         summary: dict[str, Any] = {
@@ -252,7 +322,7 @@ class Recorder:
             "failing_rank": fin.failure.rank if fin.failure else None,
             "failing_host": fin.failure.host if fin.failure else None,
         }
-        replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+        replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)
 
     def close(self) -> None:
         for f in self.logs.values():
@@ -263,3 +333,6 @@ class Recorder:
         if self.lock is not None:
             os.close(self.lock)
             self.lock = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

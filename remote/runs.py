@@ -23,7 +23,7 @@ from . import inventory
 from .fleet import Fleet
 from .host import protocol
 from .inventory import Host, Inventory
-from .record import private_dir, replace_private, write_private
+from .record import RunDirError, check_private, private_dir, replace_private, write_private
 from .transport import HostError
 
 RUN_JSON, INVENTORY, SUMMARY = "run.json", "inventory.yaml", "summary.json"
@@ -84,8 +84,11 @@ class RunRecord:
 def read(run_dir: Path) -> RunRecord:
     try:
         info = json.loads((run_dir / RUN_JSON).read_text())
+        check_private(run_dir, run_dir.stat())  # who may write it may swap its inventory copy
     except (OSError, ValueError) as exc:
         raise RunError(f"{run_dir} is not a ddptui run directory ({exc})") from None
+    except RunDirError as exc:
+        raise RunError(f"run {exc}") from None
     summary = None
     if (run_dir / SUMMARY).exists():
         try:

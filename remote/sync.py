@@ -57,6 +57,12 @@ DEFAULT_EXCLUDE = (
     "runs",
     "wandb",
     "lightning_logs",
+    # Secrets: a code push must not spread keys and tokens to every host.
+    ".ssh",
+    ".aws",
+    ".env",
+    "*.pem",
+    ".netrc",
 )
 PLAN_TIMEOUT = 120.0  # the host hashes its copies of the files: seconds for a big tree
 MAX_BYTES = 2 * 10**9  # every changed file travels in one message per host, held in memory

@@ -68,3 +68,13 @@ def gpu_cluster(cluster: TestCluster) -> Iterator[TestCluster]:
     finally:
         for host in cluster.hosts:
             (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    """A file of its owner's alone (0600) that an attacker's planted symlinks point at
+    (the `security` tests: it must come out as it went in)."""
+    path = tmp_path / "victim"
+    path.write_text("precious\n")
+    path.chmod(0o600)
+    return path

@@ -149,6 +149,7 @@ class Daemon:
             self.hub = hubs.Hub(
                 self.spec["secret"], self.spec["names"], self.link_timeout, self.beat,
                 lambda why, node: self.stop(protocol.BY_PEER, why, node),
+                self.spec["master_addr"],
             )  # fmt: skip
             self.hub.start()
         else:

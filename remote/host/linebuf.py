@@ -9,6 +9,8 @@ The supervisor writes SITECUSTOMIZE as sitecustomize.py into a private directory
 the job's PYTHONPATH: every Python process of the job then writes each line in one write()
 (atomic on a pipe up to PIPE_BUF), and, once it has joined torch's process group, starts each
 line with `[<global rank>]:` as torchrun's tee does, so the launcher files it under its rank.
+An unfinished line is held up to 64 KiB, then leaves as a line piece: a rank that writes
+endlessly without a newline costs linear time and bounded memory.
 Then it runs the host's own sitecustomize, if there is one. Standard library only.
 """
 
@@ -35,7 +37,7 @@ class _Lines(io.TextIOWrapper):
 
     _tag = None  # "[3]:" once known
     _bol = True  # the next character starts a line
-    _rests = None  # thread id -> its unfinished line (set by _wrap)
+    _rests = None  # thread id -> its unfinished line, [length, pieces] (set by _wrap)
 
     # No lock of our own: a daemon thread frozen holding it at exit would hang the process's
     # last flush. The C writer under us keeps each write() whole.
@@ -50,20 +52,30 @@ class _Lines(io.TextIOWrapper):
             if rank is not None:
                 self._tag = "[%d]:" % rank
         rests, me = self._rests, _ident()
-        rest = rests.pop(me, None)
-        if rest:
-            s = _join(rest, s) if _TEE else rest + s
+        held = rests.pop(me, None)  # this thread's unfinished line: [length, pieces]
+        if held is not None and _TEE:
+            s = _unheader(held[1][0], s)
         cut = s.rfind("\n") + 1
-        if cut < len(s):
-            rests[me] = s[cut:]
         if cut:  # line_buffering: the text ends with a newline, so it leaves now
-            self._emit(s[:cut])
+            self._emit(s[:cut] if held is None else "".join(held[1]) + s[:cut])
+            if cut == n:
+                return n
+            held, s = None, s[cut:]
+        # Pieces are joined once, at the line's end: linear however long the line grows.
+        if held is None:
+            held = [0, []]
+        held[0] += len(s)
+        held[1].append(s)
+        if held[0] < _CAP:
+            rests[me] = held
+        else:  # an endless line leaves in pieces, each a line
+            self._emit("".join(held[1]) + "\n")
         return n
 
     def flush(self):
-        rest = self._rests.pop(_ident(), None) if self._rests else None
-        if rest:  # asked for: a prompt, a progress bar
-            self._emit(rest)
+        held = self._rests.pop(_ident(), None) if self._rests else None
+        if held:  # asked for: a prompt, a progress bar
+            self._emit("".join(held[1]))
         super().flush()
 
     def _emit(self, text):
@@ -75,14 +87,14 @@ class _Lines(io.TextIOWrapper):
         super().write(text)
 
 
-def _join(rest, s):
+def _unheader(rest, s):
     """torchrun's tee reads a rank's file line by line; caught mid-write it sends a half line
-    with its `[N]:` header, then the rest of it with the header again: join them back."""
+    with its `[N]:` header, then the rest of it with the header again: drop the second."""
     if rest.startswith("[") and "]:" in rest:
         header = rest[: rest.index("]:") + 2]
         if s.startswith(header):
-            s = s[len(header) :]
-    return rest + s
+            return s[len(header) :]
+    return s
 
 
 def _wrap(name):
@@ -99,6 +111,7 @@ def _wrap(name):
     setattr(sys, "__%s__" % name, new)
 
 
+_CAP = 1 << 16  # characters of one unfinished line held at most; then it leaves as a piece
 _TAGS = os.environ.get("DDPTUI_RANK_TAGS") == "1"
 # torchrun's own process (its workers have LOCAL_RANK): the tee's headers are its doing.
 _TEE = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" in os.environ and "LOCAL_RANK" not in os.environ

@@ -114,3 +114,51 @@ def test_attach_and_stop_through_the_bastion(
     assert info["master_addr"] == private.hosts[0].addr
     stop = Cmd(["stop", str(cli.run_dir)], tmp_path / "stop", env=home)
     assert stop.wait() == 0, stop.stderr
+
+
+def chain_home(private: TestCluster, tmp_path: Path, known_hosts: str | None) -> dict[str, str]:
+    """~/.ssh/config: node1 behind `ProxyJump bastion,node0`, and `UserKnownHostsFile none`
+    for the bastion, the chain's first hop; ~/.ssh/known_hosts as given."""
+    assert private.bastion is not None
+    common = [  # after a block's own lines: the first value given wins
+        "User root",
+        f"IdentityFile {private.identity_file}",
+        "IdentitiesOnly yes",
+        f"UserKnownHostsFile {private.known_hosts}",
+        "BatchMode yes",
+    ]
+
+    def block(host: str, *lines: str) -> str:
+        return "\n    ".join([f"Host {host}", *lines, *common]) + "\n"
+
+    ssh = tmp_path / "home" / ".ssh"
+    ssh.mkdir(parents=True)
+    (ssh / "config").write_text(
+        block("bastion", f"HostName {private.bastion.addr}", "UserKnownHostsFile none",
+              "StrictHostKeyChecking no")
+        + block("node0", "HostName node0", "ProxyJump bastion")
+        + block("node1", f"HostName {private.hosts[1].addr}", "ProxyJump bastion,node0")
+    )  # fmt: skip
+    if known_hosts is not None:
+        (ssh / "known_hosts").write_text(known_hosts)
+    return {**os.environ, "HOME": str(ssh.parent)}
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("known", [False, True])
+def test_every_hop_of_a_proxyjump_chain_is_verified(
+    private: TestCluster, tmp_path: Path, known: bool
+) -> None:
+    """The chain's first hop was accepted unverified under `UserKnownHostsFile none` (asyncssh
+    connected it itself): now its key is checked against ~/.ssh/known_hosts like any host's."""
+    env = chain_home(private, tmp_path, private.known_hosts.read_text() if known else None)
+    inv = private.write_inventory(tmp_path / "inv.yaml", {"script": "examples/train.py"}, [1])
+    argv = [sys.executable, "-m", "tui.cli", "--headless", "check", "-i", str(inv)]
+    res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
+    out = res.stdout + res.stderr
+    if known:
+        assert res.returncode == 0, out
+        assert "warn node1 ssh: ~/.ssh/config sets `UserKnownHostsFile none` for bastion" in out
+    else:
+        assert res.returncode == 3, out
+        assert "jump host bastion (ProxyJump): host key not verified" in out, out

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
+from typing import Any
 
-from remote.host.hub import Hub, HubLink
+import pytest
+
+from remote.host import hub as hubmod
+from remote.host.hub import CHALLENGE, Channel, Hub, HubLink, _mac
 
 SECRET = "s3cret"
 
@@ -23,7 +29,7 @@ class Stops:
 
 def hub(n: int, timeout: float = 5.0) -> tuple[Hub, Stops]:
     stops = Stops()
-    h = Hub(SECRET, [f"node{k}" for k in range(n)], timeout, 0.1, stops)
+    h = Hub(SECRET, [f"node{k}" for k in range(n)], timeout, 0.1, stops, "127.0.0.1")
     h.start()
     return h, stops
 
@@ -65,8 +71,8 @@ def test_a_peer_that_loses_its_hub_stops_itself() -> None:
     link.connect("127.0.0.1", h.port)
     time.sleep(0.2)
     h.server.close()
-    for sock, _ in list(h.peers.values()):  # the hub's host is gone: nothing answers
-        sock.shutdown(socket.SHUT_RDWR)
+    for chan in list(h.peers.values()):  # the hub's host is gone: nothing answers
+        chan.sock.shutdown(socket.SHUT_RDWR)
     assert stops.event.wait(3)
     assert "lost the run's hub" in stops.said[0][0]
 
@@ -77,3 +83,150 @@ def test_a_wrong_secret_is_turned_away() -> None:
     intruder.connect("127.0.0.1", h.port)
     time.sleep(0.5)
     assert not h.peers
+
+
+# -- attacks from the cluster network (issue 19, item 2) -------------------------------------
+
+
+@pytest.mark.security
+def test_the_hub_listens_at_the_master_address_only() -> None:
+    stops = Stops()
+    for bind, want in (("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1 ::1"), ("::1", "::1")):
+        h = Hub(SECRET, ["node0", "node1"], 5.0, 0.1, stops, bind)
+        assert h.server.getsockname()[0] in want.split()
+        h.server.close()
+    h = Hub(SECRET, ["node0", "node1"], 5.0, 0.1, stops, "192.0.2.1")  # not this host's
+    assert h.server.getsockname()[0] in ("::", "0.0.0.0")  # NAT: the peers may still reach it
+    h.server.close()
+
+
+@pytest.mark.security
+def test_slow_strangers_never_keep_a_peer_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Connections that trickle a byte now and then: each has one deadline for its whole
+    handshake, and past 64 at once the oldest goes; a peer gets in all the while."""
+    monkeypatch.setattr(hubmod, "HANDSHAKE_S", 1.0)
+    h, _ = hub(2)
+    strangers = [socket.create_connection(("127.0.0.1", h.port)) for _ in range(200)]
+    for s in strangers:
+        s.sendall(b"1")
+    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link.end("succeeded", None)
+    link.connect("127.0.0.1", h.port)
+    assert h.all_ended.wait(5) and link.delivered.wait(5)
+    closed = 0
+    for s in strangers:  # every one of them dropped: evicted, or past its deadline
+        s.settimeout(3)
+        try:
+            closed += s.recv(4096).startswith(CHALLENGE) and s.recv(1) == b""
+        except ConnectionResetError:
+            closed += 1
+        s.close()
+    assert closed == len(strangers)
+
+
+HUB_UNDER_FEW_FILES = """
+import resource, sys, threading
+from remote.host.hub import Hub
+resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+h = Hub("s3cret", ["node0", "node1"], 60.0, 0.1, lambda *a: None, "127.0.0.1")
+h.start()
+print(h.port, flush=True)
+sys.exit(0 if h.all_ended.wait(60) else 1)
+"""
+
+
+@pytest.mark.security
+def test_the_accept_loop_outlives_a_full_file_table() -> None:
+    """EMFILE ended the hub's accept loop for good: node 0 was cut off from its peers."""
+    hub_proc = subprocess.Popen(
+        [sys.executable, "-c", HUB_UNDER_FEW_FILES], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert hub_proc.stdout is not None and hub_proc.stderr is not None
+        port = int(hub_proc.stdout.readline())
+        strangers = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
+        assert "accept failed: Too many open files" in hub_proc.stderr.readline()
+        for s in strangers:
+            s.close()
+        link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+        link.end("succeeded", None)
+        link.connect("127.0.0.1", port)
+        assert hub_proc.wait(20) == 0
+    finally:
+        hub_proc.kill()
+        hub_proc.wait()
+
+
+@pytest.mark.security
+def test_a_thread_that_would_not_start_is_not_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    h, _ = hub(2)
+    failed: list[str] = []
+    start = hubmod._thread
+
+    def no_thread_once(fn: Any, *args: Any) -> Any:
+        if fn.__name__ == "_peer" and not failed:  # the thread that would follow the peer
+            failed.append(fn.__name__)
+            raise RuntimeError("can't start new thread")
+        return start(fn, *args)
+
+    monkeypatch.setattr(hubmod, "_thread", no_thread_once)
+    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link.end("succeeded", None)
+    link.connect("127.0.0.1", h.port)  # its first try is dropped; it comes again
+    assert h.all_ended.wait(10) and failed == ["_peer"]
+
+
+class Tap:
+    """Where the hub's channel writes: the lines an attacker on the wire sees."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.lines.append(data)
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("attack", ["replayed", "reordered", "forged", "reflected"])
+def test_a_message_not_from_the_other_end_ends_the_session(attack: str) -> None:
+    """After the handshake, anyone who can write into the TCP stream could say `stop`: every
+    message carries an HMAC under the session key over its direction and number."""
+    key, tap = b"k" * 32, Tap()
+    to_peer = Channel(tap, None, key, b"hub", b"peer")
+    to_peer.send(t="hb")
+    to_peer.send(t="stop", reason="node 1 failed", node=1)
+    first, second = tap.lines
+    stop = b'{"t": "stop", "reason": "forged", "node": 1}'
+    lines = {
+        "replayed": [first, second, second],
+        "reordered": [second, first],
+        "forged": [first, first[:65] + stop + b"\n"],
+        "reflected": [first, _mac(key, b"peer", b"1", stop) + b" " + stop + b"\n"],
+    }[attack]
+    wire, peer_end = socket.socketpair()
+    wire.sendall(b"".join(lines))
+    wire.shutdown(socket.SHUT_WR)
+    got = list(Channel(peer_end, peer_end.makefile("rb"), key, b"peer", b"hub"))
+    assert got == [{"t": "hb"}, {"t": "stop", "reason": "node 1 failed", "node": 1}][: len(got)]
+    assert len(got) == {"replayed": 2, "reordered": 0, "forged": 1, "reflected": 1}[attack]
+    wire.close()
+    peer_end.close()
+
+
+@pytest.mark.security
+def test_a_peer_obeys_no_hub_that_cannot_prove_itself() -> None:
+    """Whoever answers at the hub's address without the run's secret cannot stop a node."""
+    impostor = socket.create_server(("127.0.0.1", 0))
+    port = impostor.getsockname()[1]
+    stops = Stops()
+    link = HubLink(SECRET, 1, 60.0, 0.1, stops)
+    link.connect("127.0.0.1", port)
+    for _ in range(2):  # it comes again, and is turned away again
+        sock, _ = impostor.accept()
+        sock.sendall(CHALLENGE + b"00" * 16 + b"\n")
+        sock.makefile("rb").readline()
+        sock.sendall(b"0" * 64 + b"\n" + b"x" * 64 + b' {"t": "stop", "reason": "impostor"}\n')
+        sock.close()
+    assert not stops.event.wait(0.5)
+    impostor.close()

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from remote.host.linebuf import SITECUSTOMIZE
 
 # torchrun's tee as it goes wrong: the thread for rank 0 reads its file mid-write and sends a
@@ -80,3 +82,32 @@ def test_a_closed_stream_at_exit_says_nothing(tmp_path: Path) -> None:
         timeout=60,
     )
     assert (out.returncode, out.stdout, out.stderr) == (0, b"bye\n", b"")
+
+
+ENDLESS = """
+import resource, sys, time
+chunk = "x" * 4096
+t0 = time.process_time()
+for _ in range(32 * 256):  # 32 MiB without a newline, 4 KiB a write
+    sys.stdout.write(chunk)
+sys.stdout.write("end\\n")
+kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+sys.stderr.write("%f %d" % (time.process_time() - t0, kib))
+"""
+
+
+@pytest.mark.security
+def test_an_endless_line_costs_linear_time_and_bounded_memory(tmp_path: Path) -> None:
+    """Held as `rest + s`, 32 MiB took 93 s of CPU here and 500 MiB 1 GB: now it leaves in
+    line pieces of 64 KiB, each a line of its own, and nothing is lost."""
+    (tmp_path / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", ENDLESS], env=env, capture_output=True, check=True, timeout=120
+    )
+    cpu, kib = out.stderr.split()
+    assert float(cpu) < 10 and int(kib) < 64 * 1024  # linear: 0.1 s; it was 93 s, 107 MB
+    lines = out.stdout.split(b"\n")
+    assert lines[-1] == b"" and lines[-2].endswith(b"end")
+    assert max(map(len, lines)) <= 1 << 16
+    assert b"".join(lines) == b"x" * (32 << 20) + b"end"

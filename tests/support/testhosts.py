@@ -55,6 +55,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -723,3 +724,32 @@ def _ip_batch_finish(proc: subprocess.Popen[str], check: bool = True) -> None:
 
 def _ip_batch(cmds: list[str], netns: str | None = None, check: bool = True) -> None:
     _ip_batch_finish(_ip_batch_start(cmds, netns), check)
+
+
+# -- attackers: a second local user, another host's traffic (the `security` tests) ------------
+
+NEIGHBOUR = "ddptui-neighbour"
+
+
+def neighbour() -> pwd.struct_passwd:
+    """An unprivileged local user, made once and kept (the hosts share this machine's users)."""
+    with suppress(KeyError):
+        return pwd.getpwnam(NEIGHBOUR)
+    argv = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NEIGHBOUR]
+    subprocess.run(argv, capture_output=True)  # "exists": another session made it meanwhile
+    return pwd.getpwnam(NEIGHBOUR)
+
+
+def as_neighbour(
+    cluster: TestCluster, i: int, argv: list[str], timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` as the neighbour, in host ``i``'s network namespace."""
+    user = neighbour()
+    drop = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
+    return cluster.netns_exec(i, [*drop, "--", *argv], timeout)
+
+
+def netns_popen(cluster: TestCluster, i: int, argv: list[str]) -> subprocess.Popen[str]:
+    """Start ``argv`` in host ``i``'s network namespace (traffic from that host), stdout piped."""
+    full = ["ip", "netns", "exec", cluster.hosts[i].netns, *argv]
+    return subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -267,3 +267,34 @@ def test_open_files_limit_goes_up_to_the_hard_one() -> None:
         assert resource.getrlimit(resource.RLIMIT_NOFILE) == (hard, hard)
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+NOBODY = 65534  # another user's uid (chown needs root)
+
+
+@pytest.mark.security
+@pytest.mark.parametrize(
+    ("flag", "owner", "mode", "words"),
+    [
+        ("--run-dir", NOBODY, 0o700, "owned by nobody (uid 65534), not by you"),
+        ("--run-dir", None, 0o770, "others may write to it (mode 0770)"),
+        ("--run-dir", None, 0o1777, "others may write to it (mode 1777)"),
+        ("--runs-root", NOBODY, 0o755, "owned by nobody (uid 65534), not by you"),
+        ("--runs-root", None, 0o777, "others may write to it (mode 0777)"),
+    ],
+)
+def test_a_run_dir_another_user_controls_is_refused_before_connecting(
+    inv: Path, tmp_path: Path, flag: str, owner: int | None, mode: int, words: str
+) -> None:
+    """Who may write a run dir may plant a symlink where a log or the summary goes (issue 19,
+    item 4): refused at once, naming the directory and why, and nothing is written in it."""
+    if owner is not None and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    theirs.chmod(mode)
+    if owner is not None:
+        os.chown(theirs, owner, owner)
+    res = ddptui("--headless", "launch", "-i", str(inv), flag, str(theirs))
+    one_line_exit_2(res, f"{theirs}: {words}")
+    assert not any(theirs.iterdir())

@@ -109,3 +109,85 @@ def test_own_address(
     t.conn = FakeConn(peer)  # type: ignore[assignment]
     t.address = t._own_address(hostname)  # as connect() sets it
     assert own_address(t, ssh_addr) == want
+
+
+class Config:
+    """What read_config gives for a host: its ~/.ssh/config's ProxyJump and known_hosts."""
+
+    def __init__(self, tunnel: str | None = None, known_hosts: object = ()) -> None:
+        self.tunnel, self.known_hosts = tunnel, known_hosts
+
+
+class ChainConn(FakeConn):
+    def __init__(self, host: str, via: ChainConn | None) -> None:
+        super().__init__()
+        self.host, self.via = host, via
+
+    def set_tunnel(self, via: ChainConn | None) -> None:
+        self.owns = via
+
+    def close(self) -> None:
+        self.closed = True
+        if self.owns is not None:
+            self.owns.close()
+
+
+@pytest.fixture
+def chain(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
+    """~/.ssh/config: `a` with `UserKnownHostsFile none` behind a ProxyJump `inner` of its own;
+    each connection records how it was made (asyncssh.connect stood in for)."""
+    configs = {
+        "a": Config(tunnel="inner", known_hosts=None),
+        "b": Config(tunnel="ignored"),  # as OpenSSH: in a chain, the chain says b's way in
+        "loop": Config("loop"),
+    }
+    made: list[tuple[str, dict[str, Any]]] = []
+
+    async def read_config(host: str, options: dict[str, Any]) -> Config:
+        return configs.get(host, Config())
+
+    async def connect(host: str, **options: Any) -> ChainConn:
+        made.append((host, options))
+        if host == "down":
+            raise ConnectionRefusedError(111, "Connection refused")
+        return ChainConn(host, options["tunnel"])
+
+    monkeypatch.setattr(jump, "read_config", read_config)
+    monkeypatch.setattr(jump.asyncssh, "connect", connect)
+    return made
+
+
+@pytest.mark.security
+async def test_every_hop_of_a_chain_is_connected_here_and_verified(
+    chain: list[tuple[str, dict[str, Any]]],
+) -> None:
+    """`ProxyJump a,b` with `UserKnownHostsFile none` for a: asyncssh, handed "a" as b's tunnel,
+    connected a itself and trusted any host key there (issue 19, item 7)."""
+    notices: list[str] = []
+    held = await jump.lease("a,me@b:2222", notices, {"connect_timeout": 5})
+    assert [host for host, _ in chain] == ["inner", "a", "b"]
+    inner, a, b = (options for _, options in chain)
+    assert inner["tunnel"] is None and "known_hosts" not in inner  # its config's, as is
+    assert a["tunnel"].host == "inner" and a["known_hosts"] == []  # verified: the default file
+    assert b["tunnel"].host == "a" and (b["username"], b["port"]) == ("me", 2222)
+    assert all(o["connect_timeout"] == 5 for _, o in chain)
+    assert notices == [
+        "~/.ssh/config sets `UserKnownHostsFile none` for a: ddptui still verifies its host key, "
+        "against ~/.ssh/known_hosts (known_hosts: in the inventory names another file)"
+    ]
+    assert held.conn is not None
+    held.release()  # the last hop closes the ones it went through
+    first = held.conn.via.via  # type: ignore[attr-defined]
+    assert held.conn.closed and first.host == "inner" and first.closed
+
+
+async def test_a_hop_that_fails_is_named_and_the_hops_before_it_closed(
+    chain: list[tuple[str, dict[str, Any]]],
+) -> None:
+    with pytest.raises(jump.JumpError) as err:
+        await jump.lease("a,down,b", [], {})
+    assert err.value.spec == "down" and isinstance(err.value.cause, ConnectionRefusedError)
+    assert [host for host, _ in chain] == ["inner", "a", "down"]
+    assert chain[1][1]["tunnel"].closed and not jump._jumps
+    with pytest.raises(jump.JumpError, match="loop: ProxyJump nested too deep"):
+        await jump.lease("loop", [], {})

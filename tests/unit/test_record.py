@@ -138,3 +138,58 @@ def test_a_second_viewer_of_a_run_leaves_the_logs_to_the_first(tmp_path: Path) -
     third = Recorder(tmp_path / "run", resume=True)  # the first one is gone: this one writes
     assert not third.passive
     third.close()
+
+
+@pytest.mark.security
+def test_a_planted_log_symlink_is_never_written_through(tmp_path: Path, victim: Path) -> None:
+    """A rank log planted as a symlink (by someone who could write the run dir before the CLI
+    refused such dirs) made the launcher append to the planter's choice of file."""
+    rec = Recorder(tmp_path / "run")
+    (tmp_path / "run" / "rank-0.log").symlink_to(victim)
+    with pytest.raises(FileExistsError):
+        rec(LogBatch("node0", 0, "stdout", ((0, "from rank 0"),)))
+    rec.close()
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.security
+def test_a_log_swapped_for_a_symlink_on_resume_is_not_followed(
+    tmp_path: Path, victim: Path
+) -> None:
+    rec = Recorder(tmp_path / "run")
+    rec(LogBatch("node0", 0, "stdout", ((0, "line"),)))
+    rec.checkpoint({0: 10})
+    rec.close()
+    (tmp_path / "run" / "rank-0.log").unlink()
+    (tmp_path / "run" / "rank-0.log").symlink_to(victim)
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        Recorder(tmp_path / "run", resume=True)  # it cuts rank-0.log back to its checkpoint
+    assert victim.read_text() == "precious\n"
+
+
+@pytest.mark.security
+def test_a_planted_summary_tmp_is_not_written_through(tmp_path: Path, victim: Path) -> None:
+    """The summary's tmp was `.summary.json.<pid>.tmp`: planted as a symlink, it overwrote
+    another file. Its name is random now, and it is made exclusively."""
+    rec = Recorder(tmp_path / "run")
+    for pid in range(os.getpid() - 5, os.getpid() + 5):
+        (tmp_path / "run" / f".summary.json.{pid}.tmp").symlink_to(victim)
+    rec(RunStarted("r1", str(tmp_path / "run"), ("node0",), 1, "torchrun"))
+    rec(RunFinished("succeeded", 0, 1.0))
+    rec.close()
+    assert victim.read_text() == "precious\n"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "succeeded"
+
+
+@pytest.mark.security
+def test_a_run_dir_others_may_write_is_not_recorded_in(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir(mode=0o700)
+    (tmp_path / "run").chmod(0o777)
+    with pytest.raises(RunDirError, match=r"run: others may write to it \(mode 0777\)"):
+        Recorder(tmp_path / "run")
+    assert not any((tmp_path / "run").iterdir())
+    (tmp_path / "run").chmod(0o700)
+    (tmp_path / "run" / "run.json").write_text('{"run_id": "r1"}')
+    (tmp_path / "run").chmod(0o722)
+    with pytest.raises(runs.RunError, match="others may write to it"):
+        runs.resolve(str(tmp_path / "run"))  # an attach would act on its inventory copy

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
@@ -230,3 +232,52 @@ def test_a_local_host_without_workdir_is_skipped(tmp_path: Path) -> None:
     inv = inventory.load(path)
     [result] = asyncio.run(agents_push(inv, [str(path.parent)], lambda e: None))
     assert result.skipped and not (tmp_path / "src" / "train.py").exists()
+
+
+@pytest.mark.security
+def test_planted_tmp_symlinks_are_never_written_through(tmp_path: Path, victim: Path) -> None:
+    """The tmp was `<target>.ddptui-sync.<host>.<pid>`: a neighbour who may write the workdir
+    planted one for every likely pid and got the file they point at overwritten, made 0644."""
+    project(tmp_path / "src")
+    dest = tmp_path / "shared"
+    dest.mkdir()
+    host, pid = socket.gethostname(), os.getpid()
+    for name in ("train.py", "run.sh", "inv.yaml"):
+        for p in range(pid, pid + 3000):
+            (dest / f"{name}.ddptui-sync.{host}.{p}").symlink_to(victim)
+    (result,) = push(inv_for(tmp_path, [dest]))
+    assert result.error == "" and result.files == 4
+    assert victim.read_text() == "precious\n" and stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert (dest / "train.py").read_text() == "print('v1')\n"
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("planted", ["pkg", "train.py"])
+def test_a_symlinked_directory_or_target_is_refused(
+    tmp_path: Path, victim: Path, planted: str
+) -> None:
+    project(tmp_path / "src")
+    dest = tmp_path / "shared"
+    dest.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (dest / planted).symlink_to(elsewhere if planted == "pkg" else victim)
+    (result,) = push(inv_for(tmp_path, [dest]))
+    assert f"refusing '{planted if planted != 'pkg' else 'pkg/model.py'}'" in result.error
+    assert not any(elsewhere.iterdir()) and victim.read_text() == "precious\n"
+
+
+@pytest.mark.security
+def test_no_setuid_bits_and_no_secrets_are_pushed(tmp_path: Path) -> None:
+    src = project(tmp_path / "src")
+    (src / "run.sh").chmod(0o6755)
+    for secret in (".ssh/id_ed25519", ".aws/credentials", ".env", "certs/key.pem", ".netrc"):
+        (src / secret).parent.mkdir(exist_ok=True)
+        (src / secret).write_text("token")
+    dest = tmp_path / "dest"
+    (result,) = push(inv_for(tmp_path, [dest]))
+    assert result.error == "" and result.files == 4, result
+    assert stat.S_IMODE((dest / "run.sh").stat().st_mode) == 0o755
+    assert sorted(p.name for p in dest.rglob("*") if p.is_file()) == [
+        "inv.yaml", "model.py", "run.sh", "train.py"
+    ]  # fmt: skip

@@ -1,0 +1,158 @@
+"""Attacks on a run from its neighbours, on real sshd test hosts (issue 19): anyone on the
+cluster network flooding node 0's hub, and a second local user who may write a shared workdir.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2etools import Cli, Cmd, assert_nothing_left, wait_for
+from testhosts import REPO, TestCluster, as_neighbour, neighbour, netns_popen
+
+pytestmark = [pytest.mark.e2e, pytest.mark.security]
+
+FLOOD = str(Path(__file__).parents[1] / "support" / "flood.py")
+
+
+def node_dir(cluster: TestCluster, i: int, run_id: str) -> Path:
+    """Host i's private directory of the run (its HOME is its own: testhosts.py)."""
+    return cluster.hosts[i].home / ".local" / "state" / "ddptui" / "runs" / run_id / f"n{i}"
+
+
+def spool(ndir: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in sorted(ndir.glob("spool.*")))
+
+
+def ticks(text: bytes | str, rank: int) -> list[int]:
+    pattern = rf"tick {rank} (\d+)"
+    found = re.findall(pattern.encode() if isinstance(text, bytes) else pattern, text)
+    return [int(i) for i in found]
+
+
+@pytest.fixture
+def few_open_files(cluster: TestCluster) -> Iterator[None]:
+    """node0's logins (and so its supervisor) under the usual 1,024 open files."""
+    rc = cluster.hosts[0].home / ".bashrc"
+    rc.write_text("ulimit -n 1024\n")
+    try:
+        yield
+    finally:
+        rc.unlink()
+
+
+@pytest.mark.usefixtures("few_open_files")
+def test_a_flood_from_another_host_never_cuts_node0_off(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    """1,100 connections from another host, each sending a byte every 8 s, against node 0's
+    hub: they took a thread and a file each until node 0's supervisor hit EMFILE, its accept
+    loops ended for good, `attach` never showed node 0's lines again and `stop` left its ranks
+    running. Now the hub holds 64 at most, and the run is seen and stopped as ever."""
+    data_home = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    job = {
+        "script": "tests/data/tick.py", "args": ["100000", "0.05"], "nproc_per_node": 2,
+        "master_port": 29671, "link_timeout": 30, "stop_grace": 2,
+    }  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
+    assert cli.wait(120) == 0, cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+    ndir = node_dir(cluster, 0, run_id)
+    supervisor = json.loads((ndir / "state.json").read_text())["pid"]
+    limits = Path(f"/proc/{supervisor}/limits").read_text()
+    assert re.search(r"Max open files\s+1024\s", limits), limits
+    port = int(wait_for(lambda: re.search(rb'"hub_port": (\d+)', spool(ndir)), 30, "hub")[1])
+
+    flood = netns_popen(cluster, 3, [sys.executable, FLOOD, cluster.hosts[0].addr, str(port),
+                                     "1100", "8"])  # fmt: skip
+    try:
+        assert flood.stdout is not None
+        while int(flood.stdout.readline().split()[1]) < 1100:  # "made M", each round
+            pass
+        flood.stdout.readline()  # a second round: every connection has had its byte
+        open_files = len(list(Path(f"/proc/{supervisor}/fd").iterdir()))
+
+        since = max(ticks(spool(ndir), 0))
+        attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
+        wait_for(lambda: max(ticks(attach.stdout, 0), default=0) > since + 20, 60, "node0's lines")
+        attach.proc.send_signal(signal.SIGINT)  # detach: the run goes on
+        assert attach.wait(30) == 130, attach.stderr
+
+        stop = Cmd(["stop", run_id], tmp_path / "stop", data_home)
+        assert stop.wait(60) == 0, stop.stderr
+        assert_nothing_left(cluster, run_id, timeout=10)
+        assert open_files < 200, open_files  # the hub's share: 64 handshakes at most
+    finally:
+        flood.kill()
+        flood.wait()
+
+
+@pytest.fixture
+def shared_workdir() -> Iterator[Path]:
+    """A project directory of the neighbour's, that root syncs code into."""
+    top = Path(tempfile.mkdtemp(prefix="ddptui-shared-"))
+    top.chmod(0o755)
+    work = top / "proj"
+    work.mkdir()
+    user = neighbour()
+    shutil.chown(work, user.pw_uid, user.pw_gid)
+    try:
+        yield work
+    finally:
+        shutil.rmtree(top)
+
+
+PLANT = """
+import os, sys
+work, victim, what, first = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+if what == "tmp names":
+    for pid in range(first, first + 4000):  # every pid the sync's python may get
+        os.symlink(victim, os.path.join(work, "train.py.ddptui-sync.node0.%d" % pid))
+else:
+    os.symlink(os.path.dirname(victim), os.path.join(work, "pkg"))
+"""
+
+
+@pytest.mark.parametrize("what", ["tmp names", "a directory"])
+def test_symlinks_planted_in_a_shared_workdir_touch_nothing_of_roots(
+    cluster: TestCluster, tmp_path: Path, shared_workdir: Path, what: str
+) -> None:
+    """A neighbour who may write the workdir plants the sync's tmp names as symlinks to a file
+    of root's (root's 0600 file was overwritten and made 0644), or a directory as a symlink to
+    one of root's (the code went in there). Now the tmp names are random and made exclusively,
+    and the symlinked directory is refused, naming it."""
+    secrets = tmp_path / "root-only"
+    secrets.mkdir(mode=0o700)
+    victim = secrets / "credentials"
+    victim.write_text("root's secret\n")
+    victim.chmod(0o600)
+    src = tmp_path / "src"
+    (src / "pkg").mkdir(parents=True)
+    shutil.copy(REPO / "examples" / "train.py", src / "train.py")
+    (src / "pkg" / "model.py").write_text("W = 1\n")
+
+    first = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    planted = as_neighbour(cluster, 0, [sys.executable, "-c", PLANT, str(shared_workdir),
+                                        str(victim), what, str(first)])  # fmt: skip
+    assert planted.returncode == 0, planted.stderr
+    job = {"script": "train.py", "args": ["--epochs", "1"], "sync": True, "master_port": 29672}
+    inv = cluster.write_inventory(src / "inv.yaml", job, hosts=[0], workdir=str(shared_workdir))
+    cli = Cli(inv, tmp_path / "run")
+    if what == "tmp names":
+        assert cli.wait() == 0, cli.stderr
+        assert (shared_workdir / "train.py").read_bytes() == (src / "train.py").read_bytes()
+    else:
+        assert cli.wait() == 1, cli.stderr
+        assert "refusing 'pkg/model.py': pkg is a symlink or not a directory" in cli.stderr
+    assert victim.read_text() == "root's secret\n"
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o600
+    assert sorted(p.name for p in secrets.iterdir()) == ["credentials"]
