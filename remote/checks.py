@@ -37,6 +37,8 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
         add("warning", "ssh", text)
     if facts.get("probe_error"):
         check = "python" if facts.get("probe_exit") == 127 else "probe"
+        if check == "probe" and facts.get("agent_started") is False:
+            check = "start"  # logged in, but the login shell or python did not get going
         add("failure", check, facts["probe_error"])
         return tuple(found)
     _software(add, facts, gpus)

@@ -94,7 +94,7 @@ async def probe(
 
 def broken(host: Host, reason: str, code: int | None) -> HostChecked:
     """Logged into, but ddptui's agent did not start there (no python: exit 127)."""
-    facts = {"reachable": True, "python_path": host.python}
+    facts = {"reachable": True, "python_path": host.python, "agent_started": False}
     return checked(host, {**facts, "probe_error": reason, "probe_exit": code})
 
 

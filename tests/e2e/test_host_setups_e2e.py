@@ -220,3 +220,45 @@ def test_the_inventorys_cuda_visible_devices_wins(cluster: TestCluster, tmp_path
     assert facts["visible_note"] == (
         "1 of 8 GPUs visible (CUDA_VISIBLE_DEVICES=5 in the inventory's env)"
     )
+
+
+# -- a slow login shell is a host starting, not a host lost -------------------------------------
+
+SLOW_S = 4  # conda init on a busy network home, say: longer than the lease below
+
+
+@pytest.fixture
+def slow_login(cluster: TestCluster) -> Iterator[None]:
+    rc = cluster.hosts[1].home / ".bashrc"
+    rc.write_text(f"sleep {SLOW_S}\n")
+    try:
+        yield
+    finally:
+        rc.unlink(missing_ok=True)
+
+
+@pytest.mark.usefixtures("slow_login")
+def test_a_slow_login_shell_is_starting_not_lost(cluster: TestCluster, tmp_path: Path) -> None:
+    """node1's login shell takes 4 s, longer than the 3 s lease: the lease starts at its agent's
+    hello, so the launch goes through; a start_timeout shorter than the login names the host
+    and what it waited for, never a network cut."""
+    job = {"script": "tests/data/tick.py", "args": ["20", "0.01"], "nproc_per_node": 1,
+           "master_port": 29755, "link_timeout": 3}  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    launch = Cli(inv, tmp_path / "run")
+    assert launch.wait(120) == 0, launch.stderr
+    states = [json.loads(e) for e in launch.events() if '"HostState"' in e]
+    node1 = [(e["state"], e["detail"]) for e in states if e["host"] == "node1"]
+    assert [s for s, _ in node1[:3]] == ["connecting", "starting", "connected"]
+    assert float(node1[2][1].split()[0]) >= SLOW_S  # connected after its login shell, in 4 s+
+    assert "lost" not in launch.stderr
+    assert_nothing_left(cluster, launch.run_id())
+
+    short = cluster.write_inventory(
+        tmp_path / "short.yaml", {**job, "start_timeout": 1}, hosts=[0, 1]
+    )
+    refused = Cli(short, tmp_path / "refused")
+    assert refused.wait(120) == 1, refused.stderr
+    assert "FAIL node1 start: the login shell or python did not start within 1 s" in refused.stderr
+    assert "network cut" not in refused.stderr
+    assert refused.summary()["failing_host"] == "node1"
