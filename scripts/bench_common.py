@@ -8,6 +8,7 @@ the benchmarks alternate their variants and report medians and ratios, not singl
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import resource
 import shlex
@@ -89,13 +90,72 @@ def replace_arg(node: planner.NodePlan, flag: str, value: str) -> planner.NodePl
     return dataclasses.replace(node, argv=tuple(argv))
 
 
+def on_console(node: planner.NodePlan) -> planner.NodePlan:
+    """A torchrun as a user runs it by hand: its ranks on the console (`--tee 3`), each line
+    tagged `[rank]:`. Under ddptui each rank's files are read by its host instead
+    (`--redirects 3`)."""
+    if "--redirects" not in node.argv:
+        return node
+    argv = list(node.argv)
+    argv[argv.index("--redirects")] = "--tee"
+    env = {**node.env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"}
+    return dataclasses.replace(node, argv=tuple(argv), env=env)
+
+
 def shell_line(node: planner.NodePlan, ifname: str, workdir: str) -> str:
-    """One node's torchrun as a remote shell line, with the env ddptui's supervisor sets."""
+    """One node's command as a remote shell line, with the env ddptui's supervisor sets; a
+    torchrun's ranks on the console (on_console)."""
+    node = on_console(node)
     env = dict(node.env)
     for name in planner.IFNAME_VARS:  # the supervisor resolves these per host; ours are known
         env.setdefault(name, ifname)
     assigns = [f"{k}={v}" for k, v in env.items()]
     return f"cd {shlex.quote(workdir)} && " + shlex.join(["env", *assigns, *node.argv])
+
+
+def login_delay(c: TestCluster, seconds: float, hosts: Sequence[int] | None = None,
+                lock: Path | None = None) -> None:  # fmt: skip
+    """Every login shell on these hosts takes `seconds` more, as conda or pyenv init in .bashrc
+    does on a network home (design.md §10). With `lock`, they all queue on one lock for it:
+    a busy shared home. 0 takes the delay away."""
+    for i in hosts if hosts is not None else range(len(c.hosts)):
+        rc = c.hosts[i].home / ".bashrc"
+        if not seconds:
+            rc.unlink(missing_ok=True)
+        elif lock is not None:
+            rc.write_text(f"flock {shlex.quote(str(lock))} sleep {seconds}\n")
+        else:
+            rc.write_text(f"sleep {seconds}\n")
+
+
+def probe_line(inv: inventory.Inventory, master: str, workdir: str) -> str:
+    """The checks' probe as pdsh can run it: the very host code ddptui's agent runs for its
+    `probe` op (remote/host/probe.py), kept on each host (install_code), one answer line."""
+    from remote import probe, shipper
+
+    spec = probe.spec(inv.job, master, workdir, is_master=True)
+    code = (
+        "import json,sys;sys.path.insert(0,sys.argv[1]);from ddph import probe;"
+        "print('DDPTUI-PROBE '+json.dumps(probe.facts(json.loads(sys.argv[2]))))"
+    )
+    kept = f"$HOME/.local/state/ddptui/code/{shipper.digest()}"
+    return f'python3 -c {shlex.quote(code)} "{kept}" {shlex.quote(json.dumps(spec))}'
+
+
+PROBE_MARK = b"DDPTUI-PROBE "
+
+
+def install_code(c: TestCluster) -> None:
+    """The host code kept in every test host's home, as an agent's first start leaves it."""
+    from remote import shipper
+
+    for host in c.hosts:
+        pkg = host.home / ".local" / "state" / "ddptui" / "code" / shipper.digest() / "ddph"
+        pkg.mkdir(parents=True, exist_ok=True)
+        for name, text in shipper.sources().items():
+            (pkg / f"{name}.py").write_text(text)
+        for level in (pkg, *pkg.parents[:4]):
+            level.chmod(0o700)
 
 
 @dataclass

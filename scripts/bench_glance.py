@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -45,9 +45,11 @@ from bench_common import (
 from nvidia_smi import H100_BUSY, stand_in
 
 from remote import inventory, stacks
-from remote.transport import for_host
+from remote.run import fleet_for
+from remote.stacks import Emit
 
 STALL = REPO / "tests" / "data" / "stall.py"
+FAKE_RANKS = REPO / "tests" / "data" / "fake_ranks.py"
 FULL = "BENCH-TABLE-FULL"
 
 
@@ -212,15 +214,16 @@ def bench_stacks(args: argparse.Namespace, c: TestCluster, work: Path) -> None:
 
 
 async def dump_times(inv: inventory.Inventory, run_id: str, reps: int, flight: bool) -> list[float]:
-    """One dump over connections already open (what `d` and a hang capture cost)."""
-    transports = [for_host(h) for h in inv.hosts]
-    await asyncio.gather(*(t.connect() for t in transports))
+    """One dump over agents already up (what `d` and a hang capture cost)."""
+    fleet = fleet_for(inv)
+    await asyncio.gather(*(fleet.agent(k, lambda e: None) for k in range(len(inv.hosts))))
+    say: Emit = lambda event: None  # noqa: E731
     try:
         took = []
         for _ in range(reps):
             t0 = time.monotonic()
-            collected = await stacks.traces(transports, run_id) if flight else None
-            report = await stacks.dump(transports, run_id)
+            collected = await stacks.traces(fleet, say, run_id) if flight else None
+            report = await stacks.dump(fleet, say, run_id)
             took.append(time.monotonic() - t0)
             if collected is not None and sorted(collected.traces) != list(range(6)):
                 sys.exit(f"bench: traces missing: {collected.missing}")
@@ -228,39 +231,32 @@ async def dump_times(inv: inventory.Inventory, run_id: str, reps: int, flight: b
                 sys.exit(f"bench: unexpected dump:\n{report.text()}")
         return took
     finally:
-        await asyncio.gather(*(t.close() for t in transports))
+        await fleet.close()
 
 
 # -- scale --------------------------------------------------------------------------------------
 
-FAKE_RANK = "import time\ndef barrier():\n    time.sleep(3600)\nbarrier()\n"
-
 
 def bench_scale(args: argparse.Namespace, c: TestCluster, work: Path) -> None:
-    """Tagged Python processes as every host's ranks; dumps of 1 host, then of all."""
+    """A run of fake ranks (tests/data/fake_ranks.py, no torch) on every host; dumps of 1 host,
+    then of all."""
     per = args.ranks_per_host
-    procs = []
+    inv_path = work / "scale.yaml"
+    job = {"script": str(FAKE_RANKS), "args": [str(per)], "launcher": "env",
+           "nproc_per_node": per, "master_port": 29671}  # fmt: skip
+    c.write_inventory(inv_path, job, hosts=range(args.hosts))
+    inv = inventory.load(inv_path)
+    argv = [*ddptui_command(), "--headless", "launch", "-i", str(inv_path), "--detach"]
+    res = subprocess.run([*argv, "--run-dir", str(work / "scale-run")], capture_output=True,
+                         text=True, cwd=REPO, timeout=300)  # fmt: skip
+    if res.returncode != 0:
+        sys.exit(f"bench: the fake ranks did not start:\n{res.stderr}")
+    run_id = res.stdout.split()[-1]
     try:
-        for k in range(args.hosts):
-            for local in range(per):
-                env = {
-                    **os.environ,
-                    "DDPTUI_RUN_ID": "bench-scale",
-                    "DDPTUI_NODE": str(k),
-                    "TORCHELASTIC_RUN_ID": "bench",
-                    "RANK": str(k * per + local),
-                }
-                procs.append(subprocess.Popen([sys.executable, "-c", FAKE_RANK], env=env))
-        time.sleep(2)  # every one of them started
-        inv_path = work / "scale.yaml"
-        c.write_inventory(inv_path, {"script": "x.py"}, hosts=range(args.hosts))
-        inv = inventory.load(inv_path)
-        one, every = asyncio.run(scale_times(inv, args.reps, per))
+        time.sleep(2)  # every rank has started (the launch said so) and settled
+        one, every = asyncio.run(scale_times(inv, run_id, args.reps, per))
     finally:
-        for p in procs:
-            p.kill()
-        for p in procs:
-            p.wait()
+        subprocess.run([*ddptui_command(), "--headless", "stop", run_id], cwd=REPO, timeout=120)
     n = args.hosts * per
     print(
         table(
@@ -272,30 +268,39 @@ def bench_scale(args: argparse.Namespace, c: TestCluster, work: Path) -> None:
         )
     )
     print(
-        f"one round trip per host, all its ranks' py-spy side by side; at 128 hosts x 8 ranks "
+        f"one op per host, all its ranks' py-spy side by side; at 128 hosts x 8 ranks "
         f"(1,024) each host's share is the 1-host figure ({median(one):.2f} s) on its own "
-        f"CPUs, plus the fan-out of 128 round trips (`check` measures that)\n"
+        f"CPUs, plus the fan-out of 128 ops (`check` measures that)\n"
     )
 
 
-async def scale_times(inv: inventory.Inventory, reps: int, per: int) -> tuple[list[float], ...]:
-    transports = [for_host(h) for h in inv.hosts]
-    await asyncio.gather(*(t.connect() for t in transports))
+async def scale_times(
+    inv: inventory.Inventory, run_id: str, reps: int, per: int
+) -> tuple[list[float], ...]:
+    fleet, first = fleet_for(inv), fleet_for(_first(inv))
+    await asyncio.gather(*(fleet.agent(k, lambda e: None) for k in range(len(inv.hosts))))
+    await first.agent(0, lambda e: None)
+    say: Emit = lambda event: None  # noqa: E731
     try:
         one, every = [], []
         for _ in range(reps):
             t0 = time.monotonic()
-            report = await stacks.dump(transports[:1], "bench-scale")
+            report = await stacks.dump(first, say, run_id)
             one.append(time.monotonic() - t0)
             assert sum(len(g.ranks) for g in report.groups) == per, report.text()
             t0 = time.monotonic()
-            report = await stacks.dump(transports, "bench-scale")
+            report = await stacks.dump(fleet, say, run_id)
             every.append(time.monotonic() - t0)
             found = sum(len(g.ranks) for g in report.groups if g.error is None)
-            assert found == per * len(transports), report.text()
+            assert found == per * len(inv.hosts), report.text()
         return one, every
     finally:
-        await asyncio.gather(*(t.close() for t in transports))
+        await asyncio.gather(fleet.close(), first.close())
+
+
+def _first(inv: inventory.Inventory) -> inventory.Inventory:
+    """The inventory of its first host alone."""
+    return dataclasses.replace(inv, hosts=inv.hosts[:1])
 
 
 def _runs(values: list[float]) -> str:

@@ -6,9 +6,11 @@ The rank is scripts/print_lines.py (it writes numbered lines in chunks, so the r
 measured, not the printing). Each transport runs three variants, alternating:
 
   printer   the printer alone, its stdout read through a pipe (how fast lines can be produced)
-  torchrun  the very torchrun command ddptui plans (`--tee 3`, rank prefixes), run directly
-            (local) or through `ssh node0 '...'` (ssh): the baseline a user would otherwise have
-  ddptui    `ddptui --headless launch`: supervisor, JSON relay, console printer, rank-0.log
+  torchrun  the very torchrun command ddptui plans, with `--tee 3` (its ranks on the console),
+            run directly (local) or through `ssh node0 '...'` (ssh): the baseline a user would
+            otherwise have
+  ddptui    `ddptui --headless launch`: the host's agent and supervisor (which reads the rank's
+            own files, torchrun's `--redirects 3`), the relay, console printer, rank-0.log
 
 "lines/s" is N over the time between the first and the last chunk of lines read from the
 command's stdout (the relay's steady rate); "wall" is the whole command, startup included.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import inspect
 import os
 import sys
 import time
@@ -36,6 +37,7 @@ from bench_common import (
     ddptui_command,
     load,
     median,
+    on_console,
     planned,
     replace_arg,
     shell_line,
@@ -56,6 +58,7 @@ from tui.headless import Printer
 PRINTER = "scripts/print_lines.py"
 MARKER = b"line "
 PORT = 29790
+TARGET = 1.15  # issue "One host agent": the wall time, ddptui over ssh against torchrun over ssh
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     header = ["transport", "variant", "wall s", "lines/s", "CPU s", "wall / torchrun"]
     print(f"\n{args.lines} lines from one rank, median of {args.reps} runs")
     print(table(header, rows))
+    over_ssh = [row for row in rows if row[:2] == ["ssh", "ddptui"]]
+    if over_ssh:
+        ratio = float(over_ssh[0][-1])
+        met = "met" if ratio <= TARGET else "NOT met"
+        print(f"ddptui over ssh / torchrun over plain ssh: {ratio:.2f} (target <= {TARGET}: {met})")
     print(
         "lines/s: lines over the time from the first to the last chunk of them read from the "
         "command's stdout\nCPU: the command and its children on this machine (over ssh: the "
@@ -141,8 +149,8 @@ def engine_only(args: argparse.Namespace, work: Path) -> None:
 
 
 def supervisor_messages(n: int, per_msg: int) -> list[bytes]:
-    """What a supervisor's relay sends for a torchrun rank printing n lines: one read each
-    (see remote/host/daemon.py: records in the spool, spool bytes in D frames)."""
+    """What a node's supervisor sends for a torchrun rank printing n lines, one read each (see
+    remote/host/daemon.py: records in the spool, spool bytes in D frames)."""
     started = {"t": "started", "pid": 1, "hostname": "node0", "ifname": "lo"}
     records = [wire.meta(0, **started)]
     for start in range(0, n, per_msg):
@@ -151,7 +159,7 @@ def supervisor_messages(n: int, per_msg: int) -> list[bytes]:
         )
         records.append(wire.record(b"1", 0, chunk.encode()))
     records.append(wire.meta(0, t="exit", code=0, stopped=False))
-    frames, offset = [wire.MARK + wire.control(t="hello", spool_end=0)], 0
+    frames, offset = [wire.control(t="hello", spool_end=0)], 0
     for rec in records:
         frames.append(wire.data_frame(offset, rec))
         offset += len(rec)
@@ -159,23 +167,39 @@ def supervisor_messages(n: int, per_msg: int) -> list[bytes]:
     return frames
 
 
-class FakeSupervisor:
-    """A Process that replays recorded supervisor frames, one read each."""
+class FakeAgent:
+    """A Process that is a host's agent replaying a recorded node stream: it answers HELLO,
+    a CPU host's monitor, and streams the messages, one read each, on the `start` channel."""
 
     def __init__(self, msgs: list[bytes]) -> None:
-        self.msgs = iter(msgs)
-
-    async def readline(self) -> bytes:
-        return next(self.msgs, b"")
-
-    async def read(self, n: int) -> bytes:
-        return next(self.msgs, b"")
+        self.msgs = msgs
+        self.out: asyncio.Queue[bytes] = asyncio.Queue()
+        self.out.put_nowait(wire.MARK + wire.jframe(0, {"t": "hello", "pid": 1}))
+        self.reader = wire.FrameReader(marked=True)
 
     def write(self, data: bytes) -> None:
+        for f in self.reader.feed(data):
+            if f.kind != b"j" or f.chan == 0:
+                continue
+            op = f.message().get("op")
+            if op == "monitor":
+                self.out.put_nowait(wire.jframe(f.chan, {"smi": None}) + wire.frame(f.chan, b"e"))
+            elif op == "start":
+                for msg in self.msgs:
+                    self.out.put_nowait(wire.frame(f.chan, b"d", msg))
+                self.out.put_nowait(wire.frame(f.chan, b"e"))
+
+    async def read(self, n: int) -> bytes:
+        return await self.out.get()
+
+    async def readline(self) -> bytes:
+        return await self.out.get()
+
+    async def drain(self) -> None:
         pass
 
     def close_stdin(self) -> None:
-        pass
+        self.out.put_nowait(b"")
 
     async def wait(self) -> int | None:
         return 0
@@ -184,7 +208,7 @@ class FakeSupervisor:
         return ""
 
     def kill(self) -> None:
-        pass
+        self.out.put_nowait(b"")
 
 
 class ReplayTransport(Transport):
@@ -196,7 +220,7 @@ class ReplayTransport(Transport):
         return 0.0
 
     async def start(self, argv: list[str]) -> Process:
-        return FakeSupervisor(self.msgs)
+        return FakeAgent(self.msgs)
 
     async def run(self, argv: list[str], input: bytes = b"", timeout: float = 30) -> Result:
         return Result(0, b"", b"")
@@ -206,9 +230,7 @@ def relay_cpu(
     inv: inventory.Inventory, msgs: list[bytes], run_dir: Path, printer: Printer
 ) -> float:
     transports = [ReplayTransport(inv.hosts[0], msgs)]
-    has_checks = "checks" in inspect.signature(Run).parameters  # engines before the checks
-    options: dict[str, Any] = {"checks": False} if has_checks else {}
-    run = Run(inv, printer, run_dir=run_dir, transports=transports, **options)
+    run = Run(inv, printer, run_dir=run_dir, transports=transports, checks=False)
     t0 = time.process_time()
     fin = asyncio.run(run.execute())
     cpu = time.process_time() - t0
@@ -218,7 +240,7 @@ def relay_cpu(
 
 
 def local_torchrun(inv: inventory.Inventory, work: Path) -> tuple[list[str], dict[str, str]]:
-    node = planned(inv, "bench-relay", ["127.0.0.1"]).nodes[0]
+    node = on_console(planned(inv, "bench-relay", ["127.0.0.1"]).nodes[0])
     node = replace_arg(node, "--log-dir", str(work / "torchrun-logs"))
     ifname = "lo"  # what the supervisor finds for 127.0.0.1
     env = {**os.environ, **dict.fromkeys(("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"), ifname)}
