@@ -1,10 +1,9 @@
-"""The job's Python processes, made to write whole lines, tagged with their rank when known.
+"""The job's Python processes in the spawn and env (Lightning) styles, made to write whole
+lines, tagged with their rank when known.
 
-In the spawn and env (Lightning) styles a node's processes share one stdout pipe; with
-PYTHONUNBUFFERED each print() is two writes (text, newline), so two ranks' lines glue together.
-In the torchrun and launch styles each rank writes to a file that torchrun's tee reads line by
-line, one thread per rank, into its own stdout: a rank's half-written line was read as a line
-and another rank's glued to it.
+There a node's processes share one stdout pipe; with PYTHONUNBUFFERED each print() is two
+writes (text, newline), so two ranks' lines glue together. (The torchrun styles need no wrapper:
+each rank writes files of its own, which the supervisor reads, remote/host/tail.py.)
 The supervisor writes SITECUSTOMIZE as sitecustomize.py into a private directory put first on
 the job's PYTHONPATH: every Python process of the job then writes each line in one write()
 (atomic on a pipe up to PIPE_BUF), and, once it has joined torch's process group, starts each
@@ -32,8 +31,8 @@ def _rank():
 
 class _Lines(io.TextIOWrapper):
     """Whole lines only, one write() each; `[rank]:` first once this process has a rank.
-    Each thread keeps its own unfinished line: torchrun's tee writes every rank's lines from a
-    thread of its own, and one thread's half line must not take in another's."""
+    Each thread keeps its own unfinished line: one thread's half line must not take in
+    another's."""
 
     _tag = None  # "[3]:" once known
     _bol = True  # the next character starts a line
@@ -53,8 +52,6 @@ class _Lines(io.TextIOWrapper):
                 self._tag = "[%d]:" % rank
         rests, me = self._rests, _ident()
         held = rests.pop(me, None)  # this thread's unfinished line: [length, pieces]
-        if held is not None and _TEE:
-            s = _unheader(held[1][0], s)
         cut = s.rfind("\n") + 1
         if cut:  # line_buffering: the text ends with a newline, so it leaves now
             self._emit(s[:cut] if held is None else "".join(held[1]) + s[:cut])
@@ -87,16 +84,6 @@ class _Lines(io.TextIOWrapper):
         super().write(text)
 
 
-def _unheader(rest, s):
-    """torchrun's tee reads a rank's file line by line; caught mid-write it sends a half line
-    with its `[N]:` header, then the rest of it with the header again: drop the second."""
-    if rest.startswith("[") and "]:" in rest:
-        header = rest[: rest.index("]:") + 2]
-        if s.startswith(header):
-            return s[len(header) :]
-    return s
-
-
 def _wrap(name):
     old = getattr(sys, name)
     try:
@@ -113,8 +100,6 @@ def _wrap(name):
 
 _CAP = 1 << 16  # characters of one unfinished line held at most; then it leaves as a piece
 _TAGS = os.environ.get("DDPTUI_RANK_TAGS") == "1"
-# torchrun's own process (its workers have LOCAL_RANK): the tee's headers are its doing.
-_TEE = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE" in os.environ and "LOCAL_RANK" not in os.environ
 _wrap("stdout")
 _wrap("stderr")
 

@@ -11,24 +11,6 @@ import pytest
 
 from remote.host.linebuf import SITECUSTOMIZE
 
-# torchrun's tee as it goes wrong: the thread for rank 0 reads its file mid-write and sends a
-# half line with its header, the thread for rank 1 sends a whole line, then rank 0's rest comes
-# with the header again.
-TEE_RACE = """
-import sys, threading
-half, whole = threading.Event(), threading.Event()
-def rank0():
-    sys.stdout.write("[0]:step 7 loss")
-    half.set(); whole.wait()
-    sys.stdout.write("[0]: 0.25\\n")
-def rank1():
-    half.wait()
-    sys.stdout.write("[1]:step 7 loss 0.5\\n")
-    whole.set()
-ts = [threading.Thread(target=f) for f in (rank0, rank1)]
-[t.start() for t in ts]; [t.join() for t in ts]
-"""
-
 FLOOD = """
 import threading
 def talk(k):
@@ -51,15 +33,6 @@ def run(tmp_path: Path, code: str, **env: str) -> list[str]:
         timeout=60,
     ).stdout
     return out.decode().split("\n")
-
-
-def test_torchruns_half_line_is_joined_back_not_glued_to_another_rank(tmp_path: Path) -> None:
-    template = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"}
-    assert run(tmp_path, TEE_RACE, **template) == [
-        "[1]:step 7 loss 0.5",
-        "[0]:step 7 loss 0.25",
-        "",
-    ]
 
 
 def test_threads_printing_at_once_write_whole_lines(tmp_path: Path) -> None:
