@@ -237,7 +237,7 @@ def start_failure(spec, code, stderr, started):
             return None  # stopped before the shim ran: a stop, not a failure to start
         what = "python {!r}".format(spec.get("python") or "python3")
         why = NOT_STARTED[code].format(runtime=runtime, what=what)
-    elif code > 0 and code < 128:
+    elif code > 0:  # apptainer's FATAL is 255 (a signal would be a negative code here)
         why = "{} exited {}".format(runtime, code)
     else:
         return None
@@ -280,7 +280,8 @@ def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_
     """What the checks judge (remote/container_checks.py): the runtime, the image (pulled under
     `pull: missing|always`), the GPU plumbing, leftover containers, and one short dry run with
     the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm."""
-    facts = {"runtime": spec["runtime"], "image": spec["image"], "here": here(spec)}
+    facts = {"runtime": spec["runtime"], "image": spec["image"], "ipc": spec.get("ipc", "host")}
+    facts["here"] = here(spec)
     facts.update(runtime_info(spec))
     if facts.get("runtime_error"):
         return facts
