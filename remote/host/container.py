@@ -41,9 +41,9 @@ PULL_TIMEOUT = 1800.0
 
 # What `run` itself exits with when the container did not start (docker and podman alike).
 NOT_STARTED = {
-    125: "the {runtime} command failed",
-    126: "the image's {what} cannot be run (permission denied?)",
-    127: "the image has no {what}",
+    125: "{runtime} itself failed",
+    126: "{runtime} could not run the container's command",
+    127: "the container's command was not found (is {python} in the image?)",
 }
 
 
@@ -227,20 +227,18 @@ def client_env(environ=None):
 def start_failure(spec, code, stderr, started):
     """Why the container did not start, worded for the person who launched; None when it did
     (then `code` is the job's). started: the shim's READY file exists. stderr: the runtime's
-    last lines."""
-    if started or code == 0:
-        return None
+    last lines, which say what went wrong."""
     runtime = spec["runtime"]
-    said = " ".join(line.strip() for line in stderr.strip().splitlines()[-3:] if line.strip())
-    if runtime in DAEMONS:
-        if code not in NOT_STARTED:
-            return None  # stopped before the shim ran: a stop, not a failure to start
-        what = "python {!r}".format(spec.get("python") or "python3")
-        why = NOT_STARTED[code].format(runtime=runtime, what=what)
-    elif code > 0:  # apptainer's FATAL is 255 (a signal would be a negative code here)
-        why = "{} exited {}".format(runtime, code)
-    else:
+    # A signal ends docker's and podman's containers with 128+N (a stop before the job began);
+    # apptainer and enroot are our children (a signal is a negative code), and FATAL is 255.
+    if started or code <= 0 or (runtime in DAEMONS and code >= 128):
         return None
+    said = " ".join(line.strip() for line in stderr.strip().splitlines()[-3:] if line.strip())
+    # exit 1 and "failed to exec": the init (--init) found no python to start the shim with
+    missing = "exec" in said and "No such file" in said
+    why = NOT_STARTED.get(127 if missing else code, "{runtime} exited {code}").format(
+        runtime=runtime, code=code, python=spec.get("python") or "python3"
+    )
     text = "the container did not start: {} (image {}, exit {})".format(why, spec["image"], code)
     return "{}: {}".format(text, said) if said else text
 

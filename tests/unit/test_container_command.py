@@ -24,11 +24,12 @@ SHIM = [
 
 
 CDI = "nvidia.com/gpu="
+IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
 
 
 def spec(**keys: Any) -> dict[str, Any]:
     """The inventory's merged spec, as the host is handed it."""
-    keys = {"runtime": "docker", "image": "nvcr.io/nvidia/pytorch:24.05-py3", **keys}
+    keys = {"runtime": "docker", "image": IMAGE, **keys}
     return Container(**keys).spec() | ({} if "ulimits" in keys else {"ulimits": {}})
 
 
@@ -181,13 +182,23 @@ def test_sweep_lists_by_label_then_removes() -> None:
     assert container.sweep_commands("apptainer", "r1") is None  # the tag sweep has it
 
 
+def test_an_image_without_the_python_is_named_so() -> None:
+    err = "ERROR (catatonit:6): failed to exec pid1: No such file or directory\n"
+    why = container.start_failure(spec(runtime="podman", python="/opt/py"), 1, err, False)
+    assert why == (
+        "the container did not start: the container's command was not found (is /opt/py in the "
+        f"image?) (image {IMAGE}, exit 1): {err.strip()}"
+    )
+
+
 @pytest.mark.parametrize(
     ("runtime", "code", "started", "words"),
     [
-        ("docker", 125, False, ["did not start", "the docker command failed", "exit 125",
+        ("docker", 125, False, ["did not start", "docker itself failed", "exit 125",
                                 "Unable to find image"]),
-        ("podman", 126, False, ["cannot be run"]),
-        ("podman", 127, False, ["has no python 'python3'"]),
+        ("podman", 126, False, ["podman could not run the container's command"]),
+        ("podman", 127, False, ["not found (is python3 in the image?)"]),
+        ("podman", 1, False, ["podman exited 1"]),
         ("apptainer", 255, False, ["apptainer exited 255"]),  # its FATAL
         ("enroot", 1, False, ["enroot exited 1"]),
         ("enroot", -15, False, None),  # stopped
