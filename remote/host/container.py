@@ -106,6 +106,9 @@ def _daemon(spec, env, mounts, gpus, host, cname, run_id):
     out = [runtime, "run", "-i", "--rm", "--init", "--name", cname]
     out += ["--label", "{}={}".format(LABEL, run_id), "--network", "host"]
     out += ["--pull", spec.get("pull", "never")]
+    # The supervisor spools the output: the runtime's own log (docker's json-file, podman's
+    # k8s-file) would copy every byte of it to disk again, unbounded, for the whole run.
+    out += ["--log-driver", "none"]
     if spec.get("user", "login") == "login":
         if runtime == "podman" and host.get("rootless"):
             out += ["--userns", "keep-id"]  # the login's own uid inside, as on the host

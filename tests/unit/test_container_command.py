@@ -46,7 +46,7 @@ def test_docker_run_on_a_gpu_host_with_infiniband() -> None:
     assert argv == [
         "docker", "run", "-i", "--rm", "--init", "--name", "ddptui-r1-n1",
         "--label", "ddptui.run=r1", "--network", "host", "--pull", "never",
-        "--user", "1000:1000", "--ipc", "host", "--gpus", "all",
+        "--log-driver", "none", "--user", "1000:1000", "--ipc", "host", "--gpus", "all",
         "--ulimit", "memlock=-1:-1", "--device", "/dev/infiniband", "--cap-add", "SYS_PTRACE",
         "-v", "/srv/job:/srv/job", "-v", "/run/p:/run/p",
         "-e", "DDPTUI_NODE=1", "-e", "DDPTUI_RUN_ID=r1", "-e", "LOGNAME=ada",
