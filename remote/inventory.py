@@ -249,6 +249,11 @@ class Host:
     gpus: int | None
     container: Container | None = None
 
+    @property
+    def job_python(self) -> str:
+        """The job's interpreter: the image's in a container, else the host's `python`."""
+        return self.container.python if self.container else self.python
+
 
 DAEMONS = ("docker", "podman")  # runtimes with a daemon (or conmon): containers that outlive us
 DEFAULT_ULIMITS = {"memlock": "-1:-1"}  # NCCL registers memory with the IB devices

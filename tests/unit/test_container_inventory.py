@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import inventory
+from remote import inventory, plan
 from remote.inventory import Container, InventoryError
 
 TEXT = """\
@@ -146,3 +146,10 @@ def test_keys_another_runtime_would_ignore_are_refused(
     err = error(text)
     assert (err.line, words in str(err)) == (8, True), str(err)
     assert f"hosts[0].container.{key}" in str(err)
+
+
+def test_the_job_runs_on_the_images_python() -> None:
+    inv = parse(TEXT.replace("    cap_add:", "    python: /opt/conda/bin/python\n    cap_add:"))
+    built = plan.build(inv, run_id="r", addrs=["10.0.0.1", "10.0.0.2", "10.0.0.3"], nprocs=[1] * 3)
+    assert [n.argv[0] for n in built.nodes] == ["/opt/conda/bin/python"] * 3
+    assert inv.hosts[0].python == "/usr/bin/python3"  # the host's, for ddptui's own part
