@@ -38,6 +38,7 @@ MARK = "DDPTUI-CONTAINER "
 CMD_TIMEOUT = 30.0
 DRY_RUN_TIMEOUT = 180.0  # a cold image's first start unpacks its layers
 PULL_TIMEOUT = 1800.0
+OUTPUT_KEPT = 1 << 16  # bytes of a dry run's output kept
 
 # What `run` itself exits with when the container did not start (docker and podman alike).
 NOT_STARTED = {
@@ -118,18 +119,10 @@ def _daemon(spec, env, mounts, gpus, host, cname, run_id):
     if spec.get("shm_size"):
         out += ["--shm-size", str(spec["shm_size"])]
     out += _gpu_flags(runtime, gpus, host.get("gpu_via"), env)
-    for limit, value in sorted(spec.get("ulimits", {}).items()):
-        out += ["--ulimit", "{}={}".format(limit, value)]
+    out += _env("--ulimit", spec.get("ulimits", {}))
     devices = spec.get("devices")
-    for device in host.get("devices", ()) if devices is None else devices:
-        out += ["--device", device]
-    for cap in spec.get("cap_add", ()):
-        out += ["--cap-add", cap]
-    for mount in mounts:
-        out += ["-v", mount]
-    for key, value in sorted(env.items()):
-        out += ["-e", "{}={}".format(key, value)]
-    return out
+    out += _each("--device", host.get("devices", ()) if devices is None else devices)
+    return out + _each("--cap-add", spec.get("cap_add", ())) + _each("-v", mounts) + _env("-e", env)
 
 
 def _apptainer(spec, env, mounts, gpus, host, cname, run_id):
@@ -140,21 +133,20 @@ def _apptainer(spec, env, mounts, gpus, host, cname, run_id):
         out.append("--ipc")
     if spec.get("cap_add"):
         out += ["--add-caps", ",".join(spec["cap_add"])]
-    for mount in mounts:
-        out += ["--bind", mount]
-    for key, value in sorted(env.items()):
-        out += ["--env", "{}={}".format(key, value)]
-    return out
+    return out + _each("--bind", mounts) + _env("--env", env)
 
 
 def _enroot(spec, env, mounts, gpus, host, cname, run_id):
     env = dict(env, NVIDIA_VISIBLE_DEVICES=NO_GPU if gpus is None else gpus)
-    out = ["enroot", "start"]
-    for mount in mounts:
-        out += ["--mount", mount]
-    for key, value in sorted(env.items()):
-        out += ["--env", "{}={}".format(key, value)]
-    return out
+    return ["enroot", "start", *_each("--mount", mounts), *_env("--env", env)]
+
+
+def _each(flag, items):
+    return [word for item in items for word in (flag, item)]
+
+
+def _env(flag, env):
+    return _each(flag, ["{}={}".format(k, v) for k, v in sorted(env.items())])
 
 
 def _same_paths(*paths):
@@ -448,8 +440,7 @@ def dry_run(spec, run_id, node, workdir, shim_source, env, host, timeout=DRY_RUN
     try:
         with open(os.path.join(private, SHIM), "w") as f:
             f.write(shim_source)
-        code = "MARK = {!r}\n{}".format(MARK, DRY_RUN)
-        argv = [spec.get("python") or "python3", "-c", code]
+        argv = [spec.get("python") or "python3", "-c", "MARK = {!r}\n{}".format(MARK, DRY_RUN)]
         cmd = command(spec, argv, env, run_id, node, workdir, private, host=host, suffix="-check")
         start = time.monotonic()
         code, out = _attached(cmd, timeout)
@@ -478,8 +469,10 @@ def _attached(argv, timeout):
         return None, "cannot run {}: {}".format(argv[0], exc.strerror)
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
+    out = b""
     try:
-        out = proc.stdout.read().decode("utf-8", "replace")
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+            out = (out + chunk)[-OUTPUT_KEPT:]  # what a broken image says, bounded
     finally:
         timer.cancel()
         proc.stdin.close()
@@ -487,7 +480,7 @@ def _attached(argv, timeout):
         proc.wait()
     if proc.returncode < 0:
         return None, "no answer in {:g} s".format(timeout)
-    return proc.returncode, out[-20000:]
+    return proc.returncode, _text(out)
 
 
 # -- small helpers ------------------------------------------------------------------------------
