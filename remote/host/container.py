@@ -64,8 +64,8 @@ def here(spec, environ=None):
     return {
         "uid": os.getuid(),
         "gid": os.getgid(),
-        "login": environ.get("USER") or environ.get("LOGNAME"),
-        "rootless": os.getuid() != 0,
+        "login": _login(environ),
+        "rootless": os.getuid() != 0,  # podman's case (a rootless docker is not told apart)
         "gpus": _has_gpus(),
         "gpu_via": gpu_via(runtime),
         "devices": [INFINIBAND] if os.path.exists(INFINIBAND) else [],
@@ -73,15 +73,25 @@ def here(spec, environ=None):
     }
 
 
+def _login(environ):
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return environ.get("USER") or environ.get("LOGNAME")
+
+
 def command(spec, argv, env, run_id, node, workdir, private, grace=5.0, host=None, suffix=""):
     """The argv that runs `argv` (the node's command) in a container, through the shim.
 
     env: the job's own variables (the spec's env, the tags, PYTHONPATH ...), never the host's
-    environment: a container starts from its image's. workdir and private (the run's private
-    directory, which holds the shim) are mounted at the same paths; the job runs in workdir.
-    host: here()'s facts (tests pass their own).
+    environment: a container starts from its image's. workdir (None: the login's home) and
+    private (the run's private directory, which holds the shim) are mounted at the same paths;
+    the job runs in workdir. host: here()'s facts (tests pass their own).
     """
     host = here(spec) if host is None else host
+    workdir = workdir or os.path.expanduser("~")
     runtime, env = spec["runtime"], dict(env)
     gpus = _gpu_list(spec, env, host)
     if gpus is not None:  # the runtime exposes those GPUs, numbered from 0 inside

@@ -3,6 +3,7 @@ podman, apptainer and enroot, the GPUs and InfiniBand flags, the sweep, a failed
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -171,6 +172,12 @@ def test_enroot_start_with_mounts_and_env() -> None:
 def test_a_workdir_that_is_the_private_directory_is_mounted_once() -> None:
     argv = container.command(spec(), ARGV, {}, "r1", 0, "/w", "/w", host=HOST)
     assert pairs(argv, "-v") == ["/w:/w"]
+
+
+def test_no_workdir_is_the_login_home() -> None:
+    argv = container.command(spec(), ARGV, {}, "r1", 0, None, "/p", host=HOST)
+    home = os.path.expanduser("~")
+    assert pairs(argv, "-v")[0] == f"{home}:{home}" and pairs(argv, "--cwd") == [home]
 
 
 def test_sweep_lists_by_label_then_removes() -> None:
