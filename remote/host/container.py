@@ -101,7 +101,7 @@ def command(spec, argv, env, run_id, node, workdir, private, grace=5.0, host=Non
     if spec.get("user", "login") == "login" and host.get("login"):
         env.setdefault("USER", host["login"])  # getpass (torch's caches) without a passwd entry
         env.setdefault("LOGNAME", host["login"])
-    mounts = _same_paths(workdir, private) + [os.path.expanduser(m) for m in spec.get("mounts", ())]
+    mounts = _same_paths(workdir, private) + [_mount(m) for m in spec.get("mounts", ())]
     shim = [
         spec.get("python") or "python3", os.path.join(private, SHIM),
         "--cwd", workdir, "--ready", os.path.join(private, READY), "--grace", str(grace),
@@ -157,6 +157,14 @@ def _each(flag, items):
 
 def _env(flag, env):
     return _each(flag, ["{}={}".format(k, v) for k, v in sorted(env.items())])
+
+
+def _mount(spec):
+    """`path` is `path:path` (docker's `-v path` alone would be an empty anonymous volume);
+    `~` is the login's home here."""
+    source, sep, rest = spec.partition(":")
+    source = os.path.expanduser(source)
+    return "{}:{}".format(source, rest if sep else source)
 
 
 def _same_paths(*paths):

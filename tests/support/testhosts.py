@@ -348,10 +348,12 @@ class TestCluster:
 
     def container_defaults(self) -> dict[str, object]:
         """An inventory's `container:` for these hosts (containers=True): podman, the test
-        image, this venv's python inside (the workdir mount brings it), and no memlock limit
-        (`--ulimit memlock=-1` fails here)."""
+        image, this venv's python inside (mounted: the image holds its base interpreter), and
+        no memlock limit (`--ulimit memlock=-1` fails here)."""
         assert self.image, "TestCluster(containers=True) holds the image"
-        return {"runtime": "podman", "image": self.image, "python": self.python, "ulimits": {}}
+        venv = str(Path(self.python).parent.parent)
+        return {"runtime": "podman", "image": self.image, "python": self.python,
+                "mounts": [venv], "ulimits": {}}  # fmt: skip
 
     def put_tool(self, i: int, name: str, text: str) -> Path:
         """Write an executable ``name`` into host ``i``'s bin dir (first on its ssh PATH)."""

@@ -125,8 +125,9 @@ def test_devices_ipc_ulimits_and_user() -> None:
     assert pairs(argv, "--device") == ["/dev/infiniband", "/dev/fuse:/dev/fuse:rwm"]
     assert pairs(argv, "--ulimit") == ["memlock=-1:-1", "stack=67108864:67108864"]
     assert "--user" not in argv and "USER=ada" not in pairs(argv, "-e")
-    home = pairs(argv, "-v")[2]
-    assert home.startswith("/") and home.endswith("/data")  # ~ is the host's home
+    home = os.path.expanduser("~")
+    assert pairs(argv, "-v")[2] == f"{home}/data:{home}/data"  # ~ is the host's home; a path
+    # alone is the same path inside (docker's `-v path` would be an empty anonymous volume)
     assert pairs(argv, "-v")[3] == "/scratch:/mnt:ro"
 
 
@@ -162,7 +163,7 @@ def test_enroot_start_with_mounts_and_env() -> None:
     argv = command(s, gpu_via="hook", cuda_visible_devices="0")
     assert argv == [
         "enroot", "start", "--mount", "/srv/job:/srv/job", "--mount", "/run/p:/run/p",
-        "--mount", "/data", "--env", "DDPTUI_NODE=1", "--env", "DDPTUI_RUN_ID=r1",
+        "--mount", "/data:/data", "--env", "DDPTUI_NODE=1", "--env", "DDPTUI_RUN_ID=r1",
         "--env", "LOGNAME=ada", "--env", "MASTER_ADDR=10.0.0.1",
         "--env", "NVIDIA_VISIBLE_DEVICES=0", "--env", "USER=ada",
         "pytorch+24.05", *SHIM,
