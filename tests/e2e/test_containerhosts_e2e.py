@@ -61,7 +61,8 @@ def check(cluster: TestCluster, i: int, s: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_container_is_on_its_hosts_network_and_in_its_storage_alone(podman: TestCluster) -> None:
     def podman_run(*flags: str, code: str) -> list[str]:
-        mount = f"{REPO}:{REPO}"  # the venv's python: the image holds its base interpreter
+        venv = Path(podman.python).parent.parent  # the image holds its base interpreter
+        mount = f"{venv}:{venv}"
         image = str(podman.image)
         return [
             "podman",
