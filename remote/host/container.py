@@ -82,13 +82,16 @@ def _login(environ):
         return environ.get("USER") or environ.get("LOGNAME")
 
 
-def command(spec, argv, env, run_id, node, workdir, private, grace=5.0, host=None, suffix=""):
+def command(
+    spec, argv, env, run_id, node, workdir, private, grace=5.0, shared=(), host=None, suffix=""
+):
     """The argv that runs `argv` (the node's command) in a container, through the shim.
 
     env: the job's own variables (the spec's env, the tags, PYTHONPATH ...), never the host's
-    environment: a container starts from its image's. workdir (None: the login's home) and
-    private (the run's private directory, which holds the shim) are mounted at the same paths;
-    the job runs in workdir. host: here()'s facts (tests pass their own).
+    environment: a container starts from its image's. workdir (None: the login's home),
+    private (the run's private directory, which holds the shim) and `shared` (more directories:
+    the node's scratch dir) are mounted at the same paths; the job runs in workdir. grace: the
+    shim's seconds between TERM and KILL. host: here()'s facts (tests pass their own).
     """
     host = here(spec) if host is None else host
     workdir = workdir or os.path.expanduser("~")
@@ -101,7 +104,7 @@ def command(spec, argv, env, run_id, node, workdir, private, grace=5.0, host=Non
     if spec.get("user", "login") == "login" and host.get("login"):
         env.setdefault("USER", host["login"])  # getpass (torch's caches) without a passwd entry
         env.setdefault("LOGNAME", host["login"])
-    mounts = _same_paths(workdir, private) + [_mount(m) for m in spec.get("mounts", ())]
+    mounts = _same_paths(workdir, private, *shared) + [_mount(m) for m in spec.get("mounts", ())]
     shim = [
         spec.get("python") or "python3", os.path.join(private, SHIM),
         "--cwd", workdir, "--ready", os.path.join(private, READY), "--grace", str(grace),

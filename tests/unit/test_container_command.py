@@ -175,6 +175,11 @@ def test_a_workdir_that_is_the_private_directory_is_mounted_once() -> None:
     assert pairs(argv, "-v") == ["/w:/w"]
 
 
+def test_shared_directories_are_mounted_at_their_paths() -> None:
+    argv = container.command(spec(), ARGV, {}, "r1", 0, "/w", "/p", shared=["/run/s"], host=HOST)
+    assert pairs(argv, "-v") == ["/w:/w", "/p:/p", "/run/s:/run/s"]
+
+
 def test_no_workdir_is_the_login_home() -> None:
     argv = container.command(spec(), ARGV, {}, "r1", 0, None, "/p", host=HOST)
     home = os.path.expanduser("~")
