@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from . import container_checks
 from .events import ChecksDone, Finding, Gpu, HostChecked
 from .inventory import Inventory
 from .plan import NO_MASTER, is_loopback
@@ -46,6 +47,8 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
     _workdir(add, facts)
     _network(add, facts)
     _stacks(add, facts)
+    if facts.get("container"):  # the job runs in a container (remote/host/container.py)
+        container_checks.judge(add, facts["container"], facts.get("run_id"))
     if facts.get("git_error"):
         why = f"git in {facts.get('workdir')}: {facts['git_error']}"
         add("warning", "code", f"{why}; the code's fingerprint is the script's hash alone")
@@ -204,6 +207,7 @@ SAME: tuple[tuple[str, str, Callable[[HostChecked], Any]], ...] = (
     ("same-cuda", "CUDA (driver)", lambda h: h.facts.get("cuda")),
     ("same-driver", "driver", lambda h: h.facts.get("driver")),
     ("same-gpu", "GPU model", _model_key),
+    ("same-image", "container image", lambda h: container_checks.image_key(h.facts)),
 )
 
 
@@ -232,7 +236,10 @@ def across(hosts: Sequence[HostChecked]) -> tuple[Finding, ...]:
     return tuple(found)
 
 
-DIFFERS_HINT = {"same-code": " (job.sync pushes the local code to every host)"}
+DIFFERS_HINT = {
+    "same-code": " (job.sync pushes the local code to every host)",
+    "same-image": " (a tag pulled at different times; pin a digest, image@sha256:...)",
+}
 
 
 def _same_code(probed: Sequence[HostChecked]) -> tuple[str, str, Callable[[HostChecked], Any]]:

@@ -7,13 +7,23 @@ location back to the line it came from.
 from __future__ import annotations
 
 import dataclasses
+import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    field_validator,
+)
 
 from . import fold
 
@@ -35,6 +45,82 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _not_ours(arg: str) -> str:
+    """`container.args` go to the runtime as-is, but for what ddptui's promises rest on."""
+    flag = arg.split("=", 1)[0]
+    if flag in ("--network", "--net"):
+        raise ValueError(f"{arg!r}: the network is always the host's (ddptui sets it)")
+    if flag in ("--name", "--detach", "-d"):
+        raise ValueError(f"{arg!r}: ddptui names each container and keeps it attached")
+    return arg
+
+
+def _mount(spec: str) -> str:
+    """`path` (the same path inside) or `host_path:container_path[:options]`, as `-v` takes it."""
+    parts = spec.split(":")
+    source, target = parts[0], parts[1] if len(parts) > 1 else "/"
+    if len(parts) > 3 or not source.startswith(("/", "~")) or not target.startswith("/"):
+        raise ValueError(f"{spec!r} is not `path` or `host_path:container_path[:ro]`")
+    return spec
+
+
+def _device(spec: str) -> str:
+    if not spec.startswith("/") or spec.count(":") > 2:
+        raise ValueError(f"{spec!r} is not a device like /dev/infiniband (or host:container[:rwm])")
+    return spec
+
+
+Ulimit = Literal[
+    "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc",
+    "rss", "rtprio", "rttime", "sigpending", "stack",
+]  # fmt: skip
+
+
+def _ulimit(value: int | str) -> str:
+    """-1 (unlimited), a number, or `soft:hard`: as `--ulimit name=soft:hard` takes it."""
+    text = str(value)
+    soft, _, hard = text.partition(":")
+    if not all(re.fullmatch(r"-1|\d+", v) for v in (soft, hard or soft)):
+        raise ValueError(f"{value!r} is not a limit like -1 (unlimited), 65536 or 1024:65536")
+    return f"{soft}:{hard or soft}"
+
+
+def _size(value: int | str) -> str:
+    if not re.fullmatch(r"[1-9][0-9]*[bkmgBKMG]?", str(value)):
+        raise ValueError(f"{value!r} is not a size like 16g, 512m or a number of bytes")
+    return str(value)
+
+
+def _capability(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z_]+", name):
+        raise ValueError(f"{name!r} is not a capability like SYS_PTRACE or IPC_LOCK")
+    return name
+
+
+Runtime = Literal["docker", "podman", "apptainer", "enroot"]
+
+
+class ContainerFields(_Strict):
+    """`container:` in defaults or on a host: a key set on a host overrides defaults' (as env).
+
+    None is "not said here"; Container holds the merged keys with their defaults.
+    """
+
+    runtime: Runtime | None = None
+    image: str | None = Field(default=None, min_length=1)
+    pull: Literal["never", "missing", "always"] | None = None
+    python: str | None = Field(default=None, min_length=1)
+    mounts: list[Annotated[str, AfterValidator(_mount)]] | None = None
+    gpus: Literal["auto", "all", "none"] | None = None
+    ipc: Literal["host", "private"] | None = None
+    shm_size: Annotated[str | int, AfterValidator(_size)] | None = None
+    ulimits: dict[Ulimit, Annotated[int | str, AfterValidator(_ulimit)]] | None = None
+    devices: list[Annotated[str, AfterValidator(_device)]] | None = None
+    cap_add: list[Annotated[str, AfterValidator(_capability)]] | None = None
+    user: Literal["login", "image"] | None = None
+    args: list[Annotated[str, AfterValidator(_not_ours)]] | None = None
+
+
 class _HostFields(_Strict):
     """Keys that `defaults` sets for every host and any host may override."""
 
@@ -47,6 +133,7 @@ class _HostFields(_Strict):
     env: dict[str, EnvValue] = Field(default_factory=dict)
     transport: Literal["ssh", "local"] | None = None
     gpus: int | None = Field(default=None, ge=0)
+    container: ContainerFields | None = None  # the job runs in a container (design §11)
 
     @field_validator("env")
     @classmethod
@@ -162,6 +249,52 @@ class Host:
     workdir: str | None
     env: dict[str, str]
     gpus: int | None
+    container: Container | None = None
+
+    @property
+    def job_python(self) -> str:
+        """The job's interpreter: the image's in a container, else the host's `python`."""
+        return self.container.python if self.container else self.python
+
+
+DAEMONS = ("docker", "podman")  # runtimes with a daemon (or conmon): containers that outlive us
+DEFAULT_ULIMITS = {"memlock": "-1:-1"}  # NCCL registers memory with the IB devices
+
+
+@dataclass(frozen=True)
+class Container:
+    """A host's `container:` keys merged, with their defaults: the spec that
+    remote/host/container.py builds the runtime's command line from (`spec()`)."""
+
+    runtime: Runtime
+    image: str
+    pull: str = "never"
+    python: str = "python3"  # the job's interpreter, inside the image
+    mounts: tuple[str, ...] = ()
+    gpus: str = "auto"
+    ipc: str = "host"
+    shm_size: str | None = None
+    ulimits: dict[str, str] = dataclasses.field(default_factory=dict)
+    devices: tuple[str, ...] | None = None  # None: /dev/infiniband where the host has it
+    cap_add: tuple[str, ...] = ()
+    user: str = "login"
+    args: tuple[str, ...] = ()
+
+    def spec(self) -> dict[str, Any]:
+        """What the host side is handed (JSON)."""
+        return dataclasses.asdict(self)
+
+
+# Keys that only some runtimes have a flag for: said for another runtime, they would be ignored.
+ONLY_FOR: dict[str, tuple[Callable[[Any], bool], tuple[str, ...]]] = {
+    "pull": (lambda v: v != "never", DAEMONS),
+    "shm_size": (lambda v: v is not None, DAEMONS),
+    "ulimits": (lambda v: bool(v), DAEMONS),
+    "devices": (lambda v: bool(v), DAEMONS),
+    "user": (lambda v: v == "image", DAEMONS),
+    "cap_add": (lambda v: bool(v), (*DAEMONS, "apptainer")),
+    "ipc": (lambda v: v == "private", (*DAEMONS, "apptainer")),
+}
 
 
 @dataclass(frozen=True)
@@ -272,9 +405,48 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
                 workdir=merged.get("workdir"),
                 env={k: env_text(v) for k, v in env.items()},
                 gpus=merged.get("gpus"),
+                container=_container(raw.defaults, entry, i, path, node),
             )
         )
     return Inventory(path=path, hosts=tuple(hosts), job=raw.job)
+
+
+def _container(
+    defaults: _HostFields, entry: _HostEntry, i: int, path: Path, node: yaml.Node | None
+) -> Container | None:
+    """defaults' `container:` with the host's keys over it, key by key (as env)."""
+    said = [
+        (loc, fields.model_dump(exclude_unset=True))
+        for loc, fields in ((("hosts", i), entry.container), (("defaults",), defaults.container))
+        if fields is not None
+    ]
+    if not said:
+        return None
+    keys: dict[str, Any] = {
+        k: v for _, found in reversed(said) for k, v in found.items() if v is not None
+    }
+
+    def fail(key: str, message: str) -> InventoryError:
+        loc = (*next((loc for loc, found in said if key in found), said[-1][0]), "container")
+        where = _dotted((*loc, key))
+        return InventoryError(path, _line_of(node, (*loc, key)), f"`{where}` {message}")
+
+    for key in ("runtime", "image"):
+        if key not in keys:
+            raise fail(key, f"is required for hosts[{i}] (in defaults or on it): {EXAMPLE[key]}")
+    runtime = keys["runtime"]
+    for key, (used, runtimes) in ONLY_FOR.items():
+        if key in keys and used(keys[key]) and runtime not in runtimes:
+            only = ", ".join(runtimes)
+            raise fail(key, f"is not for {runtime}, the runtime of hosts[{i}] (only for {only})")
+    if "shm_size" in keys and keys.get("ipc") != "private":
+        raise fail("shm_size", "needs `ipc: private` (with ipc: host, /dev/shm is the host's)")
+    keys.setdefault("ulimits", DEFAULT_ULIMITS if runtime in DAEMONS else {})
+    final: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in keys.items()}
+    return Container(**final)
+
+
+EXAMPLE = {"runtime": "`runtime: docker`", "image": "`image: nvcr.io/nvidia/pytorch:24.05-py3`"}
 
 
 def with_sync(inv: Inventory, on: bool) -> Inventory:
@@ -394,7 +566,9 @@ def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     """pydantic adds union branch names (`int`, `literal['auto']`, `str`) to locations."""
     tags = ("int", "str", "float", "bool")
     return tuple(
-        p for p in loc if not (isinstance(p, str) and (p in tags or p.startswith("literal[")))
+        p
+        for p in loc
+        if not (isinstance(p, str) and (p in tags or p == "[key]" or p.startswith("literal[")))
     )
 
 

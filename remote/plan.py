@@ -150,7 +150,7 @@ def _argv(
     if job.launcher == "spawn":
         names = job.spawn_args
         return (
-            host.python,
+            host.job_python,
             *script,
             names.world_size,
             nnodes,
@@ -160,7 +160,7 @@ def _argv(
             f"tcp://{_url_host(master)}:{job.master_port}",
         )
     if job.launcher == "env":
-        return (host.python, *script)
+        return (host.job_python, *script)
     # torchrun and the legacy launcher take the same node arguments.
     module = (
         ["torch.distributed.run"]
@@ -204,7 +204,7 @@ def _argv(
             "--master-port",
             str(job.master_port),
         ]
-    return (host.python, "-m", *module, *common, *rdzv, *script)
+    return (host.job_python, "-m", *module, *common, *rdzv, *script)
 
 
 def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:

@@ -33,6 +33,10 @@ Choices worth knowing:
   down the running one), then removes leftovers of a crashed earlier run with the same prefix.
   A cluster started by ``scripts/testhosts.py up`` counts as a leftover for the next ``up``.
   A second cluster alongside needs another prefix *and* another subnet.
+- ``containers=True`` (or ``enable_containers()`` on a running cluster) gives every host podman
+  (tests/support/containerhosts.py): its own configuration and storage, cgroups mounted for
+  it, and a test image (``cluster.image``) holding this venv's interpreter;
+  ``container_defaults()`` is an inventory's ``container:`` for them.
 - ``bastion=True`` puts the hosts on a private network this machine cannot route to: the
   subnet's upper half (``.128/25``, hosts from ``.139``) on a bridge with no address here, and a
   bastion namespace (``<prefix>-b0``, sshd at ``.5`` on the lower half, the bridge ``.1``) with
@@ -68,6 +72,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import TracebackType
+
+import containerhosts
 
 REPO = Path(__file__).resolve().parents[2]
 SUBNET = "10.213.7"  # first three octets of the /24; the bridge is .1
@@ -141,6 +147,7 @@ class TestCluster:
         lock_timeout: float = 900.0,
         bastion: bool = False,
         max_startups: str = "100:30:200",
+        containers: bool = False,
     ) -> None:
         if not 1 <= n <= (MAX_PRIVATE_HOSTS if bastion else MAX_HOSTS):
             raise ValueError(f"n must be in 1..{MAX_HOSTS}, got {n}")
@@ -152,6 +159,8 @@ class TestCluster:
         self.bridge_addr = f"{subnet}.1"
         self.lock_timeout = lock_timeout
         self.max_startups = max_startups  # sshd's MaxStartups on every host (default: lenient)
+        self.containers = containers  # podman on every host
+        self.image: str | None = None  # containers=True: the test image's name
         self.bridge = bridge_name(prefix)
         self.identity_file = self.root / "id_ed25519"
         self.known_hosts = self.root / "known_hosts"
@@ -206,11 +215,13 @@ class TestCluster:
 
     def up(self) -> TestCluster:
         """Build the network, keys and configs, start every sshd; wait until all listen."""
-        check_prerequisites()
+        check_prerequisites(containers=self.containers)
         self._lock_fd = acquire_lock(self.prefix, self.lock_timeout)
         try:
             teardown_all(self.prefix)
             self._write_files()
+            if self.containers:
+                self._prepare_containers()
             self._create_network()
             for host in self.machines:
                 self._spawn_sshd(host)
@@ -305,7 +316,8 @@ class TestCluster:
             f"AuthorizedKeysFile {self.authorized_keys}",
             f"MaxStartups {self.max_startups}",
             "MaxSessions 20",
-            f"SetEnv PATH={host.bin_dir}:{Path(self.python).parent}:{SYSTEM_PATH} HOME={host.home}",
+            f"SetEnv PATH={host.bin_dir}:{Path(self.python).parent}:{SYSTEM_PATH} HOME={host.home}"
+            + "".join(f" {k}={v}" for k, v in self._container_env(host).items()),
             "AcceptEnv LANG LC_*",
             "UseDNS no",
             "PrintMotd no",
@@ -316,6 +328,33 @@ class TestCluster:
             # Newer sshd blocks a source address after failed auths; every test comes from .1.
             lines.append("PerSourcePenalties no")
         return "\n".join(lines) + "\n"
+
+    # -- podman on the hosts (containerhosts.py) ---------------------------------------------
+
+    def enable_containers(self) -> None:
+        """Podman on every host from now on (each sshd restarts; sessions live on), as if the
+        cluster had been made with containers=True."""
+        self.containers = True
+        self._prepare_containers()
+        for host in self.hosts:
+            self.restart_sshd(host.index)
+
+    def _prepare_containers(self) -> None:
+        self.image = containerhosts.ensure_image(self.python)
+        for host in self.machines:
+            containerhosts.write_host_files(host.dir, self.prefix)
+
+    def _container_env(self, host: TestHost) -> dict[str, str]:
+        return containerhosts.host_env(host.dir) if self.containers else {}
+
+    def container_defaults(self) -> dict[str, object]:
+        """An inventory's `container:` for these hosts (containers=True): podman, the test
+        image, this venv's python inside (mounted: the image holds its base interpreter), and
+        no memlock limit (`--ulimit memlock=-1` fails here)."""
+        assert self.image, "TestCluster(containers=True) holds the image"
+        venv = str(Path(self.python).parent.parent)
+        return {"runtime": "podman", "image": self.image, "python": self.python,
+                "mounts": [venv], "ulimits": {}}  # fmt: skip
 
     def put_tool(self, i: int, name: str, text: str) -> Path:
         """Write an executable ``name`` into host ``i``'s bin dir (first on its ssh PATH)."""
@@ -383,6 +422,8 @@ class TestCluster:
     def _spawn_sshd(self, host: TestHost) -> None:
         host.pid_file.unlink(missing_ok=True)
         script = f"hostname {host.name} && exec {SSHD} -D -e -f {host.sshd_config}"
+        if self.containers:  # its own /dev/shm, and the cgroups ip netns exec took away
+            script = f"{containerhosts.host_mounts()} && {script}"
         # ip netns exec and unshare (no --fork) both exec, so the Popen pid is sshd's pid.
         with open(host.log_file, "ab") as log:
             proc = subprocess.Popen(
@@ -514,7 +555,7 @@ def veth_name(prefix: str, i: int) -> str:
     return f"{prefix}-v{i}"  # root side; the namespace side is always eth0
 
 
-def check_prerequisites() -> None:
+def check_prerequisites(containers: bool = False) -> None:
     """Raise RuntimeError naming whatever this machine lacks to run test hosts."""
     missing = []
     if os.geteuid() != 0:
@@ -523,8 +564,11 @@ def check_prerequisites() -> None:
     missing += [f"`{t}`" for t in REQUIRED_TOOLS if shutil.which(t, path=search) is None]
     if not os.access(SSHD, os.X_OK):
         missing.append(f"`{SSHD}`")
+    if containers:
+        missing += containerhosts.missing()
     if missing:
         hint = "apt-get install -y openssh-server openssh-client iproute2"
+        hint += f" {containerhosts.APT}" if containers else ""
         raise RuntimeError(f"ssh test hosts need {', '.join(missing)}; run as root after `{hint}`")
 
 

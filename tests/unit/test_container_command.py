@@ -1,0 +1,233 @@
+"""The runtime's command line for a node in a container (remote/host/container.py): docker,
+podman, apptainer and enroot, the GPUs and InfiniBand flags, the sweep, a failed start named."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from remote.host import container
+from remote.inventory import Container
+
+# A GPU host with InfiniBand, seen by root; each test changes what it needs.
+HOST: dict[str, Any] = {
+    "uid": 1000, "gid": 1000, "login": "ada", "rootless": False, "gpus": True,
+    "gpu_via": "gpus", "devices": ["/dev/infiniband"], "cuda_visible_devices": None,
+}  # fmt: skip
+ARGV = ["python3", "-m", "torch.distributed.run", "--nnodes", "2", "train.py"]
+ENV = {"DDPTUI_RUN_ID": "r1", "DDPTUI_NODE": "1", "MASTER_ADDR": "10.0.0.1"}
+SHIM = [
+    "python3", "/run/p/ddptui_shim.py", "--cwd", "/srv/job",
+    "--ready", "/run/p/container.started", "--grace", "5.0", "--", *ARGV,
+]  # fmt: skip
+
+
+CDI = "nvidia.com/gpu="
+IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
+
+
+def spec(**keys: Any) -> dict[str, Any]:
+    """The inventory's merged spec, as the host is handed it."""
+    keys = {"runtime": "docker", "image": IMAGE, **keys}
+    return Container(**keys).spec() | ({} if "ulimits" in keys else {"ulimits": {}})
+
+
+def command(s: dict[str, Any], env: dict[str, str] = ENV, **host: Any) -> list[str]:
+    return container.command(s, ARGV, env, "r1", 1, "/srv/job", "/run/p", host={**HOST, **host})
+
+
+def pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+def test_docker_run_on_a_gpu_host_with_infiniband() -> None:
+    argv = command(spec(ulimits={"memlock": "-1:-1"}, cap_add=("SYS_PTRACE",)))
+    assert argv == [
+        "docker", "run", "-i", "--rm", "--init", "--name", "ddptui-r1-n1",
+        "--label", "ddptui.run=r1", "--network", "host", "--pull", "never",
+        "--log-driver", "none", "--user", "1000:1000", "--ipc", "host", "--gpus", "all",
+        "--ulimit", "memlock=-1:-1", "--device", "/dev/infiniband", "--cap-add", "SYS_PTRACE",
+        "-v", "/srv/job:/srv/job", "-v", "/run/p:/run/p",
+        "-e", "DDPTUI_NODE=1", "-e", "DDPTUI_RUN_ID=r1", "-e", "LOGNAME=ada",
+        "-e", "MASTER_ADDR=10.0.0.1", "-e", "USER=ada",
+        "nvcr.io/nvidia/pytorch:24.05-py3", *SHIM,
+    ]  # fmt: skip
+
+
+def test_the_job_environment_goes_by_e_alone_and_args_before_the_image() -> None:
+    s = spec(args=("--security-opt", "seccomp=unconfined"), pull="missing", python="/opt/py")
+    argv = command(s, env={"A": "1 2", "B": "x=y"})
+    assert pairs(argv, "-e")[:2] == ["A=1 2", "B=x=y"]
+    image = argv.index(s["image"])
+    assert argv[image - 2 : image + 2] == [
+        "--security-opt",
+        "seccomp=unconfined",
+        s["image"],
+        "/opt/py",
+    ]
+    assert pairs(argv, "--pull") == ["missing"]
+
+
+def test_client_environment_keeps_the_tags_out() -> None:
+    env = {"PATH": "/bin", "DDPTUI_RUN_ID": "r1", "DDPTUI_NODE": "0", "DOCKER_HOST": "unix:///x"}
+    assert container.client_env(env) == {"PATH": "/bin", "DOCKER_HOST": "unix:///x"}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "visible", "via", "flags", "nvidia"),
+    [
+        ("auto", None, "gpus", ["--gpus", "all"], None),
+        ("auto", "2,3", "gpus", ["--gpus", '"device=2,3"'], None),  # docker's CSV needs quotes
+        ("auto", "GPU-1a2b", "gpus", ["--gpus", '"device=GPU-1a2b"'], None),
+        ("all", "2,3", "gpus", ["--gpus", "all"], None),
+        ("none", None, "gpus", [], "void"),  # NGC images say NVIDIA_VISIBLE_DEVICES=all
+        ("auto", "", "gpus", [], "void"),
+        ("auto", "-1", "gpus", [], "void"),
+        ("auto", "0,1", "cdi", ["--device", CDI + "0", "--device", CDI + "1"], None),
+        ("all", None, "cdi", ["--device", CDI + "all"], None),
+        ("auto", "0, 1", "env", [], "0,1"),
+        ("all", None, "env", [], "all"),
+    ],
+)  # fmt: skip
+def test_gpus(
+    gpus: str, visible: str | None, via: str, flags: list[str], nvidia: str | None
+) -> None:
+    env = {**ENV, "CUDA_VISIBLE_DEVICES": visible} if visible is not None else ENV
+    argv = command(spec(gpus=gpus), env=env, gpu_via=via, devices=[])
+    assert argv[argv.index("--ipc") + 2 : argv.index("-v")] == flags
+    e = dict(p.split("=", 1) for p in pairs(argv, "-e"))
+    assert e.get("NVIDIA_VISIBLE_DEVICES") == nvidia
+    # The runtime exposes them numbered from 0: the host's numbering must not reach the job.
+    assert "CUDA_VISIBLE_DEVICES" not in e or nvidia == "void"
+
+
+def test_cuda_visible_devices_of_the_host_is_honoured_by_auto() -> None:
+    argv = command(spec(), cuda_visible_devices="1")
+    assert pairs(argv, "--gpus") == ['"device=1"']
+
+
+def test_a_cpu_host_gets_no_gpu_flags() -> None:
+    argv = command(spec(), gpus=False, devices=[])
+    assert "--gpus" not in argv and "--device" not in argv
+    assert "NVIDIA_VISIBLE_DEVICES=void" in pairs(argv, "-e")
+
+
+def test_devices_ipc_ulimits_and_user() -> None:
+    s = spec(
+        ipc="private", shm_size="16g", devices=("/dev/infiniband", "/dev/fuse:/dev/fuse:rwm"),
+        ulimits={"stack": "67108864:67108864", "memlock": "-1:-1"}, user="image",
+        mounts=("~/data", "/scratch:/mnt:ro"),
+    )  # fmt: skip
+    argv = command(s, devices=[])
+    assert pairs(argv, "--ipc") == ["private"] and pairs(argv, "--shm-size") == ["16g"]
+    assert pairs(argv, "--device") == ["/dev/infiniband", "/dev/fuse:/dev/fuse:rwm"]
+    assert pairs(argv, "--ulimit") == ["memlock=-1:-1", "stack=67108864:67108864"]
+    assert "--user" not in argv and "USER=ada" not in pairs(argv, "-e")
+    home = os.path.expanduser("~")
+    assert pairs(argv, "-v")[2] == f"{home}/data:{home}/data"  # ~ is the host's home; a path
+    # alone is the same path inside (docker's `-v path` would be an empty anonymous volume)
+    assert pairs(argv, "-v")[3] == "/scratch:/mnt:ro"
+
+
+def test_devices_empty_passes_none_even_with_infiniband() -> None:
+    assert "--device" not in command(spec(devices=()), gpu_via="gpus")
+
+
+def test_podman_rootless_keeps_the_login_and_rootful_sets_it() -> None:
+    s = spec(runtime="podman")
+    rootless = command(s, rootless=True, gpu_via="cdi")
+    assert rootless[:2] == ["podman", "run"]
+    assert pairs(rootless, "--userns") == ["keep-id"] and "--user" not in rootless
+    assert pairs(rootless, "--device") == ["nvidia.com/gpu=all", "/dev/infiniband"]
+    assert pairs(command(s, rootless=False), "--user") == ["1000:1000"]
+
+
+def test_apptainer_exec_is_an_ordinary_child() -> None:
+    s = spec(runtime="apptainer", image="/images/train.sif", ipc="private", cap_add=("IPC_LOCK",))
+    argv = command(s, gpu_via="nv", cuda_visible_devices="2,3")
+    assert argv == [
+        "apptainer", "exec", "--cleanenv", "--nv", "--ipc", "--add-caps", "IPC_LOCK",
+        "--bind", "/srv/job:/srv/job", "--bind", "/run/p:/run/p",
+        "--env", "CUDA_VISIBLE_DEVICES=2,3",  # --nv shows every GPU: CUDA selects, as here
+        "--env", "DDPTUI_NODE=1", "--env", "DDPTUI_RUN_ID=r1", "--env", "LOGNAME=ada",
+        "--env", "MASTER_ADDR=10.0.0.1", "--env", "USER=ada",
+        "/images/train.sif", *SHIM,
+    ]  # fmt: skip
+    assert "--nv" not in command(s, gpus=False)
+
+
+def test_enroot_start_with_mounts_and_env() -> None:
+    s = spec(runtime="enroot", image="pytorch+24.05", mounts=("/data",))
+    argv = command(s, gpu_via="hook", cuda_visible_devices="0")
+    assert argv == [
+        "enroot", "start", "--mount", "/srv/job:/srv/job", "--mount", "/run/p:/run/p",
+        "--mount", "/data:/data", "--env", "DDPTUI_NODE=1", "--env", "DDPTUI_RUN_ID=r1",
+        "--env", "LOGNAME=ada", "--env", "MASTER_ADDR=10.0.0.1",
+        "--env", "NVIDIA_VISIBLE_DEVICES=0", "--env", "USER=ada",
+        "pytorch+24.05", *SHIM,
+    ]  # fmt: skip
+
+
+def test_a_workdir_that_is_the_private_directory_is_mounted_once() -> None:
+    argv = container.command(spec(), ARGV, {}, "r1", 0, "/w", "/w", host=HOST)
+    assert pairs(argv, "-v") == ["/w:/w"]
+
+
+def test_shared_directories_are_mounted_at_their_paths() -> None:
+    argv = container.command(spec(), ARGV, {}, "r1", 0, "/w", "/p", shared=["/run/s"], host=HOST)
+    assert pairs(argv, "-v") == ["/w:/w", "/p:/p", "/run/s:/run/s"]
+
+
+def test_no_workdir_is_the_login_home() -> None:
+    argv = container.command(spec(), ARGV, {}, "r1", 0, None, "/p", host=HOST)
+    home = os.path.expanduser("~")
+    assert pairs(argv, "-v")[0] == f"{home}:{home}" and pairs(argv, "--cwd") == [home]
+
+
+def test_sweep_lists_by_label_then_removes() -> None:
+    assert container.sweep_commands("docker", "r1") == [
+        "docker", "ps", "-aq", "--filter", "label=ddptui.run=r1",
+    ]  # fmt: skip
+    assert container.remove_command("docker", ["a1", "b2"]) == ["docker", "rm", "-f", "a1", "b2"]
+    assert container.remove_command("podman", ["a1"]) == ["podman", "rm", "-f", "-t", "0", "a1"]
+    assert container.sweep_commands("apptainer", "r1") is None  # the tag sweep has it
+
+
+def test_an_image_without_the_python_is_named_so() -> None:
+    err = "ERROR (catatonit:6): failed to exec pid1: No such file or directory\n"
+    why = container.start_failure(spec(runtime="podman", python="/opt/py"), 1, err, False)
+    assert why == (
+        "the container did not start: the container's command was not found (is /opt/py in the "
+        f"image?) (image {IMAGE}, exit 1): {err.strip()}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("runtime", "code", "started", "words"),
+    [
+        ("docker", 125, False, ["did not start", "docker itself failed", "exit 125",
+                                "Unable to find image"]),
+        ("podman", 126, False, ["podman could not run the container's command"]),
+        ("podman", 127, False, ["not found (is python3 in the image?)"]),
+        ("podman", 1, False, ["podman exited 1"]),
+        ("apptainer", 255, False, ["apptainer exited 255"]),  # its FATAL
+        ("enroot", 1, False, ["enroot exited 1"]),
+        ("enroot", -15, False, None),  # stopped
+        ("docker", 127, True, None),  # the shim ran: the job's own exit
+        ("docker", 143, False, None),  # stopped before the shim ran
+        ("docker", 0, False, None),
+    ],
+)  # fmt: skip
+def test_a_container_that_did_not_start_is_named_so(
+    runtime: str, code: int, started: bool, words: list[str] | None
+) -> None:
+    err = "docker: Unable to find image 'x:1' locally\n"
+    why = container.start_failure(spec(runtime=runtime), code, err, started)
+    if words is None:
+        assert why is None
+        return
+    assert why is not None and "image nvcr.io/nvidia/pytorch:24.05-py3" in why
+    for word in words:
+        assert word in why
