@@ -79,7 +79,7 @@ class Run:
         self._emit_to = emit
         self.checks = checks  # probe every host first; any failed check stops the launch
         self.detach_when_running = detach  # leave the run to itself once every node runs
-        self.preflight = Preflight(inv, self.fleet, self.emit, checks=checks)
+        self.preflight = Preflight(inv, self.fleet, self.emit, checks=checks, run_id=self.run_id)
         self._phase: asyncio.Future[bool] | None = None  # connecting, checking: stop cancels it
         self._secret = secrets.token_hex(16)  # the supervisors' proof to each other (hub)
         self._t0 = time.monotonic()
@@ -284,6 +284,7 @@ class Run:
                 "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
                 "tail_ranks": node.tail_ranks,
                 "line_buffer": not node.tail_ranks,
+                "container": node.host.container.spec() if node.host.container else None,
                 "link_timeout": job.link_timeout,
                 "spool_max": int(job.spool_max_mb * (1 << 20)),
                 "secret": self._secret,

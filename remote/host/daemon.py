@@ -26,8 +26,8 @@ import sys
 import threading
 import time
 
+from . import container, linebuf, netif, procs, protocol, wire
 from . import hub as hubs
-from . import linebuf, netif, procs, protocol, wire
 from .protocol import beat_interval
 from .spool import Spool, Trimmed
 from .state import STATE
@@ -114,6 +114,7 @@ class Daemon:
         self.survivors = []
         self.job = None
         self.job_code = None
+        self.stderr_tail = b""  # the job's last words (a container that did not start says why)
         self.job_done = threading.Event()
         self.spare = {os.getpid()}  # never ours to stop (the guardian is added here)
         self.hub = self.link = None
@@ -143,7 +144,8 @@ class Daemon:
     def serve(self, server, ready):
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
         procs.become_subreaper()
-        pid, self.guardian_pipe = guardian(self.tags, self.grace)
+        box = self.spec["container"]
+        pid, self.guardian_pipe = guardian(self.tags, self.grace, box and box["runtime"])
         self.spare.add(pid)
         if self.node == 0:
             self.hub = hubs.Hub(
@@ -170,6 +172,7 @@ class Daemon:
             self.job_done.wait()
             # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
             self.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
+            self._sweep_containers()
             for t in started:
                 t.join(timeout=5)
             self._finish()
@@ -177,7 +180,8 @@ class Daemon:
 
     def _start_job(self):
         spec = self.spec
-        env = dict(os.environ)
+        box = spec["container"]
+        env = {} if box else dict(os.environ)  # a container starts from its image's own
         env.update(spec["env"])
         for name in spec["unset"]:  # e.g. a LOCAL_RANK the host exports stops Lightning
             env.pop(name, None)
@@ -199,9 +203,17 @@ class Daemon:
             if mark and mark in value:
                 env[name] = value.replace(mark, self.scratch())
         cwd = expand(spec["workdir"]) if spec["workdir"] else None
+        stdin = subprocess.DEVNULL
+        if box:  # the runtime's client, with the job's environment passed by -e alone
+            argv, env, stdin = (
+                self._in_container(box, argv, env, cwd),
+                container.client_env(),
+                subprocess.PIPE,
+            )
+            cwd = None  # the job's own, inside
         try:
             self.job = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                argv, cwd=cwd, env=env, stdin=stdin,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
@@ -213,7 +225,9 @@ class Daemon:
             t=protocol.STARTED, pid=self.job.pid, hostname=socket.gethostname(), ifname=ifname,
             hub_port=self.hub.port if self.hub else None, mode=self.mode, ranks=spec["ranks"],
         )  # fmt: skip
-        self.save_state(status="running", job_pid=self.job.pid, scratch=self.scratch_dir)
+        runtime = box and box["runtime"]
+        self.save_state(status="running", job_pid=self.job.pid, scratch=self.scratch_dir,
+                        container=self._container_name(), runtime=runtime)  # fmt: skip
         threads = [
             _thread(self._pump, self.job.stdout, b"1"),
             _thread(self._pump, self.job.stderr, b"2"),
@@ -229,8 +243,47 @@ class Daemon:
     def _spool_lines(self, stream, data):
         self._append(wire.record(stream, now_ms(), data))
 
+    def _in_container(self, box, argv, env, cwd):
+        """The runtime's argv for the node's command: one attached container, its shim ending
+        the job when the container's stdin closes (remote/host/container.py, shim.py)."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        with open(os.path.join(here, "shim.py"), encoding="utf-8") as f:
+            source = f.read()
+        path = os.path.join(self.dir, container.SHIM)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(source)
+        return container.command(
+            box, argv, env, self.spec["run_id"], self.node, cwd, self.dir, grace=self.grace,
+            shared=[self.scratch()],
+        )  # fmt: skip
+
+    def _container_name(self):
+        box = self.spec["container"]
+        if not box or box["runtime"] not in container.DAEMONS:
+            return None
+        return container.name(self.spec["run_id"], self.node)
+
+    def _job_ended(self, code):
+        """The job's exit code as subprocess gives it (-N: signal N), or why its container did
+        not start at all (then no rank failed: the runtime's own words)."""
+        box = self.spec["container"]
+        if not box:
+            return code, None
+        started = os.path.exists(os.path.join(self.dir, container.READY))
+        said = self.stderr_tail.decode("utf-8", "replace")
+        why = container.start_failure(box, code, said, started)
+        if box["runtime"] in container.DAEMONS and 128 < code < 160:
+            code = -(code - 128)  # docker and podman say 128+N for a signal
+        return code, why
+
     def _finish(self):
-        code = self.job_code
+        code, not_started = self._job_ended(self.job_code)
+        if not_started:
+            self.note(t=protocol.ERROR, msg=not_started)
+            self.save_state(status="failed", exit_code=code, reason=not_started, ended=time.time())
+            self._tell_hub("failed", not_started)
+            return
         stopped = self.stop_evt.is_set()
         if stopped:
             status = "lost" if self.stop_by == protocol.BY_LEASE else "stopped"
@@ -250,6 +303,13 @@ class Daemon:
         if self.scratch_dir:
             _rmtree(self.scratch_dir)
         self._tell_hub(status, reason)
+
+    def _sweep_containers(self):
+        box = self.spec["container"]
+        if box:
+            _, why = container.sweep(box["runtime"], self.spec["run_id"])
+            if why:
+                self.survivors.append("containers of the run: {}".format(why))
 
     def _tell_hub(self, status, reason):
         if self.link is not None:
@@ -293,6 +353,9 @@ class Daemon:
 
     def _stopper(self):
         self.stop_evt.wait()
+        if self.spec["container"] and self.job.stdin:
+            with contextlib.suppress(OSError):
+                self.job.stdin.close()  # the shim in the container ends the job
         self.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
@@ -360,6 +423,8 @@ class Daemon:
                 time.sleep(GATHER_S)
                 if select.select([fd], [], [], 0)[0]:
                     data += os.read(fd, CHUNK)
+            if stream == b"2":
+                self.stderr_tail = (self.stderr_tail + data)[-4096:]
             data = rest + data
             cut = data.rfind(b"\n") + 1
             rest = data[cut:]
@@ -496,8 +561,9 @@ def expand(path):
     return os.path.expanduser(path)
 
 
-def guardian(tags, grace):
-    """A tiny watcher that sweeps the job by its tags if this daemon dies (OOM, SIGKILL).
+def guardian(tags, grace, runtime=None):
+    """A tiny watcher that sweeps the job by its tags if this daemon dies (OOM, SIGKILL), and the
+    run's containers with it (runtime: docker's or podman's outlive their client).
 
     Returns its pid and the pipe to write b"k" into on a normal end."""
     r, w = os.pipe()
@@ -513,6 +579,8 @@ def guardian(tags, grace):
         got = os.read(r, 1)  # b"" (EOF): the daemon died without saying goodbye
         if not got:
             procs.sweep(lambda: procs.tagged_pids(tags), grace)
+            if runtime:
+                container.sweep(runtime, tags["DDPTUI_RUN_ID"])
     finally:
         os._exit(0)
 

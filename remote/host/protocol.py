@@ -103,6 +103,7 @@ SPEC_DEFAULTS = {
     "learn_ranks": False,  # watch the job's processes for their ranks
     "tail_ranks": False,  # torchrun's --redirects: read each rank's files (remote/host/tail.py)
     "line_buffer": False,  # the whole-lines sitecustomize (remote/host/linebuf.py)
+    "container": None,  # the job in a container: the inventory's spec (remote/host/container.py)
     "grace": 5.0,  # seconds between TERM and KILL
     "link_timeout": 60.0,
     "spool_max": 1 << 30,
