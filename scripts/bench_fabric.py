@@ -1,0 +1,138 @@
+"""The deep check's all-reduce bandwidth against a plain torch.distributed script by hand.
+
+    .venv/bin/python scripts/bench_fabric.py [--trials 3] [--seconds 30]
+                                             [--testhosts PREFIX:SUBNET] [--keep]
+
+Brings up 4 ssh test hosts (default prefix ddptb, 10.213.9.0/24; $DDPTUI_TESTHOSTS or
+--testhosts picks others) and starts, by hand with torchrun (static rendezvous, gloo over eth0,
+one process per host), in turn:
+- the deep check's worker (remote/host/fabric.py), whose largest all-reduce size S is taken;
+- scripts/plain_allreduce.py at S with as many iterations.
+Both report busbw as nccl-tests defines it; the bench prints each trial's pair, the median
+ratio worker / plain, and fails unless they agree within 10 %. Each run must also have put on
+the wire the load it claims: every host's sent bytes (its veth's counter) against the
+all-reduce's 2(n-1)/n x S per operation (and the worker's link test bytes), within 0-25 %
+over (headers, the store, the acknowledgements).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench_common import REPO, TestCluster, median, table, workspace
+from fabrictools import WORKER, NodeRun, sent_bytes, torchrun
+
+from remote import fabric
+from remote.host.fabric import bus_factor, rate_text, size_text
+
+HOSTS = (0, 1, 2, 3)
+PLAIN = REPO / "scripts" / "plain_allreduce.py"
+SAME = 0.10  # worker / plain: within 10 %
+LOAD = (1.0, 1.25)  # sent / claimed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--seconds", type=float, default=30.0, help="the worker's budget")
+    p.add_argument("--testhosts", default=os.environ.get("DDPTUI_TESTHOSTS", "ddptb:10.213.9"))
+    p.add_argument("--keep", action="store_true")
+    args = p.parse_args(argv)
+    prefix, subnet = args.testhosts.split(":")
+    with workspace("fabric", args.keep) as work:
+        root = work / "hosts"
+        with TestCluster(len(HOSTS), root=root, prefix=prefix, subnet=subnet) as c:
+            return bench(args, c, work)
+
+
+class Runner:
+    """Runs on the hosts, each on a fresh port, in its own output directory."""
+
+    def __init__(self, cluster: TestCluster, work: Path) -> None:
+        self.cluster, self.work, self.count = cluster, work, 0
+
+    def run(self, script: list[str]) -> tuple[list[NodeRun], list[int]]:
+        """Every node's run, and the bytes each host sent meanwhile."""
+        self.count += 1
+        out = self.work / f"run{self.count}"
+        out.mkdir()
+        before = [sent_bytes(self.cluster, i) for i in HOSTS]
+        runs = torchrun(self.cluster, HOSTS, script, out, port=29800 + self.count)
+        sent = [sent_bytes(self.cluster, i) - b for i, b in zip(HOSTS, before, strict=True)]
+        bad = [r for r in runs if r.code != 0]
+        if bad:
+            sys.exit(f"bench: {script[0]} failed (exit {bad[0].code}):\n{bad[0].err()[-3000:]}")
+        return runs, sent
+
+
+def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
+    runner = Runner(c, work)
+    size: fabric.Size | None = None
+    rows, ratios, loads = [], [], []
+
+    def worker() -> float:
+        nonlocal size
+        runs, sent = runner.run([str(WORKER), "--seconds", str(args.seconds)])
+        line = next(ln for ln in runs[0].out().splitlines() if ln.startswith(fabric.MARK))
+        report = fabric.parse(line)
+        size = size or report.headline
+        assert size is not None, "the worker measured no all-reduce"
+        loads.append(("worker", load(sent, worker_claims(line))))
+        at = next((s for s in report.allreduce if s.nbytes == size.nbytes), None)
+        if at is None:
+            sys.exit(f"bench: the worker did not reach {size_text(size.nbytes)} this time")
+        return at.busbw
+
+    def plain() -> float:
+        assert size is not None
+        script = [str(PLAIN), "--bytes", str(size.nbytes), "--iters", str(size.iters)]
+        runs, sent = runner.run(script)
+        said = json.loads(runs[0].out().strip().splitlines()[-1])
+        per_host = (size.iters + 1) * size.nbytes * bus_factor(len(HOSTS))
+        loads.append(("plain", load(sent, [per_host] * len(HOSTS))))
+        return float(said["busbw"])
+
+    for trial in range(args.trials):
+        order: list[Callable[[], float]] = [worker, plain] if trial % 2 == 0 else [plain, worker]
+        got = {f.__name__: f() for f in order}
+        ratios.append(got["worker"] / got["plain"])
+        rows.append(
+            [str(trial + 1), rate_text(got["worker"]), rate_text(got["plain"]), f"{ratios[-1]:.3f}"]
+        )
+    assert size is not None
+    print(f"all-reduce of {size_text(size.nbytes)}, {size.iters} iterations, 4 hosts x 1 rank")
+    print(table(["trial", "worker busbw", "plain busbw", "worker/plain"], rows))
+    ratio = median(ratios)
+    print(f"median ratio worker/plain: {ratio:.3f}")
+    for who, (lo, hi) in loads:
+        print(f"load {who}: sent/claimed per host {lo:.3f} .. {hi:.3f}")
+    failed = abs(ratio - 1) > SAME
+    failed |= any(not (LOAD[0] <= lo and hi <= LOAD[1]) for _, (lo, hi) in loads)
+    print("FAIL" if failed else f"ok: the same bandwidth within {SAME:.0%}, the load as claimed")
+    return int(failed)
+
+
+def worker_claims(line: str) -> list[float]:
+    """Bytes each host's rank says it sent: the all-reduces (warm-ups included, 2(n-1)/n x
+    size each) and its link transfers (the growing ones included)."""
+    doc: dict[str, Any] = json.loads(line[len(fabric.MARK) :])
+    each = sum(
+        (s["iters"] + s["warmup"]) * s["bytes"] * bus_factor(doc["world"]) for s in doc["allreduce"]
+    )
+    return [each + sum(ln["sent"] for ln in doc["links"] if ln["src"] == k) for k in HOSTS]
+
+
+def load(sent: list[int], claimed: list[float]) -> tuple[float, float]:
+    """The lowest and highest ratio of sent to claimed bytes over the hosts."""
+    ratios = [s / c for s, c in zip(sent, claimed, strict=True)]
+    return min(ratios), max(ratios)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
