@@ -1,6 +1,6 @@
 """The deep check's all-reduce bandwidth against a plain torch.distributed script by hand.
 
-    .venv/bin/python scripts/bench_fabric.py [--trials 3] [--seconds 30]
+    .venv/bin/python scripts/bench_fabric.py [--trials 5] [--seconds 30]
                                              [--testhosts PREFIX:SUBNET] [--keep]
 
 Brings up 4 ssh test hosts (default prefix ddptb, 10.213.9.0/24; $DDPTUI_TESTHOSTS or
@@ -8,11 +8,13 @@ Brings up 4 ssh test hosts (default prefix ddptb, 10.213.9.0/24; $DDPTUI_TESTHOS
 one process per host), in turn:
 - the deep check's worker (remote/host/fabric.py), whose largest all-reduce size S is taken;
 - scripts/plain_allreduce.py at S with as many iterations.
-Both report busbw as nccl-tests defines it; the bench prints each trial's pair, the median
-ratio worker / plain, and fails unless they agree within 10 %. Each run must also have put on
-the wire the load it claims: every host's sent bytes (its veth's counter) against the
-all-reduce's 2(n-1)/n x S per operation (and the worker's link test bytes), within 0-25 %
-over (headers, the store, the acknowledgements).
+Both report busbw as nccl-tests defines it. The bench prints each trial's pair, alternating
+which goes first, then each side's best and median; it fails unless the best figures agree
+within 10 % (on a shared 2-core machine other work moves single runs by 2x; the best of each
+side is what the fabric gives undisturbed, and each side gets as many tries). Each run must
+also have put on the wire the load it claims: every host's sent bytes (its veth's counter)
+against the all-reduce's 2(n-1)/n x S per operation (and the worker's link test bytes), within
+0-25 % over (headers, the store, the acknowledgements).
 """
 
 from __future__ import annotations
@@ -25,11 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_common import REPO, TestCluster, median, table, workspace
+from bench_common import REPO, TestCluster, load, median, table, workspace
 from fabrictools import WORKER, NodeRun, sent_bytes, torchrun
 
 from remote import fabric
-from remote.host.fabric import bus_factor, rate_text, size_text
+from remote.host.fabric import MARK, bus_factor, rate_text, size_text
 
 HOSTS = (0, 1, 2, 3)
 PLAIN = REPO / "scripts" / "plain_allreduce.py"
@@ -39,7 +41,7 @@ LOAD = (1.0, 1.25)  # sent / claimed
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--trials", type=int, default=3)
+    p.add_argument("--trials", type=int, default=5)
     p.add_argument("--seconds", type=float, default=30.0, help="the worker's budget")
     p.add_argument("--testhosts", default=os.environ.get("DDPTUI_TESTHOSTS", "ddptb:10.213.9"))
     p.add_argument("--keep", action="store_true")
@@ -74,16 +76,17 @@ class Runner:
 def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
     runner = Runner(c, work)
     size: fabric.Size | None = None
-    rows, ratios, loads = [], [], []
+    rows: list[list[str]] = []
+    loads: list[tuple[str, tuple[float, float]]] = []
 
     def worker() -> float:
         nonlocal size
         runs, sent = runner.run([str(WORKER), "--seconds", str(args.seconds)])
-        line = next(ln for ln in runs[0].out().splitlines() if ln.startswith(fabric.MARK))
+        line = next(ln for ln in runs[0].out().splitlines() if ln.startswith(MARK))
         report = fabric.parse(line)
         size = size or report.headline
         assert size is not None, "the worker measured no all-reduce"
-        loads.append(("worker", load(sent, worker_claims(line))))
+        loads.append(("worker", carried(sent, worker_claims(line))))
         at = next((s for s in report.allreduce if s.nbytes == size.nbytes), None)
         if at is None:
             sys.exit(f"bench: the worker did not reach {size_text(size.nbytes)} this time")
@@ -95,21 +98,25 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
         runs, sent = runner.run(script)
         said = json.loads(runs[0].out().strip().splitlines()[-1])
         per_host = (size.iters + 1) * size.nbytes * bus_factor(len(HOSTS))
-        loads.append(("plain", load(sent, [per_host] * len(HOSTS))))
+        loads.append(("plain", carried(sent, [per_host] * len(HOSTS))))
         return float(said["busbw"])
 
+    busbw: dict[str, list[float]] = {"worker": [], "plain": []}
     for trial in range(args.trials):
         order: list[Callable[[], float]] = [worker, plain] if trial % 2 == 0 else [plain, worker]
-        got = {f.__name__: f() for f in order}
-        ratios.append(got["worker"] / got["plain"])
-        rows.append(
-            [str(trial + 1), rate_text(got["worker"]), rate_text(got["plain"]), f"{ratios[-1]:.3f}"]
-        )
+        for f in order:
+            busbw[f.__name__].append(f())
+        w, pl = busbw["worker"][-1], busbw["plain"][-1]
+        rows.append([str(trial + 1), rate_text(w), rate_text(pl), f"{w / pl:.3f}"])
     assert size is not None
     print(f"all-reduce of {size_text(size.nbytes)}, {size.iters} iterations, 4 hosts x 1 rank")
+    best = {who: max(v) for who, v in busbw.items()}
+    mid = {who: median(v) for who, v in busbw.items()}
+    rows.append(["best", rate_text(best["worker"]), rate_text(best["plain"]), ""])
+    rows.append(["median", rate_text(mid["worker"]), rate_text(mid["plain"]), ""])
     print(table(["trial", "worker busbw", "plain busbw", "worker/plain"], rows))
-    ratio = median(ratios)
-    print(f"median ratio worker/plain: {ratio:.3f}")
+    ratio = best["worker"] / best["plain"]
+    print(f"worker/plain: best {ratio:.3f}, median {mid['worker'] / mid['plain']:.3f} ({load()})")
     for who, (lo, hi) in loads:
         print(f"load {who}: sent/claimed per host {lo:.3f} .. {hi:.3f}")
     failed = abs(ratio - 1) > SAME
@@ -121,14 +128,14 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
 def worker_claims(line: str) -> list[float]:
     """Bytes each host's rank says it sent: the all-reduces (warm-ups included, 2(n-1)/n x
     size each) and its link transfers (the growing ones included)."""
-    doc: dict[str, Any] = json.loads(line[len(fabric.MARK) :])
+    doc: dict[str, Any] = json.loads(line[len(MARK) :])
     each = sum(
         (s["iters"] + s["warmup"]) * s["bytes"] * bus_factor(doc["world"]) for s in doc["allreduce"]
     )
     return [each + sum(ln["sent"] for ln in doc["links"] if ln["src"] == k) for k in HOSTS]
 
 
-def load(sent: list[int], claimed: list[float]) -> tuple[float, float]:
+def carried(sent: list[int], claimed: list[float]) -> tuple[float, float]:
     """The lowest and highest ratio of sent to claimed bytes over the hosts."""
     ratios = [s / c for s, c in zip(sent, claimed, strict=True)]
     return min(ratios), max(ratios)

@@ -44,7 +44,7 @@ REDUCE_SHARE, REDUCE_CAP = 0.3, 8.0
 LINK_FIRST = 64 * 1024  # a link transfer starts here and doubles while it is quick
 LINK_MAX = 64 * MIB
 REDUCE_FIRST = MIB  # all-reduce sizes: 1 MiB, 4 MiB, ... up to --max-mib
-REDUCE_MIN_ITERS, REDUCE_MAX_ITERS = 2, 50
+REDUCE_MIN_ITERS, REDUCE_MAX_ITERS = 2, 100
 
 
 def pair_rounds(n: int, rounds: int = ROUNDS) -> list[list[tuple[int, int]]]:
@@ -317,52 +317,54 @@ class Worker:
 
     def allreduce_test(self):
         """nccl-tests' way: per size a warm-up, then `iters` timed back to back, each rank's
-        time averaged over the ranks; sizes grow 4x while the next one fits the time left."""
+        time averaged over the ranks; sizes grow 4x while the next one fits (reduce_plan)."""
         torch, dist = self.torch, self.dist
         phase = min(REDUCE_SHARE * self.args.seconds, REDUCE_CAP)
         deadline = self.left() - phase  # rank 0's budget left once this phase is over
         max_mib = self.args.max_mib or (1024 if self.device.type == "cuda" else 64)
+        sizes = reduce_sizes(max_mib * MIB)
         out = []
-        for size in reduce_sizes(max_mib * MIB):
+        for size in sizes:
             t = torch.zeros(size // 4, dtype=torch.float32, device=self.device)
-            self.barrier()
-            t0 = time.monotonic()
-            dist.all_reduce(t)
-            self.sync()
-            warm = time.monotonic() - t0
-            room = self.left() - deadline
-            want = min(phase / 6, room)
-            [iters] = self.decide(0 if warm * REDUCE_MIN_ITERS > room else want / warm)
-            iters = int(min(max(iters, REDUCE_MIN_ITERS), REDUCE_MAX_ITERS)) if iters else 0
-            if not iters:
-                break
-            self.barrier()
-            t0 = time.monotonic()
-            for _ in range(iters):
-                dist.all_reduce(t)
-            self.sync()
-            took = torch.tensor([time.monotonic() - t0], dtype=torch.float64, device=self.device)
-            dist.all_reduce(took)
-            per = took.item() / self.world / iters
-            algbw = size / per
-            out.append(
-                {
-                    "bytes": size,
-                    "iters": iters,
-                    "warmup": 1,
-                    "seconds": per,
-                }
-            )
-            busbw = algbw * bus_factor(self.world)
-            self.say(
-                "all-reduce %s: algbw %s, busbw %s (%d iterations)"
-                % (size_text(size), rate_text(algbw), rate_text(busbw), iters)
-            )
-            # The next size takes ~4x as long: go on only if a warm-up and the least fit.
-            [go] = self.decide(4 * per * (1 + REDUCE_MIN_ITERS) <= self.left() - deadline)
-            if not go:
+            warm = self.timed_allreduce(t, 1)
+            plan = reduce_plan(warm, self.left() - deadline, phase, size == sizes[-1])
+            iters, last = (int(x) for x in self.decide(*plan))
+            if iters:
+                took = self.timed_allreduce(t, iters)
+                total = torch.tensor([took], dtype=torch.float64, device=self.device)
+                dist.all_reduce(total)
+                per = total.item() / self.world / iters
+                out.append({"bytes": size, "iters": iters, "warmup": 1, "seconds": per})
+                algbw, factor = size / per, bus_factor(self.world)
+                self.say(
+                    "all-reduce %s: algbw %s, busbw %s (%d iterations)"
+                    % (size_text(size), rate_text(algbw), rate_text(algbw * factor), iters)
+                )
+            if last:
                 break
         return out
+
+    def timed_allreduce(self, t, iters):
+        """Seconds this rank took for `iters` all-reduces of t, started together."""
+        self.barrier()
+        t0 = time.monotonic()
+        for _ in range(iters):
+            self.dist.all_reduce(t)
+        self.sync()
+        return time.monotonic() - t0
+
+
+def reduce_plan(warm, room, phase, largest):
+    """(timed all-reduces, whether this size is the last) for a size whose warm-up took
+    `warm` s with `room` s of the phase left. A size gets a sixth of the phase; the last one
+    (the largest allowed, or one after which the next, ~4x slower, would not fit) all that is
+    left, so the headline is measured longest. (0, True): not even this one fits."""
+    if warm * REDUCE_MIN_ITERS > room:
+        return 0, True
+    share = min(phase / 6, room)
+    last = largest or 4 * warm * (1 + REDUCE_MIN_ITERS) > room - share
+    iters = (room if last else share) / warm
+    return int(min(max(iters, REDUCE_MIN_ITERS), REDUCE_MAX_ITERS)), last
 
 
 def tensor_bytes(t):

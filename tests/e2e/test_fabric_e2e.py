@@ -12,6 +12,7 @@ from fabrictools import WORKER, torchrun
 from testhosts import TestCluster, throttled
 
 from remote import fabric
+from remote.host.fabric import MARK
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +25,7 @@ def deep_check(cluster: TestCluster, out: Path, port: int) -> tuple[fabric.Repor
     runs = torchrun(cluster, HOSTS, [str(WORKER), "--seconds", str(BUDGET_S)], out, port=port)
     took = time.monotonic() - t0
     assert [r.code for r in runs] == [0] * len(HOSTS), "\n".join(r.err()[-2000:] for r in runs)
-    [line] = [ln for ln in runs[0].out().splitlines() if ln.startswith(fabric.MARK)]
+    [line] = [ln for ln in runs[0].out().splitlines() if ln.startswith(MARK)]
     return fabric.parse(line), took
 
 

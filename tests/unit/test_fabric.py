@@ -72,6 +72,16 @@ def test_sizes_grow_fourfold_from_a_mebibyte() -> None:
     assert worker.reduce_sizes(1 << 19) == [1 << 19]
 
 
+def test_sizes_take_a_sixth_of_the_phase_and_the_last_what_is_left() -> None:
+    assert worker.reduce_plan(warm=0.01, room=8.0, phase=8.0, largest=False) == (100, False)
+    assert worker.reduce_plan(warm=0.1, room=8.0, phase=8.0, largest=False) == (13, False)
+    # the next size (~4x: 3 x 2.4 s) would not fit after this one's share: all that is left
+    assert worker.reduce_plan(warm=0.6, room=6.0, phase=8.0, largest=False) == (10, True)
+    assert worker.reduce_plan(warm=0.1, room=3.0, phase=8.0, largest=True) == (30, True)
+    assert worker.reduce_plan(warm=2.0, room=3.0, phase=8.0, largest=False) == (0, True)
+    assert worker.reduce_plan(warm=1.4, room=3.0, phase=8.0, largest=False) == (2, True)
+
+
 def test_rates_read_as_people_write_them() -> None:
     assert worker.rate_text(2.7e6) == "2.7 MB/s" and worker.rate_text(1.5e9) == "1.5 GB/s"
     assert worker.rate_text(812) == "812 B/s" and worker.rate_text(12.34e9) == "12.3 GB/s"
