@@ -261,7 +261,9 @@ class Worker:
         buf = self.torch.zeros(LINK_MAX, dtype=self.torch.uint8, device=self.device)
         done = []
         for r, pairs in enumerate(rounds):
-            self.say("links: round %d of %d, %d host pairs" % (r + 1, len(rounds), len(pairs)))
+            self.say(
+                "links: round %d of %d, %d hosts in pairs" % (r + 1, len(rounds), 2 * len(pairs))
+            )
             for a, b in pairs + [(b, a) for a, b in pairs]:
                 src, dst = leaders[nodes[a]], leaders[nodes[b]]
                 if self.rank == src:
