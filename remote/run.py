@@ -69,8 +69,10 @@ class Run:
         fleet: Fleet | None = None,
         checks: bool = True,
         detach: bool = False,
+        deep: float | None = None,
     ) -> None:
         self.inv = inv
+        self.deep = deep  # the deep check first, in so many seconds at most (remote/deepcheck.py)
         self.run_id = run_id or new_run_id()
         self.run_dir = run_dir or runs.default_dir(self.run_id)
         self.extra_args = tuple(extra_args)
@@ -141,6 +143,8 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         if not await self._until_stopped(self.preflight.run()) or self.stopping:
             return self._finish()
+        if self.deep is not None and not await self._until_stopped(self._deep_check()):
+            return self._finish()
         nprocs = self.nprocs()
         if auto:
             per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
@@ -165,6 +169,24 @@ class Run:
         ]
         await self._follow(starts)
         return self._finish()
+
+    async def _deep_check(self) -> bool:
+        """The fabric measured first; a failure refuses the launch, as a failed check does."""
+        from . import deepcheck
+
+        assert self.deep is not None
+        done = await deepcheck.run(
+            self.inv, self.fleet, self.emit, seconds=self.deep, runs_dir=self.run_dir.parent
+        )
+        failed = [f for f in done.findings if f.level == "failure"]
+        for f in failed:
+            message = f"deep check failed ({f.check}): {f.message}"
+            self.preflight.failures.append(
+                Failure(f.host or "deep check", None, None, message, seen_at=0.0)
+            )
+        if failed:
+            self.emit(Notice("error", "not starting: the deep check failed"))
+        return not failed
 
     async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
         inv, info = self.inv, record.info

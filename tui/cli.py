@@ -81,8 +81,10 @@ def parser() -> argparse.ArgumentParser:
     launch_p.add_argument(
         "--detach", action="store_true", help="--headless: print the run id, leave it running"
     )
+    _deep(launch_p, "--headless: the deep check first; its failures refuse the launch")
     check_p = _command(sub, "check", check, "check every host: nothing starts")
     check_p.add_argument("--json", action="store_true", help="print the facts as JSON (headless)")
+    _deep(check_p, "the fabric measured too: all-reduce, every host's links, every GPU")
     attach_p = _command(sub, "attach", attach, "replay and follow a run (Ctrl-C detaches)")
     attach_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     attach_p.add_argument("--tail", type=int, metavar="N", help="replay only the last N lines")
@@ -95,6 +97,17 @@ def parser() -> argparse.ArgumentParser:
     stacks_p.add_argument("--json", action="store_true", help="print them as JSON")
     stacks_p.add_argument("--native", action="store_true", help="C/C++ frames too (py-spy)")
     return p
+
+
+def _deep(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--deep", action="store_true", help=text)
+    p.add_argument(
+        "--deep-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="the deep check's time bound (default 60)",
+    )
 
 
 def _common(p: argparse.ArgumentParser, suppress: bool = False) -> None:
@@ -241,8 +254,9 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
     else:
         run_dir = runs_root(args) / run_id
     launching = headless.launch(
-        inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id
-    )
+        inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id,
+        deep=_deep_seconds(args),
+    )  # fmt: skip
     return asyncio.run(launching)
 
 
@@ -257,7 +271,18 @@ def check(args: argparse.Namespace, extra: list[str]) -> int:
 
     from . import headless
 
-    return asyncio.run(headless.check(inv, as_json=args.json))
+    deep = _deep_seconds(args)
+    root = runs_root(args) if deep is not None else None
+    return asyncio.run(headless.check(inv, as_json=args.json, deep=deep, runs_root=root))
+
+
+def _deep_seconds(args: argparse.Namespace) -> float | None:
+    """--deep's time bound, or None without --deep."""
+    if not args.deep:
+        return None
+    if not args.deep_seconds > 0:
+        raise UsageError("--deep-seconds must be a number of seconds above 0")
+    return float(args.deep_seconds)
 
 
 def attach(args: argparse.Namespace, extra: list[str]) -> int:

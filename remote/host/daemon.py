@@ -38,6 +38,8 @@ GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 SEND_MAX = 1 << 18  # spool bytes per wire frame
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
 SOCKET = "ctl.sock"
+# This host's ddptui code (the directory holding ddph/): ddptui's own workers run from it.
+CODE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewers again
 
 
@@ -198,7 +200,7 @@ class Daemon:
         env.update(self.tags)
         argv = [expand(a) if i in spec["expand"] else a for i, a in enumerate(spec["argv"])]
         mark = spec["scratch_arg"]
-        argv = [self.scratch() if a == mark else a for a in argv]
+        argv = [self.scratch() if a == mark else a.replace(protocol.CODE, CODE_DIR) for a in argv]
         for name, value in list(env.items()):  # paths in it (the flight recorder's files)
             if mark and mark in value:
                 env[name] = value.replace(mark, self.scratch())
@@ -253,9 +255,10 @@ class Daemon:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(source)
+        shared = [self.scratch()] + ([CODE_DIR] if any(CODE_DIR in a for a in argv) else [])
         return container.command(
             box, argv, env, self.spec["run_id"], self.node, cwd, self.dir, grace=self.grace,
-            shared=[self.scratch()],
+            shared=shared,
         )  # fmt: skip
 
     def _container_name(self):

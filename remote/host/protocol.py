@@ -84,6 +84,8 @@ SAY_HUB = "hub"  # hub ADDR PORT: where the run's hub listens
 
 # -- a node's spec (START) ----------------------------------------------------------------------
 
+CODE = "{ddptui-code}"  # in a node's argv: the directory holding this host's ddptui code (ddph/)
+
 REQUIRED = object()
 SPEC_DEFAULTS = {
     "run_id": REQUIRED,
