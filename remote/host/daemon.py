@@ -206,13 +206,9 @@ class Daemon:
                 env[name] = value.replace(mark, self.scratch())
         cwd = expand(spec["workdir"]) if spec["workdir"] else None
         stdin = subprocess.DEVNULL
-        if box:  # the runtime's client, with the job's environment passed by -e alone
-            argv, env, stdin = (
-                self._in_container(box, argv, env, cwd),
-                container.client_env(),
-                subprocess.PIPE,
-            )
-            cwd = None  # the job's own, inside
+        if box:  # the runtime's client; the job's environment reaches it by -e
+            argv, env = self._in_container(box, argv, env, cwd)
+            stdin, cwd = subprocess.PIPE, None  # the job's own cwd is inside
         try:
             self.job = subprocess.Popen(
                 argv, cwd=cwd, env=env, stdin=stdin,
@@ -246,8 +242,9 @@ class Daemon:
         self._append(wire.record(stream, now_ms(), data))
 
     def _in_container(self, box, argv, env, cwd):
-        """The runtime's argv for the node's command: one attached container, its shim ending
-        the job when the container's stdin closes (remote/host/container.py, shim.py)."""
+        """The runtime's argv and environment for the node's command: one attached container,
+        its shim ending the job when the container's stdin closes (remote/host/container.py,
+        shim.py)."""
         here = os.path.dirname(os.path.abspath(__file__))
         with open(os.path.join(here, "shim.py"), encoding="utf-8") as f:
             source = f.read()
