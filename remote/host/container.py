@@ -328,7 +328,8 @@ def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_
     """What the checks judge (remote/container_checks.py): the runtime, the image (pulled under
     `pull: missing|always`), the GPU plumbing, leftover containers, and one short dry run with
     the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm."""
-    facts = {"runtime": spec["runtime"], "image": spec["image"], "ipc": spec.get("ipc", "host")}
+    facts = {"runtime": spec["runtime"], "image": spec["image"], "ipc": spec.get("ipc", "host"),
+             "node": node}  # fmt: skip
     facts["here"] = here(spec)
     facts.update(runtime_info(spec))
     if facts.get("runtime_error"):
