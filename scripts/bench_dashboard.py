@@ -146,11 +146,12 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--produce"]:  # before the heav
 from textual import events  # noqa: E402
 
 from remote import inventory  # noqa: E402
+from remote.events import ChecksDone  # noqa: E402
 from remote.run import Emit, Run  # noqa: E402
-from remote.transport import LocalTransport, Process  # noqa: E402
-from tui.app import Dashboard, RunLike  # noqa: E402
-from tui.logbuffer import LogBuffer  # noqa: E402
-from tui.logview import RankLog  # noqa: E402
+from remote.transport import HostError, LocalTransport, Process  # noqa: E402
+from tui.dashboard.app import Dashboard, RunLike  # noqa: E402
+from tui.dashboard.logbuffer import LogBuffer  # noqa: E402
+from tui.dashboard.logview import RankLog  # noqa: E402
 
 KEYS = (
     ("right_square_bracket", "]", "action_view_next"),
@@ -218,8 +219,8 @@ class Producers:
 class RelayProcess:
     """A node's supervisor as the engine sees it (transport.Process): its pipe from a stand-in."""
 
-    def __init__(self, reader: asyncio.StreamReader, stop: Any) -> None:
-        self.reader, self.stop = reader, stop
+    def __init__(self, reader: asyncio.StreamReader, ended: asyncio.Event, stop: Any) -> None:
+        self.reader, self.ended, self.stop = reader, ended, stop
 
     async def readline(self) -> bytes:
         return await self.reader.readline()
@@ -235,8 +236,7 @@ class RelayProcess:
         self.stop()
 
     async def wait(self) -> int | None:
-        while not self.reader.at_eof():
-            await asyncio.sleep(0.05)
+        await self.ended.wait()
         return 0
 
     def stderr_tail(self) -> str:
@@ -255,13 +255,49 @@ class FloodTransport(LocalTransport):
 
     async def start(self, argv: list[str]) -> Process:
         k = self.host.node_rank
+        if k not in self.producers.reads:  # the engine reconnects: the stand-in cannot resume
+            raise HostError(self.host.name, "the bench's stand-in cannot be reconnected to")
         reader = asyncio.StreamReader(limit=1 << 24)
         loop = asyncio.get_running_loop()
         pipe = os.fdopen(self.producers.reads.pop(k), "rb", buffering=0)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        ended = asyncio.Event()
+        await loop.connect_read_pipe(lambda: PipeEnd(reader, ended), pipe)
         self.started.add(k)
         proc = self.producers.owner[k]
-        return RelayProcess(reader, lambda: self.producers.tell(proc, f"stop {k}"))
+        return RelayProcess(reader, ended, lambda: self.producers.tell(proc, f"stop {k}"))
+
+
+class PipeEnd(asyncio.StreamReaderProtocol):
+    """A node's pipe: its end (the stand-in closed it) is the supervisor's exit."""
+
+    def __init__(self, reader: asyncio.StreamReader, ended: asyncio.Event) -> None:
+        super().__init__(reader)
+        self.ended = ended
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.ended.set()
+
+
+class NoCluster:
+    """The dashboard's own connections, left out: on this machine its checks would start a
+    probe process per node beside the flood (on a cluster they run on the hosts), and the
+    run streams the GPU figures itself."""
+
+    def __init__(self, inv: inventory.Inventory, emit: Emit) -> None:
+        pass
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    async def check(self) -> ChecksDone:
+        return ChecksDone(True)
+
+    def pause(self, paused: bool) -> None:
+        pass
+
+    async def stacks(self, run_id: str, run_dir: Path, *, flight: bool = False) -> Any:
+        raise NotImplementedError
 
 
 class BenchApp(Dashboard):
@@ -317,7 +353,7 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             inv, emit, run_id=run_id, run_dir=work / run_id, transports=transports, checks=False
         )
 
-    app = BenchApp(inv_path, run_factory=runs)
+    app = BenchApp(inv_path, run_factory=runs, cluster_factory=NoCluster)
     latencies: list[float] = []
     pressed: dict[str, float] = {}
     for _, _, action in {k[2]: k for k in KEYS}.values():

@@ -199,7 +199,7 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
     if extra and args.command not in (None, "launch"):
         raise UsageError(f"{args.command} takes no script arguments (after --)")
     root = runs_root(args)
-    from .app import create_app  # Textual loads only for the dashboard
+    from .dashboard.app import create_app  # Textual loads only for the dashboard
 
     app = create_app(args.inventory, runs_dir=root, extra_args=extra, start=args.command)
     return app.run() or 0
@@ -215,7 +215,7 @@ def _dashboard_on_run(args: argparse.Namespace) -> int:
             resolve(run)  # a RUN naming no run is one line here, not a dashboard
         except RunError as exc:
             raise UsageError(str(exc)) from None
-    from .app import create_app
+    from .dashboard.app import create_app
 
     return create_app(args.inventory, start=args.command, run=run).run() or 0
 
@@ -233,7 +233,7 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
 
     from remote.run import new_run_id
 
-    from . import headless
+    from .headless import launch as headless
 
     run_id = new_run_id()
     if args.run_dir:
@@ -255,37 +255,37 @@ def check(args: argparse.Namespace, extra: list[str]) -> int:
     inv = load_inventory(args.inventory)
     import asyncio
 
-    from . import headless
+    from .headless.check import check as headless_check
 
-    return asyncio.run(headless.check(inv, as_json=args.json))
+    return asyncio.run(headless_check(inv, as_json=args.json))
 
 
 def attach(args: argparse.Namespace, extra: list[str]) -> int:
     """`attach RUN`: its lines from the first, then live; its exit status (130: detached)."""
-    from . import lifecycle
+    from .headless import lifecycle
 
     return _on_run(args, extra, lambda: lifecycle.attach(args.run, args.tail))
 
 
 def stop(args: argparse.Namespace, extra: list[str]) -> int:
     """`stop RUN`: 0 once nothing of it is left on its hosts, 1 naming what is."""
-    from . import lifecycle
+    from .headless import lifecycle
 
     return _on_run(args, extra, lambda: lifecycle.stop(args.run))
 
 
 def runs(args: argparse.Namespace, extra: list[str]) -> int:
     """`runs`: the history, its statuses asked of the hosts where no summary says."""
-    from . import lifecycle
+    from .headless import lifecycle
 
     return _on_run(args, extra, lambda: lifecycle.history(args.json))
 
 
 def stacks(args: argparse.Namespace, extra: list[str]) -> int:
     """`stacks RUN`: every rank's stack, grouped and saved in the run dir; 1 if any is missing."""
-    from . import stacks_cmd
+    from .headless import stacks as headless_stacks
 
-    return _on_run(args, extra, lambda: stacks_cmd.stacks(args.run, as_json=args.json,
+    return _on_run(args, extra, lambda: headless_stacks.stacks(args.run, as_json=args.json,
                                                           native=args.native))  # fmt: skip
 
 

@@ -24,9 +24,9 @@ from textual.widgets import Input
 from remote import inventory
 from remote.events import LogBatch
 from remote.run import Run
-from tui.app import Dashboard, engine_runs
-from tui.logbuffer import ALL, View
-from tui.screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
+from tui.dashboard.app import Dashboard, engine_runs
+from tui.dashboard.logbuffer import ALL, View
+from tui.dashboard.screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
 
 SIZE = (100, 30)
 

@@ -13,9 +13,9 @@ import pytest
 from apptools import local_inventory, screen_text, settle, wait_for
 from testhosts import TestCluster, pids_with_env
 
-from tui.app import Dashboard, create_app
-from tui.logbuffer import TEXT, View
-from tui.screens import QuitScreen
+from tui.dashboard.app import Dashboard, create_app
+from tui.dashboard.logbuffer import TEXT, View
+from tui.dashboard.screens import QuitScreen
 
 SIZE = (100, 30)
 SHORT = ["--epochs", "1", "--samples", "128"]

@@ -33,10 +33,10 @@ from remote.events import (
     NodeStarted,
     RunStarted,
 )
-from tui.app import Dashboard, create_app
-from tui.screens import HostDetailScreen
-from tui.stacks_screen import StacksScreen
-from tui.views import age_text
+from tui.dashboard.app import Dashboard, create_app
+from tui.dashboard.screens import HostDetailScreen
+from tui.dashboard.stacks_screen import StacksScreen
+from tui.dashboard.views import age_text
 
 SIZE = (100, 30)
 

@@ -11,10 +11,10 @@ from apptools import two_node_script as script
 
 from remote import runs
 from remote.run import Emit
-from tui.app import create_app
-from tui.glance import ClusterLike
-from tui.history import HistoryScreen
-from tui.screens import QuitScreen
+from tui.dashboard.app import create_app
+from tui.dashboard.glance import ClusterLike
+from tui.dashboard.history import HistoryScreen
+from tui.dashboard.screens import QuitScreen
 
 SIZE = (120, 36)
 

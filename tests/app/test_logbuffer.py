@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from remote.events import LogBatch, Stream
-from tui.logbuffer import ALL, KIND, TEXT, Line, Lines, LogBuffer, View, clean, tag
+from tui.dashboard.logbuffer import ALL, KIND, TEXT, Line, Lines, LogBuffer, View, clean, tag
 
 
 def batch(

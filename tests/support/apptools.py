@@ -32,8 +32,8 @@ from remote.events import (
 from remote.inventory import Inventory
 from remote.run import Emit
 from remote.stacks import Frame, Group, Report
-from tui.app import Dashboard, RunLike, create_app
-from tui.glance import ClusterLike
+from tui.dashboard.app import Dashboard, RunLike, create_app
+from tui.dashboard.glance import ClusterLike
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"

@@ -12,7 +12,7 @@ import pytest
 from remote import checks, inventory, probe, probe_host
 from remote.events import HostChecked
 from remote.transport import LocalTransport
-from tui import check_report
+from tui.headless import check as check_report
 
 A, B = "a" * 64, "b" * 64
 

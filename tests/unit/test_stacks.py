@@ -24,7 +24,7 @@ from remote.events import Event, Notice, StacksCaptured
 from remote.inventory import Host
 from remote.stacks import Frame, RankStack
 from remote.transport import LocalTransport
-from tui import stacks_cmd
+from tui.headless import stacks as stacks_cmd
 
 DATA = Path(__file__).parents[1] / "data" / "flight-recorder"
 RUN = "20250101-120000-stck"

@@ -16,7 +16,7 @@ from probetools import levels, local_inventory, run_probe, with_gpus
 from remote import probe, visible
 from remote.run import Run
 from remote.transport import LocalTransport
-from tui.check_report import print_table
+from tui.headless.check import print_table
 
 
 def gpus_of(machine: str) -> list[visible.Gpu]:

@@ -1,4 +1,4 @@
-"""`ddptui --headless launch`: the event stream rendered as plain lines for scripts and CI.
+"""The event stream rendered as plain lines for scripts and CI (launch, attach, stop).
 
 Rank lines go to stdout or stderr as the rank wrote them (bytes as they came), prefixed
 `[r<rank> <host>]`; ddptui's own messages go to stderr prefixed `ddptui:`. Ctrl-C, SIGTERM,
@@ -8,37 +8,27 @@ summary.json written, exit 130.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import io
-import os
-import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from operator import itemgetter
-from pathlib import Path
 from typing import TextIO
 
 from remote.events import (
     ChecksDone,
     CodeSynced,
     Event,
-    Failure,
-    HostChecked,
     HostState,
     LogBatch,
     Notice,
     RunFinished,
     RunStarted,
 )
-from remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
-from remote.failures import describe_exit
-from remote.inventory import Inventory
 from remote.record import BYTES_BACK
-from remote.run import Run
-from remote.run import check as run_checks
 
-from .check_report import finding_line, print_json, print_table
+from ..text import failure_line
+from .check import finding_line
+from .console import silence
 
 QUIET_STATES = {"connecting", "starting", "disconnected"}  # a notice says it better
 
@@ -126,79 +116,3 @@ class Printer:
                 self.closed = True
                 if self.on_closed is not None:
                     self.on_closed()
-
-
-def silence(stream: TextIO) -> None:
-    """Point a closed output at /dev/null: later writes, and Python's own flush at exit, go
-    nowhere instead of raising (the Python docs' note on SIGPIPE)."""
-    with contextlib.suppress(OSError, ValueError):  # no file descriptor: nothing to redirect
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, stream.fileno())
-        os.close(null)
-
-
-def failure_line(f: Failure) -> str:
-    who = f"rank {f.rank} on {f.host}" if f.rank is not None else f.host
-    code = f" ({describe_exit(f.exit_code)})" if f.exit_code is not None else ""
-    return f"{who}{code}: {f.message}"
-
-
-async def launch(
-    inv: Inventory,
-    run_dir: Path | None,
-    extra: Sequence[str],
-    checks: bool = True,
-    detach: bool = False,
-    *,
-    run_id: str | None = None,
-) -> int:
-    stopping = False
-
-    def stop(why: str | None = None) -> None:
-        nonlocal stopping
-        if not stopping:
-            stopping = True
-            if why:
-                printer.say(f"{why}: stopping the run")
-            run.stop()
-
-    def interrupt() -> None:
-        if stopping:  # a second Ctrl-C: leave now; each host's supervisor cleans up alone
-            printer.say("interrupted again: leaving; each host stops its part by itself")
-            os._exit(EXIT_INTERRUPTED)
-        stop()
-
-    printer = Printer(on_closed=lambda: stop("output closed"))
-    run = Run(
-        inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks, detach=detach
-    )
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt)
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:  # nohup: outlive the terminal
-        loop.add_signal_handler(signal.SIGHUP, stop, "terminal closed (SIGHUP)")
-    fin = await run.execute()
-    if fin.status == "detached":  # the run id alone on the last line: for scripts
-        printer.say(f"detached: run {run.run_id} goes on by itself (ddptui attach {run.run_id})")
-        printer.print(f"{run.run_id}\n")
-    return fin.exit_code
-
-
-async def check(inv: Inventory, as_json: bool = False, out: TextIO | None = None) -> int:
-    """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed,
-    3 when a host could not be reached (as launch)."""
-    hosts: list[HostChecked] = []
-
-    def collect(event: Event) -> None:
-        if isinstance(event, HostChecked):
-            hosts.append(event)
-
-    done = await run_checks(inv, collect)
-    out = out or sys.stdout
-    try:
-        (print_json if as_json else print_table)(hosts, done, out)
-    except OSError:  # `| head`: the verdict stands
-        silence(out)
-    if any(h.facts.get("reachable") is False for h in hosts):
-        return EXIT_UNREACHABLE
-    return EXIT_OK if done.ok else EXIT_FAILED

@@ -47,8 +47,9 @@ from remote.events import (
 from remote.failures import first
 from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
+from ..text import tilde
 from .findings import FindingsView
-from .glance import ClusterFactory, Glance, engine_cluster, tilde
+from .glance import ClusterFactory, Glance, engine_cluster
 from .history import HistoryScreen
 from .hosts import HostsTable
 from .logbuffer import LogBuffer, View

@@ -19,6 +19,7 @@ from remote.inventory import Host, Inventory
 from remote.monitor import Emit
 from remote.stacks import Report
 
+from ..text import tilde
 from .findings import FindingsView
 from .hosts import HostsTable
 from .messages import ClusterEvent
@@ -157,9 +158,3 @@ class Glance(_Base):
         def show_checks(self, on: bool) -> None: ...
         def reload_inventory(self) -> Inventory | None: ...
         def logs_received(self) -> int: ...
-
-
-def tilde(path: str) -> str:
-    """`~/...` for a path under the home directory: shorter, and the same for everyone."""
-    home = str(Path.home())
-    return "~" + path[len(home) :] if path.startswith(home + "/") else path

@@ -1,16 +1,23 @@
 """`ddptui --headless check`: the hosts' facts as a table (one row per host), then the findings;
 or the same facts as JSON with `--json`. Renders events; knows nothing of how they were found.
+Exit 1 when a check failed, 3 when a host could not be reached (as launch).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from remote.checks import gpu_summary, is_busy
-from remote.events import ChecksDone, Finding, HostChecked
+from remote.events import ChecksDone, Event, Finding, HostChecked
+from remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from remote.inventory import Inventory
+from remote.run import check as run_checks
+
+from .console import silence
 
 NOT_A_TERMINAL_WIDTH = 400  # logs and CI: a row stays on one line, greppable
 LEVEL_TAGS = {"failure": "FAIL", "warning": "warn", "ok": "ok"}
@@ -115,3 +122,23 @@ def as_json(hosts: Sequence[HostChecked], done: ChecksDone) -> dict[str, Any]:
 def print_json(hosts: Sequence[HostChecked], done: ChecksDone, out: TextIO) -> None:
     out.write(json.dumps(as_json(hosts, done), indent=2) + "\n")
     out.flush()
+
+
+async def check(inv: Inventory, as_json: bool = False, out: TextIO | None = None) -> int:
+    """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed,
+    3 when a host could not be reached (as launch)."""
+    hosts: list[HostChecked] = []
+
+    def collect(event: Event) -> None:
+        if isinstance(event, HostChecked):
+            hosts.append(event)
+
+    done = await run_checks(inv, collect)
+    out = out or sys.stdout
+    try:
+        (print_json if as_json else print_table)(hosts, done, out)
+    except OSError:  # `| head`: the verdict stands
+        silence(out)
+    if any(h.facts.get("reachable") is False for h in hosts):
+        return EXIT_UNREACHABLE
+    return EXIT_OK if done.ok else EXIT_FAILED

@@ -11,8 +11,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from remote import fold
-from remote.events import ChecksDone, Finding, HostChecked
+from remote.events import ChecksDone, HostChecked
 
+from ..text import grouped
 from .colours import theme_colour
 
 REDRAW_AFTER = 0.1  # seconds
@@ -84,14 +85,3 @@ class FindingsView(VerticalScroll):
         if self.done is not None:
             out.append("\nl launches the job · c checks again · Enter on a host: its facts", "dim")
         return out
-
-
-def grouped(findings: list[Finding], level: str) -> dict[tuple[str, str], list[str]]:
-    """(check, message) → the hosts it was found on, in order; [] for findings across hosts."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for f in findings:
-        if f.level == level:
-            hosts = out.setdefault((f.check, f.message), [])
-            if f.host is not None:
-                hosts.append(f.host)
-    return out

@@ -11,7 +11,6 @@ import asyncio
 import json
 import signal
 import sys
-import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,8 @@ from remote.events import (
 )
 from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
 
-from .headless import Printer
+from ..text import RUN_COLUMNS, run_cells, run_row
+from .printer import Printer
 
 
 class TailPrinter:
@@ -168,7 +168,7 @@ async def history(as_json: bool = False, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     records = runs.all_runs()
     await runs.statuses(records)
-    rows = [row(r) for r in records]
+    rows = [run_row(r) for r in records]
     if as_json:
         out.write(json.dumps({"runs": rows}, indent=2) + "\n")
     else:
@@ -176,50 +176,9 @@ async def history(as_json: bool = False, out: TextIO | None = None) -> int:
     return EXIT_OK
 
 
-def row(r: runs.RunRecord) -> dict[str, Any]:
-    s = r.summary or {}
-    started = r.started_at
-    if s.get("elapsed") is not None:
-        elapsed: float | None = float(s["elapsed"])
-    elif r.status == "running" and started:
-        elapsed = time.time() - started
-    else:
-        elapsed = None
-    return {
-        "id": r.run_id,
-        "status": r.status,
-        "hosts": r.info.get("hosts", []),
-        "world_size": s.get("world_size", r.info.get("world_size")),
-        "started": started,
-        "elapsed": elapsed,
-        "failing_rank": s.get("failing_rank"),
-        "failing_host": s.get("failing_host"),
-        "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
-        "run_dir": str(r.dir),
-    }
-
-
-COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank")
-
-
-def cells(r: dict[str, Any]) -> tuple[str, ...]:
-    hosts = r["hosts"]
-    failing = "" if r["failing_rank"] is None else f"{r['failing_rank']} ({r['failing_host']})"
-    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
-    return (
-        r["id"],
-        r["status"] or "…",
-        f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0",
-        "" if r["world_size"] is None else str(r["world_size"]),
-        started,
-        "" if r["elapsed"] is None else runs.age(r["elapsed"]),
-        failing or (r["failing_host"] or ""),
-    )
-
-
 def print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
-    table = [COLUMNS, *(cells(r) for r in rows)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+    table = [RUN_COLUMNS, *(run_cells(r) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
     for line in table:
         out.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
         out.write("\n")

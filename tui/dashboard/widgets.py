@@ -12,8 +12,8 @@ from textual.widgets import Input, Static
 
 from remote.events import Failure
 
+from ..text import failure_line
 from .colours import theme_colour
-from .headless import failure_line
 from .messages import JumpToFailure
 
 TRACEBACK_SHOWN = 4  # traceback lines in the banner; the rank's log has the rest
