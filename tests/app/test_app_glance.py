@@ -93,7 +93,7 @@ async def test_c_checks_again_and_a_run_pauses_the_figures(inv: Path) -> None:
         await app.worker.wait()
         await settle(pilot)
         assert clusters.made[0].paused == [True, False]  # the run's own monitors meanwhile
-        assert not app.showing_checks  # the logs took the findings' place
+        assert not app.pane.showing_checks  # the logs took the findings' place
 
 
 async def test_bars_of_the_last_minutes_and_the_detail_sparklines(inv: Path) -> None:
@@ -218,15 +218,15 @@ async def test_256_hosts_and_2048_ranks_scroll_and_find(tmp_path: Path) -> None:
         assert app.hosts.row_count == 256
         await pilot.press("l")
         await settle(pilot)
-        assert len(app.views.entries) == 2 + 2048  # checks, all ranks, every rank
+        assert len(app.pane.views.entries) == 2 + 2048  # checks, all ranks, every rank
         assert "ranks 0-2047 on n[000-255]" in _folded(app)
-        app.views.focus()
+        app.pane.views.focus()
         await pilot.press("slash", *"r2047")
         await pilot.press("enter")
-        assert len(app.views.entries) == 2  # the checks, and rank 2047
+        assert len(app.pane.views.entries) == 2  # the checks, and rank 2047
         await pilot.press("enter")  # the first match is highlighted
-        assert app.logs.view.key == 2047
-        assert any("the last rank speaks" in line for line in app.log_view.lines)
+        assert app.pane.logs.view.key == 2047
+        assert any("the last rank speaks" in line for line in app.pane.log_view.lines)
 
 
 def _folded(app: Dashboard) -> str:

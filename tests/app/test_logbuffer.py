@@ -144,6 +144,20 @@ def test_tag_pads_rank_and_host() -> None:
     assert len(tag(line[0], widths)) == 3 + 1 + 12
 
 
+def test_many_ranks_share_a_budget_of_lines() -> None:
+    """Memory stays bounded by the number of lines, however many ranks: 10 lines each for 4
+    ranks, fewer each for 8 ranks sharing 40 (every rank's buffer at once)."""
+    buf = LogBuffer(per_rank=10, budget=40)
+    buf.add_ranks(0, "n0", range(4))
+    buf.add(batch([(r, f"{r}:{i}") for i in range(20) for r in range(4)]))
+    assert [len(buf.by_view[View("rank", r)]) for r in range(4)] == [10] * 4
+    buf.add_ranks(1, "n1", range(4, 8))
+    buf.add(batch([(r, f"{r}:{i}") for r in range(8) for i in range(20, 30)], node=1))
+    assert [len(buf.by_view[View("rank", r)]) for r in range(8)] == [5] * 8
+    buf.view = View("rank", 0)
+    assert texts(buf.select()) == [f"0:{i}" for i in range(25, 30)]
+
+
 def test_lines_keep_chunks_and_the_newest_limit() -> None:
     store = Lines(limit=5)
     store.extend(((0, 0, "n", "out", "a"), (0, 0, "n", "out", "b")))

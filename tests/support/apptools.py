@@ -312,10 +312,11 @@ async def settle(pilot: Pilot[Any]) -> None:
     await pilot.pause()
     app = pilot.app
     assert isinstance(app, Dashboard)
-    app.flush()
-    app.tick()  # the once-a-second redraw (hosts, status, silences), not left to the timer
-    if app.findings._due:  # its redraw waits a moment for more hosts' answers
-        app.findings._redraw()
+    app.pane.flush()
+    app.hosts.flush()  # the once-a-second redraws (hosts, status, silences), not left to timers
+    app.tick()
+    if app.pane.findings._due:  # its redraw waits a moment for more hosts' answers
+        app.pane.findings._redraw()
     await pilot.pause()
 
 

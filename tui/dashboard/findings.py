@@ -50,6 +50,11 @@ class FindingsView(VerticalScroll):
         self.done = ev
         self._draw()
 
+    def mark(self) -> str:
+        """`✗` when a check failed on a host, `!` when one warned, else a space."""
+        levels = {f.level for h in self.checked.values() for f in h.findings}
+        return "✗" if "failure" in levels else "!" if "warning" in levels else " "
+
     def _draw(self) -> None:
         """Redraw once the events of this moment are in: each redraw lays the screen out
         again, and 32 hosts answer within a few frames."""

@@ -2,8 +2,10 @@
 waiting to be drawn. No Textual here, so it is tested on its own.
 
 The full logs are on disk (rank-N.log, written by the engine); this keeps only recent lines, so
-memory stays bounded however fast the ranks print. Errors (stderr and traceback lines) have
-buffers of their own: a flood of stdout must not push a traceback out of the errors view.
+memory stays bounded however fast the ranks print, and however many ranks there are: each rank
+keeps PER_RANK lines, or its share of BUDGET when there are many (244 lines each at 2,048
+ranks). Errors (stderr and traceback lines) have buffers of their own: a flood of stdout must
+not push a traceback out of the errors view.
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from remote.events import LogBatch, Stream
 from remote.failures import TRACEBACK_START
 
-PER_RANK = 10_000  # lines kept per rank (and per node's own lines)
+PER_RANK = 10_000  # lines kept per rank (and per node's own lines), with few ranks
+BUDGET = 500_000  # lines kept by every rank together, with many (~150 bytes a line)
 ALL_RANKS = 20_000  # lines kept for the all-ranks view
 ERRORS_PER_RANK = 2_000
+ERRORS_BUDGET = 100_000
 ERRORS_ALL = 10_000
 SHOWN = 5_000  # lines a view draws at most (the log widget's scrollback)
 
@@ -45,9 +48,9 @@ KIND: Final = 3
 TEXT: Final = 4
 
 
-@dataclass(frozen=True, order=True)
-class View:
-    """What the log pane shows: every line, one rank's, or one node's own (untagged) lines."""
+class View(NamedTuple):
+    """What the log pane shows: every line, one rank's, or one node's own (untagged) lines.
+    A tuple: hashed in C (looked up for every batch of every rank)."""
 
     kind: Literal["all", "rank", "node"]
     key: int = -1
@@ -80,29 +83,49 @@ def clean(text: str) -> str:
     return _BREAKS.sub(" ", text)
 
 
+class Cap:
+    """How many lines each buffer of a kind keeps: shared, so that a new rank's share of the
+    budget applies to every rank's buffer at once."""
+
+    __slots__ = ("budget", "most", "n")
+
+    def __init__(self, most: int, budget: int | None = None) -> None:
+        self.most, self.budget, self.n = most, budget, most
+
+    def share(self, buffers: int) -> None:
+        if self.budget is not None:
+            self.n = max(1, min(self.most, self.budget // max(1, buffers)))
+
+
 class Lines:
-    """The last `limit` lines of one buffer, kept in the chunks they arrived in.
+    """The last `cap` lines of one buffer, kept in the chunks they arrived in.
 
     Chunks, not single lines: the cycle collector visits every element of every container on
     a full collection. 300k single lines made each one take 20-90 ms (a stall the user feels);
-    a few thousand chunks cost nothing. A buffer may hold up to one chunk more than `limit`.
+    a few thousand chunks cost nothing. A buffer may hold up to one chunk more than its cap.
     """
 
-    __slots__ = ("chunks", "count", "limit")
+    __slots__ = ("cap", "chunks", "count")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int | Cap) -> None:
         self.chunks: deque[tuple[Line, ...]] = deque()
-        self.count, self.limit = 0, limit
+        self.count = 0
+        self.cap = limit if isinstance(limit, Cap) else Cap(limit)
+
+    @property
+    def limit(self) -> int:
+        return self.cap.n
 
     def extend(self, lines: tuple[Line, ...]) -> None:
         if not lines:
             return
-        if len(lines) > self.limit:
-            lines = lines[-self.limit :]
+        limit = self.cap.n
+        if len(lines) > limit:
+            lines = lines[-limit:]
         chunks = self.chunks
         chunks.append(lines)
         self.count += len(lines)
-        while self.count - len(chunks[0]) >= self.limit:
+        while self.count - len(chunks[0]) >= limit:
             self.count -= len(chunks.popleft())
 
     def __len__(self) -> int:
@@ -151,8 +174,11 @@ class LogBuffer:
         errors_all: int = ERRORS_ALL,
         shown: int = SHOWN,
         clock: Callable[[], float] = time.monotonic,
+        budget: int = BUDGET,
+        errors_budget: int = ERRORS_BUDGET,
     ) -> None:
-        self.per_rank, self.errors_per_rank, self.shown = per_rank, errors_per_rank, shown
+        self.per_rank, self.shown = Cap(per_rank, budget), shown
+        self.errors_per_rank = Cap(errors_per_rank, errors_budget)
         self.all = Lines(all_ranks)
         self.errors = Lines(errors_all)
         self.by_view: dict[View, Lines] = {}
@@ -237,6 +263,8 @@ class LogBuffer:
         if buf is None:
             buf = self.by_view[key] = Lines(self.per_rank)
             self.errors_by_view[key] = Lines(self.errors_per_rank)
+            self.per_rank.share(len(self.by_view))
+            self.errors_per_rank.share(len(self.by_view))
         return buf
 
     # -- views ------------------------------------------------------------------------------

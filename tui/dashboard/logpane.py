@@ -1,57 +1,115 @@
-"""The dashboard's log pane and views list: what is drawn, which view, the filter and the find
-box. A mixin of the Dashboard (tui/app.py), which owns the widgets and the buffers.
+"""The log pane: the views list, the log of the current view (or the checks' findings in its
+place), and the filter box. A widget that owns its state: every rank's recent lines (LogBuffer),
+the view shown, follow, the filter; the app hands it the run's events and keys.
 
 The views list starts with the checks' findings (shown where the logs go until a run starts),
 then all ranks, each rank (with how long since its last line while a run goes), each node's
-own lines. `/` filters the log by regex; in the hosts pane or the views list it finds instead.
+own lines. `/` filters the log by regex; in the views list it finds views instead (the app's
+find box). New lines are drawn in one batch every FLUSH_EVERY, the visible view's only.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from rich.text import Text
-from textual.widgets import Input, OptionList
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input
 
+from remote.events import (
+    ChecksDone,
+    Event,
+    HostChecked,
+    LogBatch,
+    NodeRanks,
+    NodeStarted,
+    RunFinished,
+    RunStarted,
+)
+
+from ..text import tilde
 from .colours import rank_colour
 from .findings import FindingsView
-from .hosts import HostsTable
 from .logbuffer import ALL, LogBuffer, View
 from .logview import RankLog
+from .plain import plain
 from .views import CHECKS, LABEL, Entry, ViewList
-from .widgets import FilterInput, FindInput
+from .widgets import FilterInput
 
-if TYPE_CHECKING:
-    from textual.app import App
-
-    from remote.events import Failure, RunFinished
-
-    _Base = App[int]
-else:
-    _Base = object
-
-FIND_HINTS = {"hosts": "find hosts: name or address", "views": "find views: r12, node3, …"}
+FLUSH_EVERY = 0.2  # seconds between drawing batches of new lines (5 frames a second)
 
 
-class LogPane(_Base):
-    logs: LogBuffer
-    log_view: RankLog
-    views: ViewList
-    findings: FindingsView
-    hosts: HostsTable
-    filter_box: FilterInput
-    find_box: FindInput
-    follow: bool
-    _paused_by_scroll: bool
-    showing_checks: bool
-    failure: Failure | None
-    failures: list[Failure]
-    finished: RunFinished | None
-    clock: Callable[[], float]
-    _started_at: float | None
-    _view_count: int
+class LogPane(Vertical):
+    def __init__(self, clock: Callable[[], float], *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.clock = clock
+        self.logs = LogBuffer(clock=clock)
+        self.follow = True
+        self._paused_by_scroll = False
+        self.showing_checks = True  # the checks' findings where the logs go, until a run
+        self.failed: set[int | None] = set()  # ranks marked in the views list
+        self.started_at: float | None = None  # while a run goes: each rank's silence
+        self._view_count = -1  # log views in the views list
+        self.filter_error = ""
+        self.views = ViewList(self._label, self._silence, id="views")
+        self.log_view = RankLog(id="log")
+        self.findings = FindingsView(id="findings")
+        self.filter_box = FilterInput(
+            placeholder="regex; enter keeps it, escape clears it", id="filter"
+        )
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="body", classes="-checks"):
+            yield self.views
+            yield self.log_view
+            yield self.findings
+        yield self.filter_box
+
+    def on_mount(self) -> None:
+        self.views.border_title = "views"
+        self.sync_views()
+        self._title()
+        self.set_interval(FLUSH_EVERY, self.flush)
+
+    # -- the run's events -------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """A new run: empty logs, following, no marks."""
+        self.logs = LogBuffer(clock=self.clock)
+        self.log_view.clear()
+        self.failed, self.started_at = set(), None
+        self.follow, self._paused_by_scroll = True, False
+        self.sync_views()
+        self._title()
+
+    def add(self, batch: LogBatch) -> None:
+        """The hot path: every batch of every rank, into the buffers; drawn at the next flush."""
+        self.logs.add(batch)
+
+    def apply(self, event: Event) -> None:
+        """What the pane shows of a run's (or the checks') events."""
+        if isinstance(event, NodeStarted | NodeRanks):
+            self.logs.add_ranks(event.node_rank, event.host, event.ranks)
+        elif isinstance(event, RunStarted):
+            self.started_at = self.clock()
+            self.log_view.border_subtitle = plain(f"logs in {tilde(event.run_dir)}")
+        elif isinstance(event, RunFinished):
+            self.started_at = None
+        elif isinstance(event, HostChecked):
+            self.findings.host_checked(event)
+            self.sync_views()  # the checks' mark
+        elif isinstance(event, ChecksDone):
+            self.findings.checks_done(event)
+
+    def mark_failed(self, ranks: Iterable[int | None]) -> None:
+        self.failed.update(ranks)
+        self.views.refresh()
+
+    @property
+    def received(self) -> int:
+        return self.logs.received
 
     # -- drawing ----------------------------------------------------------------------------
 
@@ -71,6 +129,11 @@ class LogPane(_Base):
             log.show(self.logs.take(), widths=self._widths())
             if not log.is_vertical_scroll_end:  # the pane changed size (banner, terminal)
                 log.pin_to_end()
+
+    def tick(self) -> None:
+        """Every second, while a run goes: each rank's silence, in the rows on screen."""
+        if self.started_at is not None:
+            self.views.refresh()
 
     def _set_follow(self, on: bool, by_scroll: bool = False) -> None:
         self.follow = on
@@ -95,55 +158,39 @@ class LogPane(_Base):
         if logs.errors_only:
             parts.append("errors only")
         parts.append("following" if self.follow else "paused (f follows)")
-        self.log_view.border_title = " · ".join(parts)
+        self.log_view.border_title = plain(" · ".join(parts))
 
     # -- views ------------------------------------------------------------------------------
 
     def sync_views(self) -> None:
-        """The views list as it should be now: new views, failure marks."""
+        """The views list as it should be now: new views."""
         self._view_count = len(self.logs.by_view)
-        failed = {f.rank for f in self.failures + ([self.failure] if self.failure else [])}
-        entries: list[tuple[Entry, Text]] = [(CHECKS, self._checks_prompt())]
-        for v in self.logs.views():
-            text = self._view_label(v, v.kind == "rank" and v.key in failed)[:LABEL]
-            entries.append((v, self._view_prompt(v, text)))
-        self.views.show(entries, self.current_entry)
+        self.views.show([CHECKS, *self.logs.views()], self.current_entry)
 
-    def silences(self) -> dict[View, float]:
-        """How long since each rank's last line (since the run started, if none yet), while
-        a run goes."""
-        if self._started_at is None or self.finished is not None:
-            return {}
-        now, start, seen = self.clock(), self._started_at, self.logs.last_seen
-        return {v: now - seen.get(v, start) for v in self.logs.by_view if v.kind == "rank"}
+    def _silence(self, view: View) -> float | None:
+        """How long since the rank's last line (since the run started, if none yet), while a
+        run goes."""
+        if self.started_at is None or view.kind != "rank":
+            return None
+        return self.clock() - self.logs.last_seen.get(view, self.started_at)
 
     @property
     def current_entry(self) -> Entry:
         return CHECKS if self.showing_checks else self.logs.view
 
-    def _checks_prompt(self) -> Text:
-        findings = [f for h in self.findings.checked.values() for f in h.findings]
-        mark = " "
-        if any(f.level == "failure" for f in findings):
-            mark = "✗"
-        elif any(f.level == "warning" for f in findings):
-            mark = "!"
-        return Text(f"{mark}checks", style="bold")
-
-    def _view_label(self, view: View, failed: bool) -> str:
-        if view.kind == "all":
-            return " all ranks"
-        host = self.logs.hosts.get(self.logs.rank_hosts.get(view.key, -1), "")
-        if view.kind == "node":
-            host = self.logs.hosts.get(view.key, f"node {view.key}")
-            return f" {host} (own)"
-        return f"{'✗' if failed else ' '}r{view.key} {host}"
-
-    def _view_prompt(self, view: View, text: str) -> Text:
-        if view.kind != "rank":
-            return Text(text, style="italic" if view.kind == "node" else "bold")
-        colour = rank_colour(view.key, self.current_theme.dark)
-        return Text.assemble(text[:1], (text[1:], colour))
+    def _label(self, entry: Entry) -> Text:
+        """A row of the views list: `✗r12 node3` in the rank's colour, a mark if it failed."""
+        if entry is CHECKS:
+            return Text(f"{self.findings.mark()}checks", style="bold")
+        if entry.kind == "all":
+            return Text(" all ranks", style="bold")
+        hosts = self.logs.hosts
+        if entry.kind == "node":
+            return Text(f" {hosts.get(entry.key, f'node {entry.key}')} (own)"[:LABEL], "italic")
+        host = hosts.get(self.logs.rank_hosts.get(entry.key, -1), "")
+        mark = "✗" if entry.key in self.failed else " "
+        colour = rank_colour(entry.key, self.app.current_theme.dark)
+        return Text.assemble(mark, (f"r{entry.key} {host}"[: LABEL - 1], colour))
 
     def show_view(self, view: View) -> None:
         if view == self.logs.view and not self.showing_checks:
@@ -164,27 +211,15 @@ class LogPane(_Base):
             self._redraw()
         self.views.highlight(self.current_entry)
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        if event.option_list is not self.views:
-            return
-        valid, entry = self.views.entry_at(event.option_index)
-        if not valid:
-            return
-        if entry is CHECKS:
+    def on_view_list_chosen(self, event: ViewList.Chosen) -> None:
+        event.stop()
+        if event.entry is CHECKS:
             self.show_checks(True)
         else:
-            self.show_view(entry)
+            self.show_view(event.entry)
 
-    def action_view_all(self) -> None:
-        self.show_view(ALL)
-
-    def action_view_next(self) -> None:
-        self._step_view(1)
-
-    def action_view_prev(self) -> None:
-        self._step_view(-1)
-
-    def _step_view(self, step: int) -> None:
+    def step_view(self, step: int) -> None:
+        """The next (or previous) view: the checks, all ranks, each rank, each node's own."""
         entries: list[Entry] = [CHECKS, *self.logs.views()]
         current = self.current_entry
         at = entries.index(current) if current in entries else 0
@@ -194,59 +229,46 @@ class LogPane(_Base):
         else:
             self.show_view(entry)
 
-    def action_errors(self) -> None:
+    def show_all(self) -> None:
+        self.show_view(ALL)
+
+    def toggle_errors(self) -> None:
         self.logs.errors_only = not self.logs.errors_only
         self._redraw()
         self._title()
 
-    def action_follow(self) -> None:
+    def toggle_follow(self) -> None:
         self._set_follow(not self.follow)
 
-    # -- filter (the log) and find (the hosts pane, the views list) -----------------------
+    def find_views(self, needle: str) -> None:
+        self.views.find(needle, self.current_entry)
 
-    def action_filter(self) -> None:
+    # -- the filter -------------------------------------------------------------------------
+
+    def open_filter(self) -> None:
         box = self.filter_box
         box.value = self.logs.pattern.pattern if self.logs.pattern else ""
         box.add_class("-shown")
         box.focus()
 
-    def action_find(self, target: str) -> None:
-        box = self.find_box
-        box.target = target
-        box.placeholder = FIND_HINTS[target]
-        box.value = self.hosts.needle if target == "hosts" else self.views.needle
-        box.add_class("-shown")
-        box.focus()
-
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input is self.filter_box:
+            event.stop()
             valid, pattern = self._compile(event.value)
             if valid:
                 self._apply_filter(pattern)
-        elif event.input is self.find_box:
-            self._find(event.value)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input is self.find_box:
-            self._find(event.value)
-            self.find_box.remove_class("-shown")
-            (self.hosts if self.find_box.target == "hosts" else self.views).focus()
-            return
         if event.input is not self.filter_box:
             return
+        event.stop()
         valid, pattern = self._compile(event.value)
         if not valid:
-            self.notify(str(self.filter_box.border_title), severity="error", timeout=4)
+            self.notify(self.filter_error, severity="error", timeout=4)
             return
         self._apply_filter(pattern)
         self.filter_box.remove_class("-shown")
         self.log_view.focus()
-
-    def _find(self, text: str) -> None:
-        if self.find_box.target == "hosts":
-            self.hosts.find(text)
-        else:
-            self.views.find(text, self.current_entry)
 
     def _compile(self, text: str) -> tuple[bool, re.Pattern[str] | None]:
         """(valid, regex); no text is a valid empty filter. An invalid one is noted in the box."""
@@ -257,8 +279,9 @@ class LogPane(_Base):
             if text:
                 pattern = re.compile(text, 0 if text != text.lower() else re.IGNORECASE)
         except re.error as exc:
+            self.filter_error = f"invalid regex: {exc}"
             box.add_class("-invalid")
-            box.border_title = f"invalid regex: {exc}"
+            box.border_title = plain(self.filter_error)
             return False, None
         box.remove_class("-invalid")
         box.border_title = "filter"

@@ -2,21 +2,24 @@
 node's own lines). While a run goes a rank's row says how long since its last line; `/` in the
 list narrows it to the rows containing a text (2,048 ranks don't fit a screen).
 
-Rows are rebuilt only when the set of views changes; otherwise only the prompts that changed
-are replaced (a failure mark). The silence is drawn over each row as it is rendered, so a tick
-re-renders the visible rows only: replacing 2,048 prompts a second took ~0.5 s a tick.
+Virtualised, as k9s and lazygit do it: the rows are a plain list of views, and only the rows
+on screen are drawn, each from its label at the moment it is drawn (`label` and `silence`, the
+log pane's). A list widget with an object per row (OptionList) measured every one of 4,098
+rows again whenever a rank joined, and held them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.segment import Segment
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import OptionList
-from textual.widgets.option_list import Option
 
 from .logbuffer import View
 
@@ -27,77 +30,151 @@ AGE = 4  # columns of a rank's silence at the end of its row
 QUIET_S = 5.0  # a rank silent for less than this shows no age
 
 
-class ViewList(OptionList):
+class ViewList(ScrollView, can_focus=True):
+    """The views, one row each; Enter or a click shows one (`Chosen`)."""
+
+    DEFAULT_CSS = """
+    ViewList {
+        background: $surface;
+        color: $foreground;
+        padding: 0 1;
+        overflow-x: hidden;
+        & > .view-list--highlighted {
+            color: $foreground;
+            background: $block-cursor-blurred-background;
+        }
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .view-list--highlighted {
+                color: $block-cursor-foreground;
+                background: $block-cursor-background;
+                text-style: $block-cursor-text-style;
+            }
+        }
+    }
+    """
+    COMPONENT_CLASSES = {"view-list--row", "view-list--highlighted"}
     BINDINGS = [
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("home", "move(-1000000)", "First", show=False),
+        Binding("end", "move(1000000)", "Last", show=False),
+        Binding("enter", "choose", "Show", show=False),
         Binding(
             "slash", "app.find('views')", "Find view", id="find-view", key_display="/",
             tooltip="Show only the views (ranks, hosts) whose row contains the text",
         ),
     ]  # fmt: skip
 
-    def __init__(self, *, id: str | None = None) -> None:
+    class Chosen(Message):
+        """A row was chosen: show its view (or the checks)."""
+
+        def __init__(self, entry: Entry) -> None:
+            super().__init__()
+            self.entry = entry
+
+    def __init__(
+        self,
+        label: Callable[[Entry], Text],
+        silence: Callable[[View], float | None],
+        *,
+        id: str | None = None,
+    ) -> None:
         super().__init__(id=id)
-        self.entries: list[Entry] = []  # what each row shows, in order
-        self._all: list[tuple[Entry, Text]] = []
-        self._prompts: list[Text] = []
+        self.label, self.silence = label, silence
+        self.all: list[Entry] = []  # every view, in order
+        self.entries: list[Entry] = []  # the rows: those matching the search
+        self.highlighted = 0
         self.needle = ""
-        self.silent: dict[View, float] = {}  # seconds since each rank's last line, while a run goes
 
-    def show_silences(self, silent: dict[View, float]) -> None:
-        if silent or self.silent:
-            self.silent = silent
-            self.refresh()
+    # -- rows -------------------------------------------------------------------------------
 
-    def render_line(self, y: int) -> Strip:
-        """The row, with its rank's silence over its right end."""
-        strip = super().render_line(y)
-        index = self.scroll_offset.y + y
-        entry = self.entries[index] if 0 <= index < len(self.entries) else CHECKS
-        age = age_text(self.silent[entry]) if entry in self.silent else ""
-        width = strip.cell_length
-        if not age or width < LABEL:
-            return strip
-        end = strip.crop(width - AGE - 1, width)
-        style = next((seg.style for seg in end if seg.style), None)
-        return Strip.join(
-            [strip.crop(0, width - AGE - 1), Strip([Segment(f"{age:>{AGE}} ", style)])]
-        )
-
-    def show(self, entries: Sequence[tuple[Entry, Text]], current: Entry) -> None:
+    def show(self, entries: Sequence[Entry], current: Entry) -> None:
         """The rows for `entries` (those matching the search), `current` highlighted."""
-        self._all = list(entries)
-        shown = [(e, p) for e, p in entries if e is CHECKS or self._matches(p)]
-        views, prompts = [e for e, _ in shown], [p for _, p in shown]
-        if views != self.entries:
-            self.entries, self._prompts = views, prompts
-            self.clear_options()
-            self.add_options(Option(p) for p in prompts)
-        else:
-            for i, (old, new) in enumerate(zip(self._prompts, prompts, strict=True)):
-                if old != new:
-                    self.replace_option_prompt_at_index(i, new)
-            self._prompts = prompts
+        self.all = list(entries)
+        self.entries = [e for e in self.all if e is CHECKS or self._matches(e)]
+        self.virtual_size = Size(LABEL, len(self.entries))
         if current in self.entries:
             self.highlight(current)
         elif self.needle and len(self.entries) > 1:  # the first match, for Enter to open
-            self.highlighted = 1
-
-    def highlight(self, entry: Entry) -> None:
-        if entry in self.entries:
-            self.highlighted = self.entries.index(entry)
+            self._move_to(1)
+        else:
+            self._move_to(min(self.highlighted, len(self.entries) - 1))
+        self.refresh()
 
     def find(self, needle: str, current: Entry) -> None:
         self.needle = needle.lower()
-        self.show(self._all, current)
+        self.show(self.all, current)
 
-    def _matches(self, prompt: Text) -> bool:
-        return not self.needle or self.needle in prompt.plain.lower()
+    def _matches(self, entry: Entry) -> bool:
+        return not self.needle or self.needle in self.label(entry).plain.lower()
+
+    def highlight(self, entry: Entry) -> None:
+        if entry in self.entries:
+            self._move_to(self.entries.index(entry))
 
     def entry_at(self, index: int) -> tuple[bool, Entry]:
         """(valid, entry) of a row."""
         if 0 <= index < len(self.entries):
             return True, self.entries[index]
         return False, CHECKS
+
+    # -- drawing ----------------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        index = self.scroll_offset.y + y
+        if not 0 <= index < len(self.entries):
+            return Strip.blank(width, self.get_visual_style("view-list--row").rich_style)
+        entry = self.entries[index]
+        classes = ["view-list--row"]
+        if index == self.highlighted:
+            classes.append("view-list--highlighted")
+        style = self.get_visual_style(*classes).rich_style
+        text = self.label(entry).copy()
+        text.truncate(width, pad=True)
+        text.stylize_before(style)
+        strip = Strip(text.render(self.app.console), width)
+        silent = self.silence(entry) if entry is not CHECKS else None
+        age = age_text(silent) if silent is not None else ""
+        if not age or width < LABEL:
+            return strip
+        end = strip.crop(width - AGE - 1, width)
+        age_style = next((seg.style for seg in end if seg.style), None)
+        return Strip.join(
+            [strip.crop(0, width - AGE - 1), Strip([Segment(f"{age:>{AGE}} ", age_style)])]
+        )
+
+    # -- keys and mouse ---------------------------------------------------------------------
+
+    def _move_to(self, index: int) -> None:
+        self.highlighted = max(0, min(index, len(self.entries) - 1))
+        height = self.scrollable_content_region.height
+        if height:
+            self.scroll_to_region(Region(0, self.highlighted, 1, 1), animate=False, immediate=True)
+        self.refresh()
+
+    def action_move(self, step: int) -> None:
+        self._move_to(self.highlighted + step)
+
+    def action_page(self, step: int) -> None:
+        self._move_to(self.highlighted + step * max(1, self.scrollable_content_region.height - 1))
+
+    def action_choose(self) -> None:
+        valid, entry = self.entry_at(self.highlighted)
+        if valid:
+            self.post_message(self.Chosen(entry))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None:
+            return
+        index = self.scroll_offset.y + offset.y
+        if 0 <= index < len(self.entries):
+            self._move_to(index)
+            self.action_choose()
 
 
 def age_text(seconds: float) -> str:
