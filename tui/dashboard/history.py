@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -54,7 +55,7 @@ class HistoryScreen(ModalScreen[str | None]):
         cursor = table.cursor_row
         table.clear()
         for r in rows:
-            table.add_row(*run_cells(r), key=r["id"])
+            table.add_row(*map(Text, run_cells(r)), key=r["id"])
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
 
