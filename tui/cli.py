@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
 USAGE = """\
-ddptui [--headless] [-i INVENTORY] [--runs-root DIR] [COMMAND]
+ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
        ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--[no-]sync] [--detach]
                                   [-- SCRIPT ARGS...]
        ddptui [--headless] check [--json]
@@ -111,6 +111,13 @@ def _common(p: argparse.ArgumentParser, suppress: bool = False) -> None:
         help="no dashboard: print to the terminal, exit with a status",
     )
     p.add_argument(
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="--headless: every host's own lines (default: the same words from many hosts "
+        "as one line, a line per phase)",
+    )
+    p.add_argument(
         "-i",
         "--inventory",
         type=Path,
@@ -191,7 +198,7 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
             "--run-dir is one run's directory: use it with --headless launch "
             "(the dashboard puts each run under --runs-root)"
         )
-    for option in ("skip_checks", "detach"):
+    for option in ("skip_checks", "detach", "verbose"):
         if getattr(args, option, False):
             raise UsageError(f"--{option.replace('_', '-')} needs --headless")
     if getattr(args, "sync", None) is not None:
@@ -241,7 +248,7 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
     else:
         run_dir = runs_root(args) / run_id
     launching = headless.launch(
-        inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id
+        inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id, verbose=args.verbose
     )
     return asyncio.run(launching)
 
@@ -257,21 +264,21 @@ def check(args: argparse.Namespace, extra: list[str]) -> int:
 
     from .headless.check import check as headless_check
 
-    return asyncio.run(headless_check(inv, as_json=args.json))
+    return asyncio.run(headless_check(inv, as_json=args.json, verbose=args.verbose))
 
 
 def attach(args: argparse.Namespace, extra: list[str]) -> int:
     """`attach RUN`: its lines from the first, then live; its exit status (130: detached)."""
     from .headless import lifecycle
 
-    return _on_run(args, extra, lambda: lifecycle.attach(args.run, args.tail))
+    return _on_run(args, extra, lambda: lifecycle.attach(args.run, args.tail, verbose=args.verbose))
 
 
 def stop(args: argparse.Namespace, extra: list[str]) -> int:
     """`stop RUN`: 0 once nothing of it is left on its hosts, 1 naming what is."""
     from .headless import lifecycle
 
-    return _on_run(args, extra, lambda: lifecycle.stop(args.run))
+    return _on_run(args, extra, lambda: lifecycle.stop(args.run, verbose=args.verbose))
 
 
 def runs(args: argparse.Namespace, extra: list[str]) -> int:
@@ -285,8 +292,8 @@ def stacks(args: argparse.Namespace, extra: list[str]) -> int:
     """`stacks RUN`: every rank's stack, grouped and saved in the run dir; 1 if any is missing."""
     from .headless import stacks as headless_stacks
 
-    return _on_run(args, extra, lambda: headless_stacks.stacks(args.run, as_json=args.json,
-                                                          native=args.native))  # fmt: skip
+    return _on_run(args, extra, lambda: headless_stacks.stacks(
+        args.run, as_json=args.json, native=args.native, verbose=args.verbose))  # fmt: skip
 
 
 def _on_run(
@@ -297,6 +304,8 @@ def _on_run(
     if extra:
         raise UsageError(f"{args.command} takes no script arguments (after --)")
     if not (args.headless or getattr(args, "json", False) or getattr(args, "tail", None)):
+        if args.verbose:
+            raise UsageError("--verbose needs --headless")
         return _dashboard_on_run(args)
     import asyncio
 

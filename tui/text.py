@@ -1,15 +1,16 @@
 """Words both front-ends use (the dashboard and the headless commands): how a failure, a path,
-a group of findings and a row of the run history read."""
+the same line from many hosts and a row of the run history read."""
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
-from remote import runs
-from remote.events import Failure, Finding
+from remote import fold, runs
+from remote.events import Failure
 from remote.failures import describe_exit
 
 
@@ -26,16 +27,59 @@ def tilde(path: str) -> str:
     return "~" + path[len(home) :] if path.startswith(home + "/") else path
 
 
-def grouped(findings: Iterable[Finding], level: str) -> dict[tuple[str, str], list[str]]:
-    """(check, message) → the hosts it was found on, in order; [] for findings across hosts:
-    the same finding on many hosts is one line."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for f in findings:
-        if f.level == level:
-            hosts = out.setdefault((f.check, f.message), [])
-            if f.host is not None:
-                hosts.append(f.host)
-    return out
+class Fold:
+    """Lines that differ only by the host they name, as one line naming the hosts folded.
+
+    `add(host, text)` takes a host's line; the host's name and address in the text are
+    placeholders, so `timed out connecting to root@10.0.0.11:22` on 128 hosts is one line:
+    `10.0.0.[11-138]: timed out connecting to root@10.0.0.[11-138]:22`. A trailing `, 0.21 s`
+    folds into a range of times. `take()` gives each group once, in the order first seen.
+    """
+
+    def __init__(self, addresses: Mapping[str, str] | None = None) -> None:
+        self.addresses = dict(addresses or {})
+        self.groups: dict[tuple[Hashable, str], tuple[list[str], list[float]]] = {}
+
+    def add(self, host: str | None, text: str, key: Hashable = None) -> None:
+        seconds = None
+        if m := _TIMING.search(text):
+            text, seconds = text[: m.start()], float(m[1])
+        if host is not None:
+            text = _placeholders(text, host, self.addresses.get(host))
+        hosts, times = self.groups.setdefault((key, text), ([], []))
+        if host is not None:
+            hosts.append(host)
+        if seconds is not None:
+            times.append(seconds)
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def take(self) -> list[tuple[Hashable, str, str]]:
+        """(key, the hosts folded, the text with them in it) of each group; then none held."""
+        out = []
+        for (key, text), (hosts, times) in self.groups.items():
+            names = fold.hosts(hosts)
+            addresses = fold.hosts(self.addresses.get(h, h) for h in hosts)
+            text = text.replace(_NAME, names).replace(_ADDRESS, addresses)
+            if times:
+                low, high = min(times), max(times)
+                text += f", {low:.2f} s" if low == high else f", {low:.2f}-{high:.2f} s"
+            out.append((key, names, text))
+        self.groups = {}
+        return out
+
+
+_NAME, _ADDRESS = "\x00name\x00", "\x00address\x00"
+_TIMING = re.compile(r", (\d+(?:\.\d+)?) s$")
+
+
+def _placeholders(text: str, name: str, address: str | None) -> str:
+    """The host's own name and address in `text` as placeholders (whole words only)."""
+    for word, mark in ((name, _NAME), (address, _ADDRESS)):
+        if word and len(word) > 1:
+            text = re.sub(rf"(?<![\w.-]){re.escape(word)}(?![\w-]|\.\w)", mark, text)
+    return text
 
 
 # -- the run history (`ddptui runs`, the dashboard's `h`) ----------------------------------------

@@ -227,7 +227,7 @@ class Dashboard(App[int]):
         self.status.hosts = len(inv.hosts)
         self.sub_title = str(inv.path)
         if not self._cluster_later and self.glance.open(inv):
-            self.pane.findings.start(len(inv.hosts))
+            self.pane.findings.start(addresses(inv))
         self.show_status()
         self.refresh_bindings()
 
@@ -266,7 +266,7 @@ class Dashboard(App[int]):
             return
         run_id = self.run_ids()
         self._start(run_id, self.run_factory(inv, partial(self._emit, run_id), run_id))
-        self.pane.findings.start(len(inv.hosts))  # the run checks the hosts too
+        self.pane.findings.start(addresses(inv))  # the run checks the hosts too
 
     def open_run(self, spec: str, stop: bool = False) -> None:
         """A run started earlier: every host's lines from the first, then live (attached),
@@ -368,7 +368,7 @@ class Dashboard(App[int]):
         if self._cluster_later and self.inventory is not None:
             self._cluster_later = False
             if self.glance.open(self.inventory):
-                self.pane.findings.start(len(self.inventory.hosts))
+                self.pane.findings.start(addresses(self.inventory))
         self.status.alert, self.status.lines_per_s = "", None
         self.refresh_bindings()
         self.show_status()
@@ -545,7 +545,7 @@ class Dashboard(App[int]):
         if inv is None:
             return
         self.pane.show_checks(True)
-        self.pane.findings.start(len(inv.hosts))
+        self.pane.findings.start(addresses(inv))
         self.glance.check(inv)
 
     def action_stacks(self) -> None:
@@ -624,6 +624,11 @@ class Dashboard(App[int]):
                     binding.tooltip,
                     partial(self.run_action, binding.action),
                 )
+
+
+def addresses(inv: inventory.Inventory) -> dict[str, str]:
+    """Each host's name and address: a finding's words name them, folded across hosts."""
+    return {h.name: h.host for h in inv.hosts}
 
 
 def create_app(

@@ -13,7 +13,7 @@ from textual.widgets import Static
 from remote import fold
 from remote.events import ChecksDone, HostChecked
 
-from ..text import grouped
+from ..text import Fold
 from .colours import theme_colour
 
 REDRAW_AFTER = 0.1  # seconds
@@ -26,6 +26,7 @@ class FindingsView(VerticalScroll):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.hosts = 0
+        self.addresses: dict[str, str] = {}  # name → address: folded in a finding's words
         self.checked: dict[int, HostChecked] = {}
         self.done: ChecksDone | None = None
         self._due = False  # a redraw is scheduled
@@ -37,9 +38,10 @@ class FindingsView(VerticalScroll):
         self.border_title = "checks"
         self._draw()
 
-    def start(self, hosts: int) -> None:
-        """A new round of checks on `hosts` hosts."""
-        self.hosts, self.checked, self.done = hosts, {}, None
+    def start(self, addresses: dict[str, str]) -> None:
+        """A new round of checks on these hosts (name → address)."""
+        self.hosts, self.addresses = len(addresses), addresses
+        self.checked, self.done = {}, None
         self._draw()
 
     def host_checked(self, ev: HostChecked) -> None:
@@ -74,11 +76,15 @@ class FindingsView(VerticalScroll):
         if self.done is not None:  # add those across hosts
             findings += [f for f in self.done.findings if f.host is None]
         for level in ("failure", "warning"):
-            for (check, message), hosts in grouped(findings, level).items():
+            same = Fold(self.addresses)
+            for f in findings:
+                if f.level == level:
+                    same.add(f.host, f.message, f.check)
+            for check, hosts, message in same.take():
                 mark, colour = MARKS[level]
                 out.append(f"{mark} ", style=f"bold {theme_colour(self, colour)}")
                 out.append(f"{check}", style="bold")
-                out.append(f" {fold.hosts(hosts)}" if hosts else "", style="bold")
+                out.append(f" {hosts}" if hosts else "", style="bold")
                 out.append(f": {message}\n")
         bad = {f.host for f in findings if f.level != "ok"}
         clean = [h.host for h in self.checked.values() if h.host not in bad]

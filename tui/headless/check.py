@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TextIO
 
 from remote.checks import gpu_summary, is_busy
@@ -17,10 +17,11 @@ from remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from remote.inventory import Inventory
 from remote.run import check as run_checks
 
-from .console import silence
+from ..text import Fold
+from .console import isatty, silence, terminal_safe
 
 NOT_A_TERMINAL_WIDTH = 400  # logs and CI: a row stays on one line, greppable
-LEVEL_TAGS = {"failure": "FAIL", "warning": "warn", "ok": "ok"}
+LEVEL_TAGS = {"failure": "FAIL", "warning": "warn", "ok": "ok"}  # in the order said
 SAID_WHEN_OK = {"gpu-visible"}  # what `nproc_per_node: auto` will start, and why
 COLUMNS = (
     *("host", "login", "hostname", "os", "python", "torch"),
@@ -28,27 +29,59 @@ COLUMNS = (
 )
 
 
-def finding_line(f: Finding) -> str:
-    """`FAIL node3 gpu: nvidia-smi failed ...`: one finding on one line."""
-    where = f"{f.host} " if f.host else ""
-    return f"{LEVEL_TAGS[f.level]} {where}{f.check}: {f.message}"
+def finding_line(level: str, hosts: str, check: str, message: str) -> str:
+    """`FAIL node3 gpu: nvidia-smi failed ...`: one finding on one line (hosts folded)."""
+    where = f"{hosts} " if hosts else ""
+    return f"{LEVEL_TAGS[level]} {where}{check}: {message}"
 
 
-def print_table(hosts: Sequence[HostChecked], done: ChecksDone, out: TextIO) -> None:
+def finding_lines(
+    findings: Iterable[Finding], addresses: Mapping[str, str] | None = None
+) -> list[str]:
+    """Each finding once for all the hosts it was found on (`warn node[0-127] py-spy: ...`),
+    failures first."""
+    findings = list(findings)
+    out = []
+    for level in LEVEL_TAGS:
+        same = Fold(addresses)
+        for f in findings:
+            if f.level == level:
+                same.add(f.host, f.message, f.check)
+        out += [finding_line(level, hosts, str(check), text) for check, hosts, text in same.take()]
+    return out
+
+
+def print_table(
+    hosts: Sequence[HostChecked],
+    done: ChecksDone,
+    out: TextIO,
+    *,
+    addresses: Mapping[str, str] | None = None,
+    verbose: bool = False,
+) -> None:
+    """The table, each finding once for all its hosts (`verbose`: once per host), the verdict.
+    What hosts said is text, never markup; on a terminal, made safe (console.py)."""
     from rich import box  # here: a launch, which prints no table, need not pay for rich
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
+    terminal = isatty(out)
+    safe = terminal_safe if terminal else str
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for name in COLUMNS:
         table.add_column(name, overflow="fold")
     for h in sorted(hosts, key=lambda h: h.node_rank):
-        table.add_row(*row(h))
-    width = None if out.isatty() else NOT_A_TERMINAL_WIDTH
+        table.add_row(*(Text(safe(cell)) for cell in row(h)))
+    width = None if terminal else NOT_A_TERMINAL_WIDTH
     Console(file=out, width=width, highlight=False).print(table)
     shown = [f for f in done.findings if f.level != "ok" or f.check in SAID_WHEN_OK]
-    for f in shown:
-        out.write(finding_line(f) + "\n")
+    if verbose:
+        lines = [finding_line(f.level, f.host or "", f.check, f.message) for f in shown]
+    else:
+        lines = finding_lines(shown, addresses)
+    for line in lines:
+        out.write(safe(line) + "\n")
     out.write(summary(hosts, done) + "\n")
     out.flush()
 
@@ -124,7 +157,9 @@ def print_json(hosts: Sequence[HostChecked], done: ChecksDone, out: TextIO) -> N
     out.flush()
 
 
-async def check(inv: Inventory, as_json: bool = False, out: TextIO | None = None) -> int:
+async def check(
+    inv: Inventory, as_json: bool = False, out: TextIO | None = None, *, verbose: bool = False
+) -> int:
     """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed,
     3 when a host could not be reached (as launch)."""
     hosts: list[HostChecked] = []
@@ -136,7 +171,11 @@ async def check(inv: Inventory, as_json: bool = False, out: TextIO | None = None
     done = await run_checks(inv, collect)
     out = out or sys.stdout
     try:
-        (print_json if as_json else print_table)(hosts, done, out)
+        if as_json:
+            print_json(hosts, done, out)
+        else:
+            addresses = {h.name: h.host for h in inv.hosts}
+            print_table(hosts, done, out, addresses=addresses, verbose=verbose)
     except OSError:  # `| head`: the verdict stands
         silence(out)
     if any(h.facts.get("reachable") is False for h in hosts):

@@ -27,6 +27,7 @@ async def launch(
     detach: bool = False,
     *,
     run_id: str | None = None,
+    verbose: bool = False,
 ) -> int:
     stopping = False
 
@@ -44,7 +45,7 @@ async def launch(
             os._exit(EXIT_INTERRUPTED)
         stop()
 
-    printer = Printer(on_closed=lambda: stop("output closed"))
+    printer = Printer(on_closed=lambda: stop("output closed"), verbose=verbose, hosts=inv.hosts)
     run = Run(
         inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks, detach=detach
     )

@@ -74,10 +74,19 @@ def _on_signals(action: Callable[[], None]) -> None:
         loop.add_signal_handler(sig, action)
 
 
-async def attach(spec: str, tail: int | None = None) -> int:
+def _printer(record: runs.RunRecord, verbose: bool) -> Printer:
+    """The run's printer, knowing its hosts (their words fold by name and address)."""
+    try:
+        hosts = record.inventory().hosts
+    except runs.RunError:
+        hosts = ()
+    return Printer(verbose=verbose, hosts=hosts)
+
+
+async def attach(spec: str, tail: int | None = None, *, verbose: bool = False) -> int:
     """`ddptui --headless attach RUN`: the run's exit status; 130 when Ctrl-C detached."""
     record = runs.resolve(spec)
-    printer = Printer()
+    printer = _printer(record, verbose)
     if record.summary is not None:  # it ended while we watched: the run dir has it all
         return show_finished(record, printer, tail)
     emit: Callable[[Event], None] = printer if tail is None else TailPrinter(printer, tail)
@@ -148,16 +157,18 @@ class Quiet:
             self.printer(event)
 
 
-async def stop(spec: str) -> int:
+async def stop(spec: str, *, verbose: bool = False) -> int:
     """`ddptui --headless stop RUN`: 0 once nothing of it is left, 1 naming what is."""
     record = runs.resolve(spec)
-    printer = Printer()
+    printer = _printer(record, verbose)
     run = Run.rejoin(record, Quiet(printer), stop=True)
     fin = await run.execute()
-    left = run.leftovers + [f"{f.host}: {f.message}" for f in fin.failures if f.rank is None]
     if fin.status == "unreachable" or run.leftovers:
-        for text in left:
-            printer.say(f"not stopped: {text}")
+        left = [text.partition(": ")[::2] for text in run.leftovers]  # "host: what is left"
+        left += [(f.host, f.message) for f in fin.failures if f.rank is None]
+        for host, text in left:
+            printer.hold(host, f"not stopped: {text}")
+        printer.flush()
         return EXIT_FAILED
     printer.say(f"run {record.run_id}: nothing of it is left on its hosts")
     return EXIT_OK
