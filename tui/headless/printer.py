@@ -121,6 +121,7 @@ class Printer:
         if self._pushed >= set(self.phases.hosts):
             self.flush()
 
+    def _checked(self, done: ChecksDone) -> None:
         """Before a launch: each failure or warning (once for all the hosts it was found
         on), then the verdict."""
         shown = [f for f in done.findings if f.level != "ok"]
@@ -170,7 +171,6 @@ class Printer:
 
     def _flush_later(self) -> None:
         self._flush_due = False
-        self._pushed: set[str] = set()  # hosts whose code sync was said
         if not self.phases.open:
             self.flush()
 
