@@ -68,6 +68,30 @@ async def test_opens_on_the_cluster_with_nothing_pressed(inv: Path) -> None:
         assert "!checks" in text and "hosts up 2/2" in text and "no run yet" in text
 
 
+async def test_a_starting_host_says_how_long_so_far(inv: Path) -> None:
+    """From its login until its agent says hello, a host is starting: its row counts."""
+    now = [100.0]
+
+    def script(run_id: str) -> list[Event]:
+        return [
+            RunStarted(run_id, f"/runs/{run_id}", ("node0", "node1"), 2, "torchrun"),
+            HostState("node0", 0, "starting"),
+            HostState("node1", 1, "starting"),
+            HostState("node1", 1, "running", "rank 1"),
+        ]
+
+    app, _ = fake_app(inv, script, clock=lambda: now[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await settle(pilot)
+        now[0] = 112.4
+        await settle(pilot)
+        assert "starting 12s" in row(app, "node0") and "running" in row(app, "node1")
+        now[0] = 225.0
+        await settle(pilot)
+        assert "starting 2m05s" in row(app, "node0")
+
+
 async def test_unreachable_host_says_why(inv: Path) -> None:
     why = "timed out connecting to root@10.0.0.9:22 after 10 s"
     clusters = FakeClusters([HostState("node1", 1, "connecting"),

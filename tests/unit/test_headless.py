@@ -162,6 +162,26 @@ def test_a_failed_host_and_a_slow_one_are_named() -> None:
     ]
 
 
+async def test_a_phase_the_engine_adds_is_folded_the_same_way() -> None:
+    """A restart (say) on every host: a phase like any other, its end one line."""
+    clock = Clock()
+
+    def events() -> Iterable[Event]:
+        yield RunStarted("r1", "/runs/r1", ("a1", "a2", "a3"), 3, "torchrun")
+        yield from (HostState(f"a{k}", k, "running") for k in (1, 2, 3))
+        yield from (HostState(f"a{k}", k, "restarting", "attempt 2") for k in (1, 2, 3))
+        for k in (1, 2, 3):
+            clock.now += 1.0
+            yield HostState(f"a{k}", k, "running")
+
+    said, _ = play(events(), clock=clock)
+    assert said[1:] == [
+        "ddptui: running: a[1-3]",
+        "ddptui: restarting done on 3 hosts in 3.0 s; slowest a3 3.0 s",
+        "ddptui: running: a[1-3]",
+    ]
+
+
 async def test_words_from_many_hosts_wait_a_moment_to_be_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

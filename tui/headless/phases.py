@@ -1,7 +1,8 @@
 """The hosts' states, folded for the console: a line per phase, not a line per host.
 
-Any HostState state listed in PHASES is a phase each host passes through (connecting: login;
-starting: from login until the host's agent says hello). While hosts are in one, a terminal
+Every HostState state but the steady ones (STEADY) and trouble is a phase each host passes
+through (connecting: login; starting: from login until the host's agent says hello; any state
+the engine adds, a restart say, the same way). While hosts are in one, a terminal
 shows `connecting 97/128 …`; once every host is through it, one line says so, with the
 slowest (`connected to 128 hosts in 2.1 s; slowest gpu088 1.9 s`). The exceptions are named,
 each: a host that failed or was lost (TROUBLE: held, and folded with the others that failed
@@ -19,11 +20,12 @@ from dataclasses import dataclass, field
 from remote import fold
 from remote.events import HostState
 
-# A phase's state → how its end reads; a state not listed here gets "<state> on N hosts".
+# A phase's state → how its end reads; any other phase's: "<state> done on N hosts".
 PHASES = {"connecting": "connected to", "starting": "started on"}
 TROUBLE = {"unreachable", "failed", "lost"}  # each named (a notice says "disconnected")
 RUNNING = "running"
 PAST = {RUNNING, "done", "stopped"}  # a host here is through any phase it did not enter
+STEADY = {*PAST, "connected", "disconnected", "idle"}  # states, not phases
 SLOW = 3.0  # times the median: a host that took longer in a phase is named
 SLOW_BY = 1.0  # seconds over the median at least: with a median of 0.01 s, 0.04 s is not slow
 NAMED = 8  # slow hosts named one by one; more are folded
@@ -83,7 +85,7 @@ class Phases:
             phase.last = now
         if state in TROUBLE:
             self.hold(host, f"{state} ({ev.detail})" if ev.detail else state)
-        if state in PHASES:
+        if state not in STEADY and state not in TROUBLE:
             self.open.setdefault(state, Phase(state, now)).entered[host] = now
             self.running_said = False  # a new round (a restart): say when all run again
         ended = self._ended()
@@ -125,7 +127,7 @@ class Phases:
         if not took:
             return  # every host failed it: the exceptions say it all
         n = len(took)
-        words = PHASES.get(phase.state) or f"{phase.state} on"
+        words = PHASES.get(phase.state) or f"{phase.state} done on"
         line = f"{words} {n} host{'s' * (n != 1)} in {phase.last - phase.first:.1f} s"
         if n > 1:
             slowest = max(took, key=took.__getitem__)
