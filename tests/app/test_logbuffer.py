@@ -129,6 +129,9 @@ def test_clean_keeps_what_a_terminal_would_show() -> None:
     assert clean("done\r") == "done"
     assert clean("a\x0cb\u2028c") == "a b c"
     assert clean("plain") == "plain"
+    assert clean("a\tb") == "a       b"
+    # nothing that would drive the terminal: a bell, a C1 CSI, a raw byte 0x9b
+    assert clean("bell\x07 csi\x9b2J raw\udc9b") == "bell\ufffd csi\ufffd2J raw\ufffd"
 
 
 def test_tag_pads_rank_and_host() -> None:

@@ -32,6 +32,8 @@ _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 # str.splitlines() breaks on these too; the log widget would show one line as several.
 _BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# Any other control character would reach the terminal as it is (a bell, a C1 CSI): shown as �.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\udc80-\udc9f]")
 
 _TB_STARTS = ("Traceback", "[rank")  # lines worth a closer look for a traceback
 Kind = Literal["out", "err", "tb"]  # stdout, stderr, a traceback line (on either stream)
@@ -74,13 +76,14 @@ ALL = View("all")
 
 
 def clean(text: str) -> str:
-    """One display line: colour codes dropped, a carriage return keeps what a terminal would."""
+    """One display line: colour codes dropped, a carriage return keeps what a terminal would,
+    tabs expanded, any other control character shown as �."""
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     if "\r" in text:  # progress bars redraw with \r: the terminal shows the last drawing
         parts = [p for p in text.split("\r") if p]
         text = parts[-1] if parts else ""
-    return _BREAKS.sub(" ", text)
+    return _CONTROLS.sub("\ufffd", _BREAKS.sub(" ", text).expandtabs())
 
 
 class Cap:
