@@ -44,7 +44,7 @@ from remote.events import (
 from remote.failures import first
 from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
-from .glance import ClusterFactory, ClusterLike, Glance, engine_cluster
+from .glance import ClusterFactory, Glance, engine_cluster
 from .history import HistoryScreen
 from .hosts import HostsTable
 from .logbuffer import View
@@ -53,8 +53,6 @@ from .messages import ClusterEvent, EngineEvent, JumpToFailure
 from .screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
 from .stacks_screen import StacksScreen
 from .widgets import FailureBanner, FindInput, Status, StatusBar
-
-__all__ = ["ClusterLike", "Dashboard", "RunLike", "create_app", "engine_runs"]
 
 SEVERITY: dict[str, SeverityLevel] = {"info": "information", "warning": "warning", "error": "error"}
 # Actions of the main screen: hidden while another screen (a dialog, the inventory error) is up.

@@ -41,6 +41,7 @@ async def launch(
 
     def interrupt() -> None:
         if stopping:  # a second Ctrl-C: leave now; each host's supervisor cleans up alone
+            printer.console.show("")  # no live line left behind
             printer.say("interrupted again: leaving; each host stops its part by itself")
             os._exit(EXIT_INTERRUPTED)
         stop()

@@ -57,7 +57,7 @@ class Phases:
         clock: Callable[[], float],
     ) -> None:
         self.say, self.show, self.hold, self.clock = say, show, hold, clock
-        self.hosts: list[str] = []  # every host of the run, once known
+        self.hosts: dict[str, None] = {}  # every host of the run, once known, in order
         self.state: dict[str, str] = {}
         self.open: dict[str, Phase] = {}
         self.ranks: dict[str, tuple[int, ...]] = {}
@@ -65,13 +65,12 @@ class Phases:
 
     def expect(self, hosts: Sequence[str]) -> None:
         """The run's hosts: a phase ends when every one of them is through it."""
-        self.hosts = list(dict.fromkeys([*self.hosts, *hosts]))
+        self.hosts.update(dict.fromkeys(hosts))
 
     def __call__(self, ev: HostState) -> bool:
         """Take a host's new state; True when that ended a phase."""
         now, host, state = self.clock(), ev.host, ev.state
-        if host not in self.hosts:
-            self.hosts.append(host)
+        self.hosts.setdefault(host)
         before = self.state.get(host)
         self.state[host] = state
         if before == state:

@@ -62,10 +62,6 @@ class Printer:
         self.phases = Phases(self._say_now, self.console.show, self.hold, clock)
         self.phases.expect([h.name for h in hosts])
 
-    @property
-    def closed(self) -> bool:
-        return self.console.closed
-
     def __call__(self, event: Event) -> None:
         if isinstance(event, LogBatch):
             self._lines(event)
