@@ -393,9 +393,9 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             assert app.worker is not None
             worker = app.worker
             deadline = time.monotonic() + 120
-            while len(app.pane.logs.by_view) < nodes * per_node and time.monotonic() < deadline:
+            while len(app.pane.logs.rank_hosts) < nodes * per_node and time.monotonic() < deadline:
                 await pilot.pause(0.1)  # every node started, every rank's view made
-            ready = len(app.pane.logs.by_view)
+            ready = len(app.pane.logs.rank_hosts)
             await pilot.pause(1.0)
             idle_rss = rss_kib()[0]
             driver = app._driver

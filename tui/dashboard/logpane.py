@@ -115,7 +115,7 @@ class LogPane(Vertical):
 
     def flush(self) -> None:
         """Draw what arrived since the last flush (timer): new views, new lines of this one."""
-        if self._view_count != len(self.logs.by_view):
+        if self._view_count != self.logs.view_count:
             self.sync_views()
         if self.showing_checks:
             self.logs.take()  # the log is hidden: what arrives is drawn when it is shown
@@ -164,7 +164,7 @@ class LogPane(Vertical):
 
     def sync_views(self) -> None:
         """The views list as it should be now: new views."""
-        self._view_count = len(self.logs.by_view)
+        self._view_count = self.logs.view_count
         self.views.show([CHECKS, *self.logs.views()], self.current_entry)
 
     def _silence(self, view: View) -> float | None:
@@ -172,7 +172,7 @@ class LogPane(Vertical):
         run goes."""
         if self.started_at is None or view.kind != "rank":
             return None
-        return self.clock() - self.logs.last_seen.get(view, self.started_at)
+        return self.clock() - self.logs.last_seen.get(view.key, self.started_at)
 
     @property
     def current_entry(self) -> Entry:
