@@ -138,7 +138,7 @@ class Recorder:
         self.lock = _writer_lock(self.dir)
         self.passive = self.lock is None
         self.written: set[str] = set()  # logs written since the last checkpoint
-        self.sizes: dict[str, int] = {}  # each log's size at the last checkpoint
+        self.sizes: dict[str, int] = {}  # each log's size, counted as written
         if resume and not self.passive:
             self._resume()
         self.events: IO[str] | None = None
@@ -148,7 +148,7 @@ class Recorder:
                 opener=_private,
             )  # fmt: skip
         # The open rank logs, least recently written first; a closed one is reopened to append.
-        self.logs: OrderedDict[str, IO[str]] = OrderedDict()
+        self.logs: OrderedDict[str, IO[bytes]] = OrderedDict()
         self.max_open = _open_logs_limit()
         self.started: RunStarted | None = None
         self.t0 = started_at or time.time()
@@ -189,22 +189,23 @@ class Recorder:
             self.node_of[name] = batch.node_rank
             f = self._log(name)
             texts.append("")  # the last line's newline
-            f.write("\n".join(texts))
+            data = "\n".join(texts).encode("utf-8", BYTES_BACK)
+            f.write(data)
+            self.sizes[name] += len(data)
             # Flushed at the next checkpoint (a second at most), or when closed: a write a
             # batch was one system call a line with 2,048 ranks (each batch held a line of
             # each of many ranks), a fifth of the dashboard's CPU under a flood.
             self.written.add(name)
 
-    def _log(self, name: str) -> IO[str]:
+    def _log(self, name: str) -> IO[bytes]:
         f = self.logs.get(name)
         if f is not None:
             self.logs.move_to_end(name)
             return f
         if len(self.logs) >= self.max_open:
             self.logs.popitem(last=False)[1].close()
-        f = self.logs[name] = open(  # noqa: SIM115
-            self.dir / name, "a", encoding="utf-8", errors=BYTES_BACK, opener=_private
-        )
+        f = self.logs[name] = open(self.dir / name, "ab", opener=_private)  # noqa: SIM115
+        self.sizes[name] = os.fstat(f.fileno()).st_size  # then counted as written
         return f
 
     def checkpoint(self, offsets: dict[int, int]) -> None:
@@ -220,16 +221,10 @@ class Recorder:
             for k, o in {**self.stored, **offsets}.items()
         }
         written, self.written = self.written, set()
-        for name in written:  # only these changed size
+        for name in written:  # flushed, they hold what their sizes count
             f = self.logs.get(name)
-            try:
-                if f is not None:
-                    f.flush()
-                    self.sizes[name] = os.fstat(f.fileno()).st_size
-                else:  # closed (so flushed) since
-                    self.sizes[name] = (self.dir / name).stat().st_size
-            except OSError:
-                continue
+            if f is not None:  # else closed (so flushed) since
+                f.flush()
         for name, k in self.node_of.items():
             if name in self.sizes:
                 node = nodes.setdefault(str(k), {"offset": 0, "files": {}})
