@@ -40,10 +40,13 @@ class Cluster:
         self._watch_later: asyncio.TimerHandle | None = None
         self._checking: asyncio.Lock | None = None
 
-    async def run(self) -> None:
-        """Check, then keep the GPU figures live until cancelled; closes everything then."""
+    async def run(self, *, check: bool = True) -> None:
+        """Check, then keep the GPU figures live until cancelled; closes everything then.
+        check=False: a run launched at once checks the hosts itself (over this fleet); the
+        figures wait for the first `check()`."""
         try:
-            await self.check()
+            if check:
+                await self.check()
             await asyncio.Event().wait()  # the monitors stream on their agents' channels
         finally:
             await self.close()
@@ -78,6 +81,8 @@ class Cluster:
             self.fleet.listen(self._emit_to)
 
     def _lost(self, k: int, why: str) -> None:
+        if self.paused:  # a run borrows the fleet: it says so itself, and reconnects
+            return
         host = self.inv.hosts[k]
         self._emit_to(HostState(host.name, k, "unreachable", LOST))
 

@@ -56,11 +56,13 @@ codecs.register_error(BYTES_BACK, _bytes_back)
 
 def _open_logs_limit() -> int:
     """How many rank logs stay open at once: a share of the open-files limit (1024 on Linux,
-    256 on macOS), so 1,024 ranks never run the process out of file descriptors."""
+    256 on macOS, raised to the hard limit by `ddptui`), so 1,024 ranks never run the process
+    out of file descriptors. Fewer than the ranks, and every batch closes one log and opens
+    another: at 2,048 ranks with 128 open, that was most of the dashboard's CPU under a flood."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
-        return 128
-    return max(4, min(128, soft // 8))
+        return 8192
+    return max(4, min(8192, soft // 4))
 
 
 class RunDirError(Exception):
@@ -197,6 +199,8 @@ class Recorder:
         # shows the run but must not cut back or append to logs another one is writing.
         self.lock = _writer_lock(self.fd)
         self.passive = self.lock is None
+        self.written: set[str] = set()  # logs written since the last checkpoint
+        self.sizes: dict[str, int] = {}  # each log's size, counted as written
         if resume and not self.passive:
             self._resume()
         self.events: IO[str] | None = None
@@ -206,7 +210,7 @@ class Recorder:
                          dir_fd=self.fd)  # fmt: skip
             self.events = open(fd, "a", encoding="utf-8")  # noqa: SIM115
         # The open rank logs, least recently written first; a closed one is reopened to append.
-        self.logs: OrderedDict[str, IO[str]] = OrderedDict()
+        self.logs: OrderedDict[str, IO[bytes]] = OrderedDict()
         self.max_open = _open_logs_limit()
         self.started: RunStarted | None = None
         self.t0 = started_at or time.time()
@@ -247,10 +251,15 @@ class Recorder:
             self.node_of[name] = batch.node_rank
             f = self._log(name)
             texts.append("")  # the last line's newline
-            f.write("\n".join(texts))
-            f.flush()  # nothing waits in a buffer: a log may be closed at any time
+            data = "\n".join(texts).encode("utf-8", BYTES_BACK)
+            f.write(data)
+            self.sizes[name] += len(data)
+            # Flushed at the next checkpoint (a second at most), or when closed: a write a
+            # batch was one system call a line with 2,048 ranks (each batch held a line of
+            # each of many ranks), a fifth of the dashboard's CPU under a flood.
+            self.written.add(name)
 
-    def _log(self, name: str) -> IO[str]:
+    def _log(self, name: str) -> IO[bytes]:
         f = self.logs.get(name)
         if f is not None:
             self.logs.move_to_end(name)
@@ -262,26 +271,31 @@ class Recorder:
             flags |= os.O_CREAT | os.O_EXCL
             self.known.add(name)
         fd = os.open(name, flags, 0o600, dir_fd=self.fd)
-        f = self.logs[name] = open(fd, "a", encoding="utf-8", errors=BYTES_BACK)  # noqa: SIM115
+        f = self.logs[name] = open(fd, "ab")  # noqa: SIM115
+        self.sizes[name] = os.fstat(fd).st_size  # then counted as written
         return f
 
     def checkpoint(self, offsets: dict[int, int]) -> None:
         """Note how far into each node's spool the logs now go, with each log's size then.
 
-        Every batch is flushed as written and whole records are emitted before the loop moves
-        on, so sizes and offsets agree whenever this runs (between reads). An attach later
-        truncates the logs to these sizes and stores only records past these offsets: exactly
-        once, even after a launcher killed between two writes."""
+        The logs written since the last checkpoint are flushed first, and whole records are
+        emitted before the loop moves on, so sizes and offsets agree whenever this runs
+        (between reads). An attach later truncates the logs to these sizes and stores only
+        records past these offsets: exactly once, even after a launcher killed between two
+        writes."""
         nodes: dict[str, dict[str, Any]] = {
             str(k): {"offset": max(o, self.stored.get(k, 0)), "files": {}}
             for k, o in {**self.stored, **offsets}.items()
         }
+        written, self.written = self.written, set()
+        for name in written:  # flushed, they hold what their sizes count
+            f = self.logs.get(name)
+            if f is not None:  # else closed (so flushed) since
+                f.flush()
         for name, k in self.node_of.items():
-            try:
-                size = os.stat(name, dir_fd=self.fd, follow_symlinks=False).st_size
-            except OSError:
-                continue
-            nodes.setdefault(str(k), {"offset": 0, "files": {}})["files"][name] = size
+            if name in self.sizes:
+                node = nodes.setdefault(str(k), {"offset": 0, "files": {}})
+                node["files"][name] = self.sizes[name]
         if not self.passive:
             replace_private(self.dir / "offsets.json", json.dumps(nodes), self.fd)
 
@@ -305,6 +319,7 @@ class Recorder:
                 os.ftruncate(fd, sizes[name])
                 os.close(fd)
                 self.known.add(name)
+                self.sizes[name] = sizes[name]
             else:
                 os.unlink(name, dir_fd=self.fd)  # written after the checkpoint: all comes again
 

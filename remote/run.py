@@ -94,9 +94,11 @@ class Run:
         self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
 
     @classmethod
-    def rejoin(cls, record: runs.RunRecord, emit: Emit, *, stop: bool = False) -> Run:
+    def rejoin(
+        cls, record: runs.RunRecord, emit: Emit, *, stop: bool = False, fleet: Fleet | None = None
+    ) -> Run:
         """A run started earlier (attach, stop): every host's stream, followed from byte 0."""
-        run = cls(record.inventory(), emit, run_dir=record.dir, run_id=record.run_id)
+        run = cls(record.inventory(), emit, run_dir=record.dir, run_id=record.run_id, fleet=fleet)
         run.record, run.stop_now = record, stop
         return run
 

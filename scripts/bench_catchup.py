@@ -23,7 +23,7 @@ from testhosts import veth_name
 
 from remote.events import Event, LogBatch, Notice
 from remote.run import Run
-from tui.headless import Printer
+from tui.headless.printer import Printer
 
 JOB = """
 import sys, time

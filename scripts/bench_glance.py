@@ -129,7 +129,7 @@ def bench_open(args: argparse.Namespace, c: TestCluster, work: Path) -> None:
 def open_app(inv: Path) -> int:
     """The child: the real dashboard, headless, until every host's row has its GPUs."""
     sys.path.insert(0, str(REPO))
-    from tui.app import create_app
+    from tui.dashboard.app import create_app
 
     app = create_app(inv, runs_dir=inv.parent / "runs")
 

@@ -53,7 +53,7 @@ from remote.host import wire
 from remote.inventory import Host
 from remote.run import Run
 from remote.transport import Process, Result, Transport
-from tui.headless import Printer
+from tui.headless.printer import Printer
 
 PRINTER = "scripts/print_lines.py"
 MARKER = b"line "

@@ -223,7 +223,7 @@ async def dashboard_keys(work: Path, n: int) -> dict[str, list[float]]:
         await keys("hosts: / n12, escape", "slash", *"n12", "enter", "slash", "escape")
         await pilot.press("l")
         await settle(pilot)
-        app.views.focus()
+        app.pane.views.focus()
         await keys("views: down, pagedown", *["down"] * 20, *["pagedown"] * 20)
         await keys("views: ] next view", *["right_square_bracket"] * 10)
         await keys("views: / r2047, enter", "slash", *"r2047", "enter", "enter")

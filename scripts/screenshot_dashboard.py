@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from remote.runs import default_dir  # noqa: E402
-from tui.app import create_app  # noqa: E402
-from tui.logbuffer import TEXT  # noqa: E402
+from tui.dashboard.app import create_app  # noqa: E402
+from tui.dashboard.logbuffer import TEXT  # noqa: E402
 
 SIZE = (110, 32)
 ARGS = ["--epochs", "30", "--step-time", "0.03"]
@@ -40,11 +40,11 @@ async def shoot(out: Path, work: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("l")
         deadline = time.monotonic() + 180
-        while sum(line[TEXT].startswith("epoch ") for line in app.logs.all) < 4:
+        while sum(line[TEXT].startswith("epoch ") for line in app.pane.logs.all) < 4:
             if time.monotonic() > deadline or not app.running:
                 raise SystemExit("the run did not get far enough for a screenshot")
             await pilot.pause(0.1)
-        app.flush()
+        app.pane.flush()
         app.show_status()
         app.clear_notifications()
         await pilot.pause()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
 USAGE = """\
-ddptui [--headless] [-i INVENTORY] [--runs-root DIR] [COMMAND]
+ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
        ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--[no-]sync] [--detach]
                                   [-- SCRIPT ARGS...]
        ddptui [--headless] check [--json]
@@ -124,6 +124,13 @@ def _common(p: argparse.ArgumentParser, suppress: bool = False) -> None:
         help="no dashboard: print to the terminal, exit with a status",
     )
     p.add_argument(
+        "--verbose",
+        action="store_true",
+        default=default(False),
+        help="--headless: every host's own lines (default: the same words from many hosts "
+        "as one line, a line per phase)",
+    )
+    p.add_argument(
         "-i",
         "--inventory",
         type=Path,
@@ -204,7 +211,7 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
             "--run-dir is one run's directory: use it with --headless launch "
             "(the dashboard puts each run under --runs-root)"
         )
-    for option in ("skip_checks", "detach"):
+    for option in ("skip_checks", "detach", "verbose"):
         if getattr(args, option, False):
             raise UsageError(f"--{option.replace('_', '-')} needs --headless")
     if getattr(args, "sync", None) is not None:
@@ -212,7 +219,7 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
     if extra and args.command not in (None, "launch"):
         raise UsageError(f"{args.command} takes no script arguments (after --)")
     root = runs_root(args)
-    from .app import create_app  # Textual loads only for the dashboard
+    from .dashboard.app import create_app  # Textual loads only for the dashboard
 
     app = create_app(args.inventory, runs_dir=root, extra_args=extra, start=args.command)
     return app.run() or 0
@@ -228,7 +235,7 @@ def _dashboard_on_run(args: argparse.Namespace) -> int:
             resolve(run)  # a RUN naming no run is one line here, not a dashboard
         except RunError as exc:
             raise UsageError(str(exc)) from None
-    from .app import create_app
+    from .dashboard.app import create_app
 
     return create_app(args.inventory, start=args.command, run=run).run() or 0
 
@@ -246,7 +253,7 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
 
     from remote.run import new_run_id
 
-    from . import headless
+    from .headless import launch as headless
 
     run_id = new_run_id()
     if args.run_dir:
@@ -255,7 +262,7 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
         run_dir = runs_root(args) / run_id
     launching = headless.launch(
         inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id,
-        deep=_deep_seconds(args),
+        deep=_deep_seconds(args), verbose=args.verbose,
     )  # fmt: skip
     return asyncio.run(launching)
 
@@ -269,11 +276,14 @@ def check(args: argparse.Namespace, extra: list[str]) -> int:
     inv = load_inventory(args.inventory)
     import asyncio
 
-    from . import headless
+    from .headless.check import check as headless_check
 
     deep = _deep_seconds(args)
     root = runs_root(args) if deep is not None else None
-    return asyncio.run(headless.check(inv, as_json=args.json, deep=deep, runs_root=root))
+    checking = headless_check(
+        inv, as_json=args.json, deep=deep, runs_root=root, verbose=args.verbose
+    )
+    return asyncio.run(checking)
 
 
 def _deep_seconds(args: argparse.Namespace) -> float | None:
@@ -287,31 +297,31 @@ def _deep_seconds(args: argparse.Namespace) -> float | None:
 
 def attach(args: argparse.Namespace, extra: list[str]) -> int:
     """`attach RUN`: its lines from the first, then live; its exit status (130: detached)."""
-    from . import lifecycle
+    from .headless import lifecycle
 
-    return _on_run(args, extra, lambda: lifecycle.attach(args.run, args.tail))
+    return _on_run(args, extra, lambda: lifecycle.attach(args.run, args.tail, verbose=args.verbose))
 
 
 def stop(args: argparse.Namespace, extra: list[str]) -> int:
     """`stop RUN`: 0 once nothing of it is left on its hosts, 1 naming what is."""
-    from . import lifecycle
+    from .headless import lifecycle
 
-    return _on_run(args, extra, lambda: lifecycle.stop(args.run))
+    return _on_run(args, extra, lambda: lifecycle.stop(args.run, verbose=args.verbose))
 
 
 def runs(args: argparse.Namespace, extra: list[str]) -> int:
     """`runs`: the history, its statuses asked of the hosts where no summary says."""
-    from . import lifecycle
+    from .headless import lifecycle
 
     return _on_run(args, extra, lambda: lifecycle.history(args.json))
 
 
 def stacks(args: argparse.Namespace, extra: list[str]) -> int:
     """`stacks RUN`: every rank's stack, grouped and saved in the run dir; 1 if any is missing."""
-    from . import stacks_cmd
+    from .headless import stacks as headless_stacks
 
-    return _on_run(args, extra, lambda: stacks_cmd.stacks(args.run, as_json=args.json,
-                                                          native=args.native))  # fmt: skip
+    return _on_run(args, extra, lambda: headless_stacks.stacks(
+        args.run, as_json=args.json, native=args.native, verbose=args.verbose))  # fmt: skip
 
 
 def _on_run(
@@ -322,6 +332,8 @@ def _on_run(
     if extra:
         raise UsageError(f"{args.command} takes no script arguments (after --)")
     if not (args.headless or getattr(args, "json", False) or getattr(args, "tail", None)):
+        if args.verbose:
+            raise UsageError("--verbose needs --headless")
         return _dashboard_on_run(args)
     import asyncio
 

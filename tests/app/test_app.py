@@ -24,9 +24,9 @@ from textual.widgets import Input
 from remote import inventory
 from remote.events import LogBatch
 from remote.run import Run
-from tui.app import Dashboard, engine_runs
-from tui.logbuffer import ALL, View
-from tui.screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
+from tui.dashboard.app import Dashboard, engine_runs
+from tui.dashboard.logbuffer import ALL, View
+from tui.dashboard.screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
 
 SIZE = (100, 30)
 
@@ -37,11 +37,11 @@ def screen(app: Dashboard) -> object:
 
 
 def following(app: Dashboard) -> bool:
-    return app.follow
+    return app.pane.follow
 
 
 def pattern(app: Dashboard) -> re.Pattern[str] | None:
-    return app.logs.pattern
+    return app.pane.logs.pattern
 
 
 @pytest.fixture
@@ -96,11 +96,11 @@ async def test_all_ranks_view_tags_each_line_with_rank_and_host(inv: Path) -> No
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("l")
         await settle(pilot)
-        lines = list(app.log_view.lines)
+        lines = list(app.pane.log_view.lines)
         assert lines[0] == "-- node0 ┃ torchrun: starting 2 workers"
         assert "r0 node0 │ step 0 loss 1.000" in lines
         assert "r3 node1 ┃ UserWarning: something minor" in lines
-        assert app.log_view.border_title == "all ranks · following"
+        assert app.pane.log_view.border_title == "all ranks · following"
 
 
 async def test_switching_views_by_key_and_by_list(inv: Path) -> None:
@@ -109,24 +109,24 @@ async def test_switching_views_by_key_and_by_list(inv: Path) -> None:
         await pilot.press("l")
         await settle(pilot)
         await pilot.press("right_square_bracket")
-        assert app.logs.view == View("rank", 0)
-        assert list(app.log_view.lines)[:2] == ["│ step 0 loss 1.000", "│ step 1 loss 0.500"]
-        assert app.log_view.border_title == "rank 0 · following"
+        assert app.pane.logs.view == View("rank", 0)
+        assert list(app.pane.log_view.lines)[:2] == ["│ step 0 loss 1.000", "│ step 1 loss 0.500"]
+        assert app.pane.log_view.border_title == "rank 0 · following"
         await pilot.press("left_square_bracket", "left_square_bracket")
-        assert app.showing_checks  # the checks' findings come before all ranks
+        assert app.pane.showing_checks  # the checks' findings come before all ranks
         await pilot.press("left_square_bracket")
-        assert app.logs.view == View("node", 0) and not app.showing_checks  # wraps around
+        assert app.pane.logs.view == View("node", 0) and not app.pane.showing_checks  # wraps around
         await pilot.press("a")
-        assert app.logs.view == ALL
+        assert app.pane.logs.view == ALL
         # the views list: rank 2 is the fifth entry (checks, all, r0, r1, r2)
-        app.views.focus()
+        app.pane.views.focus()
         await pilot.press("home", "down", "down", "down", "down", "enter")
-        assert app.logs.view == View("rank", 2)
-        assert all(line.startswith("│ step") for line in app.log_view.lines)
+        assert app.pane.logs.view == View("rank", 2)
+        assert all(line.startswith("│ step") for line in app.pane.log_view.lines)
         await pilot.click("#views", offset=(3, 3))  # the row of r0, by mouse
-        assert app.logs.view == View("rank", 0)
+        assert app.pane.logs.view == View("rank", 0)
         await pilot.click("#views", offset=(3, 1))  # the checks
-        assert app.showing_checks and "hosts passed every check" in screen_text(app)
+        assert app.pane.showing_checks and "hosts passed every check" in screen_text(app)
 
 
 async def test_filter_regex_smart_case_and_invalid(inv: Path) -> None:
@@ -138,13 +138,13 @@ async def test_filter_regex_smart_case_and_invalid(inv: Path) -> None:
         box = app.query_one("#filter", Input)
         assert box.has_focus
         await pilot.press(*"LOSS")
-        assert list(app.log_view.lines) == []  # uppercase: case matters
+        assert list(app.pane.log_view.lines) == []  # uppercase: case matters
         await pilot.press("backspace", "backspace", "backspace", "backspace", *"loss 0\\.[0-9]")
-        shown = list(app.log_view.lines)
+        shown = list(app.pane.log_view.lines)
         assert shown and all("loss 0." in line for line in shown)
         await pilot.press("enter")
-        assert not box.has_class("-shown") and app.log_view.has_focus
-        assert app.log_view.border_title == "all ranks · /loss 0\\.[0-9]/ · following"
+        assert not box.has_class("-shown") and app.pane.log_view.has_focus
+        assert app.pane.log_view.border_title == "all ranks · /loss 0\\.[0-9]/ · following"
         # an invalid regex is reported in the box; the last good filter stays
         await pilot.press("slash", "end", "(")
         assert box.has_class("-invalid") and "invalid regex" in str(box.border_title)
@@ -154,7 +154,7 @@ async def test_filter_regex_smart_case_and_invalid(inv: Path) -> None:
         assert box.has_class("-shown")
         await pilot.press("escape")
         assert pattern(app) is None and not box.has_class("-shown")
-        assert len(app.log_view.lines) == app.logs.received
+        assert len(app.pane.log_view.lines) == app.pane.logs.received
 
 
 async def test_errors_only_shows_stderr_and_tracebacks(inv: Path) -> None:
@@ -164,13 +164,13 @@ async def test_errors_only_shows_stderr_and_tracebacks(inv: Path) -> None:
         await app.worker.wait() if app.worker else None
         await settle(pilot)
         await pilot.press("e")
-        lines = list(app.log_view.lines)
+        lines = list(app.pane.log_view.lines)
         assert lines[0].endswith("┃ torchrun: starting 2 workers")
         assert lines[-1].endswith("┃ RuntimeError: rank 3 failed on purpose at step 3")
         assert not any("│" in line for line in lines)
-        assert "errors only" in str(app.log_view.border_title)
+        assert "errors only" in str(app.pane.log_view.border_title)
         await pilot.press("e")
-        assert any("│ step 0" in line for line in app.log_view.lines)
+        assert any("│ step 0" in line for line in app.pane.log_view.lines)
 
 
 async def test_failure_banner_names_rank_host_code_and_jumps(inv: Path) -> None:
@@ -186,11 +186,11 @@ async def test_failure_banner_names_rank_host_code_and_jumps(inv: Path) -> None:
         assert "raise RuntimeError" in text  # the traceback's last lines
         assert "│ failed │" in text
         await pilot.press("j")
-        assert app.logs.view == View("rank", 3)
-        assert app.log_view.lines[-1] == "┃ RuntimeError: rank 3 failed on purpose at step 3"
+        assert app.pane.logs.view == View("rank", 3)
+        assert app.pane.log_view.lines[-1] == "┃ RuntimeError: rank 3 failed on purpose at step 3"
         await pilot.press("a")
         await pilot.click("#banner")
-        assert app.logs.view == View("rank", 3)
+        assert app.pane.logs.view == View("rank", 3)
 
 
 async def test_follow_is_on_then_off_when_scrolled_up(inv: Path) -> None:
@@ -198,11 +198,11 @@ async def test_follow_is_on_then_off_when_scrolled_up(inv: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("l")
         await settle(pilot)
-        log = app.log_view
+        log = app.pane.log_view
         assert following(app) and log.is_vertical_scroll_end
         log.focus()
         await pilot.press("pageup")
-        app.flush()  # the timer notices the scroll
+        app.pane.flush()  # the timer notices the scroll
         assert not following(app) and "paused" in str(log.border_title)
         held = log.scroll_y
         runs.runs[0].emit(LogBatch("node0", 0, "stdout", ((0, "while paused"),)))
@@ -237,7 +237,7 @@ async def test_stop_and_restart_go_through_the_run(inv: Path) -> None:
         await first.wait()
         await settle(pilot)
         assert runs.runs[1].stops == 1 and len(runs.runs) == 3 and app.running
-        assert app.logs.received == 26  # the new run's lines only
+        assert app.pane.logs.received == 26  # the new run's lines only
 
 
 async def test_quit_without_a_job_just_quits(inv: Path) -> None:
@@ -324,10 +324,10 @@ async def test_events_of_a_previous_run_are_ignored(inv: Path) -> None:
         assert first is not None
         await first.wait()
         await settle(pilot)
-        received = app.logs.received
+        received = app.pane.logs.received
         runs.runs[0].emit(LogBatch("node0", 0, "stdout", ((0, "late"),)))
         await settle(pilot)
-        assert app.logs.received == received
+        assert app.pane.logs.received == received
 
 
 async def test_every_key_has_an_id_and_the_palette_lists_them(inv: Path) -> None:
@@ -352,7 +352,7 @@ async def test_fits_80x24(inv: Path) -> None:
         assert len(text) == 24
         assert text[-2].startswith(f" run {RUN_ID} │ failed")
         assert "l Launch" in text[-1] and "q Quit" in text[-1]
-        assert app.log_view.size.height >= 5  # lines still readable under the banner
+        assert app.pane.log_view.size.height >= 5  # lines still readable under the banner
 
 
 def test_engine_runs_get_the_run_dir_and_extra_args(inv: Path, tmp_path: Path) -> None:

@@ -13,9 +13,9 @@ import pytest
 from apptools import local_inventory, screen_text, settle, wait_for
 from testhosts import TestCluster, pids_with_env
 
-from tui.app import Dashboard, create_app
-from tui.logbuffer import TEXT, View
-from tui.screens import QuitScreen
+from tui.dashboard.app import Dashboard, create_app
+from tui.dashboard.logbuffer import TEXT, View
+from tui.dashboard.screens import QuitScreen
 
 SIZE = (100, 30)
 SHORT = ["--epochs", "1", "--samples", "128"]
@@ -34,7 +34,7 @@ def run_id(app: Dashboard) -> str:
 
 def greeted(app: Dashboard, ranks: Sequence[int], world: int) -> bool:
     """Every rank printed its greeting (so the job really runs)."""
-    texts = {line[TEXT] for line in app.logs.all}
+    texts = {line[TEXT] for line in app.pane.logs.all}
     return all(any(t.startswith(f"rank {r}/{world} on") for t in texts) for r in ranks)
 
 
@@ -58,25 +58,25 @@ async def test_launch_streams_every_rank_then_views_and_filter(tmp_path: Path, r
         text = screen_text(app)
         assert f"run {app.run_id} │ succeeded" in text and "hosts up 2/2" in text
         assert "world size 2" in text
-        lines = list(app.log_view.lines)
+        lines = list(app.pane.log_view.lines)
         assert any(ln.startswith("r0 node0 │ rank 0/2 on") for ln in lines)
         assert any(ln.startswith("r1 node1 │ rank 1/2 on") for ln in lines)
         assert "r0 node0 │ done" in lines
         # one rank's view, by key
         await pilot.press("right_square_bracket", "right_square_bracket")
-        assert app.logs.view == View("rank", 1)
-        assert all(ln.startswith(("│", "┃")) for ln in app.log_view.lines)
-        assert any("rank 1/2 on" in ln for ln in app.log_view.lines)
+        assert app.pane.logs.view == View("rank", 1)
+        assert all(ln.startswith(("│", "┃")) for ln in app.pane.log_view.lines)
+        assert any("rank 1/2 on" in ln for ln in app.pane.log_view.lines)
         # a filter on the all-ranks view
         await pilot.press("a", "slash", *"^epoch", "enter")
-        assert list(app.log_view.lines) == ["r0 node0 │ epoch 0: loss " + _loss(app)]
+        assert list(app.pane.log_view.lines) == ["r0 node0 │ epoch 0: loss " + _loss(app)]
         # the full logs are on disk
         assert "epoch 0: loss" in rank_log(runs, app, 0) and "rank 1/2 on" in rank_log(runs, app, 1)
         assert nothing_left(run_id(app))
 
 
 def _loss(app: Dashboard) -> str:
-    line = next(ln[TEXT] for ln in app.logs.all if ln[TEXT].startswith("epoch 0: loss "))
+    line = next(ln[TEXT] for ln in app.pane.logs.all if ln[TEXT].startswith("epoch 0: loss "))
     return line.removeprefix("epoch 0: loss ")
 
 
@@ -94,12 +94,14 @@ async def test_failing_rank_banner_and_jump(tmp_path: Path, runs: Path) -> None:
         assert "✗ rank 1 on node1 (exit code 1): RuntimeError: rank 1 failed on purpose" in text
         assert "j: rank 1's log" in text
         await pilot.press("j")
-        assert app.logs.view == View("rank", 1)
+        assert app.pane.logs.view == View("rank", 1)
         # torch's excepthook prefixes the rank's traceback lines with [rank1]:
-        assert app.log_view.lines[-1].endswith("RuntimeError: rank 1 failed on purpose at step 2")
+        assert app.pane.log_view.lines[-1].endswith(
+            "RuntimeError: rank 1 failed on purpose at step 2"
+        )
         await pilot.press("e")  # errors only: the whole traceback, every line of it an error
-        assert any("Traceback (most recent call last):" in ln for ln in app.log_view.lines)
-        assert all(ln.startswith("┃") for ln in app.log_view.lines)
+        assert any("Traceback (most recent call last):" in ln for ln in app.pane.log_view.lines)
+        assert all(ln.startswith("┃") for ln in app.pane.log_view.lines)
         assert nothing_left(run_id(app))
 
 
@@ -150,7 +152,7 @@ async def test_dashboard_on_ssh_hosts(cluster: TestCluster, tmp_path: Path, runs
         await settle(pilot)
         text = screen_text(app)
         assert "hosts up 2/2" in text and "│ running │" in text
-        assert any(ln.startswith("r1 node1 │ rank 1/2 on node1") for ln in app.log_view.lines)
+        assert any(ln.startswith("r1 node1 │ rank 1/2 on node1") for ln in app.pane.log_view.lines)
         rid = run_id(app)
         await pilot.press("s")
         assert app.worker is not None

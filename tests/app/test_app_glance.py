@@ -33,10 +33,10 @@ from remote.events import (
     NodeStarted,
     RunStarted,
 )
-from tui.app import Dashboard, create_app
-from tui.screens import HostDetailScreen
-from tui.stacks_screen import StacksScreen
-from tui.views import age_text
+from tui.dashboard.app import Dashboard, create_app
+from tui.dashboard.screens import HostDetailScreen
+from tui.dashboard.stacks_screen import StacksScreen
+from tui.dashboard.views import age_text
 
 SIZE = (100, 30)
 
@@ -68,6 +68,30 @@ async def test_opens_on_the_cluster_with_nothing_pressed(inv: Path) -> None:
         assert "!checks" in text and "hosts up 2/2" in text and "no run yet" in text
 
 
+async def test_a_starting_host_says_how_long_so_far(inv: Path) -> None:
+    """From its login until its agent says hello, a host is starting: its row counts."""
+    now = [100.0]
+
+    def script(run_id: str) -> list[Event]:
+        return [
+            RunStarted(run_id, f"/runs/{run_id}", ("node0", "node1"), 2, "torchrun"),
+            HostState("node0", 0, "starting"),
+            HostState("node1", 1, "starting"),
+            HostState("node1", 1, "running", "rank 1"),
+        ]
+
+    app, _ = fake_app(inv, script, clock=lambda: now[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await settle(pilot)
+        now[0] = 112.4
+        await settle(pilot)
+        assert "starting 12s" in row(app, "node0") and "running" in row(app, "node1")
+        now[0] = 225.0
+        await settle(pilot)
+        assert "starting 2m05s" in row(app, "node0")
+
+
 async def test_unreachable_host_says_why(inv: Path) -> None:
     why = "timed out connecting to root@10.0.0.9:22 after 10 s"
     clusters = FakeClusters([HostState("node1", 1, "connecting"),
@@ -93,7 +117,7 @@ async def test_c_checks_again_and_a_run_pauses_the_figures(inv: Path) -> None:
         await app.worker.wait()
         await settle(pilot)
         assert clusters.made[0].paused == [True, False]  # the run's own monitors meanwhile
-        assert not app.showing_checks  # the logs took the findings' place
+        assert not app.pane.showing_checks  # the logs took the findings' place
 
 
 async def test_bars_of_the_last_minutes_and_the_detail_sparklines(inv: Path) -> None:
@@ -218,15 +242,15 @@ async def test_256_hosts_and_2048_ranks_scroll_and_find(tmp_path: Path) -> None:
         assert app.hosts.row_count == 256
         await pilot.press("l")
         await settle(pilot)
-        assert len(app.views.entries) == 2 + 2048  # checks, all ranks, every rank
+        assert len(app.pane.views.entries) == 2 + 2048  # checks, all ranks, every rank
         assert "ranks 0-2047 on n[000-255]" in _folded(app)
-        app.views.focus()
+        app.pane.views.focus()
         await pilot.press("slash", *"r2047")
         await pilot.press("enter")
-        assert len(app.views.entries) == 2  # the checks, and rank 2047
+        assert len(app.pane.views.entries) == 2  # the checks, and rank 2047
         await pilot.press("enter")  # the first match is highlighted
-        assert app.logs.view.key == 2047
-        assert any("the last rank speaks" in line for line in app.log_view.lines)
+        assert app.pane.logs.view.key == 2047
+        assert any("the last rank speaks" in line for line in app.pane.log_view.lines)
 
 
 def _folded(app: Dashboard) -> str:
@@ -244,7 +268,8 @@ async def test_ddptui_launch_opens_the_cluster_after_the_run(inv: Path) -> None:
                      clock=lambda: 100.0, run_ids=lambda: RUN_ID)  # fmt: skip
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        assert len(runs.runs) == 1 and clusters.made == []
+        # the connections are open for the run to borrow; their checks wait for its end
+        assert len(runs.runs) == 1 and len(clusters.made) == 1 and clusters.made[0].checks == 0
         assert app.worker is not None
         await pilot.press("s")
         await app.worker.wait()

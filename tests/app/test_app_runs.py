@@ -11,10 +11,10 @@ from apptools import two_node_script as script
 
 from remote import runs
 from remote.run import Emit
-from tui.app import create_app
-from tui.glance import ClusterLike
-from tui.history import HistoryScreen
-from tui.screens import QuitScreen
+from tui.dashboard.app import create_app
+from tui.dashboard.glance import ClusterLike
+from tui.dashboard.history import HistoryScreen
+from tui.dashboard.screens import QuitScreen
 
 SIZE = (120, 36)
 
@@ -46,7 +46,9 @@ class Rejoins:
         self.opened: list[tuple[str, bool]] = []
         self.runs: list[FakeRun] = []
 
-    def __call__(self, record: runs.RunRecord, emit: Emit, stop: bool) -> FakeRun:
+    def __call__(
+        self, record: runs.RunRecord, emit: Emit, stop: bool, fleet: object = None
+    ) -> FakeRun:
         self.opened.append((record.run_id, stop))
         self.runs.append(FakeRun(emit, record.run_id, script(record.run_id), finish=False))
         return self.runs[-1]
@@ -114,7 +116,9 @@ async def test_attach_command_opens_the_run(inv: Path, history: str) -> None:
 
 
 class _NoCluster:
-    async def run(self) -> None:
+    fleet = None
+
+    async def run(self, *, check: bool = True) -> None:
         return None
 
     async def check(self) -> None:  # type: ignore[override]

@@ -27,7 +27,7 @@ from apptools import (
 from textual.pilot import Pilot
 
 from remote.events import Event, GpuStats
-from tui.app import Dashboard, create_app
+from tui.dashboard.app import Dashboard, create_app
 
 # Fixed text (no temporary paths, no free port) so the screens are the same on every machine.
 INVENTORY = """\

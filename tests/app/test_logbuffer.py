@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from remote.events import LogBatch, Stream
-from tui.logbuffer import ALL, KIND, TEXT, Line, Lines, LogBuffer, View, clean, tag
+from tui.dashboard.logbuffer import ALL, KIND, TEXT, Line, Lines, LogBuffer, View, clean, tag
 
 
 def batch(
@@ -46,7 +46,9 @@ def test_buffers_are_bounded_and_keep_the_newest() -> None:
     buf = LogBuffer(per_rank=5, all_ranks=7, shown=4)
     buf.add(batch([(0, f"r0 {i}") for i in range(10)]))
     buf.add(batch([(1, f"r1 {i}") for i in range(10)]))
-    assert len(buf.all) == 7 and len(buf.by_view[View("rank", 0)]) == 5  # in chunks
+    # all ranks keep 7; the node 5 for each of its ranks and 5 for its own lines: 15, in the
+    # chunks they came in (one over, at most)
+    assert len(buf.all) == 7 and len(buf.by_node[0]) == 20
     assert texts(buf.select()) == ["r1 6", "r1 7", "r1 8", "r1 9"]  # `shown` at most
     buf.view = View("rank", 0)
     assert texts(buf.select()) == ["r0 6", "r0 7", "r0 8", "r0 9"]
@@ -129,6 +131,9 @@ def test_clean_keeps_what_a_terminal_would_show() -> None:
     assert clean("done\r") == "done"
     assert clean("a\x0cb\u2028c") == "a b c"
     assert clean("plain") == "plain"
+    assert clean("a\tb") == "a       b"
+    # nothing that would drive the terminal: a bell, a C1 CSI, a raw byte 0x9b
+    assert clean("bell\x07 csi\x9b2J raw\udc9b") == "bell\ufffd csi\ufffd2J raw\ufffd"
 
 
 def test_tag_pads_rank_and_host() -> None:
@@ -142,6 +147,22 @@ def test_tag_pads_rank_and_host() -> None:
     assert tag(line[0], widths) == "r3  node1       "
     assert tag(line[1], widths) == "--  node1       "
     assert len(tag(line[0], widths)) == 3 + 1 + 12
+
+
+def test_many_ranks_share_a_budget_of_lines() -> None:
+    """Memory stays bounded by the number of lines, however many ranks: each node keeps a
+    share for each of its ranks and one for its own lines, at most per_rank lines a share;
+    more ranks, smaller shares (for every node's buffer at once)."""
+    buf = LogBuffer(per_rank=10, budget=50)
+    buf.add_ranks(0, "n0", range(4))  # 5 shares of 10
+    buf.add(batch([(r, f"{r}:{i}") for i in range(30) for r in range(4)]))
+    assert len(buf.by_node[0]) == 50
+    buf.add_ranks(1, "n1", range(4, 8))  # 10 shares of 5
+    buf.add(batch([(r, f"{r}:{i}") for i in range(10) for r in range(4, 8)], node=1))
+    buf.add(batch([(r, f"{r}:{i}") for i in range(30, 40) for r in range(4)]))
+    assert len(buf.by_node[0]) == len(buf.by_node[1]) == 25
+    buf.view = View("rank", 0)
+    assert texts(buf.select()) == [f"0:{i}" for i in range(34, 40)]
 
 
 def test_lines_keep_chunks_and_the_newest_limit() -> None:
@@ -165,5 +186,5 @@ def test_buffered_lines_leave_the_cycle_collector_alone() -> None:
         buf.add(batch([(r, f"step {b}") for r in range(32)] * 10))
     gc.collect()
     assert not any(gc.is_tracked(line) for line in buf.all)
-    chunks = sum(len(store.chunks) for store in buf.by_view.values()) + len(buf.all.chunks)
-    assert chunks == 50 * 32 + 50 and len(buf.all) == 16_000
+    chunks = sum(len(store.chunks) for store in buf.by_node.values()) + len(buf.all.chunks)
+    assert chunks == 50 + 50 and len(buf.all) == 16_000  # a batch is one chunk where kept

@@ -15,7 +15,7 @@ import yaml
 
 from remote import inventory
 from remote.run import Run
-from tui.headless import Printer
+from tui.headless.printer import Printer
 
 REPO = Path(__file__).resolve().parents[2]
 LINES = 20_000  # per rank: enough for many batches, some holding both ranks' lines

@@ -32,8 +32,8 @@ from remote.events import (
 from remote.inventory import Inventory
 from remote.run import Emit
 from remote.stacks import Frame, Group, Report
-from tui.app import Dashboard, RunLike, create_app
-from tui.glance import ClusterLike
+from tui.dashboard.app import Dashboard, RunLike, create_app
+from tui.dashboard.glance import ClusterLike
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"
@@ -117,7 +117,7 @@ class FakeRuns:
         self.script, self.finish = script, finish
         self.runs: list[FakeRun] = []
 
-    def __call__(self, inv: Inventory, emit: Emit, run_id: str) -> RunLike:
+    def __call__(self, inv: Inventory, emit: Emit, run_id: str, fleet: object = None) -> RunLike:
         run = FakeRun(emit, run_id, self.script(run_id), self.finish)
         self.runs.append(run)
         return run
@@ -133,8 +133,11 @@ class FakeCluster:
         self.paused: list[bool] = []
         self.dumps: list[tuple[str, Path, bool]] = []
 
-    async def run(self) -> None:
-        await self.check()
+    fleet = None  # runs open their own
+
+    async def run(self, *, check: bool = True) -> None:
+        if check:
+            await self.check()
         await asyncio.Event().wait()
 
     async def check(self) -> ChecksDone:
@@ -312,10 +315,11 @@ async def settle(pilot: Pilot[Any]) -> None:
     await pilot.pause()
     app = pilot.app
     assert isinstance(app, Dashboard)
-    app.flush()
-    app.tick()  # the once-a-second redraw (hosts, status, silences), not left to the timer
-    if app.findings._due:  # its redraw waits a moment for more hosts' answers
-        app.findings._redraw()
+    app.pane.flush()
+    app.hosts.flush()  # the once-a-second redraws (hosts, status, silences), not left to timers
+    app.tick()
+    if app.pane.findings._due:  # its redraw waits a moment for more hosts' answers
+        app.pane.findings._redraw()
     await pilot.pause()
 
 

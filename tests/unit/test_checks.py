@@ -13,7 +13,7 @@ from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
 
 from remote import checks, inventory, probe
 from remote.events import Finding, HostChecked
-from tui import check_report
+from tui.headless import check as check_report
 
 TORCH = {"version": "2.3.1+cu121", "cuda": "12.1", "cuda_available": True, "nccl": "2.20.5"}
 

@@ -13,11 +13,11 @@ from typing import Any, ClassVar
 import pytest
 from apptools import FakeRuns, local_inventory, settle, two_node_script
 
-import tui.app as app_module
+import tui.dashboard.app as app_module
 from remote.events import LogBatch
 from tui import cli
-from tui.app import create_app
-from tui.headless import Printer
+from tui.dashboard.app import create_app
+from tui.headless.printer import Printer
 
 
 def ddptui(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from probetools import run_probe
 from remote import checks, inventory, probe
 from remote.events import HostChecked
 from remote.host import probe as probe_host
-from tui import check_report
+from tui.headless import check as check_report
 
 A, B = "a" * 64, "b" * 64
 

@@ -201,7 +201,7 @@ def test_the_event_survives_json() -> None:
 async def test_the_dashboard_tells_what_was_pushed_and_what_failed(tmp_path: Path) -> None:
     from apptools import FakeClusters, FakeRuns, local_inventory, settle
 
-    from tui.app import create_app
+    from tui.dashboard.app import create_app
 
     def script(run_id: str) -> list[Event]:
         return [

@@ -17,7 +17,7 @@ from remote import probe, visible
 from remote.fleet import Fleet
 from remote.inventory import Inventory
 from remote.preflight import Preflight
-from tui.check_report import print_table
+from tui.headless.check import print_table
 
 
 def gpus_of(machine: str) -> list[visible.Gpu]:
@@ -131,7 +131,8 @@ def test_mig_through_the_probe_and_the_table(
     assert checked.facts["gpu_count"] == 2 and checked.facts["visible_gpus"] == 1
     print_table([checked], done, out := io.StringIO())
     assert "2× NVIDIA A100-SXM4-40GB (1 visible)" in out.getvalue()  # noqa: RUF001
-    assert "ok node0 gpu-visible: 1 of 4 GPUs and MIG devices visible" in out.getvalue()
+    # both local nodes see the same: one line for both
+    assert "ok node[0-1] gpu-visible: 1 of 4 GPUs and MIG devices visible" in out.getvalue()
 
 
 # -- auto without the checks -------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""The log pane: Textual's `Log` (fast batched writes) with a colour per rank and errors marked.
+"""The log pane's lines: a colour per rank, errors marked, drawn only where they are on screen.
 
-`Log` takes plain strings, which is what makes it fast (~170k lines/s with `write_lines`).
-Colour is added only where a line is drawn, and only the visible rows are drawn, so it costs
-nothing per line written: each line carries its rank and kind beside the text.
+It keeps the view's last SHOWN lines as the buffer's own tuples and makes a line's text only
+when that line is drawn (Textual's Line API), so a new view, a filter or a flood costs a list
+operation, not a string per line: Textual's `Log` formats and stores a string for each line
+written, which made a key that redraws the view (`]`, `e`, `f`) wait for 5,000 of them.
 """
 
 from __future__ import annotations
@@ -15,24 +16,21 @@ from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.reactive import Reactive
+from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Log
 
 from .colours import rank_colour, theme_colour
-from .logbuffer import HOST, KIND, RANK, SHOWN, TEXT, Kind, Line, clean, tag
+from .logbuffer import HOST, KIND, RANK, SHOWN, TEXT, Line, clean, tag
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from textual.selection import Selection
 
 GUTTER = {"out": "│", "err": "┃", "tb": "┃"}  # stderr and tracebacks get a heavy bar
 
 
 def _texts(lines: list[Line], widths: tuple[int, int] | None) -> list[str]:
     """What the log shows of each line: `r3 node1 │ text`, or `│ text` in a rank's view.
-
-    Runs for every line drawn (tens of thousands a second in a flood): tags are made once per
-    rank, and only a line with a control character goes through `clean`.
-    """
+    Tags are made once per rank; only a line with a control character goes through `clean`."""
     out: list[str] = []
     add = out.append
     tags: dict[object, str] = {}
@@ -51,17 +49,28 @@ def _texts(lines: list[Line], widths: tuple[int, int] | None) -> list[str]:
     return out
 
 
-def _widest(texts: list[str]) -> int:
-    """Cells of the widest line, judged by its longest few (Log measures every line in a
-    thread on every write; this is much cheaper)."""
-    if not texts:
+def _widest(lines: list[Line], widths: tuple[int, int] | None) -> int:
+    """Cells of the widest line, judged by its longest few texts."""
+    if not lines:
         return 0
-    return max(cell_len(Log._process_line(t)) for t in nlargest(8, texts, key=len))
+    longest = nlargest(8, lines, key=lambda line: len(line[TEXT]))
+    gutter = 2 + (sum(widths) + 2 if widths is not None else 0)
+    return gutter + max(cell_len(clean(line[TEXT])) for line in longest)
 
 
-class RankLog(Log):
+class RankLog(ScrollView, can_focus=True):
     """Lines of one view: `r3 node1 │ text` in the all-ranks view, `│ text` in a rank's."""
 
+    DEFAULT_CSS = """
+    RankLog {
+        background: $surface;
+        color: $text;
+        overflow: scroll;
+        &:focus {
+            background-tint: $foreground 5%;
+        }
+    }
+    """
     # A change of the scrollable size lays out the whole screen again by default: the most
     # expensive thing the app did under a flood (every redraw, every growing write). Both
     # scrollbars are always shown (app.tcss), so a new size only needs them updated.
@@ -71,12 +80,18 @@ class RankLog(Log):
         self._scroll_update(size)
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(max_lines=SHOWN, auto_scroll=True, id=id)
-        self._meta: list[tuple[int | None, Kind]] = []  # beside Log._lines, one per line
+        super().__init__(id=id)
+        self._lines: list[Line] = []  # the buffer's own tuples: no text made until drawn
         self._widths: tuple[int, int] | None = None  # tag widths; None: no tag (one rank)
+        self._width = 0  # cells of the widest line so far: the width only grows
         self._styles: dict[object, Style] = {}
         self._base_style: Style | None = None
         self._pinned_y = 0.0  # where following last left the view: above it, the user scrolled
+
+    @property
+    def lines(self) -> list[str]:
+        """The lines as shown (tests, selection)."""
+        return _texts(self._lines, self._widths)
 
     def show(
         self, lines: list[Line], *, widths: tuple[int, int] | None, scroll: bool = True
@@ -85,31 +100,30 @@ class RankLog(Log):
         if not lines:
             return
         self._widths = widths
-        texts = _texts(lines, widths)
-        self._meta.extend((ln[RANK], ln[KIND]) for ln in lines)
-        self._width = max(self._width, _widest(texts))
-        # Log scrolls only if it was at the end; after a resize it may not be: pin it here.
-        self.write_lines(texts, scroll_end=False)
+        self._lines.extend(lines)
+        if len(self._lines) > SHOWN:
+            del self._lines[: len(self._lines) - SHOWN]
+        self._resize(lines)
         if scroll:
             self.pin_to_end()
 
     def replace(self, lines: list[Line], *, widths: tuple[int, int] | None) -> None:
-        """Draw a view from scratch (another view, filter, or back to following).
-
-        The lines are swapped in place rather than `clear()` then written: each change of the
-        virtual size lays out the whole screen again (the costliest thing the app does under a
-        flood), and a full view keeps the same size. For the same reason the width only grows.
-        """
-        lines = lines[-SHOWN:]
+        """Draw a view from scratch (another view, filter, or back to following)."""
+        self._lines = lines[-SHOWN:]
         self._widths = widths
-        self._lines = _texts(lines, widths)
-        self._meta = [(ln[RANK], ln[KIND]) for ln in lines]
-        self._width = max(self._width, _widest(self._lines))
-        self._render_line_cache.clear()
-        self._updates += 1
+        self._resize(self._lines)
+        self.pin_to_end()
+
+    def clear(self) -> None:
+        self._lines = []
+        self._pinned_y = 0.0
+        self._resize([])
+        self.scroll_to(0, 0, animate=False, immediate=True)
+
+    def _resize(self, new: list[Line]) -> None:
+        self._width = max(self._width, _widest(new, self._widths))
         self.virtual_size = Size(self._width, len(self._lines))
         self.refresh()
-        self.pin_to_end()
 
     def pin_to_end(self) -> None:
         self.scroll_end(animate=False, immediate=True, x_axis=False)
@@ -120,34 +134,26 @@ class RankLog(Log):
         """Did the user scroll up since the view was last pinned to its end?"""
         return self.scroll_y < self._pinned_y - 0.5
 
-    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
-        """Measured in `show` already (Log starts a thread for this on every write)."""
-
-    def clear(self) -> Self:
-        self._meta.clear()
-        self._pinned_y = 0.0
-        return super().clear()
-
-    def _prune_max_lines(self) -> None:
-        if self.max_lines is not None and (extra := len(self._lines) - self.max_lines) > 0:
-            del self._meta[:extra]
-        super()._prune_max_lines()
+    # -- drawing ----------------------------------------------------------------------------
 
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._styles.clear()  # the theme may have changed
         self._base_style = None
 
-    def _render_line(self, y: int, scroll_x: int, width: int) -> Strip:
-        # As Log's, but the widget's style is worked out once, not once per line drawn: it
-        # walks every ancestor's styles (~0.5 ms a line here, most of the drawing's cost).
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        # The widget's style is worked out once, not once per line drawn: it walks every
+        # ancestor's styles (~0.5 ms a line here).
         if self._base_style is None:
             self._base_style = self.rich_style
         style = self._base_style
-        if y >= len(self._lines):
+        index = scroll_y + y
+        if index >= len(self._lines):
             return Strip.blank(width, style)
-        strip = self._render_line_strip(y, style)
-        return strip.crop_extend(scroll_x, scroll_x + width, style).apply_offsets(scroll_x, y)
+        strip = self._strip(index, style)
+        return strip.crop_extend(scroll_x, scroll_x + width, style).apply_offsets(scroll_x, index)
 
     def _style(self, key: object) -> Style:
         style = self._styles.get(key)
@@ -163,11 +169,12 @@ class RankLog(Log):
             self._styles[key] = style
         return style
 
-    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
-        raw = self._process_line(self._lines[y])
+    def _strip(self, index: int, base: Style) -> Strip:
+        line = self._lines[index]
+        raw = _texts([line], self._widths)[0]
         text = Text(raw, no_wrap=True)
-        text.stylize(rich_style)
-        rank, kind = self._meta[y] if y < len(self._meta) else (None, "out")
+        text.stylize(base)
+        rank, kind = line[RANK], line[KIND]
         gutter = 0
         if self._widths is not None:
             rank_w, host_w = self._widths
@@ -177,8 +184,14 @@ class RankLog(Log):
         if kind == "tb":
             text.stylize(self._style("tb"), gutter + 2)
         selection = self.text_selection
-        if selection is not None and (span := selection.get_span(y - self._clear_y)):
+        if selection is not None and (span := selection.get_span(index)):
             start, end = span
             style = self.screen.get_component_rich_style("screen--selection")
             text.stylize(style, start, len(text) if end == -1 else end)
         return Strip(text.render(self.app.console), cell_len(raw))
+
+    def get_selection(self, selection: Selection) -> tuple[str, str] | None:
+        return selection.extract("\n".join(self.lines)), "\n"
+
+    def selection_updated(self, selection: Selection | None) -> None:
+        self.refresh()

@@ -13,6 +13,7 @@ from textual.widgets import Footer, Static
 from remote.stacks import Report
 
 from .colours import theme_colour
+from .plain import plain
 
 
 class StacksScreen(ModalScreen[None]):
@@ -29,7 +30,7 @@ class StacksScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="stacks") as box:
-            box.border_title = f"every rank's stack · run {self.run_id}"
+            box.border_title = plain(f"every rank's stack · run {self.run_id}")
             yield Static("dumping every rank's stack on every host…", id="stacks-body")
         yield Footer()
 
@@ -48,7 +49,7 @@ class StacksScreen(ModalScreen[None]):
         if self.report is None or body is None:
             return
         box = self.query_one("#stacks", VerticalScroll)
-        box.border_subtitle = f"{self.report.elapsed:.2f} s · saved to {self.saved}"
+        box.border_subtitle = plain(f"{self.report.elapsed:.2f} s · saved to {self.saved}")
         body.update(self.render_report(self.report))
 
     def render_report(self, report: Report) -> Text:

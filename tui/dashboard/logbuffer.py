@@ -2,8 +2,10 @@
 waiting to be drawn. No Textual here, so it is tested on its own.
 
 The full logs are on disk (rank-N.log, written by the engine); this keeps only recent lines, so
-memory stays bounded however fast the ranks print. Errors (stderr and traceback lines) have
-buffers of their own: a flood of stdout must not push a traceback out of the errors view.
+memory stays bounded however fast the ranks print, and however many ranks there are: each rank
+keeps PER_RANK lines, or its share of BUDGET when there are many (244 lines each at 2,048
+ranks). Errors (stderr and traceback lines) have buffers of their own: a flood of stdout must
+not push a traceback out of the errors view.
 """
 
 from __future__ import annotations
@@ -12,15 +14,16 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from remote.events import LogBatch, Stream
 from remote.failures import TRACEBACK_START
 
-PER_RANK = 10_000  # lines kept per rank (and per node's own lines)
+PER_RANK = 10_000  # lines kept per rank (and per node's own lines), with few ranks
+BUDGET = 500_000  # lines kept by every rank together, with many (~150 bytes a line)
 ALL_RANKS = 20_000  # lines kept for the all-ranks view
 ERRORS_PER_RANK = 2_000
+ERRORS_BUDGET = 100_000
 ERRORS_ALL = 10_000
 SHOWN = 5_000  # lines a view draws at most (the log widget's scrollback)
 
@@ -29,6 +32,8 @@ _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 # str.splitlines() breaks on these too; the log widget would show one line as several.
 _BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+# Any other control character would reach the terminal as it is (a bell, a C1 CSI): shown as �.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\udc80-\udc9f]")
 
 _TB_STARTS = ("Traceback", "[rank")  # lines worth a closer look for a traceback
 Kind = Literal["out", "err", "tb"]  # stdout, stderr, a traceback line (on either stream)
@@ -45,9 +50,9 @@ KIND: Final = 3
 TEXT: Final = 4
 
 
-@dataclass(frozen=True, order=True)
-class View:
-    """What the log pane shows: every line, one rank's, or one node's own (untagged) lines."""
+class View(NamedTuple):
+    """What the log pane shows: every line, one rank's, or one node's own (untagged) lines.
+    A tuple: hashed in C (looked up for every batch of every rank)."""
 
     kind: Literal["all", "rank", "node"]
     key: int = -1
@@ -71,38 +76,59 @@ ALL = View("all")
 
 
 def clean(text: str) -> str:
-    """One display line: colour codes dropped, a carriage return keeps what a terminal would."""
+    """One display line: colour codes dropped, a carriage return keeps what a terminal would,
+    tabs expanded, any other control character shown as �."""
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     if "\r" in text:  # progress bars redraw with \r: the terminal shows the last drawing
         parts = [p for p in text.split("\r") if p]
         text = parts[-1] if parts else ""
-    return _BREAKS.sub(" ", text)
+    return _CONTROLS.sub("\ufffd", _BREAKS.sub(" ", text).expandtabs())
+
+
+class Cap:
+    """How many lines each buffer of a kind keeps: shared, so that a new rank's share of the
+    budget applies to every rank's buffer at once."""
+
+    __slots__ = ("budget", "most", "n")
+
+    def __init__(self, most: int, budget: int | None = None) -> None:
+        self.most, self.budget, self.n = most, budget, most
+
+    def share(self, buffers: int) -> None:
+        if self.budget is not None:
+            self.n = max(1, min(self.most, self.budget // max(1, buffers)))
 
 
 class Lines:
-    """The last `limit` lines of one buffer, kept in the chunks they arrived in.
+    """The last lines of one buffer (`cap` times `scale`), kept in the chunks they came in.
 
     Chunks, not single lines: the cycle collector visits every element of every container on
     a full collection. 300k single lines made each one take 20-90 ms (a stall the user feels);
-    a few thousand chunks cost nothing. A buffer may hold up to one chunk more than `limit`.
+    a few thousand chunks cost nothing. A buffer may hold up to one chunk more than its limit.
     """
 
-    __slots__ = ("chunks", "count", "limit")
+    __slots__ = ("cap", "chunks", "count", "scale")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int | Cap, scale: int = 1) -> None:
         self.chunks: deque[tuple[Line, ...]] = deque()
-        self.count, self.limit = 0, limit
+        self.count, self.scale = 0, scale
+        self.cap = limit if isinstance(limit, Cap) else Cap(limit)
+
+    @property
+    def limit(self) -> int:
+        return self.cap.n * self.scale
 
     def extend(self, lines: tuple[Line, ...]) -> None:
         if not lines:
             return
-        if len(lines) > self.limit:
-            lines = lines[-self.limit :]
+        limit = self.cap.n * self.scale
+        if len(lines) > limit:
+            lines = lines[-limit:]
         chunks = self.chunks
         chunks.append(lines)
         self.count += len(lines)
-        while self.count - len(chunks[0]) >= self.limit:
+        while self.count - len(chunks[0]) >= limit:
             self.count -= len(chunks.popleft())
 
     def __len__(self) -> int:
@@ -117,31 +143,13 @@ class Lines:
             yield from reversed(chunk)
 
 
-class _Source:
-    """One rank's (or node's own) lines on one stream: where they go, and traceback state."""
-
-    __slots__ = ("batch", "buf", "error_batch", "errors", "in_traceback", "view")
-
-    def __init__(self, view: View, buf: Lines, errors: Lines) -> None:
-        self.view, self.buf, self.errors = view, buf, errors
-        self.batch: list[Line] = []  # this LogBatch's lines, stored as one chunk at its end
-        self.error_batch: list[Line] = []
-        self.in_traceback = False
-
-    def kind(self, text: str, stream: Stream) -> Kind:
-        body = _RANK_PREFIX.sub("", text, count=1) if text.startswith("[rank") else text
-        if body.startswith(TRACEBACK_START):
-            self.in_traceback = True
-            return "tb"
-        if self.in_traceback:
-            if not body[:1].isspace():  # the exception line closes the traceback
-                self.in_traceback = False
-            return "tb"
-        return "err" if stream == "stderr" else "out"
-
-
 class LogBuffer:
-    """Every rank's recent lines, and the lines of the current view not drawn yet."""
+    """Every rank's recent lines, and the lines of the current view not drawn yet.
+
+    Lines are kept per node, in the batches they came in (a node's ranks and its own lines
+    together): a batch is stored once, not once per rank it holds, and a rank's view takes its
+    lines from its node's when shown. Each node keeps its ranks' share of the budget.
+    """
 
     def __init__(
         self,
@@ -151,22 +159,28 @@ class LogBuffer:
         errors_all: int = ERRORS_ALL,
         shown: int = SHOWN,
         clock: Callable[[], float] = time.monotonic,
+        budget: int = BUDGET,
+        errors_budget: int = ERRORS_BUDGET,
     ) -> None:
-        self.per_rank, self.errors_per_rank, self.shown = per_rank, errors_per_rank, shown
+        self.per_rank, self.shown = Cap(per_rank, budget), shown
+        self.errors_per_rank = Cap(errors_per_rank, errors_budget)
         self.all = Lines(all_ranks)
         self.errors = Lines(errors_all)
-        self.by_view: dict[View, Lines] = {}
-        self.errors_by_view: dict[View, Lines] = {}
+        self.by_node: dict[int, Lines] = {}
+        self.errors_by_node: dict[int, Lines] = {}
         self.hosts: dict[int, str] = {}  # node rank -> host name
         self.rank_hosts: dict[int, int] = {}  # rank -> node rank
-        self._sources: dict[tuple[int, Stream], dict[int | None, _Source]] = {}
+        self.own: set[int] = set()  # nodes that printed lines of their own (untagged)
+        self._rank_digits = 1  # of the highest rank: the tag's width
+        # (node, stream) -> its ranks in the middle of a traceback (None: the node's own)
+        self._tracebacks: dict[tuple[int, Stream], set[int | None]] = {}
         self.view = ALL
         self.errors_only = False
         self.pattern: re.Pattern[str] | None = None
         self.pending: deque[Line] = deque(maxlen=shown)
         self.received = 0
         self.clock = clock
-        self.last_seen: dict[View, float] = {}  # when each view's last line arrived (clock)
+        self.last_seen: dict[int, float] = {}  # when each rank's last line arrived (clock)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -174,76 +188,84 @@ class LogBuffer:
         """Ranks a node runs, known at its start: their views exist before they print."""
         self.hosts[node_rank] = host
         for rank in ranks:
-            self.rank_hosts[rank] = node_rank
-            self._buffers(View("rank", rank))
+            self._rank(rank, node_rank)
 
     def add(self, batch: LogBatch) -> None:
-        # The hot path (every line of every rank): locals only, one dict lookup per line.
+        # The hot path (every line of every rank): locals only, a dict lookup or two a line.
         k, host, stream = batch.node_rank, batch.host, batch.stream
         self.hosts.setdefault(k, host)
-        sources = self._sources.setdefault((k, stream), {})
+        tracebacks = self._tracebacks.setdefault((k, stream), set())
         view, errors_only, pattern = self.view, self.errors_only, self.pattern
         everything, by_rank, target = view.kind == "all", view.kind == "rank", view.key
         own_lines = view.kind == "node" and target == k  # this node's untagged lines
         plain: Kind = "err" if stream == "stderr" else "out"
         add_pending = self.pending.append
-        touched: list[_Source] = []
+        rank_hosts, seen, now = self.rank_hosts, self.last_seen, self.clock()
         every: list[Line] = []
         errors: list[Line] = []
         for rank, text in batch.lines:
-            src = sources.get(rank)
-            if src is None:
-                src = sources[rank] = self._source(k, rank)
-            if src.in_traceback or text.startswith(_TB_STARTS):
-                kind = src.kind(text, stream)
+            if (tracebacks and rank in tracebacks) or text.startswith(_TB_STARTS):
+                kind = _kind(text, stream, rank, tracebacks)
             else:
                 kind = plain
             line: Line = (rank, k, host, kind, text)
-            if not src.batch:
-                touched.append(src)
-            src.batch.append(line)
             every.append(line)
             if kind != "out":
-                src.error_batch.append(line)
                 errors.append(line)
+            if rank is None:
+                self.own.add(k)
+            else:
+                if rank not in rank_hosts:
+                    self._rank(rank, k)
+                seen[rank] = now
             if (
                 (everything or (rank == target if by_rank else own_lines and rank is None))
                 and (not errors_only or kind != "out")
                 and (pattern is None or pattern.search(text))
             ):
                 add_pending(line)
-        last_seen, now = self.last_seen, self.clock()
-        for src in touched:
-            last_seen[src.view] = now
-            src.buf.extend(tuple(src.batch))
-            src.batch.clear()
-            if src.error_batch:
-                src.errors.extend(tuple(src.error_batch))
-                src.error_batch.clear()
-        self.all.extend(tuple(every))
-        self.errors.extend(tuple(errors))
+        chunk = tuple(every)
+        self._node(k).extend(chunk)
+        self.all.extend(chunk)
+        if errors:
+            chunk = tuple(errors)
+            self.errors_by_node[k].extend(chunk)
+            self.errors.extend(chunk)
         self.received += len(batch.lines)
 
-    def _source(self, node_rank: int, rank: int | None) -> _Source:
-        if rank is None:
-            key = View("node", node_rank)
-        else:
-            key = View("rank", rank)
-            self.rank_hosts.setdefault(rank, node_rank)
-        return _Source(key, self._buffers(key), self.errors_by_view[key])
+    def _rank(self, rank: int, node_rank: int) -> None:
+        """A rank's view: its node keeps its share of the lines."""
+        self.rank_hosts[rank] = node_rank
+        self._rank_digits = max(self._rank_digits, len(str(rank)))
+        self._node(node_rank).scale += 1
+        self.errors_by_node[node_rank].scale += 1
+        self._share()
 
-    def _buffers(self, key: View) -> Lines:
-        buf = self.by_view.get(key)
+    def _node(self, node_rank: int) -> Lines:
+        """A node's lines: a share for its own lines, and one for each of its ranks."""
+        buf = self.by_node.get(node_rank)
         if buf is None:
-            buf = self.by_view[key] = Lines(self.per_rank)
-            self.errors_by_view[key] = Lines(self.errors_per_rank)
+            buf = self.by_node[node_rank] = Lines(self.per_rank)
+            self.errors_by_node[node_rank] = Lines(self.errors_per_rank)
+            self._share()
         return buf
+
+    def _share(self) -> None:
+        shares = len(self.rank_hosts) + len(self.by_node)
+        self.per_rank.share(shares)
+        self.errors_per_rank.share(shares)
 
     # -- views ------------------------------------------------------------------------------
 
+    @property
+    def view_count(self) -> int:
+        """Views besides all ranks: each rank's, each node's own."""
+        return len(self.rank_hosts) + len(self.own)
+
     def views(self) -> list[View]:
         """All ranks first, then each rank, then each node's own lines."""
-        return [ALL, *sorted(self.by_view, key=lambda v: (v.kind != "rank", v.key))]
+        ranks = [View("rank", r) for r in sorted(self.rank_hosts)]
+        return [ALL, *ranks, *(View("node", k) for k in sorted(self.own))]
 
     def select(self) -> list[Line]:
         """After view, errors_only or pattern changed: the lines to draw from scratch."""
@@ -256,10 +278,14 @@ class LogBuffer:
         if view.kind == "all":
             source = self.errors if self.errors_only else self.all
         else:
-            by_view = self.errors_by_view if self.errors_only else self.by_view
-            source = by_view.get(view) or Lines(1)
+            node = self.rank_hosts.get(view.key, -1) if view.kind == "rank" else view.key
+            by_node = self.errors_by_node if self.errors_only else self.by_node
+            source = by_node.get(node) or Lines(1)
+        rank = view.key if view.kind == "rank" else None
         pattern, out = self.pattern, []
         for line in source.newest_first():
+            if view.kind != "all" and line[RANK] != rank:
+                continue
             if pattern is None or pattern.search(line[TEXT]):
                 out.append(line)
                 if len(out) >= self.shown:
@@ -275,9 +301,22 @@ class LogBuffer:
 
     def tag_widths(self) -> tuple[int, int]:
         """Widths of the rank and host parts of the all-ranks view's `r12 node3` tag."""
-        ranks = max((len(str(r)) for r in self.rank_hosts), default=1)
-        hosts = max((len(h) for h in self.hosts.values()), default=4)
-        return 1 + ranks, min(hosts, HOST_WIDTH)
+        hosts = max(map(len, self.hosts.values()), default=4)
+        return 1 + self._rank_digits, min(hosts, HOST_WIDTH)
+
+
+def _kind(text: str, stream: Stream, rank: int | None, tracebacks: set[int | None]) -> Kind:
+    """A line that may start, go on with or end a rank's traceback (`tracebacks`: the ranks
+    of this node and stream in the middle of one)."""
+    body = _RANK_PREFIX.sub("", text, count=1) if text.startswith("[rank") else text
+    if body.startswith(TRACEBACK_START):
+        tracebacks.add(rank)
+        return "tb"
+    if rank in tracebacks:
+        if not body[:1].isspace():  # the exception line closes the traceback
+            tracebacks.discard(rank)
+        return "tb"
+    return "err" if stream == "stderr" else "out"
 
 
 HOST_WIDTH = 12  # a long host name is cut in the tag; the hosts pane shows it in full

@@ -2,10 +2,11 @@
 launch / stop / restart, the first failure, every rank's stack when a job stalls.
 
 It renders the engine's events only: `remote.run.Run(inv, emit=...)` runs in a worker (group
-"run") on the app's own loop, and `emit` posts each event as an `EngineEvent` message; the
-dashboard's own connections (`remote.cluster.Cluster`, tui/glance.py) post `ClusterEvent`s.
-Log lines go into bounded buffers (`LogBuffer`); a timer draws the visible view's new lines in
-one batch (tui/logpane.py: the log pane, the views list, filter and find).
+"run") on the app's own loop. The app routes each event to the widgets that own what it
+changes (the hosts table, the log pane, the banner, the status bar) and each key to its
+action; the dashboard's own connections are Glance's (tui/dashboard/glance.py). Log lines go
+straight into the log pane's buffers (no message per batch: 256 nodes send ~10k batches a
+second under a flood); every other event comes as an `EngineEvent` message, in order.
 """
 
 from __future__ import annotations
@@ -20,10 +21,9 @@ from typing import Any, ClassVar, Protocol
 from textual import on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
+from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
 from remote import inventory, runs
@@ -32,41 +32,36 @@ from remote.events import (
     CodeSynced,
     Event,
     Failure,
-    GpuStats,
     HangDetected,
-    HostChecked,
     HostState,
     LogBatch,
     NodeExited,
     NodeRanks,
-    NodeStarted,
     Notice,
     RunFinished,
     RunStarted,
 )
 from remote.failures import first
+from remote.fleet import Fleet
 from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
-from .findings import FindingsView
-from .glance import ClusterFactory, Glance, engine_cluster, tilde
+from .glance import ClusterFactory, Glance, engine_cluster
 from .history import HistoryScreen
 from .hosts import HostsTable
-from .logbuffer import LogBuffer, View
+from .logbuffer import View
 from .logpane import LogPane
-from .logview import RankLog
-from .messages import EngineEvent, JumpToFailure
+from .messages import ClusterEvent, EngineEvent, JumpToFailure
 from .screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
 from .stacks_screen import StacksScreen
-from .views import ViewList
-from .widgets import FailureBanner, FilterInput, FindInput, Status, StatusBar
+from .widgets import FailureBanner, FindInput, Status, StatusBar
 
-FLUSH_EVERY = 0.2  # seconds between drawing batches of new lines (5 frames a second)
 SEVERITY: dict[str, SeverityLevel] = {"info": "information", "warning": "warning", "error": "error"}
 # Actions of the main screen: hidden while another screen (a dialog, the inventory error) is up.
 MAIN_ACTIONS = {
     "launch", "stop", "restart", "filter", "errors", "follow", "jump",
     "view_all", "view_next", "view_prev", "check", "find", "detach", "history",
 }  # fmt: skip
+FIND_HINTS = {"hosts": "find hosts: name or address", "views": "find views: r12, node3, …"}
 
 
 class RunLike(Protocol):
@@ -79,27 +74,32 @@ class RunLike(Protocol):
     def detach(self) -> None: ...
 
 
-RunFactory = Callable[[inventory.Inventory, Emit, str], RunLike]
-# A run started earlier, opened again (attach, the history): (its record, emit, stop it).
-RejoinFactory = Callable[[runs.RunRecord, Emit, bool], RunLike]
+# (inventory, emit, run id, the dashboard's connections to borrow or None)
+RunFactory = Callable[[inventory.Inventory, Emit, str, Fleet | None], RunLike]
+# A run started earlier, opened again (attach, the history): (its record, emit, stop it, ...).
+RejoinFactory = Callable[[runs.RunRecord, Emit, bool, Fleet | None], RunLike]
 
 
-def engine_rejoin(record: runs.RunRecord, emit: Emit, stop: bool) -> RunLike:
-    return Run.rejoin(record, emit, stop=stop)
+def engine_rejoin(
+    record: runs.RunRecord, emit: Emit, stop: bool, fleet: Fleet | None = None
+) -> RunLike:
+    return Run.rejoin(record, emit, stop=stop, fleet=fleet)
 
 
 def engine_runs(runs_dir: Path | None = None, extra_args: Sequence[str] = ()) -> RunFactory:
     """Runs of the real engine; their logs go under `runs_dir` (default: the user data dir);
     `extra_args` go to the training script after the inventory's `args`."""
 
-    def make(inv: inventory.Inventory, emit: Emit, run_id: str) -> RunLike:
+    def make(
+        inv: inventory.Inventory, emit: Emit, run_id: str, fleet: Fleet | None = None
+    ) -> RunLike:
         run_dir = runs_dir / run_id if runs_dir is not None else None
-        return Run(inv, emit, run_id=run_id, run_dir=run_dir, extra_args=extra_args)
+        return Run(inv, emit, run_id=run_id, run_dir=run_dir, extra_args=extra_args, fleet=fleet)
 
     return make
 
 
-class Dashboard(Glance, LogPane, App[int]):
+class Dashboard(App[int]):
     CSS_PATH = Path(__file__).parent / "app.tcss"  # absolute: subclasses live elsewhere
     TITLE = "ddptui"
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -151,78 +151,45 @@ class Dashboard(Glance, LogPane, App[int]):
         rejoin_factory: RejoinFactory = engine_rejoin,
     ) -> None:
         super().__init__()
-        self.open_on = run  # `ddptui attach|stop|stacks RUN`: the run to open at once
+        self.inventory_path = inventory_path
+        self.run_factory = run_factory or engine_runs()
         self.rejoin_factory = rejoin_factory
-        self.run_ids = run_ids
+        self.clock, self.run_ids = clock, run_ids
         self.start = start  # the command it opened on: `ddptui launch` launches at once
+        self.open_on = run  # `ddptui attach|stop|stacks RUN`: the run to open at once
         # `ddptui launch`: the run checks the hosts; the dashboard's own connections open after
         self._cluster_later = start == "launch"
-        self.inventory_path = inventory_path
+        self.glance = Glance(self, cluster_factory)
         self.inventory: inventory.Inventory | None = None
-        self.run_factory = run_factory or engine_runs()
-        self.cluster_factory = cluster_factory
-        self.clock = clock
         self.current_run: RunLike | None = None
         self.run_id: str | None = None
         self.run_dir: str | None = None
         self.worker: Worker[RunFinished] | None = None
-        self.logs = LogBuffer(clock=self.clock)
         self.status = Status()
-        self.follow = True
-        self._paused_by_scroll = False
         self.failure: Failure | None = None
         self.failures: list[Failure] = []
         self.finished: RunFinished | None = None
         self._started_at: float | None = None
         self._stopping = False  # the user asked the run to stop
         self._after_run: Callable[[], None] | None = None  # restart or quit, once it ended
-        self.showing_checks = True  # the checks' findings where the logs go, until a run
-        self._view_count = -1  # log views in the views list
-        self._rate_mark: tuple[float, int] | None = None  # (when, lines received) for lines/s
-        self._handlers: dict[type[Event], Callable[[Any], None]] = {
-            RunStarted: self._run_started,
-            HostState: self._host_state,
-            NodeStarted: self._node_started,
-            NodeRanks: self._node_ranks,
-            NodeExited: self._node_exited,
-            Notice: self._notice,
-            RunFinished: self._run_finished,
-            HostChecked: self._host_checked,
-            ChecksDone: self._checks_done,
-            GpuStats: self._gpu_stats,
-            HangDetected: self.hang_detected,
-            CodeSynced: self._code_synced,
-        }
+        self.hosts = HostsTable(clock, id="hosts")
+        self.banner = FailureBanner(id="banner")
+        self.pane = LogPane(clock, id="logs")
+        self.find_box = FindInput(id="find")
+        self.status_bar = StatusBar(id="status")
 
     # -- layout -----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield HostsTable(id="hosts")
-        yield FailureBanner(id="banner")
-        with Horizontal(id="body", classes="-checks"):
-            yield ViewList(id="views")
-            yield RankLog(id="log")
-            yield FindingsView(id="findings")
-        yield FilterInput(placeholder="regex; enter keeps it, escape clears it", id="filter")
-        yield FindInput(id="find")
-        yield StatusBar(id="status")
+        yield self.hosts
+        yield self.banner
+        yield self.pane
+        yield self.find_box
+        yield self.status_bar
         yield Footer(show_command_palette=False)  # ctrl+p still opens it: room for the keys
 
     def on_mount(self) -> None:
-        self.hosts = self.query_one(HostsTable)
-        self.banner = self.query_one(FailureBanner)
-        self.views = self.query_one(ViewList)
-        self.log_view = self.query_one(RankLog)
-        self.findings = self.query_one(FindingsView)
-        self.filter_box = self.query_one(FilterInput)
-        self.find_box = self.query_one(FindInput)
-        self.status_bar = self.query_one(StatusBar)
-        self.hosts.border_title = "hosts"
-        self.views.border_title = "views"
-        self.sync_views()
-        self._title()
         self.hosts.focus()
-        self.set_interval(FLUSH_EVERY, self.flush)
         self.set_interval(1.0, self.tick)
         try:
             self._use_inventory(inventory.load(self.inventory_path))
@@ -240,8 +207,22 @@ class Dashboard(Glance, LogPane, App[int]):
         elif self.open_on is not None:
             self.open_run(self.open_on, stop=self.start == "stop")
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
+        await self.glance.close()
         gc.unfreeze()  # the next app in this process (tests) starts from a clean slate
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:
+        """Every toast is plain text: messages carry host, rank and inventory text, which is
+        never read as markup (`[/x]` in a script's name, `[@click=app.quit]` from a host)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     # -- inventory --------------------------------------------------------------------------
 
@@ -250,8 +231,9 @@ class Dashboard(Glance, LogPane, App[int]):
         self.hosts.set_hosts(inv.hosts)
         self.status.hosts = len(inv.hosts)
         self.sub_title = str(inv.path)
-        if not self._cluster_later:
-            self.open_cluster(inv)  # connects and checks, unless connected to these hosts
+        # `ddptui launch`: the connections open now, for the run; their checks come after it
+        if self.glance.open(inv, check=not self._cluster_later) and not self._cluster_later:
+            self.pane.findings.start(addresses(inv))
         self.show_status()
         self.refresh_bindings()
 
@@ -288,20 +270,10 @@ class Dashboard(Glance, LogPane, App[int]):
         inv = self.reload_inventory()  # edits since the last run count
         if inv is None:
             return
-        self._reset()
-        self.run_id = run_id = self.run_ids()
-        self.current_run = self.run_factory(inv, partial(self._emit, run_id), run_id)
-        self.status.run_id, self.status.state = run_id, "connecting"
-        self.worker = self.run_worker(
-            self.current_run.execute(), name="run", group="run", exit_on_error=False
-        )
-        if self.cluster is not None:
-            self.cluster.pause(True)  # the run streams the figures over its own connections
-        self.findings.start(len(inv.hosts))  # the run checks the hosts too
-        self.show_view(self.logs.view)
-        self.log_view.focus()
-        self.refresh_bindings()
-        self.show_status()
+        run_id = self.run_ids()
+        emit = partial(self._emit, run_id)
+        self._start(run_id, self.run_factory(inv, emit, run_id, self.glance.fleet(inv)))
+        self.pane.findings.start(addresses(inv))  # the run checks the hosts too
 
     def open_run(self, spec: str, stop: bool = False) -> None:
         """A run started earlier: every host's lines from the first, then live (attached),
@@ -316,19 +288,31 @@ class Dashboard(Glance, LogPane, App[int]):
             self.notify(str(exc), severity="error", timeout=10)
             return
         self._use_inventory(inv)
-        self._reset()
-        self.run_id = record.run_id
-        self.current_run = self.rejoin_factory(record, partial(self._emit, record.run_id), stop)
-        self.status.run_id, self.status.state = record.run_id, "connecting"
-        self.worker = self.run_worker(
-            self.current_run.execute(), name="run", group="run", exit_on_error=False
-        )
-        if self.cluster is not None:
-            self.cluster.pause(True)  # the run streams the figures over its own connections
-        self.show_view(self.logs.view)
-        self.log_view.focus()
+        emit = partial(self._emit, record.run_id)
+        fleet = self.glance.fleet(inv)
+        self._start(record.run_id, self.rejoin_factory(record, emit, stop, fleet))
+
+    def _start(self, run_id: str, run: RunLike) -> None:
+        """A run (new or rejoined) becomes the one shown: fresh state, its worker started."""
+        self._reset(run_id)
+        self.current_run = run
+        self.status.run_id, self.status.state = run_id, "connecting"
+        self.worker = self.run_worker(run.execute(), name="run", group="run", exit_on_error=False)
+        self.glance.pause(True)  # the run streams the figures over its own connections
+        self.pane.show_view(self.pane.logs.view)
+        self.pane.log_view.focus()
         self.refresh_bindings()
         self.show_status()
+
+    def _reset(self, run_id: str) -> None:
+        """A new run: empty logs, no failure, host states start over."""
+        self.run_id = run_id  # from now on, only this run's events are taken
+        self.pane.reset()
+        self.failure, self.failures, self.finished = None, [], None
+        self._started_at, self._stopping = None, False
+        self.banner.hide()
+        self.hosts.reset()
+        self.status = Status(hosts=self.status.hosts, world_size=self.status.world_size)
 
     def action_history(self) -> None:
         def chosen(run_id: str | None) -> None:
@@ -344,9 +328,6 @@ class Dashboard(Glance, LogPane, App[int]):
         self._after_run = self._quit_now
         self.current_run.detach()
         self.notify(f"detached: run {self.run_id} goes on (ddptui attach {self.run_id})")
-
-    def _emit(self, run_id: str, event: Event) -> None:
-        self.post_message(EngineEvent(run_id, event))
 
     def action_stop(self) -> None:
         if self.current_run is not None and self.running:
@@ -391,11 +372,11 @@ class Dashboard(Glance, LogPane, App[int]):
             self.status.state = "error"
             self.notify(f"the run ended on an internal error: {event.worker.error!r}",
                         severity="error", timeout=30)  # fmt: skip
-        if self.cluster is not None:
-            self.cluster.pause(False)
-        elif self._cluster_later and self.inventory is not None:
-            self._cluster_later = False
-            self.open_cluster(self.inventory)
+        self.glance.pause(False)
+        if self._cluster_later and self.inventory is not None:
+            self._cluster_later = False  # the run is over: the dashboard's checks now
+            self.glance.check(self.inventory)
+            self.pane.findings.start(addresses(self.inventory))
         self.status.alert, self.status.lines_per_s = "", None
         self.refresh_bindings()
         self.show_status()
@@ -403,66 +384,51 @@ class Dashboard(Glance, LogPane, App[int]):
         if after is not None:
             after()
 
-    def _reset(self) -> None:
-        """A new run: empty logs, no failure, host states start over."""
-        self.logs = LogBuffer(clock=self.clock)
-        self.log_view.clear()
-        self.failure, self.failures, self.finished = None, [], None
-        self._started_at, self._stopping = None, False
-        self.follow, self._paused_by_scroll = True, False
-        self._rate_mark = None
-        self.banner.hide()
-        self.hosts.reset()
-        self.status = Status(hosts=self.status.hosts, world_size=self.status.world_size)
-        self.sync_views()
-        self._title()
+    # -- events -----------------------------------------------------------------------------
 
-    # -- engine events ----------------------------------------------------------------------
+    def _emit(self, run_id: str, event: Event) -> None:
+        """The run's emit, on the app's loop (the run is its worker)."""
+        if run_id != self.run_id:
+            return  # a previous run's last words
+        if type(event) is LogBatch:  # the hot path: into the buffers, drawn by the pane's timer
+            self.pane.add(event)
+        else:
+            self.post_message(EngineEvent(run_id, event))
 
     def on_engine_event(self, message: EngineEvent) -> None:
-        if message.run_id != self.run_id:
-            return  # a previous run's last words
+        if message.run_id == self.run_id:
+            self._route(message.event)
+
+    def on_cluster_event(self, message: ClusterEvent) -> None:
+        if not self.glance.current(message):
+            return  # a replaced cluster's last words
         event = message.event
-        if type(event) is LogBatch:  # the hot path
-            self.logs.add(event)
-            return
+        if isinstance(event, HostState):  # the dashboard's own connection, not a run's
+            self.hosts.reach(event)
+            self.show_status()
+        else:
+            self._route(event)
+
+    def _route(self, event: Event) -> None:
+        """Each widget takes what it shows of the event; the run's course is the app's."""
+        self.hosts.apply(event)
+        self.pane.apply(event)
         handler = self._handlers.get(type(event))
         if handler is not None:
-            handler(event)
+            handler(self, event)
 
     def _run_started(self, ev: RunStarted) -> None:
         self._started_at = self.clock()
         self.run_dir = ev.run_dir
         self.status.world_size = ev.world_size or self.status.world_size
-        self.log_view.border_subtitle = f"logs in {tilde(ev.run_dir)}"
         self.show_status()
 
     def _host_state(self, ev: HostState) -> None:
-        info = self.hosts.info(ev.node_rank)
-        if info is None:
-            return
-        info.state, info.detail = ev.state, ev.detail
-        self.hosts.refresh_host(ev.node_rank)
         if ev.state == "running" and self.status.state == "connecting":
             self.status.state = "running"
         self.show_status()
 
-    def _node_started(self, ev: NodeStarted) -> None:
-        info = self.hosts.info(ev.node_rank)
-        if info is not None:
-            info.ranks, info.hostname, info.ifname, info.pid = (
-                ev.ranks, ev.hostname, ev.ifname, ev.pid
-            )  # fmt: skip
-            self.hosts.refresh_host(ev.node_rank)
-        self.logs.add_ranks(ev.node_rank, ev.host, ev.ranks)
-
     def _node_ranks(self, ev: NodeRanks) -> None:
-        """Ranks only the run reveals (c10d, spawn, Lightning)."""
-        info = self.hosts.info(ev.node_rank)
-        if info is not None:
-            info.ranks = ev.ranks
-            self.hosts.refresh_host(ev.node_rank)
-        self.logs.add_ranks(ev.node_rank, ev.host, ev.ranks)
         if ev.world_size:
             self.status.world_size = ev.world_size
             self.show_status()
@@ -481,6 +447,12 @@ class Dashboard(Glance, LogPane, App[int]):
         where = f"{ev.host}: " if ev.host else ""
         self.notify(where + ev.text, severity=SEVERITY[ev.level], timeout=6)
 
+    def _hang_detected(self, ev: HangDetected) -> None:
+        """The run warned of a stall (its Notice is shown too): the status bar says so until
+        a rank speaks again."""
+        self.status.stalled(ev, self.pane.received)
+        self.show_status()
+
     def _run_finished(self, ev: RunFinished) -> None:
         self.finished = ev
         self.status.state = ev.status
@@ -493,24 +465,12 @@ class Dashboard(Glance, LogPane, App[int]):
         self.notify(f"run {ev.status} (exit {ev.exit_code})", severity=severity, timeout=6)
         self.show_status()
 
-    def _host_checked(self, ev: HostChecked) -> None:
-        info = self.hosts.info(ev.node_rank)
-        if info is not None:
-            info.facts, info.findings = ev.facts, ev.findings
-            info.hostname = ev.facts.get("hostname") or info.hostname
-            if not info.history.util:  # the live figures, when they came first, stay
-                info.gpus = ev.gpus
-            self.hosts.refresh_host(ev.node_rank)
-            self.show_status()
-        self.findings.host_checked(ev)
-        self.sync_views()  # the checks' mark
-
     def _checks_done(self, ev: ChecksDone) -> None:
         if self.start == "stacks" and self.running:  # `ddptui stacks RUN`: now connected
             self.start = None
             self.action_stacks()
         self.hosts.flush()  # every host's row now, not at the next tick
-        self.findings.checks_done(ev)
+        self.show_status()
         failures = [f for f in ev.findings if f.level == "failure"]
         warnings = [f for f in ev.findings if f.level == "warning"]
         if failures:
@@ -520,69 +480,87 @@ class Dashboard(Glance, LogPane, App[int]):
         else:
             self.notify("checks passed", timeout=3)
 
-    def _gpu_stats(self, ev: GpuStats) -> None:
-        info = self.hosts.info(ev.node_rank)
-        if info is not None:
-            info.gpus = ev.gpus
-            info.history.add(ev.gpus)
-            self.hosts.refresh_host(ev.node_rank)
+    _handlers: ClassVar[dict[type[Event], Callable[[Any, Any], None]]] = {
+        RunStarted: _run_started,
+        HostState: _host_state,
+        NodeRanks: _node_ranks,
+        NodeExited: _node_exited,
+        Notice: _notice,
+        RunFinished: _run_finished,
+        ChecksDone: _checks_done,
+        HangDetected: _hang_detected,
+        CodeSynced: _code_synced,
+    }
 
     def _show_failure(self, failure: Failure | None) -> None:
         if failure is None or failure == self.failure:
             return
         self.failure = failure
         self.banner.show_failure(failure)
-        self.sync_views()  # the failed rank gets a mark
+        self.pane.mark_failed(f.rank for f in [*self.failures, failure])
         self.refresh_bindings()
 
     def show_status(self) -> None:
         status = self.status
         if self._started_at is not None and self.finished is None:
             status.elapsed = self.clock() - self._started_at
-            self._measure_rate()
-            self.clear_alert()
-        status.hosts_up = sum(info.up for info in self.hosts.infos.values())
+            status.measure(self.clock(), self.pane.received)
+        status.hosts_up = len(self.hosts.up)
         self.status_bar.show(status)
 
     def tick(self) -> None:
-        """Every second: the hosts that changed, the status bar, and how long each rank has
-        been silent. The hosts table renders every visible cell again for any change (~1 ms
-        a cell): at 5 Hz, 32 hosts answering the checks kept the loop from their logins."""
-        self.hosts.flush()
+        """Every second: the status bar, and how long each rank has been silent."""
         self.show_status()
-        self.views.show_silences(self.silences())
+        self.pane.tick()
 
-    def _measure_rate(self) -> None:
-        """Lines per second over the last second or more (the status bar)."""
-        now, received = self.clock(), self.logs.received
-        if self._rate_mark is None:
-            self._rate_mark = (now, received)
-            return
-        then, before = self._rate_mark
-        if now - then >= 1.0:
-            self.status.lines_per_s = (received - before) / (now - then)
-            self._rate_mark = (now, received)
-
-    def logs_received(self) -> int:
-        return self.logs.received
-
-    # -- failure -----------------------------------------------------------------------------
+    # -- keys: each to the widget it concerns ------------------------------------------------
 
     def action_jump(self) -> None:
         f = self.failure
         if f is None:
             return
         if f.rank is not None:
-            self.show_view(View("rank", f.rank))
+            self.pane.show_view(View("rank", f.rank))
         else:
             node = next((i.node_rank for i in self.hosts.infos.values() if i.name == f.host), 0)
-            self.show_view(View("node", node))
-        self.log_view.focus()
+            self.pane.show_view(View("node", node))
+        self.pane.log_view.focus()
 
     def on_jump_to_failure(self, message: JumpToFailure) -> None:
         self.action_jump()
 
-    # -- hosts ------------------------------------------------------------------------------
+    def action_view_all(self) -> None:
+        self.pane.show_all()
+
+    def action_view_next(self) -> None:
+        self.pane.step_view(1)
+
+    def action_view_prev(self) -> None:
+        self.pane.step_view(-1)
+
+    def action_errors(self) -> None:
+        self.pane.toggle_errors()
+
+    def action_follow(self) -> None:
+        self.pane.toggle_follow()
+
+    def action_filter(self) -> None:
+        self.pane.open_filter()
+
+    def action_check(self) -> None:
+        """Check every host again (the inventory read afresh: edits count)."""
+        inv = self.reload_inventory()
+        if inv is None:
+            return
+        self.pane.show_checks(True)
+        self.pane.findings.start(addresses(inv))
+        self.glance.check(inv)
+
+    def action_stacks(self) -> None:
+        if self.run_id is None or self.inventory is None:
+            return
+        flight = self.inventory.job.nccl.flight_recorder
+        self.glance.stacks(self.run_id, Path(self.run_dir or "."), flight=flight)
 
     @on(DataTable.RowSelected, "#hosts")
     def _host_chosen(self, event: DataTable.RowSelected) -> None:
@@ -591,7 +569,31 @@ class Dashboard(Glance, LogPane, App[int]):
         if info is not None:
             self.push_screen(HostDetailScreen(info))
 
-    # -- keys -------------------------------------------------------------------------------
+    # -- find: the hosts pane or the views list ---------------------------------------------
+
+    def action_find(self, target: str) -> None:
+        box = self.find_box
+        box.target = target
+        box.placeholder = FIND_HINTS[target]
+        box.value = self.hosts.needle if target == "hosts" else self.pane.views.needle
+        box.add_class("-shown")
+        box.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input is self.find_box:
+            self._find(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input is self.find_box:
+            self._find(event.value)
+            self.find_box.remove_class("-shown")
+            (self.hosts if self.find_box.target == "hosts" else self.pane.views).focus()
+
+    def _find(self, text: str) -> None:
+        if self.find_box.target == "hosts":
+            self.hosts.find(text)
+        else:
+            self.pane.find_views(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """False hides a key (another screen is up, no failure); None shows it disabled."""
@@ -630,6 +632,11 @@ class Dashboard(Glance, LogPane, App[int]):
                     binding.tooltip,
                     partial(self.run_action, binding.action),
                 )
+
+
+def addresses(inv: inventory.Inventory) -> dict[str, str]:
+    """Each host's name and address: a finding's words name them, folded across hosts."""
+    return {h.name: h.host for h in inv.hosts}
 
 
 def create_app(

@@ -1,13 +1,16 @@
-"""The hosts pane: one row per host, kept up to date from the engine's events.
+"""The hosts pane: one row per host, kept up to date from the engine's events, which it applies
+itself (`apply`, `reach`).
 
 From the moment the dashboard opens each row says whether the host answered (or why not), what
 its checks found, its GPUs with bars of utilisation and memory over the last minutes, and the
-processes on them and whose. `/` in the pane narrows it to the hosts matching a search.
+processes on them and whose. `/` in the pane narrows it to the hosts matching a search. Rows
+that changed are drawn again once a second, and only those (DataTable draws the visible rows).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +19,16 @@ from textual.binding import Binding
 from textual.widgets import DataTable
 
 from remote import fold
-from remote.events import Finding, Gpu
+from remote.events import (
+    Event,
+    Finding,
+    Gpu,
+    GpuStats,
+    HostChecked,
+    HostState,
+    NodeRanks,
+    NodeStarted,
+)
 from remote.inventory import Host
 
 from .colours import theme_colour
@@ -43,6 +55,7 @@ FIXED_WIDTHS = {
 }
 # Engine states as a person reads them; "connected" means ready to start.
 STATE_NAMES = {"connected": "ready", "idle": "-"}
+REDRAW_EVERY = 1.0  # seconds: the rows that changed
 STATE_STYLES = {
     "connecting": "text-warning",
     "starting": "text-warning",
@@ -54,6 +67,7 @@ STATE_STYLES = {
     "stopped": "text-warning",
 }
 SHOW_DETAIL = {"unreachable", "failed"}  # other states' details repeat other columns
+SHOW_SINCE = {"connecting", "starting"}  # how long a host has been at it: the slow one shows
 
 
 @dataclass
@@ -68,6 +82,7 @@ class HostInfo:
     reach: str = ""  # of the dashboard's own connection: connecting, connected, unreachable
     reach_detail: str = ""
     ranks: tuple[int, ...] = ()
+    since: float | None = None  # when the run's state began (clock): "starting 12s"
     hostname: str = ""
     ifname: str | None = None
     pid: int | None = None
@@ -90,9 +105,11 @@ class HostInfo:
             return self.reach == "connected"
         return self.state in ("connected", "starting", "running", "done") or bool(self.facts)
 
-    def state_text(self) -> str:
+    def state_text(self, now: float | None = None) -> str:
         text = STATE_NAMES.get(self.state, self.state)
-        if self.state == "idle" and self.reach in ("connecting", "unreachable"):
+        if self.state in SHOW_SINCE and self.since is not None and now is not None:
+            text = f"{text} {age(now - self.since)}"
+        elif self.state == "idle" and self.reach in ("connecting", "unreachable"):
             text = f"{self.reach}: {self.reach_detail}" if self.reach_detail else self.reach
         elif self.state in ("idle", "connected"):
             text = self._check_summary() or text
@@ -123,6 +140,12 @@ class HostInfo:
 
 def ranks_text(ranks: tuple[int, ...]) -> str:
     return fold.ranks(ranks)
+
+
+def age(seconds: float) -> str:
+    """`4s`, `2m05s`: how long a host has been connecting or starting."""
+    s = int(seconds)
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02}s"
 
 
 def gpu_cells(gpus: tuple[Gpu, ...] | None) -> tuple[str, str, str]:
@@ -174,13 +197,54 @@ class HostsTable(DataTable[Text]):
         ),
     ]  # fmt: skip
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, clock: Callable[[], float], *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row")
+        self.clock = clock
         self.infos: dict[int, HostInfo] = {}
         self.needle = ""  # the search: only matching hosts have rows
         self._shown: dict[int, Text] = {}  # each row as drawn
         self._dirty: set[int] = set()  # rows to redraw at the next flush
         self._widths: list[int] = []  # of each field
+        self.up: set[int] = set()  # the hosts up (the status bar's count)
+
+    def on_mount(self) -> None:
+        self.border_title = "hosts"
+        self.set_interval(REDRAW_EVERY, self.flush)
+
+    # -- events -----------------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        """A run's event (or the checks'), on the row of the host it concerns."""
+        info = self.infos.get(getattr(event, "node_rank", -1))
+        if info is None:
+            return
+        if isinstance(event, HostState):
+            if event.state != info.state:
+                info.since = self.clock()
+            info.state, info.detail = event.state, event.detail
+        elif isinstance(event, NodeStarted):
+            info.ranks, info.hostname = event.ranks, event.hostname
+            info.ifname, info.pid = event.ifname, event.pid
+        elif isinstance(event, NodeRanks):
+            info.ranks = event.ranks
+        elif isinstance(event, HostChecked):
+            info.facts, info.findings = event.facts, event.findings
+            info.hostname = event.facts.get("hostname") or info.hostname
+            if not info.history.util:  # the live figures, when they came first, stay
+                info.gpus = event.gpus
+        elif isinstance(event, GpuStats):
+            info.gpus = event.gpus
+            info.history.add(event.gpus)
+        else:
+            return
+        self.refresh_host(info.node_rank)
+
+    def reach(self, event: HostState) -> None:
+        """The dashboard's own connection to the host: connecting, connected, unreachable."""
+        info = self.infos.get(event.node_rank)
+        if info is not None:
+            info.reach, info.reach_detail = event.state, event.detail
+            self.refresh_host(info.node_rank)
 
     def set_hosts(self, hosts: tuple[Host, ...]) -> None:
         """Rows for a (re)loaded inventory; what is known of hosts that stay is kept."""
@@ -199,6 +263,7 @@ class HostsTable(DataTable[Text]):
                 info = prev
                 info.node_rank = host.node_rank
             self.infos[host.node_rank] = info
+        self.up = {k for k, info in self.infos.items() if info.up}
         self._add_rows()
 
     def find(self, needle: str) -> None:
@@ -254,12 +319,19 @@ class HostsTable(DataTable[Text]):
         return self.infos.get(node_rank)
 
     def refresh_host(self, node_rank: int) -> None:
-        """Redraw the host's row at the next flush (the app's, once a second)."""
+        """Redraw the host's row at the next flush (once a second), and count it up or not."""
         self._dirty.add(node_rank)
+        info = self.infos.get(node_rank)
+        if info is not None and info.up:
+            self.up.add(node_rank)
+        else:
+            self.up.discard(node_rank)
 
     def flush(self) -> None:
-        """The rows that changed since the last flush, as their infos say now (app timer)."""
+        """The rows that changed since the last flush, as their infos say now (timer), and
+        those counting how long they have been at it."""
         dirty, self._dirty = self._dirty, set()
+        dirty.update(k for k, i in self.infos.items() if i.state in SHOW_SINCE)
         for node_rank in sorted(dirty):
             self._update_row(node_rank)
 
@@ -277,11 +349,13 @@ class HostsTable(DataTable[Text]):
         """A new run: states start over; facts and GPUs stay until refreshed."""
         for info in self.infos.values():
             info.state, info.detail, info.ranks, info.pid = "idle", "", (), None
+            info.since = None
             self.refresh_host(info.node_rank)
 
     def _row(self, info: HostInfo) -> Text:
         style = info.state_style()
-        state = Text(info.state_text(), style=theme_colour(self, style) if style else "")
+        colour = theme_colour(self, style) if style else ""
+        state = Text(info.state_text(self.clock()), style=colour)
         name = Text(info.name)
         if any(f.level == "failure" for f in info.findings):
             name.append(" ✗", style=theme_colour(self, "text-error"))

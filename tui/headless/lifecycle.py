@@ -11,7 +11,6 @@ import asyncio
 import json
 import signal
 import sys
-import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,8 @@ from remote.events import (
 )
 from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
 
-from .headless import Printer
+from ..text import RUN_COLUMNS, run_cells, run_row
+from .printer import Printer
 
 
 class TailPrinter:
@@ -74,10 +74,19 @@ def _on_signals(action: Callable[[], None]) -> None:
         loop.add_signal_handler(sig, action)
 
 
-async def attach(spec: str, tail: int | None = None) -> int:
+def _printer(record: runs.RunRecord, verbose: bool) -> Printer:
+    """The run's printer, knowing its hosts (their words fold by name and address)."""
+    try:
+        hosts = record.inventory().hosts
+    except runs.RunError:
+        hosts = ()
+    return Printer(verbose=verbose, hosts=hosts)
+
+
+async def attach(spec: str, tail: int | None = None, *, verbose: bool = False) -> int:
     """`ddptui --headless attach RUN`: the run's exit status; 130 when Ctrl-C detached."""
     record = runs.resolve(spec)
-    printer = Printer()
+    printer = _printer(record, verbose)
     if record.summary is not None:  # it ended while we watched: the run dir has it all
         return show_finished(record, printer, tail)
     emit: Callable[[Event], None] = printer if tail is None else TailPrinter(printer, tail)
@@ -148,16 +157,18 @@ class Quiet:
             self.printer(event)
 
 
-async def stop(spec: str) -> int:
+async def stop(spec: str, *, verbose: bool = False) -> int:
     """`ddptui --headless stop RUN`: 0 once nothing of it is left, 1 naming what is."""
     record = runs.resolve(spec)
-    printer = Printer()
+    printer = _printer(record, verbose)
     run = Run.rejoin(record, Quiet(printer), stop=True)
     fin = await run.execute()
-    left = run.leftovers + [f"{f.host}: {f.message}" for f in fin.failures if f.rank is None]
     if fin.status == "unreachable" or run.leftovers:
-        for text in left:
-            printer.say(f"not stopped: {text}")
+        left = [text.partition(": ")[::2] for text in run.leftovers]  # "host: what is left"
+        left += [(f.host, f.message) for f in fin.failures if f.rank is None]
+        for host, text in left:
+            printer.hold(host, f"not stopped: {text}")
+        printer.flush()
         return EXIT_FAILED
     printer.say(f"run {record.run_id}: nothing of it is left on its hosts")
     return EXIT_OK
@@ -168,7 +179,7 @@ async def history(as_json: bool = False, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     records = runs.all_runs()
     await runs.statuses(records)
-    rows = [row(r) for r in records]
+    rows = [run_row(r) for r in records]
     if as_json:
         out.write(json.dumps({"runs": rows}, indent=2) + "\n")
     else:
@@ -176,50 +187,9 @@ async def history(as_json: bool = False, out: TextIO | None = None) -> int:
     return EXIT_OK
 
 
-def row(r: runs.RunRecord) -> dict[str, Any]:
-    s = r.summary or {}
-    started = r.started_at
-    if s.get("elapsed") is not None:
-        elapsed: float | None = float(s["elapsed"])
-    elif r.status == "running" and started:
-        elapsed = time.time() - started
-    else:
-        elapsed = None
-    return {
-        "id": r.run_id,
-        "status": r.status,
-        "hosts": r.info.get("hosts", []),
-        "world_size": s.get("world_size", r.info.get("world_size")),
-        "started": started,
-        "elapsed": elapsed,
-        "failing_rank": s.get("failing_rank"),
-        "failing_host": s.get("failing_host"),
-        "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
-        "run_dir": str(r.dir),
-    }
-
-
-COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank")
-
-
-def cells(r: dict[str, Any]) -> tuple[str, ...]:
-    hosts = r["hosts"]
-    failing = "" if r["failing_rank"] is None else f"{r['failing_rank']} ({r['failing_host']})"
-    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
-    return (
-        r["id"],
-        r["status"] or "…",
-        f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0",
-        "" if r["world_size"] is None else str(r["world_size"]),
-        started,
-        "" if r["elapsed"] is None else runs.age(r["elapsed"]),
-        failing or (r["failing_host"] or ""),
-    )
-
-
 def print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
-    table = [COLUMNS, *(cells(r) for r in rows)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(COLUMNS))]
+    table = [RUN_COLUMNS, *(run_cells(r) for r in rows)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
     for line in table:
         out.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
         out.write("\n")

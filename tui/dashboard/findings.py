@@ -11,8 +11,9 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from remote import fold
-from remote.events import ChecksDone, Finding, HostChecked
+from remote.events import ChecksDone, HostChecked
 
+from ..text import Fold
 from .colours import theme_colour
 
 REDRAW_AFTER = 0.1  # seconds
@@ -25,6 +26,7 @@ class FindingsView(VerticalScroll):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.hosts = 0
+        self.addresses: dict[str, str] = {}  # name → address: folded in a finding's words
         self.checked: dict[int, HostChecked] = {}
         self.done: ChecksDone | None = None
         self._due = False  # a redraw is scheduled
@@ -36,9 +38,10 @@ class FindingsView(VerticalScroll):
         self.border_title = "checks"
         self._draw()
 
-    def start(self, hosts: int) -> None:
-        """A new round of checks on `hosts` hosts."""
-        self.hosts, self.checked, self.done = hosts, {}, None
+    def start(self, addresses: dict[str, str]) -> None:
+        """A new round of checks on these hosts (name → address)."""
+        self.hosts, self.addresses = len(addresses), addresses
+        self.checked, self.done = {}, None
         self._draw()
 
     def host_checked(self, ev: HostChecked) -> None:
@@ -48,6 +51,11 @@ class FindingsView(VerticalScroll):
     def checks_done(self, ev: ChecksDone) -> None:
         self.done = ev
         self._draw()
+
+    def mark(self) -> str:
+        """`✗` when a check failed on a host, `!` when one warned, else a space."""
+        levels = {f.level for h in self.checked.values() for f in h.findings}
+        return "✗" if "failure" in levels else "!" if "warning" in levels else " "
 
     def _draw(self) -> None:
         """Redraw once the events of this moment are in: each redraw lays the screen out
@@ -68,11 +76,15 @@ class FindingsView(VerticalScroll):
         if self.done is not None:  # add those across hosts
             findings += [f for f in self.done.findings if f.host is None]
         for level in ("failure", "warning"):
-            for (check, message), hosts in grouped(findings, level).items():
+            same = Fold(self.addresses)
+            for f in findings:
+                if f.level == level:
+                    same.add(f.host, f.message, f.check)
+            for check, hosts, message in same.take():
                 mark, colour = MARKS[level]
                 out.append(f"{mark} ", style=f"bold {theme_colour(self, colour)}")
                 out.append(f"{check}", style="bold")
-                out.append(f" {fold.hosts(hosts)}" if hosts else "", style="bold")
+                out.append(f" {hosts}" if hosts else "", style="bold")
                 out.append(f": {message}\n")
         bad = {f.host for f in findings if f.level != "ok"}
         clean = [h.host for h in self.checked.values() if h.host not in bad]
@@ -84,14 +96,3 @@ class FindingsView(VerticalScroll):
         if self.done is not None:
             out.append("\nl launches the job · c checks again · Enter on a host: its facts", "dim")
         return out
-
-
-def grouped(findings: list[Finding], level: str) -> dict[tuple[str, str], list[str]]:
-    """(check, message) → the hosts it was found on, in order; [] for findings across hosts."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for f in findings:
-        if f.level == level:
-            hosts = out.setdefault((f.check, f.message), [])
-            if f.host is not None:
-                hosts.append(f.host)
-    return out

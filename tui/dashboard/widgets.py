@@ -3,18 +3,19 @@ boxes."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
 from textual.widgets import Input, Static
 
-from remote.events import Failure
+from remote.events import Failure, HangDetected
 
+from ..text import failure_line
 from .colours import theme_colour
-from .headless import failure_line
 from .messages import JumpToFailure
+from .plain import plain
 
 TRACEBACK_SHOWN = 4  # traceback lines in the banner; the rank's log has the rest
 
@@ -31,6 +32,27 @@ class Status:
     hosts: int = 0
     lines_per_s: float | None = None  # while a run goes
     alert: str = ""  # e.g. a stall, until the ranks speak again
+    _rate_mark: tuple[float, int] | None = field(default=None, repr=False)  # (when, lines)
+    _received_at_alert: int = field(default=0, repr=False)
+
+    def measure(self, now: float, received: int) -> None:
+        """Lines per second over the last second or more; a stall's alert ends once a rank
+        speaks again."""
+        if self.alert and received > self._received_at_alert:
+            self.alert = ""
+        if self._rate_mark is None:
+            self._rate_mark = (now, received)
+            return
+        then, before = self._rate_mark
+        if now - then >= 1.0:
+            self.lines_per_s = (received - before) / (now - then)
+            self._rate_mark = (now, received)
+
+    def stalled(self, ev: HangDetected, received: int) -> None:
+        """The run warned of a stall: said until a rank speaks again."""
+        what = "silent" if ev.reason == "silent" else "GPUs idle"
+        self.alert = f"stalled? {what} {ev.since:.0f} s (d: stacks)"
+        self._received_at_alert = received
 
     def text(self) -> str:
         run = f"run {self.run_id}" if self.run_id else "no run yet (l launches)"
@@ -78,11 +100,11 @@ class StatusBar(Static):
     _shown = ""
 
     def show(self, status: Status) -> None:
-        plain = status.text()
-        if plain == self._shown:  # an update re-lays out the screen: only when it changed
+        words = status.text()
+        if words == self._shown:  # an update re-lays out the screen: only when it changed
             return
-        self._shown = plain
-        text = Text(plain)
+        self._shown = words
+        text = Text(words)
         if colour := STATE_STYLES.get(status.state):
             start = text.plain.find(f" │ {status.state}") + 3
             text.stylize(f"bold {theme_colour(self, colour)}", start, start + len(status.state))
@@ -106,7 +128,7 @@ class FailureBanner(Static):
         self.update(text)
         where = f"rank {failure.rank}" if failure.rank is not None else failure.host
         self.border_title = "first failure"
-        self.border_subtitle = f"j: {where}'s log"
+        self.border_subtitle = plain(f"j: {where}'s log")
         self.set_class(True, "-shown")
 
     def hide(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -17,7 +18,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from remote import runs
 
-from .lifecycle import COLUMNS, cells, row
+from ..text import RUN_COLUMNS, run_cells, run_row
 
 
 class HistoryScreen(ModalScreen[str | None]):
@@ -35,7 +36,7 @@ class HistoryScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns(*COLUMNS)
+        table.add_columns(*RUN_COLUMNS)
         self.action_refresh()
 
     def action_refresh(self) -> None:
@@ -44,9 +45,9 @@ class HistoryScreen(ModalScreen[str | None]):
 
     async def _load(self) -> None:
         records = runs.all_runs()
-        self._fill([row(r) for r in records])  # local facts first, statuses as they come
+        self._fill([run_row(r) for r in records])  # local facts first, statuses as they come
         await runs.statuses(records)
-        self._fill([row(r) for r in records])
+        self._fill([run_row(r) for r in records])
         self.query_one("#history-note", Static).update(f"{len(records)} runs")
 
     def _fill(self, rows: list[dict[str, Any]]) -> None:
@@ -54,7 +55,7 @@ class HistoryScreen(ModalScreen[str | None]):
         cursor = table.cursor_row
         table.clear()
         for r in rows:
-            table.add_row(*cells(r), key=r["id"])
+            table.add_row(*map(Text, run_cells(r)), key=r["id"])
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
 

@@ -21,6 +21,7 @@ from remote.events import Gpu
 from .colours import theme_colour
 from .figures import HISTORY
 from .hosts import HostInfo, gpu_cells, ranks_text
+from .plain import plain
 
 EXCERPT = 3  # lines shown around the line of an inventory mistake
 REDRAW_S = 2.0  # the detail screen's GPU figures follow the live ones
@@ -92,9 +93,9 @@ class InventoryErrorScreen(Screen[inventory.Inventory]):
 
     def _describe(self, error: inventory.InventoryError) -> RenderableType:
         facts = Table.grid(padding=(0, 2))
-        facts.add_row(Text("file", style="bold"), str(error.path))
+        facts.add_row(Text("file", style="bold"), Text(str(error.path)))
         if error.line:
-            facts.add_row(Text("line", style="bold"), str(error.line))
+            facts.add_row(Text("line", style="bold"), Text(str(error.line)))
         facts.add_row(Text("error", style="bold"), Text(error.message))
         excerpt = _excerpt(error.path, error.line, theme_colour(self, "text-error"))
         return Group(facts, Text(), excerpt) if excerpt else facts
@@ -144,7 +145,7 @@ class HostDetailScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="host-detail") as box:
-            box.border_title = f"{self.info.name} (node {self.info.node_rank})"
+            box.border_title = plain(f"{self.info.name} (node {self.info.node_rank})")
             yield Static(self._state(), id="host-state")
             yield Static(self._findings(), id="host-findings")
             yield Static(self._facts(), id="host-facts")
@@ -174,7 +175,7 @@ class HostDetailScreen(ModalScreen[None]):
                     continue
                 found.first(Sparkline).data = list(data)
                 now = self.query_one(f"#gpu-{index}-{what}-now", Label)
-                now.update(_spark_label(what, data, gpu, minutes))
+                now.update(plain(_spark_label(what, data, gpu, minutes)))
 
     def _state(self) -> Table:
         info = self.info
@@ -219,7 +220,7 @@ class HostDetailScreen(ModalScreen[None]):
             return Text("GPUs: none" if gpus == () else "")
         table = Table("#", "model", "util", "memory", "temp", "processes", box=None)
         for g in gpus:
-            table.add_row(*_gpu_row(g))
+            table.add_row(*map(Text, _gpu_row(g)))
         count, util, mem = gpu_cells(gpus)
         return Group(Text(f"GPUs: {count}, {util} busy, {mem}", style="bold"), table)
 

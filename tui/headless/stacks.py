@@ -3,11 +3,14 @@ run, on every host at once, grouped (odd ones out first), printed and saved in i
 
 RUN is a run directory, a run id, or a unique prefix of one (remote/runs.py); its hosts are the
 inventory saved with it. The stacks are printed as soon as they are in; with the flight
-recorder, its traces and the analyser's verdict follow (they take seconds).
+recorder, its traces and the analyser's verdict follow (they take seconds). A host that gave
+no stacks is named with why; the same reason on many hosts is one line (`--verbose`: a line
+each). On a terminal, frames and reasons are made safe (console.py): they come from the ranks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from typing import TextIO
@@ -17,8 +20,18 @@ from remote import stacks as dumper
 from remote.exits import EXIT_FAILED, EXIT_OK
 from remote.run import fleet_for
 
+from ..text import Fold
+from .console import isatty, terminal_safe
 
-async def stacks(spec: str, *, as_json: bool, native: bool, out: TextIO | None = None) -> int:
+
+async def stacks(
+    spec: str,
+    *,
+    as_json: bool,
+    native: bool,
+    out: TextIO | None = None,
+    verbose: bool = False,
+) -> int:
     """Dump, print (text or JSON), save; exit 0 when every host gave its ranks' stacks.
     Raises runs.RunError when RUN names no run (or several)."""
     out = out or sys.stdout
@@ -26,8 +39,10 @@ async def stacks(spec: str, *, as_json: bool, native: bool, out: TextIO | None =
     inv = record.inventory()
     fleet = fleet_for(inv)  # one login per host
 
+    safe = terminal_safe if isatty(out) else str
+
     def show(report: dumper.Report) -> None:  # the stacks at once; the analyser takes seconds
-        out.write(report.text(flight=False) + "\n")
+        out.write(safe(text(report, {h.name: h.host for h in inv.hosts}, verbose)) + "\n")
         out.flush()
 
     try:
@@ -40,8 +55,21 @@ async def stacks(spec: str, *, as_json: bool, native: bool, out: TextIO | None =
     if as_json:
         out.write(json.dumps(report.as_json(), indent=2) + "\n")
     elif report.flight is not None:
-        out.write("\n".join(report.flight.lines()) + "\n")
+        out.write(safe("\n".join(report.flight.lines())) + "\n")
     out.flush()
     print(f"ddptui: saved to {path}", file=sys.stderr)
     complete = report.groups and not report.problems and all(g.error is None for g in report.groups)
     return EXIT_OK if complete else EXIT_FAILED
+
+
+def text(report: dumper.Report, addresses: dict[str, str], verbose: bool) -> str:
+    """The groups, then each host that gave nothing: once for all the hosts that gave the
+    same reason, unless `verbose`."""
+    if verbose or not report.problems:
+        return report.text(flight=False)
+    same = Fold(addresses)
+    for host, why in report.problems.items():
+        same.add(host, why)
+    groups = dataclasses.replace(report, problems={}).text(flight=False) if report.groups else ""
+    lines = [f"{hosts}: {why}" for _, hosts, why in same.take()]
+    return "\n".join([groups, *lines] if groups else lines)

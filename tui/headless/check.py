@@ -1,0 +1,241 @@
+"""`ddptui --headless check`: the hosts' facts as a table (one row per host), then the findings;
+or the same facts as JSON with `--json`. Renders events; knows nothing of how they were found.
+Exit 1 when a check failed, 3 when a host could not be reached (as launch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from remote import deepcheck
+from remote.checks import gpu_summary, is_busy
+from remote.events import ChecksDone, DeepChecked, Event, Finding, HostChecked, Notice
+from remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from remote.inventory import Inventory
+from remote.preflight import Preflight
+from remote.run import fleet_for
+
+from ..text import Fold
+from .console import isatty, silence, terminal_safe
+
+NOT_A_TERMINAL_WIDTH = 400  # logs and CI: a row stays on one line, greppable
+LEVEL_TAGS = {"failure": "FAIL", "warning": "warn", "ok": "ok"}  # in the order said
+SAID_WHEN_OK = {"gpu-visible"}  # what `nproc_per_node: auto` will start, and why
+COLUMNS = (
+    *("host", "login", "hostname", "os", "python", "torch"),
+    *("GPUs", "driver / CUDA", "network", "disk free", "code", "result"),
+)
+
+
+def finding_line(level: str, hosts: str, check: str, message: str) -> str:
+    """`FAIL node3 gpu: nvidia-smi failed ...`: one finding on one line (hosts folded)."""
+    where = f"{hosts} " if hosts else ""
+    return f"{LEVEL_TAGS[level]} {where}{check}: {message}"
+
+
+def finding_lines(
+    findings: Iterable[Finding], addresses: Mapping[str, str] | None = None
+) -> list[str]:
+    """Each finding once for all the hosts it was found on (`warn node[0-127] py-spy: ...`),
+    failures first."""
+    findings = list(findings)
+    out = []
+    for level in LEVEL_TAGS:
+        same = Fold(addresses)
+        for f in findings:
+            if f.level == level:
+                same.add(f.host, f.message, f.check)
+        out += [finding_line(level, hosts, str(check), text) for check, hosts, text in same.take()]
+    return out
+
+
+def print_table(
+    hosts: Sequence[HostChecked],
+    done: ChecksDone,
+    out: TextIO,
+    *,
+    addresses: Mapping[str, str] | None = None,
+    verbose: bool = False,
+) -> None:
+    """The table, each finding once for all its hosts (`verbose`: once per host), the verdict.
+    What hosts said is text, never markup; on a terminal, made safe (console.py)."""
+    from rich import box  # here: a launch, which prints no table, need not pay for rich
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    terminal = isatty(out)
+    safe = terminal_safe if terminal else str
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name in COLUMNS:
+        table.add_column(name, overflow="fold")
+    for h in sorted(hosts, key=lambda h: h.node_rank):
+        table.add_row(*(Text(safe(cell)) for cell in row(h)))
+    width = None if terminal else NOT_A_TERMINAL_WIDTH
+    Console(file=out, width=width, highlight=False).print(table)
+    shown = [f for f in done.findings if f.level != "ok" or f.check in SAID_WHEN_OK]
+    if verbose:
+        lines = [finding_line(f.level, f.host or "", f.check, f.message) for f in shown]
+    else:
+        lines = finding_lines(shown, addresses)
+    for line in lines:
+        out.write(safe(line) + "\n")
+    out.write(summary(hosts, done) + "\n")
+    out.flush()
+
+
+def row(h: HostChecked) -> tuple[str, ...]:
+    f = h.facts
+    if not f.get("reachable", True):
+        return (h.host, "unreachable", *[""] * (len(COLUMNS) - 3), _result(h))
+    took = f.get("connect_s")
+    login = "local" if took in (None, 0) else f"{took:.2f} s"
+    torch = f.get("torch") or "-"
+    if f.get("torch_cuda"):
+        torch += f" (CUDA {f['torch_cuda']}{'' if f.get('cuda_available') else ', unusable'})"
+    net = f.get("ifname") or "no route"
+    if f.get("port") is not None:
+        net += f", port {f['port']} {'free' if f.get('port_free') else 'in use'}"
+    disk = f.get("disk")
+    return (
+        h.host,
+        login,
+        f.get("hostname") or "-",
+        f.get("os") or "-",
+        f.get("python") or "-",
+        torch,
+        _gpus(h),
+        " / ".join(v for v in (f.get("driver"), f.get("cuda")) if v) or "-",
+        net,
+        "-" if disk is None else f"{disk:g} GiB",
+        f.get("code") or "-",
+        _result(h),
+    )
+
+
+def _gpus(h: HostChecked) -> str:
+    state = h.facts.get("nvidia_smi")
+    if state == "missing":
+        return "none (CPU host)"
+    if state == "error" or not h.gpus:
+        return "nvidia-smi failed" if state == "error" else "-"
+    busy = sum(1 for g in h.gpus if is_busy(g))
+    notes = [f"{busy} busy"] if busy else []
+    if h.facts.get("visible_note"):  # CUDA_VISIBLE_DEVICES or MIG: the job sees fewer
+        notes.append(f"{h.facts.get('visible_gpus')} visible")
+    return gpu_summary(h.gpus) + (f" ({', '.join(notes)})" if notes else "")
+
+
+def _result(h: HostChecked) -> str:
+    levels = [f.level for f in h.findings]
+    if "failure" in levels:
+        return "FAILED"
+    warnings = levels.count("warning")
+    return f"{warnings} warning{'s' * (warnings != 1)}" if warnings else "ok"
+
+
+def summary(hosts: Sequence[HostChecked], done: ChecksDone) -> str:
+    failed = len({f.host for f in done.findings if f.level == "failure"})
+    warnings = sum(1 for f in done.findings if f.level == "warning")
+    verdict = "checks passed" if done.ok else f"checks failed on {failed}"
+    return f"{len(hosts)} hosts: {verdict}, {warnings} warning{'s' * (warnings != 1)}"
+
+
+def deep_lines(deep: DeepChecked, addresses: Mapping[str, str] | None = None) -> list[str]:
+    """The deep check's findings (folded across hosts), then its verdict in a line."""
+    failures = sum(f.level == "failure" for f in deep.findings)
+    verdict = "passed" if deep.ok else f"failed ({failures} failures)"
+    return [
+        *finding_lines(deep.findings, addresses),
+        f"deep check {verdict} in {deep.seconds:.1f} s",
+    ]
+
+
+def print_deep(
+    deep: DeepChecked, out: TextIO, *, addresses: Mapping[str, str] | None = None
+) -> None:
+    safe = terminal_safe if isatty(out) else str
+    for line in deep_lines(deep, addresses):
+        out.write(safe(line) + "\n")
+    out.flush()
+
+
+def as_json(
+    hosts: Sequence[HostChecked], done: ChecksDone, deep: DeepChecked | None = None
+) -> dict[str, Any]:
+    """The same facts, machine-readable: every host (facts, GPUs, findings) and the verdict;
+    with the deep check, its findings and the figures per size and per host."""
+    out: dict[str, Any] = {
+        "ok": done.ok and (deep is None or deep.ok),
+        "hosts": [dataclasses.asdict(h) for h in sorted(hosts, key=lambda h: h.node_rank)],
+        "findings": [dataclasses.asdict(f) for f in done.findings],
+    }
+    if deep is not None:
+        out["deep"] = {
+            "ok": deep.ok,
+            "seconds": deep.seconds,
+            "findings": [dataclasses.asdict(f) for f in deep.findings],
+            "figures": deep.figures,
+        }
+    return out
+
+
+def print_json(
+    hosts: Sequence[HostChecked], done: ChecksDone, out: TextIO, deep: DeepChecked | None = None
+) -> None:
+    out.write(json.dumps(as_json(hosts, done, deep), indent=2) + "\n")
+    out.flush()
+
+
+async def check(
+    inv: Inventory,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    *,
+    deep: float | None = None,
+    runs_root: Path | None = None,
+    verbose: bool = False,
+) -> int:
+    """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed,
+    3 when a host could not be reached (as launch). deep: the deep check too, in so many
+    seconds at most, after the checks pass (its progress on stderr)."""
+    from .printer import Printer  # printer.py imports this module's finding lines
+
+    hosts: list[HostChecked] = []
+    printer = Printer(hosts=inv.hosts)
+
+    def collect(event: Event) -> None:
+        if isinstance(event, HostChecked):
+            hosts.append(event)
+        elif isinstance(event, Notice) and deep is not None:
+            printer(event)
+
+    fleet = fleet_for(inv)
+    deep_done: DeepChecked | None = None
+    try:
+        done = await Preflight(inv, fleet, collect).check()
+        if deep is not None and done.ok:
+            deep_done = await deepcheck.run(inv, fleet, collect, seconds=deep, runs_dir=runs_root)
+        elif deep is not None:
+            printer.say("deep check skipped: the checks failed")
+    finally:
+        await fleet.close()
+    out = out or sys.stdout
+    addresses = {h.name: h.host for h in inv.hosts}
+    try:
+        if as_json:
+            print_json(hosts, done, out, deep_done)
+        else:
+            print_table(hosts, done, out, addresses=addresses, verbose=verbose)
+            if deep_done is not None:
+                print_deep(deep_done, out, addresses=addresses)
+    except OSError:  # `| head`: the verdict stands
+        silence(out)
+    if any(h.facts.get("reachable") is False for h in hosts):
+        return EXIT_UNREACHABLE
+    return EXIT_OK if done.ok and (deep_done is None or deep_done.ok) else EXIT_FAILED

@@ -1,0 +1,110 @@
+"""Where the headless commands write: stdout and stderr, as a terminal or a pipe.
+
+On a terminal, the text of ranks and hosts is made safe before it is written (`terminal_safe`:
+a rank's OSC 52 would write the user's clipboard, its title and clear-screen sequences take
+over the window), and ddptui keeps one live line at the bottom of stderr (`connecting 97/128
+…`) that other output scrolls above. In a pipe or a file the bytes stay as written, and there
+is no live line. A closed output (`| head` exited, the terminal gone) is said once
+(`on_closed`) and written to no more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shutil
+from collections.abc import Callable
+from typing import TextIO
+
+from remote.record import BYTES_BACK
+
+# SGR colours stay; any other escape sequence, and control characters but tab, newline and
+# carriage return, go: OSC/DCS/SOS/PM/APC strings up to their end (BEL or ST) or the line's,
+# other CSI sequences (cursor moves, clear screen), two-byte escapes (ESC c resets the
+# terminal), C0 and C1 controls and DEL (C1 also as the bytes a non-UTF-8 line carried).
+_UNSAFE = re.compile(
+    r"(\x1b\[[0-9;:]*m)"
+    r"|\x1b[P\]X^_][^\x07\n]*?(?:\x07|\x1b\\|(?=\n)|$)"
+    r"|\x1b\[[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[ -/]*[0-~]?"
+    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\udc80-\udc9f]"
+)
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\udc80-\udc9f]")
+CLEAR_LINE = "\r\x1b[2K"
+
+
+def terminal_safe(text: str) -> str:
+    """`text` as a terminal may show it: SGR colours kept, every other control taken out."""
+    if _CONTROL.search(text) is None:  # the usual line: one scan in C
+        return text
+    return _UNSAFE.sub(lambda m: m[1] or "", text)
+
+
+def isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (ValueError, OSError):  # closed, or no file behind it
+        return False
+
+
+class Console:
+    def __init__(
+        self,
+        out: TextIO,
+        err: TextIO,
+        on_closed: Callable[[], None] | None = None,
+    ) -> None:
+        self.out, self.err = out, err
+        self.on_closed = on_closed  # an output went away: the caller stops the run
+        self.closed = False
+        self.terminals = {id(s) for s in (out, err) if isatty(s)}
+        self.live = id(err) in self.terminals  # a live line only where a person watches
+        self.status = ""  # the live line now shown
+        for stream in (out, err):
+            if isinstance(stream, io.TextIOWrapper):  # any byte a rank wrote, on any console
+                stream.reconfigure(errors=BYTES_BACK)
+
+    def write(self, dst: TextIO, text: str) -> None:
+        """Text to one of the outputs: made safe on a terminal, above the live line."""
+        if id(dst) in self.terminals:
+            text = terminal_safe(text)
+            if self.status:  # the live line out of the way, the text, the live line again
+                self._put(self.err, CLEAR_LINE)
+                self._put(dst, text)
+                self._put(self.err, self.status)
+                return
+        self._put(dst, text)
+
+    def show(self, status: str) -> None:
+        """The live line (a terminal only): `connecting 97/128 …`; "" takes it away."""
+        if not self.live or status == self.status:
+            return
+        width = shutil.get_terminal_size().columns - 1
+        status = terminal_safe(status)[:width]  # one row: a wrapped line cannot be redrawn
+        self.status = status
+        self._put(self.err, CLEAR_LINE + status)
+
+    def _put(self, dst: TextIO, text: str) -> None:
+        try:
+            dst.write(text)
+            dst.flush()
+        except OSError:  # EPIPE (`| head` exited), EIO (the terminal is gone)
+            silence(dst)
+            self.terminals.discard(id(dst))
+            if dst is self.err:
+                self.live, self.status = False, ""
+            if not self.closed:
+                self.closed = True
+                if self.on_closed is not None:
+                    self.on_closed()
+
+
+def silence(stream: TextIO) -> None:
+    """Point a closed output at /dev/null: later writes, and Python's own flush at exit, go
+    nowhere instead of raising (the Python docs' note on SIGPIPE)."""
+    with contextlib.suppress(OSError, ValueError):  # no file descriptor: nothing to redirect
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)

@@ -1,0 +1,125 @@
+"""Words both front-ends use (the dashboard and the headless commands): how a failure, a path,
+the same line from many hosts and a row of the run history read."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import Any
+
+from remote import fold, runs
+from remote.events import Failure
+from remote.failures import describe_exit
+
+
+def failure_line(f: Failure) -> str:
+    """`rank 3 on node1 (exit code 1): RuntimeError: ...`"""
+    who = f"rank {f.rank} on {f.host}" if f.rank is not None else f.host
+    code = f" ({describe_exit(f.exit_code)})" if f.exit_code is not None else ""
+    return f"{who}{code}: {f.message}"
+
+
+def tilde(path: str) -> str:
+    """`~/...` for a path under the home directory: shorter, and the same for everyone."""
+    home = str(Path.home())
+    return "~" + path[len(home) :] if path.startswith(home + "/") else path
+
+
+class Fold:
+    """Lines that differ only by the host they name, as one line naming the hosts folded.
+
+    `add(host, text)` takes a host's line; the host's name and address in the text are
+    placeholders, so `timed out connecting to root@10.0.0.11:22` on 128 hosts is one line:
+    `10.0.0.[11-138]: timed out connecting to root@10.0.0.[11-138]:22`. A trailing `, 0.21 s`
+    folds into a range of times. `take()` gives each group once, in the order first seen.
+    """
+
+    def __init__(self, addresses: Mapping[str, str] | None = None) -> None:
+        self.addresses = dict(addresses or {})
+        self.groups: dict[tuple[Hashable, str], tuple[list[str], list[float]]] = {}
+
+    def add(self, host: str | None, text: str, key: Hashable = None) -> None:
+        seconds = None
+        if m := _TIMING.search(text):
+            text, seconds = text[: m.start()], float(m[1])
+        if host is not None:
+            text = _placeholders(text, host, self.addresses.get(host))
+        hosts, times = self.groups.setdefault((key, text), ([], []))
+        if host is not None:
+            hosts.append(host)
+        if seconds is not None:
+            times.append(seconds)
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+    def take(self) -> list[tuple[Hashable, str, str]]:
+        """(key, the hosts folded, the text with them in it) of each group; then none held."""
+        out = []
+        for (key, text), (hosts, times) in self.groups.items():
+            names = fold.hosts(hosts)
+            addresses = fold.hosts(self.addresses.get(h, h) for h in hosts)
+            text = text.replace(_NAME, names).replace(_ADDRESS, addresses)
+            if times:
+                low, high = min(times), max(times)
+                text += f", {low:.2f} s" if low == high else f", {low:.2f}-{high:.2f} s"
+            out.append((key, names, text))
+        self.groups = {}
+        return out
+
+
+_NAME, _ADDRESS = "\x00name\x00", "\x00address\x00"
+_TIMING = re.compile(r", (\d+(?:\.\d+)?) s$")
+
+
+def _placeholders(text: str, name: str, address: str | None) -> str:
+    """The host's own name and address in `text` as placeholders (whole words only)."""
+    for word, mark in ((name, _NAME), (address, _ADDRESS)):
+        if word and len(word) > 1:
+            text = re.sub(rf"(?<![\w.-]){re.escape(word)}(?![\w-]|\.\w)", mark, text)
+    return text
+
+
+# -- the run history (`ddptui runs`, the dashboard's `h`) ----------------------------------------
+
+RUN_COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank")
+
+
+def run_row(r: runs.RunRecord) -> dict[str, Any]:
+    s = r.summary or {}
+    started = r.started_at
+    if s.get("elapsed") is not None:
+        elapsed: float | None = float(s["elapsed"])
+    elif r.status == "running" and started:
+        elapsed = time.time() - started
+    else:
+        elapsed = None
+    return {
+        "id": r.run_id,
+        "status": r.status,
+        "hosts": r.info.get("hosts", []),
+        "world_size": s.get("world_size", r.info.get("world_size")),
+        "started": started,
+        "elapsed": elapsed,
+        "failing_rank": s.get("failing_rank"),
+        "failing_host": s.get("failing_host"),
+        "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
+        "run_dir": str(r.dir),
+    }
+
+
+def run_cells(r: dict[str, Any]) -> tuple[str, ...]:
+    hosts = r["hosts"]
+    failing = "" if r["failing_rank"] is None else f"{r['failing_rank']} ({r['failing_host']})"
+    started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
+    return (
+        r["id"],
+        r["status"] or "…",
+        f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0",
+        "" if r["world_size"] is None else str(r["world_size"]),
+        started,
+        "" if r["elapsed"] is None else runs.age(r["elapsed"]),
+        failing or (r["failing_host"] or ""),
+    )
