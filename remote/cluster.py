@@ -5,7 +5,8 @@ the table first), then listens to each host's GPU monitor, run or no run, until 
 Nothing of a job is started. `check()` probes again over the same agents (the dashboard's `c`;
 a host whose agent was lost gets a new one). A run launched from the dashboard borrows this
 fleet (`fleet`), so it costs no login shell more; while it streams the figures itself,
-`pause()` keeps them from coming twice. `stacks()` dumps a run's stacks over these agents.
+`pause()` keeps them from coming twice. `stacks()` dumps a run's stacks over these agents;
+`deep()` runs the deep check over them.
 A host whose agent is lost is reported unreachable until the next check.
 """
 
@@ -15,8 +16,8 @@ import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import stacks
-from .events import ChecksDone, Event, HostState
+from . import deepcheck, stacks
+from .events import ChecksDone, DeepChecked, Event, HostState
 from .fleet import Fleet
 from .inventory import Inventory
 from .preflight import Preflight
@@ -71,6 +72,12 @@ class Cluster:
     ) -> tuple[stacks.Report, Path]:
         """Every rank's stack of a run on these hosts, grouped and saved in its run dir."""
         return await stacks.capture(self.fleet, run_id, run_dir, flight=flight)
+
+    async def deep(self, seconds: float, runs_dir: Path | None = None) -> DeepChecked:
+        """The deep check (remote/deepcheck.py) over these agents: its progress and verdict
+        emitted; the job it runs is registered under `runs_dir`."""
+        return await deepcheck.run(self.inv, self.fleet, self._emit_to, seconds=seconds,
+                                   runs_dir=runs_dir)  # fmt: skip
 
     def pause(self, paused: bool) -> None:
         """A run streams the figures to the dashboard itself meanwhile: not twice."""

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import fabric
-from .events import DeepChecked, Event, Finding, LogBatch, Notice, RunFinished
+from .events import DeepChecked, DeepProgress, Event, Finding, LogBatch, Notice, RunFinished
 from .fleet import Fleet
 from .host import protocol
 from .host.fabric import MARK, PROGRESS
@@ -52,7 +52,7 @@ def deep_inventory(inv: Inventory, seconds: float) -> Inventory:
 
 
 class Collector:
-    """Rank 0's progress lines said as notices; its result line kept (bounded)."""
+    """Rank 0's progress lines said (DeepProgress); its result line kept (bounded)."""
 
     def __init__(self, emit: Emit) -> None:
         self.emit = emit
@@ -67,7 +67,7 @@ class Collector:
                 if MARK in text and len(text) <= fabric.MAX_LINE:
                     self.result = text
                 elif text.startswith(PROGRESS):
-                    self.emit(Notice("info", f"deep check: {text[len(PROGRESS) :][:200]}"))
+                    self.emit(DeepProgress(text[len(PROGRESS) :][:200]))
                 elif event.stream == "stderr":
                     self.said = [*self.said[-4:], text[:300]]
         elif isinstance(event, Notice) and event.level == "error":
@@ -86,7 +86,7 @@ async def run(
     t0 = time.monotonic()
     run_id = new_run_id() + "-deep"
     collect = Collector(emit)
-    emit(Notice("info", f"deep check: the fabric measured on every rank, at most {seconds:g} s"))
+    emit(DeepProgress(f"the fabric measured on every rank, at most {seconds:g} s"))
     run = Run(
         deep_inventory(inv, seconds),
         collect,

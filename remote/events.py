@@ -185,6 +185,13 @@ class DeepChecked(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class DeepProgress(Event):
+    """What the deep check is at: its start, then what rank 0 of its fabric test says."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class GpuStats(Event):
     """A live refresh of one host's GPUs while a job runs."""
 
@@ -251,6 +258,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         HostChecked,
         ChecksDone,
         DeepChecked,
+        DeepProgress,
         GpuStats,
         HangDetected,
         StacksCaptured,

@@ -120,6 +120,33 @@ async def test_c_checks_again_and_a_run_pauses_the_figures(inv: Path) -> None:
         assert not app.pane.showing_checks  # the logs took the findings' place
 
 
+async def test_d_deep_checks_over_the_same_connections(inv: Path) -> None:
+    """`D`: the deep check over the dashboard's connections, its progress and verdict in the
+    checks pane; no launch meanwhile (its job holds the hosts)."""
+    clusters = FakeClusters(opening())
+    app, runs = fake_app(inv, two_node_script, cluster=clusters)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("D")
+        await settle(pilot)
+        cluster = clusters.made[0]
+        assert cluster.deep_asked == [60.0] and len(clusters.made) == 1
+        assert "deep check: all-reduce 1 MiB: 12 iterations" in screen_text(app)
+        assert app.check_action("launch", ()) is None
+        await pilot.press("l")
+        await pilot.press("D")  # once at a time
+        await settle(pilot)
+        assert runs.runs == [] and cluster.deep_asked == [60.0]
+        cluster.deep_go.set()
+        await wait_for(
+            pilot, lambda: "deep check passed in 21.5 s" in screen_text(app), "the verdict"
+        )
+        text = screen_text(app)
+        assert "! slow-link node1: 2.7 MB/s against a median of 1.5 GB/s" in text
+        assert "✓ fabric-allreduce: all-reduce of 4 MiB across 4 ranks" in text
+        assert app.check_action("launch", ()) is True
+
+
 async def test_bars_of_the_last_minutes_and_the_detail_sparklines(inv: Path) -> None:
     clusters = FakeClusters(opening(samples=12))
     app, _ = fake_app(inv, two_node_script, cluster=clusters)

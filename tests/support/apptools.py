@@ -15,6 +15,8 @@ from textual.pilot import Pilot
 
 from remote.events import (
     ChecksDone,
+    DeepChecked,
+    DeepProgress,
     Event,
     Failure,
     Finding,
@@ -132,6 +134,8 @@ class FakeCluster:
         self.checks = 0
         self.paused: list[bool] = []
         self.dumps: list[tuple[str, Path, bool]] = []
+        self.deep_asked: list[float] = []
+        self.deep_go = asyncio.Event()
 
     fleet = None  # runs open their own
 
@@ -154,6 +158,15 @@ class FakeCluster:
     ) -> tuple[Report, Path]:
         self.dumps.append((run_id, run_dir, flight))
         return self.report, run_dir / "stacks-20250101-120100.txt"
+
+    async def deep(self, seconds: float, runs_dir: Path | None = None) -> DeepChecked:
+        """node1's link slow, as the deep check finds it; said once `deep_go` is set."""
+        self.deep_asked.append(seconds)
+        self.emit(DeepProgress("all-reduce 1 MiB: 12 iterations"))
+        await self.deep_go.wait()
+        done = DeepChecked(True, DEEP_FINDINGS, {"ranks": 4}, 21.5)
+        self.emit(done)
+        return done
 
 
 def stall_report(run_id: str = RUN_ID) -> Report:
@@ -250,6 +263,10 @@ def two_node_script(run_id: str, lines: int = 6) -> list[Event]:
 BUSY = Gpu(2, "NVIDIA H100 80GB HBM3", 81559, 72255, 98, 64,
            (GpuProcess(48211, 71746, "/usr/bin/python3", "alice"),))  # fmt: skip
 IDLE = Gpu(0, "NVIDIA H100 80GB HBM3", 81559, 1, 0, 31)
+DEEP_FINDINGS = (
+    Finding("warning", "slow-link", "2.7 MB/s against a median of 1.5 GB/s", "node1"),
+    Finding("ok", "fabric-allreduce", "all-reduce of 4 MiB across 4 ranks (gloo): busbw 1 GB/s"),
+)
 BUSY_TEXT = "GPU 2 in use by pid 48211 /usr/bin/python3 (70.1 GiB)"
 
 

@@ -30,6 +30,7 @@ from remote import inventory, runs
 from remote.events import (
     ChecksDone,
     CodeSynced,
+    DeepChecked,
     Event,
     Failure,
     HangDetected,
@@ -59,7 +60,7 @@ SEVERITY: dict[str, SeverityLevel] = {"info": "information", "warning": "warning
 # Actions of the main screen: hidden while another screen (a dialog, the inventory error) is up.
 MAIN_ACTIONS = {
     "launch", "stop", "restart", "filter", "errors", "follow", "jump",
-    "view_all", "view_next", "view_prev", "check", "find", "detach", "history",
+    "view_all", "view_next", "view_prev", "check", "deep", "find", "detach", "history",
 }  # fmt: skip
 FIND_HINTS = {"hosts": "find hosts: name or address", "views": "find views: r12, node3, …"}
 
@@ -133,6 +134,10 @@ class Dashboard(App[int]):
         Binding("j", "jump", "Failure", id="jump-to-failure", tooltip="Show its log"),
         Binding("c", "check", "Check", id="check", tooltip="Check every host again"),
         Binding(
+            "D", "deep", "Deep check", id="deep-check", show=False,
+            tooltip="Measure the fabric on every rank the job would have: the slow host named",
+        ),
+        Binding(
             "d", "stacks", "Stacks", id="stacks",
             tooltip="Every rank's Python stack, grouped: the odd ones out first",
         ),
@@ -149,8 +154,10 @@ class Dashboard(App[int]):
         start: str | None = None,
         run: str | None = None,
         rejoin_factory: RejoinFactory = engine_rejoin,
+        runs_dir: Path | None = None,
     ) -> None:
         super().__init__()
+        self.runs_dir = runs_dir  # where runs are kept (None: the user data dir)
         self.inventory_path = inventory_path
         self.run_factory = run_factory or engine_runs()
         self.rejoin_factory = rejoin_factory
@@ -366,6 +373,8 @@ class Dashboard(App[int]):
         self.exit(EXIT_OK)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "deep" and event.worker.is_finished:
+            self._deep_ended(event.worker)
         if event.worker is not self.worker or not event.worker.is_finished:
             return
         if event.state == WorkerState.ERROR:
@@ -480,6 +489,18 @@ class Dashboard(App[int]):
         else:
             self.notify("checks passed", timeout=3)
 
+    def _deep_ended(self, worker: Worker[Any]) -> None:
+        self.refresh_bindings()  # l again
+        if worker.state == WorkerState.ERROR:
+            self.pane.findings.deep_progress(f"it ended on an internal error: {worker.error!r}")
+
+    def _deep_checked(self, ev: DeepChecked) -> None:
+        failed = [f for f in ev.findings if f.level == "failure"]
+        if failed:
+            self.notify(f"deep check failed: {failed[0].message}", severity="error", timeout=10)
+        else:
+            self.notify(f"deep check passed in {ev.seconds:.0f} s", timeout=6)
+
     _handlers: ClassVar[dict[type[Event], Callable[[Any, Any], None]]] = {
         RunStarted: _run_started,
         HostState: _host_state,
@@ -488,6 +509,7 @@ class Dashboard(App[int]):
         Notice: _notice,
         RunFinished: _run_finished,
         ChecksDone: _checks_done,
+        DeepChecked: _deep_checked,
         HangDetected: _hang_detected,
         CodeSynced: _code_synced,
     }
@@ -556,6 +578,17 @@ class Dashboard(App[int]):
         self.pane.findings.start(addresses(inv))
         self.glance.check(inv)
 
+    def action_deep(self) -> None:
+        """The deep check: the fabric measured on every rank the job would have, shown in
+        the checks pane (the inventory read afresh)."""
+        inv = self.reload_inventory()
+        if inv is None or self.running or self.glance.deep_checking:
+            return
+        self.pane.show_checks(True)
+        self.pane.findings.deep_started()
+        self.glance.deep(inv, self.runs_dir)
+        self.refresh_bindings()
+
     def action_stacks(self) -> None:
         if self.run_id is None or self.inventory is None:
             return
@@ -601,8 +634,9 @@ class Dashboard(App[int]):
             return False
         if action == "quit" and isinstance(self.screen, QuitScreen):
             return False
-        if action == "launch":
-            return None if self.running or self.inventory is None else True
+        if action == "launch":  # nor while the deep check's job holds the hosts
+            busy = self.running or self.glance.deep_checking
+            return None if busy or self.inventory is None else True
         if action in ("stop", "detach"):
             return True if self.running and not self._stopping else None
         if action == "history":
@@ -611,7 +645,7 @@ class Dashboard(App[int]):
             return None if self.inventory is None else True
         if action == "jump":
             return self.failure is not None
-        if action == "check":
+        if action in ("check", "deep"):
             return None if self.running or self.inventory is None else True
         if action == "stacks":
             if self.screen is not self.screen_stack[0] and not isinstance(
@@ -664,4 +698,5 @@ def create_app(
         start=start,
         run=run,
         rejoin_factory=rejoin_factory,
+        runs_dir=runs_dir,
     )

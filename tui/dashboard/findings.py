@@ -5,19 +5,25 @@ line naming them folded (`node[01-64]`); then how many hosts passed everything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from remote import fold
-from remote.events import ChecksDone, HostChecked
+from remote.events import ChecksDone, DeepChecked, Finding, HostChecked
 
 from ..text import Fold
 from .colours import theme_colour
 
 REDRAW_AFTER = 0.1  # seconds
-MARKS = {"failure": ("✗", "text-error"), "warning": ("!", "text-warning")}
+MARKS = {
+    "failure": ("✗", "text-error"),
+    "warning": ("!", "text-warning"),
+    "ok": ("✓", "text-success"),
+}
 
 
 class FindingsView(VerticalScroll):
@@ -29,6 +35,8 @@ class FindingsView(VerticalScroll):
         self.addresses: dict[str, str] = {}  # name → address: folded in a finding's words
         self.checked: dict[int, HostChecked] = {}
         self.done: ChecksDone | None = None
+        self.deep: DeepChecked | None = None  # the deep check's verdict (D)
+        self.deep_said: str | None = None  # while it runs: the last it said
         self._due = False  # a redraw is scheduled
 
     def compose(self) -> ComposeResult:
@@ -50,6 +58,18 @@ class FindingsView(VerticalScroll):
 
     def checks_done(self, ev: ChecksDone) -> None:
         self.done = ev
+        self._draw()
+
+    def deep_started(self) -> None:
+        self.deep, self.deep_said = None, "starting on every rank"
+        self._draw()
+
+    def deep_progress(self, text: str) -> None:
+        self.deep_said = text
+        self._draw()
+
+    def deep_checked(self, ev: DeepChecked) -> None:
+        self.deep, self.deep_said = ev, None
         self._draw()
 
     def mark(self) -> str:
@@ -75,7 +95,33 @@ class FindingsView(VerticalScroll):
         findings = [f for h in self.checked.values() for f in h.findings]
         if self.done is not None:  # add those across hosts
             findings += [f for f in self.done.findings if f.host is None]
-        for level in ("failure", "warning"):
+        self._append(out, findings, ("failure", "warning"))
+        bad = {f.host for f in findings if f.level != "ok"}
+        clean = [h.host for h in self.checked.values() if h.host not in bad]
+        if clean:
+            colour = theme_colour(self, "text-success")
+            out.append("✓ ", style=f"bold {colour}")
+            out.append(f"{len(clean)} of {self.hosts} hosts passed every check")
+            out.append(f" ({fold.hosts(clean)})\n", style="dim")
+        self._append_deep(out)
+        if self.done is not None:
+            keys = "l launches the job · c checks again · D deep check · Enter on a host: its facts"
+            out.append(f"\n{keys}", "dim")
+        return out
+
+    def _append_deep(self, out: Text) -> None:
+        if self.deep_said is not None:
+            out.append(f"\ndeep check: {self.deep_said}\n", "bold")
+        if self.deep is None:
+            return
+        failures = sum(f.level == "failure" for f in self.deep.findings)
+        verdict = "passed" if self.deep.ok else f"failed ({failures} failures)"
+        out.append(f"\ndeep check {verdict} in {self.deep.seconds:.1f} s\n", "bold")
+        self._append(out, self.deep.findings, ("failure", "warning", "ok"))
+
+    def _append(self, out: Text, findings: Sequence[Finding], levels: Sequence[str]) -> None:
+        """Each finding once for every host it was found on (folded), by level."""
+        for level in levels:
             same = Fold(self.addresses)
             for f in findings:
                 if f.level == level:
@@ -86,13 +132,3 @@ class FindingsView(VerticalScroll):
                 out.append(f"{check}", style="bold")
                 out.append(f" {hosts}" if hosts else "", style="bold")
                 out.append(f": {message}\n")
-        bad = {f.host for f in findings if f.level != "ok"}
-        clean = [h.host for h in self.checked.values() if h.host not in bad]
-        if clean:
-            colour = theme_colour(self, "text-success")
-            out.append("✓ ", style=f"bold {colour}")
-            out.append(f"{len(clean)} of {self.hosts} hosts passed every check")
-            out.append(f" ({fold.hosts(clean)})\n", style="dim")
-        if self.done is not None:
-            out.append("\nl launches the job · c checks again · Enter on a host: its facts", "dim")
-        return out

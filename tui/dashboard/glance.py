@@ -1,6 +1,7 @@
 """The cluster at a glance, in the dashboard: from the moment it opens, its own connection to
 every host (remote/cluster.py) checks them and keeps their GPU figures live, run or no run;
-`c` checks again, `d` dumps every rank's stack of the run. A controller the app holds: it
+`c` checks again, `D` runs the deep check over them, `d` dumps every rank's stack of the run.
+A controller the app holds: it
 owns the connections and their workers; their events come back to the app as ClusterEvents.
 
 A run launched or opened here borrows these connections (one login per host for the
@@ -20,7 +21,8 @@ from textual.app import App
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from remote.cluster import Cluster
-from remote.events import ChecksDone, Event
+from remote.deepcheck import SECONDS as DEEP_SECONDS
+from remote.events import ChecksDone, DeepChecked, Event
 from remote.fleet import Fleet
 from remote.inventory import Host, Inventory
 from remote.monitor import Emit
@@ -43,6 +45,7 @@ class ClusterLike(Protocol):
     async def stacks(
         self, run_id: str, run_dir: Path, *, flight: bool = False
     ) -> tuple[Report, Path]: ...
+    async def deep(self, seconds: float, runs_dir: Path | None = None) -> DeepChecked: ...
 
 
 ClusterFactory = Callable[[Inventory, Emit], ClusterLike]
@@ -104,6 +107,20 @@ class Glance:
     def pause(self, paused: bool) -> None:
         if self.cluster is not None:
             self.cluster.pause(paused)
+
+    # -- the deep check -------------------------------------------------------------------
+
+    @property
+    def deep_checking(self) -> bool:
+        return any(w.group == "deep" and not w.is_finished for w in self.app.workers)
+
+    def deep(self, inv: Inventory, runs_dir: Path | None) -> None:
+        """The deep check over these connections: its progress and verdict come back as
+        ClusterEvents (the checks pane shows them)."""
+        self.open(inv)
+        if self.cluster is not None and not self.deep_checking:
+            work = self.cluster.deep(DEEP_SECONDS, runs_dir)
+            self.app.run_worker(work, name="deep", group="deep", exit_on_error=False)
 
     # -- every rank's stack ---------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from textual.widgets import Input
 
 from remote.events import (
     ChecksDone,
+    DeepChecked,
+    DeepProgress,
     Event,
     HostChecked,
     LogBatch,
@@ -102,6 +104,10 @@ class LogPane(Vertical):
             self.sync_views()  # the checks' mark
         elif isinstance(event, ChecksDone):
             self.findings.checks_done(event)
+        elif isinstance(event, DeepProgress):
+            self.findings.deep_progress(event.text)
+        elif isinstance(event, DeepChecked):
+            self.findings.deep_checked(event)
 
     def mark_failed(self, ranks: Iterable[int | None]) -> None:
         self.failed.update(ranks)

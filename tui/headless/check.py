@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from remote import deepcheck
 from remote.checks import gpu_summary, is_busy
-from remote.events import ChecksDone, DeepChecked, Event, Finding, HostChecked, Notice
+from remote.events import ChecksDone, DeepChecked, DeepProgress, Event, Finding, HostChecked, Notice
 from remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from remote.inventory import Inventory
 from remote.preflight import Preflight
@@ -212,7 +212,7 @@ async def check(
     def collect(event: Event) -> None:
         if isinstance(event, HostChecked):
             hosts.append(event)
-        elif isinstance(event, Notice) and deep is not None:
+        elif isinstance(event, Notice | DeepProgress) and deep is not None:
             printer(event)
 
     fleet = fleet_for(inv)

@@ -21,6 +21,7 @@ from remote.events import (
     ChecksDone,
     CodeSynced,
     DeepChecked,
+    DeepProgress,
     Event,
     HostState,
     LogBatch,
@@ -86,6 +87,8 @@ class Printer:
             self._checked(event)
         elif isinstance(event, CodeSynced):
             self._synced(event)
+        elif isinstance(event, DeepProgress):
+            self.say(f"deep check: {event.text}")
         elif isinstance(event, DeepChecked):  # `launch --deep`: its verdict before the start
             for line in deep_lines(event, self.held.addresses):
                 self.say(line)
