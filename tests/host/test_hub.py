@@ -22,7 +22,7 @@ class Stops:
         self.said: list[tuple[str, int | None]] = []
         self.event = threading.Event()
 
-    def __call__(self, reason: str, node: int | None) -> None:
+    def __call__(self, reason: str, node: int | None, by: str | None = None) -> None:
         self.said.append((reason, node))
         self.event.set()
 
