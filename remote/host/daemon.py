@@ -193,7 +193,7 @@ class Daemon:
             step = self.link.word()  # a spare joins a run going: it starts at the hub's word
         else:
             step = (spec["attempt"], None)
-        while step is not None and self.halted is None:
+        while step is not None:
             self._attempt(*step)
             step = self._next(step[0])
         self._end()
@@ -205,6 +205,10 @@ class Daemon:
         att = Attempt(number)
         with self.stop_once:
             self.att = att
+            if self.halted is not None:  # a restart crossed a stop: it ends at once, unstarted
+                att.stopped.set()
+                att.reason = self.halted[1]
+                att.by = protocol.HALT_BY[self.halted[0]]
         if number or after:
             self._mark(number, after)
         self.save_state(status="starting", attempt=number)

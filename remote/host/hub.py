@@ -543,10 +543,11 @@ class HubLink:
         self._say(self.ending, self.delivered)
 
     def halt(self, status, reason):
-        """No attempt follows, here or anywhere (a user's stop, a lease): the hub is told."""
+        """No attempt follows, here or anywhere (a user's stop, a lease): the hub is told, and
+        says `over` once every node's job has ended (leaving before it could reset the end
+        we sent)."""
         self.halting = {"t": "halt", "status": status, "reason": reason}
         self._say(self.halting)
-        self._over(reason)
 
     def word(self):
         """Once our job ended: the hub's word on what follows: (attempt, after) to start, or
