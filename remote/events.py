@@ -148,6 +148,14 @@ class RunRestarting(Event):
     delay: float
     replace: tuple[str, ...] = ()
 
+    def text(self) -> str:
+        """`restarting in 10 s: attempt 2 of 3 (after rank 3 failed on node1)`."""
+        when = f"in {self.delay:g} s"
+        if self.replace:
+            names = ", ".join(self.replace)
+            when = f"once a spare host takes {names}'s place ({when} at the earliest)"
+        return f"restarting {when}: attempt {self.attempt + 1} of {self.of} (after {self.after})"
+
 
 @dataclass(frozen=True, slots=True)
 class Alert(Event):

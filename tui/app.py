@@ -28,6 +28,7 @@ from textual.worker import Worker, WorkerState
 
 from remote import inventory, runs
 from remote.events import (
+    Alert,
     ChecksDone,
     CodeSynced,
     Event,
@@ -42,6 +43,7 @@ from remote.events import (
     NodeStarted,
     Notice,
     RunFinished,
+    RunRestarting,
     RunStarted,
 )
 from remote.failures import first
@@ -192,6 +194,8 @@ class Dashboard(Glance, LogPane, App[int]):
             GpuStats: self._gpu_stats,
             HangDetected: self.hang_detected,
             CodeSynced: self._code_synced,
+            RunRestarting: lambda ev: self.notify(ev.text(), severity="warning", timeout=10),
+            Alert: self._alert,
         }
 
     # -- layout -----------------------------------------------------------------------------
@@ -476,6 +480,12 @@ class Dashboard(Glance, LogPane, App[int]):
 
     def _code_synced(self, ev: CodeSynced) -> None:
         self.notify(f"{ev.host}: {ev.text()}", severity="error" if ev.error else "information")
+
+    def _alert(self, ev: Alert) -> None:
+        """What job.notify tells of (failed, lost, restarted...): the bell, and a toast."""
+        if ev.wanted:
+            self.bell()
+            self.notify(f"{ev.event}: {ev.message}", title="ddptui", timeout=10)
 
     def _notice(self, ev: Notice) -> None:
         where = f"{ev.host}: " if ev.host else ""

@@ -29,6 +29,7 @@ from remote.events import (
     LogBatch,
     Notice,
     RunFinished,
+    RunRestarting,
     RunStarted,
 )
 from remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
@@ -79,6 +80,8 @@ class Printer:
             self._checked(event)
         elif isinstance(event, CodeSynced):
             self.say(f"{event.host}: {event.text()}")
+        elif isinstance(event, RunRestarting):
+            self.say(event.text())
 
     def _lines(self, batch: LogBatch) -> None:
         host = batch.host
@@ -107,7 +110,8 @@ class Printer:
             self.say(f"run failed: {failure_line(fin.failure)}")
             self._write(self.err, "".join(f"    {line}\n" for line in fin.failure.traceback[-10:]))
         elif fin.status != "detached":
-            self.say(f"run {fin.status} in {fin.elapsed:.1f} s (exit {fin.exit_code})")
+            tries = f" after {len(fin.attempts)} attempts" if len(fin.attempts) > 1 else ""
+            self.say(f"run {fin.status}{tries} in {fin.elapsed:.1f} s (exit {fin.exit_code})")
 
     def say(self, text: str) -> None:
         self._write(self.err, f"ddptui: {text}\n")

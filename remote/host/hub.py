@@ -372,11 +372,11 @@ def next_step(outcome, attempt, restarts, spares):
     (the run's status, why it ends here: "" where the status says it all). spares: how many
     spare hosts are left to take lost nodes' places."""
     if outcome["status"] != "failed" or outcome["halted"]:
-        return "", outcome["status"]
+        return outcome["status"], ""
     if attempt >= restarts:
-        return "no restarts left" if restarts else "", "failed"
+        return "failed", "no restarts left" if restarts else ""
     if len(outcome["lost"]) > spares:
-        return "no spare host left to take its place", "failed"
+        return "failed", "no spare host left to take its place"
     return None
 
 
