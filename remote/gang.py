@@ -70,6 +70,7 @@ class Gang:
     link_timeout: float
     grace: float
     master_addr: str = ""
+    names: tuple[str, ...] = ()  # every node's host, as the run began
     nnodes: int = 0
     tracker: FailureTracker = field(default_factory=FailureTracker)
     attempts: Attempts = field(default_factory=Attempts)
@@ -353,7 +354,9 @@ class Gang:
 
     def _name(self, k: int) -> str:
         node = self.nodes.get(k)
-        return node.name if node is not None else f"node {k}"
+        if node is not None:
+            return node.name
+        return self.names[k] if k < len(self.names) else f"node {k}"
 
     def _check_running(self) -> None:
         started = sum(n.started for n in self.nodes.values())

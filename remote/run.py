@@ -94,7 +94,7 @@ class Run:
         job = inv.job
         self.gang = Gang(
             self.run_id, self.fleet, self.emit, job.link_timeout, job.stop_grace,
-            nnodes=len(inv.hosts),
+            names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),
         )  # fmt: skip
         self.gang.on_replace = self._replace
         self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
@@ -177,7 +177,7 @@ class Run:
         self.nprocs_planned = nprocs
         runs.write_info(
             self.run_dir, master_addr=plan.master_addr, world_size=plan.world_size,
-            master_port=self.master_port, nprocs=nprocs,
+            master_port=self.master_port, nprocs=nprocs, extra_args=list(self.extra_args),
         )  # fmt: skip
         starts = [
             (Node(n.host.name, n.node_rank, n.ranks), protocol.START, {"spec": self.spec(n)})
@@ -215,6 +215,7 @@ class Run:
         await self._until_stopped(self.preflight.connect(why))
         self.gang.master_addr = str(info.get("master_addr") or "")
         self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]
+        self.extra_args = tuple(str(a) for a in info.get("extra_args") or ())
         port = info.get("master_port")
         self.master_port = port if isinstance(port, int) else self.master_port
         if (rec := self.recorder) is not None:  # lines the run dir has: shown, not stored again

@@ -184,7 +184,11 @@ def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
     if any(s.get("alive") for s in known):
         waiting = [name for s in known for name in s.get("waiting") or ()]
         if waiting:  # node 0's hub: a lost node's place for a spare, which needs a launcher
-            return "running", f"waiting for a spare in {', '.join(waiting)}'s place: attach"
+            lost = ", ".join(waiting)
+            return (
+                "running",
+                f"{lost} lost: waiting for `ddptui attach` to put a spare in its place",
+            )
         return "running", ""
     if errors and not known:
         return "lost", f"hosts unreachable: {errors[0]}"

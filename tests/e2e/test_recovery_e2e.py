@@ -163,3 +163,38 @@ def test_a_stop_during_the_restart_delay_restarts_nothing(
     assert not any("attempt 2 of 3" in p.read_text() for p in cli.run_dir.glob("*.log"))
     assert_nothing_left(cluster, run_id, timeout=5)
     wait_for(lambda: not supervisors(run_id), 20, "every supervisor to leave")
+
+
+def test_a_detached_run_with_a_lost_host_waits_for_an_attach(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """A spare needs a login: the hub waits, `runs` says so, and `attach` goes on with it."""
+    job = {**TRAIN, "args": ["--epochs", "4", "--step-time", "0.1"], "master_port": 29784,
+           "restarts": 1, "restart_delay": 0.5, "link_timeout": 6, "stop_grace": 2}  # fmt: skip
+    spare = {"host": cluster.hosts[2].addr, "name": "node2", "spare": True}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1, spare])
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
+    assert cli.wait(120) == 0, cli.stderr
+    assert "a detached run with a lost host waits for the next `ddptui attach`" in cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+    veth = veth_name(cluster.prefix, 1)
+    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+    try:
+        # node 1 lost: every job stops, the hub waits for a launcher to bring a spare
+        wait_for(lambda: len(supervisors(run_id)) == 2, 60, "the cut host's supervisor to leave")
+        assert_nothing_left(cluster, run_id, timeout=30)
+        listed = Cmd(["runs", "--json"], tmp_path / "runs", data_home)
+        assert listed.wait(60) == 0, listed.stderr
+        (row,) = json.loads(listed.stdout)["runs"]
+        assert row["status"] == "running" and "node1" in row["detail"], row
+        attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
+        assert attach.wait(180) == 0, attach.stderr
+        assert "node2 takes node1's place as node 1 from attempt 2" in attach.stderr
+        assert "[r2 node2] ddptui: attempt 2 of 2 (after node1 was lost)" in attach.stdout
+        assert "[r0 node0] done" in attach.stdout
+        summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
+        assert_nothing_left(cluster, run_id, timeout=10)
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+    wait_for(lambda: not supervisors(run_id), 30, "every supervisor to leave")

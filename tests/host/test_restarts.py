@@ -44,7 +44,9 @@ def write(tmp: Path, nodes: int, fail: str, hold: float, **job: Any) -> inventor
     return inventory.load(tmp / "inventory.yaml")
 
 
-async def run(inv: inventory.Inventory, tmp: Path, on: Any = None) -> tuple[RunFinished, list[Event]]:
+async def run(
+    inv: inventory.Inventory, tmp: Path, on: Any = None
+) -> tuple[RunFinished, list[Event]]:
     events: list[Event] = []
 
     def emit(event: Event) -> None:
@@ -88,11 +90,7 @@ async def test_a_failed_attempt_is_followed_by_one_that_succeeds(tmp_path: Path)
     assert alerts == [("failed", True), ("restarted", True), ("succeeded", True)]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
-    assert no_job_left(fin_run_id(tmp_path))
-
-
-def fin_run_id(tmp: Path) -> str:
-    return str(json.loads((tmp / "run" / "run.json").read_text())["run_id"])
+    assert no_job_left(str(json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]))
 
 
 async def test_no_restarts_left_ends_the_run_failed(tmp_path: Path) -> None:
@@ -133,7 +131,7 @@ async def test_a_stop_while_running_is_never_followed_by_a_restart(tmp_path: Pat
 @pytest.mark.parametrize("nodes", [1, 3])
 async def test_every_process_knows_its_attempt(tmp_path: Path, nodes: int) -> None:
     inv = write(tmp_path, nodes, "0", 0.1, restarts=1)
-    fin, events = await run(inv, tmp_path)
+    _, events = await run(inv, tmp_path)
     lines = said(events)
     for k in range(nodes):
         assert f"node {k} attempt 0" in lines
