@@ -494,7 +494,10 @@ def leave_out(inv: Inventory, names: set[str]) -> Inventory:
 def swap_in(inv: Inventory, node_rank: int, spare: str, since: int) -> Inventory:
     """The spare named `spare` in node `node_rank`'s place (a lost host's) from attempt
     `since`; the lost host takes the spare's place in the list, retired: never a spare."""
-    j = next((i for i, h in enumerate(inv.spares) if h.name == spare), None)
+    j = next(
+        (i for i, h in enumerate(inv.spares) if h.name == spare and spare not in inv.retired),
+        None,
+    )
     if j is None or not 0 <= node_rank < len(inv.hosts):
         raise InventoryError(inv.path, None, f"no spare {spare!r} for node {node_rank}")
     hosts, spares = list(inv.hosts), list(inv.spares)
