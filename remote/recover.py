@@ -58,6 +58,11 @@ class Recovery:
     async def _one(self, k: int, attempt: int) -> bool:
         run = self.run
         lost = run.inv.hosts[k]
+        if lost.since == attempt:  # given a spare already, by a launcher that left before it ran
+            if await self._check(k, lost, k) is None:
+                await self._start(k, attempt, lost.name)
+                return True
+            lost = dataclasses.replace(lost, name=f"node {k}")
         run.emit(Notice("warning", f"{lost.name} was lost: a spare host takes node {k}'s place"))
         for j, spare in self._candidates():
             why = await self._check(j, spare, k)
@@ -107,23 +112,31 @@ class Recovery:
         return None
 
     async def _take(self, k: int, j: int, spare: Host, attempt: int) -> None:
-        """The spare in slot j becomes node k from `attempt` on: its supervisor started, with
-        a ticket node 0's hub is told to expect."""
-        run, gang = self.run, self.run.gang
+        """The spare in slot j becomes node k from `attempt` on (the run dir says so, for a
+        later attach), then starts."""
+        run = self.run
         lost = run.inv.hosts[k]
-        await gang.retire(k)
+        await run.gang.retire(k)
         run.inv = run.preflight.inv = inventory.swap_in(run.inv, k, spare.name, attempt)
-        host = run.inv.hosts[k]
-        run.fleet.swap(k, j, host)
+        run.fleet.swap(k, j, run.inv.hosts[k])
         run.preflight.forget(k, lost.name)
         runs.replaced(run.run_dir, k, spare.name, attempt)
+        await self._start(k, attempt, lost.name)
+
+    async def _start(self, k: int, attempt: int, lost: str) -> None:
+        """Node k's supervisor on its spare, with a ticket node 0's hub is told to expect."""
+        run, gang = self.run, self.run.gang
+        host = run.inv.hosts[k]
         gang.stored.pop(k, None)
         if run.recorder is not None:
             run.recorder.new_stream(k, attempt)
         ticket = secrets.token_hex(16)
         gang.say(0, f"{protocol.SAY_REPLACE} {k} {ticket}")
         node = run.plan(run.nprocs_planned or run.nprocs()).nodes[k]
-        spec = run.spec(node, attempt=attempt, secret=ticket)
-        text = f"{spare.name} takes {lost.name}'s place as node {k} from attempt {attempt + 1}"
+        # as the run is: a detached run's spare needs no launcher either
+        hub = gang.links.get(0)
+        detached = hub is not None and hub.hello.get("mode") == "detached"
+        spec = {**run.spec(node, attempt=attempt, secret=ticket), "detached": detached}
+        text = f"{host.name} takes {lost}'s place as node {k} from attempt {attempt + 1}"
         run.emit(Notice("info", text))
         gang.begin(Node(host.name, k, node.ranks, since=attempt), protocol.START, {"spec": spec})
