@@ -305,7 +305,10 @@ class Daemon:
                 status = "lost" if att.by == protocol.BY_LEASE else "stopped"
             else:
                 status = "succeeded" if code == 0 else "failed"
-            reason = att.reason or (None if code == 0 else self._failed_text(att))
+            echo = False
+            if att.reason is None and code != 0:
+                att.reason, echo = self._failed_text(att)
+            reason = att.reason
             self.note(
                 t=protocol.EXIT, code=code, stopped=att.stopped.is_set(), by=att.by,
                 reason=reason, node=att.node, survivors=att.survivors, attempt=att.number,
@@ -315,16 +318,31 @@ class Daemon:
         if att.scratch:
             _rmtree(att.scratch)
         if self.link is not None:
-            self.link.end(status, reason)
+            self.link.end(status, reason, echo)
         else:
-            self.hub.own_end(status, reason)
+            self.hub.own_end(status, reason, echo)
 
     def _failed_text(self, att):
-        """`rank 3 failed on node1` where torchrun's report names it, else the node's exit."""
-        rank = root_rank(att.err)
-        if rank is not None:
-            return "rank {} failed on {}".format(rank, self.name)
-        return "{} failed (exit {})".format(self.name, att.code)
+        """`rank 3 failed on node1` where torchrun's report names it, else the node's exit;
+        and whether that rank died of another's failure (its peer gone: an echo), which the
+        hub passes over for a failure of a rank's own."""
+        rank, local = root_rank(att.err)
+        if rank is None:
+            return "{} failed (exit {})".format(self.name, att.code), False
+        echo = local is not None and bool(ECHO.search(self._rank_stderr(att, local)))
+        return "rank {} failed on {}".format(rank, self.name), echo
+
+    def _rank_stderr(self, att, local):
+        """The end of a local rank's stderr in torchrun's log dir (its last attempt's)."""
+        import glob
+
+        found = sorted(glob.glob(os.path.join(att.scratch or "", "*", "attempt_*", str(local),
+                                              "stderr.log")))  # fmt: skip
+        if not found:
+            return b""
+        with open(found[-1], "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - ERR_KEPT))
+            return f.read()
 
     def _end(self):
         """The run is over here: word goes out, then the viewers get the last bytes."""
@@ -648,14 +666,22 @@ class Daemon:
             done.set()
 
 
-ROOT_RANK = re.compile(rb"^\s*rank\s*:\s*(-?\d+)", re.MULTILINE)
+ROOT_RANK = re.compile(rb"^\s*rank\s*:\s*(-?\d+)(?: \(local_rank: (\d+)\))?", re.MULTILINE)
+# A rank that died because a peer did (as remote/failures.py tells an echo from a cause).
+ECHO = re.compile(
+    rb"closed by peer|reset by peer|Connection refused|remote process exited|"
+    rb"NCCL communicator was aborted|Broken pipe"
+)
 
 
 def root_rank(err):
-    """The global rank torchrun's ChildFailedError report names first under `Root Cause`."""
+    """(global rank, local rank) torchrun's ChildFailedError report names first under
+    `Root Cause`; (None, None) without one."""
     _, found, rest = err.rpartition(b"Root Cause")
     m = ROOT_RANK.search(rest) if found else None
-    return int(m.group(1)) if m else None
+    if m is None:
+        return None, None
+    return int(m.group(1)), int(m.group(2)) if m.group(2) else None
 
 
 def send_spool(send, spool, offset, hello, beat, done):

@@ -140,7 +140,8 @@ class Hub:
         self.attempt = 0
         self.ended = {}  # node -> (status, reason) of this attempt's job; 0 is node 0's
         self.stopping = None  # the reason every node was told to stop, this attempt
-        self.failure = None  # (reason, node): the first failure of this attempt
+        self.failure = None  # (reason, node): the first failure of this attempt (its own)
+        self.echo = False  # the failure is a rank that died of a peer's failure
         self.lost = {}  # node -> the attempt it was lost in: a spare must take its place
         self.halted = None  # (status, reason): no attempt follows (a user's stop, a lease)
         self.given_up = None  # why no spare can come (the launcher said so)
@@ -163,9 +164,10 @@ class Hub:
 
     # -- node 0's supervisor ------------------------------------------------------------------
 
-    def own_end(self, status, reason):
-        """Node 0's job ended; a failure of its own stops the others."""
-        self._ended(0, self.attempt, status, reason)
+    def own_end(self, status, reason, echo=False):
+        """Node 0's job ended; a failure of its own stops the others. echo: its failing rank
+        died of a peer's failure (a failure of another's own is the cause)."""
+        self._ended(0, self.attempt, status, reason, echo)
 
     def halt(self, status, reason):
         """No attempt follows this one: a user's stop, or a lease (no launcher heard from).
@@ -241,7 +243,7 @@ class Hub:
         """Every node starts `attempt` (node 0's supervisor starts its own)."""
         with self.cond:
             self.attempt, self.go = attempt, (attempt, after)
-            self.ended, self.stopping, self.failure = {}, None, None
+            self.ended, self.stopping, self.failure, self.echo = {}, None, None, False
             if len(self.names) > 1:
                 self.all_ended.clear()
             peers = list(self.peers.values())
@@ -322,20 +324,21 @@ class Hub:
             self.heard[node] = time.monotonic()
             kind = msg.get("t")
             if kind == "end":
-                self._ended(node, msg.get("attempt"), msg.get("status"), msg.get("reason"))
+                echo = msg.get("echo") is True
+                self._ended(node, msg.get("attempt"), msg.get("status"), msg.get("reason"), echo)
             elif kind == "halt" and msg.get("status") in protocol.HALT_BY:
                 self.halt(msg["status"], str(msg.get("reason")))
             elif kind == "hb":
                 chan.send(t="hb")
 
-    def _ended(self, node, attempt, status, reason):
+    def _ended(self, node, attempt, status, reason, echo=False):
         with self.cond:
             if attempt != self.attempt or node in self.ended or node in self.lost:
-                return  # an echo of an earlier attempt, or of a node given up for lost
+                return  # the end of an earlier attempt, or of a node given up for lost
             self.ended[node] = (status, reason)
             failed = status == "failed"
-            if failed and self.failure is None:
-                self.failure = (reason or f"{self.names[node]} failed", node)
+            if failed and (self.failure is None or (self.echo and not echo)):
+                self.failure, self.echo = (reason or f"{self.names[node]} failed", node), echo
             if node and all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
                 self.all_ended.set()
             self.cond.notify_all()
@@ -535,11 +538,12 @@ class HubLink:
             self.attempt, self.ending = attempt, None
             self.delivered.clear()
 
-    def end(self, status, reason):
+    def end(self, status, reason, echo=False):
         """Our job ended: say so (now, or once connected), so the hub need not wait for us."""
         if self.addr is None:  # the hub's address may still come: a lease from now
             self.heard = time.monotonic()
-        self.ending = {"t": "end", "attempt": self.attempt, "status": status, "reason": reason}
+        self.ending = {"t": "end", "attempt": self.attempt, "status": status, "reason": reason,
+                       "echo": echo}  # fmt: skip
         self._say(self.ending, self.delivered)
 
     def halt(self, status, reason):

@@ -316,3 +316,14 @@ def test_no_spare_ends_the_wait() -> None:
     assert stops.event.wait(3)
     h.give_up("spare node2 not used: no torch")
     assert h.wait_replaced() == "spare node2 not used: no torch"
+
+
+def test_a_failure_of_its_own_is_the_cause_over_a_peers_echo() -> None:
+    """rank 2 died of rank 1's death (its peer gone) and said so first: rank 1 is the cause."""
+    h, _ = hub(2)
+    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link.connect("127.0.0.1", h.port)
+    link.end("failed", "rank 2 failed on node1", echo=True)
+    time.sleep(0.3)
+    h.own_end("failed", "rank 1 failed on node0")
+    assert h.settle()["reason"] == "rank 1 failed on node0"

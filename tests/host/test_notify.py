@@ -69,5 +69,5 @@ Root Cause (first observed failure):
   rank      : 3 (local_rank: 1)
   exitcode  : 1 (pid: 812)
 """
-    assert root_rank(b"noise\n" + report) == 3
-    assert root_rank(b"Traceback: rank : 5\n") is None
+    assert root_rank(b"noise\n" + report) == (3, 1)
+    assert root_rank(b"Traceback: rank : 5\n") == (None, None)
