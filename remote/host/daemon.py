@@ -297,40 +297,62 @@ class Daemon:
         self._append(wire.record(stream, now_ms(), data))
 
     def _finish(self, att):
-        code = att.code
+        code, echo, stopped = att.code, False, att.stopped.is_set()
         if att.error:  # said already (ERROR): the launcher takes that as this attempt's end
             status, reason = "failed", f"{self.name} could not start its job: {att.error}"
         else:
-            if att.stopped.is_set():
+            if stopped:
                 status = "lost" if att.by == protocol.BY_LEASE else "stopped"
             else:
                 status = "succeeded" if code == 0 else "failed"
-            echo = False
-            if att.reason is None and code != 0:
+            if not stopped and code != 0:
                 att.reason, echo = self._failed_text(att)
             reason = att.reason
             self.note(
-                t=protocol.EXIT, code=code, stopped=att.stopped.is_set(), by=att.by,
-                reason=reason, node=att.node, survivors=att.survivors, attempt=att.number,
+                t=protocol.EXIT, code=code, stopped=stopped, by=att.by, reason=reason,
+                node=att.node, survivors=att.survivors, attempt=att.number,
             )  # fmt: skip
         self.save_state(status=status, exit_code=code, by=att.by, reason=reason,
                         survivors=att.survivors, ended=time.time())  # fmt: skip
+        said = (status, reason)
+        if stopped and att.by == protocol.BY_PEER and code:
+            # A peer's echo (its rank lost ours) may have stopped us after our own failure:
+            # the hub hears of ours, the cause.
+            own = self._own_failure(att)
+            said = ("failed", own) if own else said
         if att.scratch:
             _rmtree(att.scratch)
         if self.link is not None:
-            self.link.end(status, reason, echo)
+            self.link.end(*said, echo)
         else:
-            self.hub.own_end(status, reason, echo)
+            self.hub.own_end(*said, echo)
 
     def _failed_text(self, att):
         """`rank 3 failed on node1` where torchrun's report names it, else the node's exit;
-        and whether that rank died of another's failure (its peer gone: an echo), which the
-        hub passes over for a failure of a rank's own."""
-        rank, local = root_rank(att.err)
-        if rank is None:
-            return "{} failed (exit {})".format(self.name, att.code), False
-        echo = local is not None and bool(ECHO.search(self._rank_stderr(att, local)))
-        return "rank {} failed on {}".format(rank, self.name), echo
+        and whether that rank died of another's failure (an echo), which the hub passes over
+        for a failure of a rank's own."""
+        own = self._own_failure(att)
+        if own:
+            return own, False
+        ranks = failed_ranks(att.err)
+        if ranks:
+            return "rank {} failed on {}".format(ranks[0][0], self.name), True
+        return "{} failed (exit {})".format(self.name, att.code), False
+
+    def _own_failure(self, att):
+        """The first rank that failed of its own: not killed by a signal, and not one that lost
+        its peer (torchrun's root cause may be such a rank, on the host where the failing
+        one's peers noticed first). From torchrun's report, its root cause first; a job
+        stopped before torchrun could report: a traceback in a rank's own stderr."""
+        reported = failed_ranks(att.err)
+        ranks = [(r, local) for r, local, code in reported if code is None or code >= 0]
+        if not reported:
+            ranks = [(rank, local) for local, rank in enumerate(self.spec["ranks"])]
+        for rank, local in ranks:
+            err = self._rank_stderr(att, local) if local is not None else b""
+            if (reported or b"Traceback" in err) and not ECHO.search(err):
+                return "rank {} failed on {}".format(rank, self.name)
+        return None
 
     def _rank_stderr(self, att, local):
         """The end of a local rank's stderr in torchrun's log dir (its last attempt's)."""
@@ -666,7 +688,10 @@ class Daemon:
             done.set()
 
 
-ROOT_RANK = re.compile(rb"^\s*rank\s*:\s*(-?\d+)(?: \(local_rank: (\d+)\))?", re.MULTILINE)
+REPORTED = re.compile(
+    rb"^\s*rank\s*:\s*(-?\d+)(?: \(local_rank: (\d+)\))?[ \t]*\n(?:\s*exitcode\s*:\s*(-?\d+))?",
+    re.MULTILINE,
+)
 # A rank that died because a peer did (as remote/failures.py tells an echo from a cause).
 ECHO = re.compile(
     rb"closed by peer|reset by peer|Connection refused|remote process exited|"
@@ -674,14 +699,19 @@ ECHO = re.compile(
 )
 
 
-def root_rank(err):
-    """(global rank, local rank) torchrun's ChildFailedError report names first under
-    `Root Cause`; (None, None) without one."""
-    _, found, rest = err.rpartition(b"Root Cause")
-    m = ROOT_RANK.search(rest) if found else None
-    if m is None:
-        return None, None
-    return int(m.group(1)), int(m.group(2)) if m.group(2) else None
+def failed_ranks(err):
+    """[(global rank, local rank, exit code)] torchrun's last ChildFailedError report names
+    (None where it does not say): its root cause first, then the other failures."""
+    _, found, report = err.rpartition(b"ChildFailedError")
+    if not found:
+        return []
+    root = report.rpartition(b"Root Cause")[2]
+    first = [_reported(m) for m in REPORTED.finditer(root)][:1]
+    return first + [r for r in map(_reported, REPORTED.finditer(report)) if r not in first]
+
+
+def _reported(m):
+    return tuple(int(g) if g is not None else None for g in m.groups())
 
 
 def send_spool(send, spool, offset, hello, beat, done):

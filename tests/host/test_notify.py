@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from remote.host import protocol
-from remote.host.daemon import root_rank
+from remote.host.daemon import failed_ranks
 from remote.host.notify import Notifier
 
 
@@ -53,7 +53,7 @@ def test_no_command_runs_nothing() -> None:
     assert n.thread is None and n.wanted("failed")
 
 
-def test_torchruns_report_names_the_rank() -> None:
+def test_torchruns_report_names_the_ranks() -> None:
     report = b"""torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
 Failures:
@@ -61,6 +61,7 @@ Failures:
   time      : 2026-11-24_23:01:13
   host      : node1
   rank      : 2 (local_rank: 0)
+  error_file: <N/A>
 ------------------------------------------------------------
 Root Cause (first observed failure):
 [0]:
@@ -69,5 +70,5 @@ Root Cause (first observed failure):
   rank      : 3 (local_rank: 1)
   exitcode  : 1 (pid: 812)
 """
-    assert root_rank(b"noise\n" + report) == (3, 1)
-    assert root_rank(b"Traceback: rank : 5\n") == (None, None)
+    assert failed_ranks(b"noise\n" + report) == [(3, 1, 1), (2, 0, None)]  # root cause first
+    assert failed_ranks(b"Traceback: rank : 5\n") == []
