@@ -54,21 +54,11 @@ def test_no_command_runs_nothing() -> None:
 
 
 def test_torchruns_report_names_the_ranks() -> None:
-    report = b"""torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-Failures:
-[1]:
-  time      : 2026-11-24_23:01:13
-  host      : node1
-  rank      : 2 (local_rank: 0)
-  error_file: <N/A>
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-11-24_23:01:12
-  host      : node1
-  rank      : 3 (local_rank: 1)
-  exitcode  : 1 (pid: 812)
-"""
+    report = (
+        b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        b"Failures:\n  host      : node1\n  rank      : 2 (local_rank: 0)\n  error_file: <N/A>\n"
+        b"Root Cause (first observed failure):\n  rank      : 3 (local_rank: 1)\n"
+        b"  exitcode  : 1 (pid: 812)\n"
+    )
     assert failed_ranks(b"noise\n" + report) == [(3, 1, 1), (2, 0, None)]  # root cause first
     assert failed_ranks(b"Traceback: rank : 5\n") == []

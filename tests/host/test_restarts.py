@@ -3,7 +3,6 @@ attempt of a small job with no torch; the test hosts' end-to-end tests add torch
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
+from runtools import run_job
 
 from remote import inventory
 from remote.events import Alert, Event, LogBatch, RunFinished, RunRestarting
@@ -47,15 +47,9 @@ def write(tmp: Path, nodes: int, fail: str, hold: float, **job: Any) -> inventor
 async def run(
     inv: inventory.Inventory, tmp: Path, on: Any = None
 ) -> tuple[RunFinished, list[Event]]:
-    events: list[Event] = []
-
-    def emit(event: Event) -> None:
-        events.append(event)
-        if on is not None:
-            on(run, event)
-
-    run = Run(inv, emit, run_dir=tmp / "run", checks=False)
-    return await asyncio.wait_for(run.execute(), 90), events
+    """on(run, event): each event as it comes."""
+    until = (lambda run, events: on(run, events[-1])) if on is not None else None
+    return await run_job(inv, tmp, until, timeout=90)
 
 
 def said(events: list[Event]) -> list[str]:
