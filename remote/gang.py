@@ -5,7 +5,9 @@ ends early is taken up again where it stopped, on the same agent or, if the host
 a new one; a host not heard from for `link_timeout` is lost, which fails the run and stops the
 others. A node that fails stops the rest (the supervisors also tell each other through the run's
 hub, so this holds with nobody attached). `detach()` leaves the run to its supervisors. What each
-ending means for the run is remote/verdict.py's to say.
+ending means for the run is remote/verdict.py's to say. With job.restarts a node's stream goes on
+across attempts: each attempt's endings are judged apart (verdict.Attempts), and node 0's hub
+says when the job starts again and which lost nodes a spare must take (remote/recover.py).
 """
 
 from __future__ import annotations

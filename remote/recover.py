@@ -66,6 +66,8 @@ class Recovery:
         run.emit(Notice("warning", f"{lost.name} was lost: a spare host takes node {k}'s place"))
         for j, spare in self._candidates():
             why = await self._check(j, spare, k)
+            if run.gang.user_stop:  # stopped meanwhile: the hub ends the run, no spare needed
+                return False
             if why is None:
                 await self._take(k, j, spare, attempt)
                 return True

@@ -9,8 +9,12 @@ agent's relay reaches (remote/host/nodes.py). It stops the job (TERM, grace, KIL
 - a launcher says `stop`;
 - the run is attached and no launcher has been heard from for link_timeout (the lease);
 - the run's hub says so (another node failed or was lost; remote/host/hub.py).
-When the job ends, whatever it left behind goes too, and the daemon leaves once its viewers
-have the last byte (or after a while: the spool stays for a later `attach`).
+When the job ends, whatever it left behind goes too. With job.restarts the daemon runs attempt
+after attempt of its node's job, in the same spool, as the run's hub says (node 0's supervisor
+decides: remote/host/hub.py); each attempt's lines follow a marked line in every rank's log,
+and its processes have DDPTUI_ATTEMPT. Node 0's also tells job.notify's command what happened
+(remote/host/notify.py). Once no attempt follows, the daemon leaves as soon as its viewers have
+the last byte (or after a while: the spool stays for a later `attach`).
 """
 
 from __future__ import annotations

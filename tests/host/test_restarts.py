@@ -130,3 +130,13 @@ async def test_every_process_knows_its_attempt(tmp_path: Path, nodes: int) -> No
     assert "node 0 attempt 0" in lines or nodes > 1  # (node 1's failure may stop it first)
     for k in range(nodes):
         assert (f"node {k} attempt 1" in lines) == (nodes > 1)
+
+
+async def test_a_hang_the_launcher_sees_is_word_from_node_0(tmp_path: Path) -> None:
+    notified = tmp_path / "notified"
+    notify = {"command": f'echo "$DDPTUI_EVENT: $DDPTUI_MESSAGE" >> {notified}'}
+    inv = write(tmp_path, 1, "", 4, hang_after=1, notify=notify)
+    _, events = await run(inv, tmp_path)
+    (alert,) = [e for e in events if isinstance(e, Alert) and e.event == "hang"]
+    assert alert.wanted and "no rank printed a line for" in alert.message
+    assert notified.read_text().startswith("hang: no rank printed a line for")
