@@ -4,7 +4,7 @@ VENV ?= .venv
 # The CPU build: a plain `torch` requirement would pull a multi-GB CUDA build.
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
-TEST_TOOLS := sshd:openssh-server ssh:openssh-client ip:iproute2 tmux:tmux pdsh:pdsh
+TEST_TOOLS := sshd:openssh-server ssh:openssh-client ip:iproute2 tmux:tmux pdsh:pdsh dockerd:docker.io
 # Containers on the test hosts (tests/support/containerhosts.py): podman with runc (crun fails
 # on this kind of machine) and catatonit for `run --init`.
 TEST_TOOLS += podman:podman runc:runc catatonit:catatonit

@@ -63,6 +63,8 @@ def _software(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
         add("failure", "python", f"no python at {where} on this host")
         return
     add("ok", "python", f"python {f['python']} ({f.get('python_exe')})")
+    if f.get("container"):
+        return  # the job's python and torch are the image's: its dry run says (container_checks)
     if f.get("torch") is None or f.get("torch_error"):
         why = f.get("torch_error") or "not installed"
         if why == "not installed":

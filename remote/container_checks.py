@@ -52,7 +52,7 @@ def judge(add: Add, facts: Mapping[str, Any], run_id: str | None = None) -> None
         pulled = f", pulled in {facts['pulled_s']:g} s" if facts.get("pulled_s") else ""
         add("ok", "image", f"{image} ({short_id(facts.get('image_id')) or 'no id'}{pulled})")
     _gpu(add, facts.get("gpu"))
-    _leftovers(add, facts.get("leftovers") or [], run_id)
+    _leftovers(add, facts.get("leftovers") or [], run_id, facts.get("node"))
     _dry_run(add, facts)
 
 
@@ -68,9 +68,11 @@ def _gpu(add: Add, gpu: Mapping[str, Any] | None) -> None:
             + (f" ({help})" if help else ""))  # fmt: skip
 
 
-def _leftovers(add: Add, names: list[str], run_id: str | None) -> None:
-    ours = [n for n in names if run_id and n.startswith(f"ddptui-{run_id}-")]
-    others = [n for n in names if n not in ours]
+def _leftovers(add: Add, names: list[str], run_id: str | None, node: int | None) -> None:
+    """The node's own name taken already fails its `run`; other nodes of this run may share
+    the runtime (several nodes on one machine); other runs' containers are worth a word."""
+    ours = [n for n in names if run_id and n == f"ddptui-{run_id}-n{node}"]
+    others = [n for n in names if not (run_id and n.startswith(f"ddptui-{run_id}-"))]
     if ours:
         add("failure", "leftovers", f"containers of this run exist already: {', '.join(ours)}")
     if others:

@@ -219,6 +219,17 @@ class ChecksDone(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class DeepChecked(Event):
+    """The deep check's verdict (remote/deepcheck.py): the fabric measured on every rank the job
+    would have. figures: per size and per host, as remote/fabric.py's figures() gives them."""
+
+    ok: bool  # False when any finding is a failure
+    findings: tuple[Finding, ...] = ()
+    figures: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
 class GpuStats(Event):
     """A live refresh of one host's GPUs while a job runs."""
 
@@ -284,6 +295,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunFinished,
         HostChecked,
         ChecksDone,
+        DeepChecked,
         GpuStats,
         HangDetected,
         StacksCaptured,

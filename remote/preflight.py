@@ -28,8 +28,17 @@ Emit = Callable[[Event], None]
 
 
 class Preflight:
-    def __init__(self, inv: Inventory, fleet: Fleet, emit: Emit, *, checks: bool = True) -> None:
+    def __init__(
+        self,
+        inv: Inventory,
+        fleet: Fleet,
+        emit: Emit,
+        *,
+        checks: bool = True,
+        run_id: str | None = None,
+    ) -> None:
         self.inv, self.fleet, self.emit, self.checks = inv, fleet, emit, checks
+        self.run_id = run_id  # the run the checks are for (a container's dry run names it)
         self.failures: list[Failure] = []
         self.unreachable: dict[int, str] = {}  # node rank → why it could not be logged into
         self.broken: dict[int, AgentError] = {}  # logged into, but its agent did not start
@@ -136,6 +145,7 @@ class Preflight:
                     master_addr,
                     workdir=self.workdir(host),
                     connect_s=self.fleet.took.get(k),
+                    run_id=self.run_id,
                 )
             if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
                 self.gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))

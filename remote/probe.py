@@ -54,15 +54,27 @@ class GpuRow:
     driver: str | None
 
 
-def spec(job: Job, master_addr: str, workdir: str | None, is_master: bool) -> dict[str, Any]:
-    """What the host's probe is asked (remote/host/probe.py: facts)."""
-    return {
+def spec(
+    job: Job,
+    master_addr: str,
+    workdir: str | None,
+    is_master: bool,
+    host: Host | None = None,
+    run_id: str | None = None,
+) -> dict[str, Any]:
+    """What the host's probe is asked (remote/host/probe.py: facts). A host whose job runs in a
+    container gets that checked too, by a dry run with the job's flags (run_id names it)."""
+    asked: dict[str, Any] = {
         "smi": {name: list(args) for name, args in SMI_RUNS.items()},
         "script": job.script,
         "workdir": workdir,
         "master_addr": master_addr,
         "master_port": job.master_port if is_master else None,
     }
+    if host is not None and host.container is not None:
+        asked.update(container=host.container.spec(), node=host.node_rank, run_id=run_id,
+                     env=host.env)  # fmt: skip
+    return asked
 
 
 async def probe(
@@ -72,11 +84,12 @@ async def probe(
     *,
     workdir: str | None,
     connect_s: float | None,
+    run_id: str | None = None,
 ) -> HostChecked:
     """Probe one host whose agent is up: one op, one answer."""
     t = agent.transport
     host = t.host
-    asked = spec(job, master_addr, workdir, is_master=host.node_rank == 0)
+    asked = spec(job, master_addr, workdir, host.node_rank == 0, host, run_id)
     try:
         found = await agent.request(protocol.PROBE, asked, timeout=PROBE_TIMEOUT)
     except HostError as exc:
@@ -89,6 +102,7 @@ async def probe(
         master_addr=master_addr,
         address=t.address,
         ssh_notices=t.notices,  # said of the login (host keys): warnings of the host
+        run_id=run_id,
     )
 
 
@@ -115,6 +129,7 @@ def parse(
     master_addr: str,
     address: str | None = None,
     ssh_notices: Sequence[str] = (),
+    run_id: str | None = None,
 ) -> HostChecked:
     """The host's answer → its facts, GPUs and findings. address: where the launcher learned
     the peers reach this host (remote/fleet.py). The answer is data from a host: a field of
@@ -124,6 +139,8 @@ def parse(
         facts["ssh_notices"] = list(ssh_notices)
     try:
         facts.update(_facts(found))
+        if found.get("container") is not None:
+            facts.update(container=found["container"], run_id=run_id)
         gpus = _gpu_facts(host, found, facts)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         facts["probe_error"] = f"the probe's answer is not understood: {exc!r}"[:FACTS_MAX]

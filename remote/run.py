@@ -73,8 +73,10 @@ class Run:
         fleet: Fleet | None = None,
         checks: bool = True,
         detach: bool = False,
+        deep: float | None = None,
     ) -> None:
         self.inv = inv
+        self.deep = deep  # the deep check first, in so many seconds at most (remote/deepcheck.py)
         self.run_id = run_id or new_run_id()
         self.run_dir = run_dir or runs.default_dir(self.run_id)
         self.extra_args = tuple(extra_args)
@@ -83,7 +85,7 @@ class Run:
         self._emit_to = emit
         self.checks = checks  # probe every host first; any failed check stops the launch
         self.detach_when_running = detach  # leave the run to itself once every node runs
-        self.preflight = Preflight(inv, self.fleet, self.emit, checks=checks)
+        self.preflight = Preflight(inv, self.fleet, self.emit, checks=checks, run_id=self.run_id)
         self._phase: asyncio.Future[bool] | None = None  # connecting, checking: stop cancels it
         self._secret = secrets.token_hex(16)  # the supervisors' proof to each other (hub)
         self._t0 = time.monotonic()
@@ -155,6 +157,8 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         if not await self._until_stopped(self.preflight.run()) or self.stopping:
             return self._finish()
+        if self.deep is not None and not await self._until_stopped(self._deep_check()):
+            return self._finish()
         nprocs = self.nprocs()
         if auto:
             per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
@@ -205,6 +209,24 @@ class Run:
             return None
         port = got.get("port")
         return port if isinstance(port, int) and 0 < port < 65536 else None
+
+    async def _deep_check(self) -> bool:
+        """The fabric measured first; a failure refuses the launch, as a failed check does."""
+        from . import deepcheck
+
+        assert self.deep is not None
+        done = await deepcheck.run(
+            self.inv, self.fleet, self.emit, seconds=self.deep, runs_dir=self.run_dir.parent
+        )
+        failed = [f for f in done.findings if f.level == "failure"]
+        for f in failed:
+            message = f"deep check failed ({f.check}): {f.message}"
+            self.preflight.failures.append(
+                Failure(f.host or "deep check", None, None, message, seen_at=0.0)
+            )
+        if failed:
+            self.emit(Notice("error", "not starting: the deep check failed"))
+        return not failed
 
     async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
         inv, info = self.inv, record.info
@@ -345,6 +367,7 @@ class Run:
                 "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
                 "tail_ranks": node.tail_ranks,
                 "line_buffer": not node.tail_ranks,
+                "container": node.host.container.spec() if node.host.container else None,
                 "link_timeout": job.link_timeout,
                 "spool_max": int(job.spool_max_mb * (1 << 20)),
                 "secret": secret or self._secret,

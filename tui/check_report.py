@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from remote.checks import gpu_summary, is_busy
-from remote.events import ChecksDone, Finding, HostChecked
+from remote.events import ChecksDone, DeepChecked, Finding, HostChecked
 
 NOT_A_TERMINAL_WIDTH = 400  # logs and CI: a row stays on one line, greppable
 LEVEL_TAGS = {"failure": "FAIL", "warning": "warn", "ok": "ok"}
@@ -103,15 +103,38 @@ def summary(hosts: Sequence[HostChecked], done: ChecksDone) -> str:
     return f"{len(hosts)} hosts: {verdict}, {warnings} warning{'s' * (warnings != 1)}"
 
 
-def as_json(hosts: Sequence[HostChecked], done: ChecksDone) -> dict[str, Any]:
-    """The same facts, machine-readable: every host (facts, GPUs, findings) and the verdict."""
-    return {
-        "ok": done.ok,
+def print_deep(deep: DeepChecked, out: TextIO) -> None:
+    """The deep check's findings, then its verdict in a line (with the all-reduce's figure)."""
+    for f in deep.findings:
+        out.write(finding_line(f) + "\n")
+    failures = sum(f.level == "failure" for f in deep.findings)
+    verdict = "passed" if deep.ok else f"failed ({failures} failures)"
+    out.write(f"deep check {verdict} in {deep.seconds:.1f} s\n")
+    out.flush()
+
+
+def as_json(
+    hosts: Sequence[HostChecked], done: ChecksDone, deep: DeepChecked | None = None
+) -> dict[str, Any]:
+    """The same facts, machine-readable: every host (facts, GPUs, findings) and the verdict;
+    with the deep check, its findings and the figures per size and per host."""
+    out: dict[str, Any] = {
+        "ok": done.ok and (deep is None or deep.ok),
         "hosts": [dataclasses.asdict(h) for h in sorted(hosts, key=lambda h: h.node_rank)],
         "findings": [dataclasses.asdict(f) for f in done.findings],
     }
+    if deep is not None:
+        out["deep"] = {
+            "ok": deep.ok,
+            "seconds": deep.seconds,
+            "findings": [dataclasses.asdict(f) for f in deep.findings],
+            "figures": deep.figures,
+        }
+    return out
 
 
-def print_json(hosts: Sequence[HostChecked], done: ChecksDone, out: TextIO) -> None:
-    out.write(json.dumps(as_json(hosts, done), indent=2) + "\n")
+def print_json(
+    hosts: Sequence[HostChecked], done: ChecksDone, out: TextIO, deep: DeepChecked | None = None
+) -> None:
+    out.write(json.dumps(as_json(hosts, done, deep), indent=2) + "\n")
     out.flush()

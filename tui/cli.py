@@ -82,9 +82,11 @@ def parser() -> argparse.ArgumentParser:
         "--detach", action="store_true", help="--headless: print the run id, leave it running"
     )
     _exclude(launch_p)
+    _deep(launch_p, "--headless: the deep check first; its failures refuse the launch")
     check_p = _command(sub, "check", check, "check every host: nothing starts")
     check_p.add_argument("--json", action="store_true", help="print the facts as JSON (headless)")
     _exclude(check_p)
+    _deep(check_p, "the fabric measured too: all-reduce, every host's links, every GPU")
     attach_p = _command(sub, "attach", attach, "replay and follow a run (Ctrl-C detaches)")
     attach_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     attach_p.add_argument("--tail", type=int, metavar="N", help="replay only the last N lines")
@@ -104,6 +106,17 @@ def _exclude(p: argparse.ArgumentParser) -> None:
         "--exclude",
         metavar="HOSTS",
         help="--headless: leave these hosts out (names or addresses, ranges: node[3-4],gpu07)",
+    )
+
+
+def _deep(p: argparse.ArgumentParser, text: str) -> None:
+    p.add_argument("--deep", action="store_true", help=text)
+    p.add_argument(
+        "--deep-seconds",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="the deep check's time bound (default 60)",
     )
 
 
@@ -251,8 +264,9 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
     else:
         run_dir = runs_root(args) / run_id
     launching = headless.launch(
-        inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id
-    )
+        inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id,
+        deep=_deep_seconds(args),
+    )  # fmt: skip
     return asyncio.run(launching)
 
 
@@ -267,7 +281,18 @@ def check(args: argparse.Namespace, extra: list[str]) -> int:
 
     from . import headless
 
-    return asyncio.run(headless.check(inv, as_json=args.json))
+    deep = _deep_seconds(args)
+    root = runs_root(args) if deep is not None else None
+    return asyncio.run(headless.check(inv, as_json=args.json, deep=deep, runs_root=root))
+
+
+def _deep_seconds(args: argparse.Namespace) -> float | None:
+    """--deep's time bound, or None without --deep."""
+    if not args.deep:
+        return None
+    if not args.deep_seconds > 0:
+        raise UsageError("--deep-seconds must be a number of seconds above 0")
+    return float(args.deep_seconds)
 
 
 def attach(args: argparse.Namespace, extra: list[str]) -> int:

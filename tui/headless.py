@@ -19,9 +19,11 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TextIO
 
+from remote import deepcheck
 from remote.events import (
     ChecksDone,
     CodeSynced,
+    DeepChecked,
     Event,
     Failure,
     HostChecked,
@@ -35,11 +37,11 @@ from remote.events import (
 from remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from remote.failures import describe_exit
 from remote.inventory import Inventory
+from remote.preflight import Preflight
 from remote.record import BYTES_BACK
-from remote.run import Run
-from remote.run import check as run_checks
+from remote.run import Run, fleet_for
 
-from .check_report import finding_line, print_json, print_table
+from .check_report import finding_line, print_deep, print_json, print_table
 
 QUIET_STATES = {"connecting", "starting", "disconnected"}  # a notice says it better
 
@@ -155,6 +157,7 @@ async def launch(
     detach: bool = False,
     *,
     run_id: str | None = None,
+    deep: float | None = None,
 ) -> int:
     stopping = False
 
@@ -174,8 +177,9 @@ async def launch(
 
     printer = Printer(on_closed=lambda: stop("output closed"))
     run = Run(
-        inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks, detach=detach
-    )
+        inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks,
+        detach=detach, deep=deep,
+    )  # fmt: skip
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupt)
@@ -188,21 +192,46 @@ async def launch(
     return fin.exit_code
 
 
-async def check(inv: Inventory, as_json: bool = False, out: TextIO | None = None) -> int:
+async def check(
+    inv: Inventory,
+    as_json: bool = False,
+    out: TextIO | None = None,
+    *,
+    deep: float | None = None,
+    runs_root: Path | None = None,
+) -> int:
     """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed,
-    3 when a host could not be reached (as launch)."""
+    3 when a host could not be reached (as launch). deep: the deep check too, in so many
+    seconds at most, after the checks pass (its progress on stderr)."""
     hosts: list[HostChecked] = []
+    printer = Printer()
 
     def collect(event: Event) -> None:
         if isinstance(event, HostChecked):
             hosts.append(event)
+        elif isinstance(event, Notice) and deep is not None:
+            printer(event)
 
-    done = await run_checks(inv, collect)
+    fleet = fleet_for(inv)
+    deep_done: DeepChecked | None = None
+    try:
+        done = await Preflight(inv, fleet, collect).check()
+        if deep is not None and done.ok:
+            deep_done = await deepcheck.run(inv, fleet, collect, seconds=deep, runs_dir=runs_root)
+        elif deep is not None:
+            printer.say("deep check skipped: the checks failed")
+    finally:
+        await fleet.close()
     out = out or sys.stdout
     try:
-        (print_json if as_json else print_table)(hosts, done, out)
+        if as_json:
+            print_json(hosts, done, out, deep_done)
+        else:
+            print_table(hosts, done, out)
+            if deep_done is not None:
+                print_deep(deep_done, out)
     except OSError:  # `| head`: the verdict stands
         silence(out)
     if any(h.facts.get("reachable") is False for h in hosts):
         return EXIT_UNREACHABLE
-    return EXIT_OK if done.ok else EXIT_FAILED
+    return EXIT_OK if done.ok and (deep_done is None or deep_done.ok) else EXIT_FAILED

@@ -5,9 +5,11 @@ with `command()`; inside, remote/host/shim.py starts the job and ends it when it
 
 - docker and podman: one attached container per node, `run -i --rm --init`, named and labelled
   with the run, on the host's network. Never `exec` into a long-lived container: exec neither
-  forwards signals nor dies with its client. The job's environment goes by `-e` only: rootless
-  podman's pause process inherits the client's environment, and a tag sweep would kill every
-  container of that user (`client_env()` keeps the tags out of it).
+  forwards signals nor dies with its client. The job's environment goes by `-e`: the tags by
+  value (rootless podman's pause process inherits the client's environment, and a tag sweep
+  would kill every container of that user), every other variable by its name alone, its value in
+  the client's environment: a value on the command line (an API token) is in `ps` for every
+  user of the host.
 - apptainer and enroot have no daemon: the job is an ordinary child of the supervisor.
 
 `spec` is the inventory's merged `container:` (remote/inventory.py, Container.spec()).
@@ -83,9 +85,11 @@ def _login(environ):
 
 
 def command(
-    spec, argv, env, run_id, node, workdir, private, grace=5.0, shared=(), host=None, suffix=""
-):
-    """The argv that runs `argv` (the node's command) in a container, through the shim.
+    spec, argv, env, run_id, node, workdir, private, grace=5.0, shared=(), host=None, suffix="",
+    environ=None,
+):  # fmt: skip
+    """(argv, its environment): what runs `argv` (the node's command) in a container, through
+    the shim. environ: the host's (default os.environ), which the runtime's client keeps.
 
     env: the job's own variables (the spec's env, the tags, PYTHONPATH ...), never the host's
     environment: a container starts from its image's. workdir (None: the login's home),
@@ -110,12 +114,37 @@ def command(
         "--cwd", workdir, "--ready", os.path.join(private, READY), "--grace", str(grace),
         "--", *argv,
     ]  # fmt: skip
+    _gpu_env(runtime, gpus, host.get("gpu_via"), env)
     build = {"docker": _daemon, "podman": _daemon, "apptainer": _apptainer, "enroot": _enroot}
-    flags = build[runtime](spec, env, mounts, gpus, host, name(run_id, node, suffix), run_id)
-    return [*flags, *spec.get("args", ()), spec["image"], *shim]
+    flags = build[runtime](spec, mounts, gpus, host, name(run_id, node, suffix), run_id)
+    client, passed = client_env(environ), _passing(runtime, env, environ)
+    client.update(passed.pop(None, {}))
+    flags += [word for k in sorted(passed) for word in (_ENV_FLAG[runtime], passed[k])]
+    return [*flags, *spec.get("args", ()), spec["image"], *shim], client
 
 
-def _daemon(spec, env, mounts, gpus, host, cname, run_id):
+_ENV_FLAG = {"docker": "-e", "podman": "-e", "enroot": "--env"}
+
+
+def _passing(runtime, env, environ):
+    """How each of the job's variables reaches the container: {name: flag word}, and under
+    None what the client's environment carries for it. By name alone, its value in the client's
+    environment (out of `ps`), unless it is a tag or the client has a value of its own for it;
+    apptainer takes APPTAINERENV_<name> from the client's environment, whatever it is."""
+    environ = os.environ if environ is None else environ
+    if runtime == "apptainer":
+        return {None: {"APPTAINERENV_" + k: v for k, v in env.items()}}
+    out, carried = {}, {}
+    for k, v in env.items():
+        if k in TAGS or environ.get(k, v) != v:
+            out[k] = "{}={}".format(k, v)
+        else:
+            out[k], carried[k] = k, v
+    out[None] = carried
+    return out
+
+
+def _daemon(spec, mounts, gpus, host, cname, run_id):
     runtime = spec["runtime"]
     out = [runtime, "run", "-i", "--rm", "--init", "--name", cname]
     out += ["--label", "{}={}".format(LABEL, run_id), "--network", "host"]
@@ -131,14 +160,14 @@ def _daemon(spec, env, mounts, gpus, host, cname, run_id):
     out += ["--ipc", spec.get("ipc", "host")]
     if spec.get("shm_size"):
         out += ["--shm-size", str(spec["shm_size"])]
-    out += _gpu_flags(runtime, gpus, host.get("gpu_via"), env)
+    out += _gpu_flags(runtime, gpus, host.get("gpu_via"))
     out += _env("--ulimit", spec.get("ulimits", {}))
     devices = spec.get("devices")
     out += _each("--device", host.get("devices", ()) if devices is None else devices)
-    return out + _each("--cap-add", spec.get("cap_add", ())) + _each("-v", mounts) + _env("-e", env)
+    return out + _each("--cap-add", spec.get("cap_add", ())) + _each("-v", mounts)
 
 
-def _apptainer(spec, env, mounts, gpus, host, cname, run_id):
+def _apptainer(spec, mounts, gpus, host, cname, run_id):
     out = ["apptainer", "exec", "--cleanenv"]
     if gpus is not None:
         out.append("--nv")  # every GPU; CUDA_VISIBLE_DEVICES (kept) selects, as on the host
@@ -146,12 +175,11 @@ def _apptainer(spec, env, mounts, gpus, host, cname, run_id):
         out.append("--ipc")
     if spec.get("cap_add"):
         out += ["--add-caps", ",".join(spec["cap_add"])]
-    return out + _each("--bind", mounts) + _env("--env", env)
+    return out + _each("--bind", mounts)
 
 
-def _enroot(spec, env, mounts, gpus, host, cname, run_id):
-    env = dict(env, NVIDIA_VISIBLE_DEVICES=NO_GPU if gpus is None else gpus)
-    return ["enroot", "start", *_each("--mount", mounts), *_env("--env", env)]
+def _enroot(spec, mounts, gpus, host, cname, run_id):
+    return ["enroot", "start", *_each("--mount", mounts)]
 
 
 def _each(flag, items):
@@ -191,17 +219,23 @@ def _gpu_list(spec, env, host):
     return ",".join(items)
 
 
-def _gpu_flags(runtime, gpus, via, env):
+def _gpu_flags(runtime, gpus, via):
     """--gpus (docker with the NVIDIA toolkit), a CDI device (podman, where a CDI spec is
-    generated), else NVIDIA_VISIBLE_DEVICES (the nvidia runtime or its OCI hook)."""
+    generated), else none: NVIDIA_VISIBLE_DEVICES says (_gpu_env)."""
     if via == "gpus" and gpus is not None:
         # docker reads --gpus as CSV: a list of devices must be quoted inside the value
         return ["--gpus", "all" if gpus == "all" else '"device={}"'.format(gpus)]
     if via == "cdi" and gpus is not None:
         return [f for g in gpus.split(",") for f in ("--device", "nvidia.com/gpu=" + g)]
-    # Images such as NGC's set NVIDIA_VISIBLE_DEVICES=all: say none, or the hook exposes all.
-    env["NVIDIA_VISIBLE_DEVICES"] = NO_GPU if gpus is None else gpus
     return []
+
+
+def _gpu_env(runtime, gpus, via, env):
+    """NVIDIA_VISIBLE_DEVICES where no flag exposes the GPUs (the nvidia runtime, its OCI hook,
+    enroot's): images such as NGC's set it to all, so none must be said too."""
+    flagged = runtime in DAEMONS and gpus is not None and via in ("gpus", "cdi")
+    if runtime == "enroot" or (runtime in DAEMONS and not flagged):
+        env["NVIDIA_VISIBLE_DEVICES"] = NO_GPU if gpus is None else gpus
 
 
 def gpu_via(runtime):
@@ -294,7 +328,8 @@ def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_
     """What the checks judge (remote/container_checks.py): the runtime, the image (pulled under
     `pull: missing|always`), the GPU plumbing, leftover containers, and one short dry run with
     the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm."""
-    facts = {"runtime": spec["runtime"], "image": spec["image"], "ipc": spec.get("ipc", "host")}
+    facts = {"runtime": spec["runtime"], "image": spec["image"], "ipc": spec.get("ipc", "host"),
+             "node": node}  # fmt: skip
     facts["here"] = here(spec)
     facts.update(runtime_info(spec))
     if facts.get("runtime_error"):
@@ -462,9 +497,11 @@ def dry_run(spec, run_id, node, workdir, shim_source, env, host, timeout=DRY_RUN
         with open(os.path.join(private, SHIM), "w") as f:
             f.write(shim_source)
         argv = [spec.get("python") or "python3", "-c", "MARK = {!r}\n{}".format(MARK, DRY_RUN)]
-        cmd = command(spec, argv, env, run_id, node, workdir, private, host=host, suffix="-check")
+        cmd, environ = command(
+            spec, argv, env, run_id, node, workdir, private, host=host, suffix="-check"
+        )
         start = time.monotonic()
-        code, out = _attached(cmd, timeout)
+        code, out = _attached(cmd, environ, timeout)
         took = round(time.monotonic() - start, 2)
         started = os.path.exists(os.path.join(private, READY))
     finally:
@@ -478,13 +515,13 @@ def dry_run(spec, run_id, node, workdir, shim_source, env, host, timeout=DRY_RUN
     return {"dry_run_error": why, "dry_run_s": took}
 
 
-def _attached(argv, timeout):
+def _attached(argv, environ, timeout):
     """Run a container the way the supervisor does, stdin held open until it has answered
     (the shim ends the job at stdin's end). (exit code or None, stdout and stderr)."""
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=client_env(),
+            env=environ,
         )  # fmt: skip
     except OSError as exc:
         return None, "cannot run {}: {}".format(argv[0], exc.strerror)

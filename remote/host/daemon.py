@@ -32,8 +32,8 @@ import sys
 import threading
 import time
 
+from . import container, linebuf, netif, procs, protocol, wire
 from . import hub as hubs
-from . import linebuf, netif, procs, protocol, wire
 from .notify import Notifier
 from .protocol import beat_interval
 from .spool import Spool, Trimmed
@@ -91,6 +91,13 @@ def boot(ndir):
             ready("supervisor failed: {!r}".format(exc))
         code = 1
     os._exit(code)
+
+
+def code_dir():
+    """This host's ddptui code (the directory holding ddph/): ddptui's own workers run from it.
+    Asked in the supervisor only: an agent running from memory imports this module too, and
+    has no file."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def now_ms():
@@ -170,9 +177,10 @@ class Daemon:
     def serve(self, server, ready):
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
         procs.become_subreaper()
-        pid, self.guardian_pipe = guardian(self.tags, self.grace)
-        self.spare.add(pid)
         spec = self.spec
+        box = spec["container"]
+        pid, self.guardian_pipe = guardian(self.tags, self.grace, box and box["runtime"])
+        self.spare.add(pid)
         if self.node == 0:
             self.hub = hubs.Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
@@ -221,6 +229,7 @@ class Daemon:
             att.done.wait()
             # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
             att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
+            self._sweep_containers(att)
             for t in started:
                 t.join(timeout=5)
         att.done.set()
@@ -244,7 +253,8 @@ class Daemon:
 
     def _start_job(self, att):
         spec = self.spec
-        env = dict(os.environ)
+        box = spec["container"]
+        env = {} if box else dict(os.environ)  # a container starts from its image's own
         env.update(spec["env"])
         for name in spec["unset"]:  # e.g. a LOCAL_RANK the host exports stops Lightning
             env.pop(name, None)
@@ -261,17 +271,23 @@ class Daemon:
         env.update(self.tags, DDPTUI_ATTEMPT=str(att.number))
         argv = [expand(a) if i in spec["expand"] else a for i, a in enumerate(spec["argv"])]
         mark = spec["scratch_arg"]
-        argv = [self.scratch(att) if a == mark else a for a in argv]
+        argv = [
+            self.scratch(att) if a == mark else a.replace(protocol.CODE, code_dir()) for a in argv
+        ]
         for name, value in list(env.items()):  # paths in it (the flight recorder's files)
             if mark and mark in value:
                 env[name] = value.replace(mark, self.scratch(att))
         cwd = expand(spec["workdir"]) if spec["workdir"] else None
+        stdin = subprocess.DEVNULL
+        if box:  # the runtime's client; the job's environment reaches it by -e
+            argv, env = self._in_container(box, argv, env, cwd, att)
+            stdin, cwd = subprocess.PIPE, None  # the job's own cwd is inside
         with self.stop_once, self.children:  # a stop, and the reaper, see it started or not
             if att.stopped.is_set():
                 return None
             try:
                 att.job = subprocess.Popen(
-                    argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                    argv, cwd=cwd, env=env, stdin=stdin,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
                 )  # fmt: skip
             except OSError as exc:
@@ -285,7 +301,9 @@ class Daemon:
             hub_port=self.hub.port if self.hub else None, mode=self.mode, ranks=spec["ranks"],
             attempt=att.number,
         )  # fmt: skip
-        self.save_state(status="running", job_pid=att.job.pid, scratch=att.scratch)
+        runtime = box and box["runtime"]
+        self.save_state(status="running", job_pid=att.job.pid, scratch=att.scratch,
+                        container=self._container_name(), runtime=runtime)  # fmt: skip
         threads = [
             _thread(self._pump, att.job.stdout, b"1", att),
             _thread(self._pump, att.job.stderr, b"2", att),
@@ -300,8 +318,58 @@ class Daemon:
     def _spool_lines(self, stream, data):
         self._append(wire.record(stream, now_ms(), data))
 
+    def _in_container(self, box, argv, env, cwd, att):
+        """The runtime's argv and environment for the node's command: one attached container,
+        its shim ending the job when the container's stdin closes (remote/host/container.py,
+        shim.py)."""
+        _unlink(os.path.join(self.dir, container.READY))  # the last attempt's, if any
+        path = os.path.join(self.dir, container.SHIM)
+        if not os.path.exists(path):  # written once: every attempt's container runs it
+            here = os.path.dirname(os.path.abspath(__file__))
+            with open(os.path.join(here, "shim.py"), encoding="utf-8") as f:
+                source = f.read()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(source)
+        code = code_dir()
+        shared = [self.scratch(att)] + ([code] if any(code in a for a in argv) else [])
+        return container.command(
+            box, argv, env, self.spec["run_id"], self.node, cwd, self.dir, grace=self.grace,
+            shared=shared,
+        )  # fmt: skip
+
+    def _container_name(self):
+        box = self.spec["container"]
+        if not box or box["runtime"] not in container.DAEMONS:
+            return None
+        return container.name(self.spec["run_id"], self.node)
+
+    def _job_ended(self, att):
+        """The job's exit code as subprocess gives it (-N: signal N), or why its container did
+        not start at all (then no rank failed: the runtime's own words)."""
+        box, code = self.spec["container"], att.code
+        if not box or att.job is None:
+            return code, None
+        started = os.path.exists(os.path.join(self.dir, container.READY))
+        said = att.err[-4096:].decode("utf-8", "replace")
+        why = container.start_failure(box, code, said, started)
+        if box["runtime"] in container.DAEMONS and 128 < code < 160:
+            code = -(code - 128)  # docker and podman say 128+N for a signal
+        return code, why
+
+    def _sweep_containers(self, att):
+        box = self.spec["container"]
+        if box:
+            _, why = container.sweep(box["runtime"], self.spec["run_id"])
+            if why:
+                att.survivors.append("containers of the run: {}".format(why))
+
     def _finish(self, att):
-        code, echo, stopped = att.code, False, att.stopped.is_set()
+        code, not_started = self._job_ended(att)
+        echo, stopped = False, att.stopped.is_set()
+        if not_started:  # the runtime's words: no rank ever ran
+            att.error = not_started
+            self.note(t=protocol.ERROR, msg=not_started, attempt=att.number)
         if att.error:  # said already (ERROR): the launcher takes that as this attempt's end
             status, reason = "failed", f"{self.name} could not start its job: {att.error}"
         else:
@@ -495,6 +563,9 @@ class Daemon:
         self.stop(by if by in protocol.HALT_BY.values() else protocol.BY_PEER, reason, node)
 
     def _sweep(self, att):
+        if self.spec["container"] and att.job.stdin:
+            with contextlib.suppress(OSError):
+                att.job.stdin.close()  # the shim in the container ends the job
         att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
@@ -759,8 +830,9 @@ def expand(path):
     return os.path.expanduser(path)
 
 
-def guardian(tags, grace):
-    """A tiny watcher that sweeps the job by its tags if this daemon dies (OOM, SIGKILL).
+def guardian(tags, grace, runtime=None):
+    """A tiny watcher that sweeps the job by its tags if this daemon dies (OOM, SIGKILL), and the
+    run's containers with it (runtime: docker's or podman's outlive their client).
 
     Returns its pid and the pipe to write b"k" into on a normal end."""
     r, w = os.pipe()
@@ -776,6 +848,8 @@ def guardian(tags, grace):
         got = os.read(r, 1)  # b"" (EOF): the daemon died without saying goodbye
         if not got:
             procs.sweep(lambda: procs.tagged_pids(tags), grace)
+            if runtime:
+                container.sweep(runtime, tags["DDPTUI_RUN_ID"])
     finally:
         os._exit(0)
 

@@ -36,7 +36,9 @@ def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, 
     # The queries run while the rest is gathered: nvidia-smi takes its time on a big host.
     running = {name: _start([smi, *argv]) for name, argv in spec["smi"].items()} if smi else {}
     workdir = workdir_info(spec.get("workdir"), spec["script"])
+    box = spec.get("container")
     return {
+        "container": _container(box, spec, workdir) if box else None,
         "hostname": socket.gethostname(),
         "os": os_name(),
         "kernel": os.uname().release,
@@ -52,6 +54,18 @@ def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, 
         "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,
         "py_spy": {"path": find_py_spy(), "ptrace": ptrace_rights()},
     }
+
+
+def _container(box: dict[str, Any], spec: dict[str, Any], workdir: dict[str, Any]) -> Any:
+    """The runtime, the image, its GPU plumbing, leftovers and a dry run with the job's flags
+    (remote/host/container.py); torch is the image's, not this host's."""
+    from . import container
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "shim.py"), encoding="utf-8") as f:
+        shim = f.read()
+    return container.check(box, spec.get("run_id") or "check", spec.get("node", 0),
+                           workdir.get("path"), shim, spec.get("env") or {})  # fmt: skip
 
 
 def visible_gpus() -> dict[str, Any]:

@@ -111,6 +111,8 @@ def restart_delay(first: float, attempt: int) -> float:
 
 # -- a node's spec (START) ----------------------------------------------------------------------
 
+CODE = "{ddptui-code}"  # in a node's argv: the directory holding this host's ddptui code (ddph/)
+
 REQUIRED = object()
 SPEC_DEFAULTS = {
     "run_id": REQUIRED,
@@ -130,6 +132,7 @@ SPEC_DEFAULTS = {
     "learn_ranks": False,  # watch the job's processes for their ranks
     "tail_ranks": False,  # torchrun's --redirects: read each rank's files (remote/host/tail.py)
     "line_buffer": False,  # the whole-lines sitecustomize (remote/host/linebuf.py)
+    "container": None,  # the job in a container: the inventory's spec (remote/host/container.py)
     "grace": 5.0,  # seconds between TERM and KILL
     "link_timeout": 60.0,
     "spool_max": 1 << 30,

@@ -52,6 +52,8 @@ def dump(spec: dict[str, Any]) -> dict[str, Any]:
     if node.get("pid") and node.get("status") in ("starting", "running"):
         tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(spec["node"])}
         mine = procs.own_descendants(node["pid"])
+        if node.get("container"):  # docker's processes are its daemon's children, not ours
+            mine += _in_container(node["runtime"], node["container"])
         by_pid, _ = procs.ranks_by_pid(tags, spec["node"], spec["nnodes"], among=mine)
     if not by_pid:
         found["problem"] = "no rank of run {} runs on this host".format(spec["run_id"])
@@ -65,6 +67,19 @@ def dump(spec: dict[str, Any]) -> dict[str, Any]:
     if by_pid and spec.get("flight_wait"):
         found["flight"] = flight(node.get("scratch"), sorted(by_pid.values()), spec["flight_wait"])
     return found
+
+
+def _in_container(runtime: str, name: str) -> list[int]:
+    """The processes of the node's own container (named by its supervisor), by host pid."""
+    try:
+        res = subprocess.run(
+            [runtime, "inspect", "--format", "{{.State.Pid}}", name],
+            capture_output=True, timeout=30, check=False,
+        )  # fmt: skip
+        pid = int(res.stdout.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return []
+    return [pid, *procs.own_descendants(pid)] if pid > 0 else []
 
 
 def dump_all(spy: str, by_pid: dict[int, int], native: bool) -> dict[str, Any]:

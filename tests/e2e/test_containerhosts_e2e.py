@@ -122,7 +122,7 @@ def test_a_killed_client_leaves_no_container(podman: TestCluster, tmp_path: Path
     run_id = f"e2e{os.getpid()}"
     (tmp_path / container.SHIM).write_text(SHIM)
     job = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(300)"]
-    argv = container.command(
+    argv, _ = container.command(
         spec(podman), job, {"DDPTUI_RUN_ID": run_id}, run_id, 0, str(REPO), str(tmp_path), host=HOST
     )
     ssh = ["ssh", "-F", str(podman.ssh_config), "node0", shlex.join(argv)]

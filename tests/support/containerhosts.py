@@ -182,3 +182,51 @@ def _libraries(binaries: list[str]) -> set[str]:
 def _python_json(python: str, expr: str) -> str:
     code = f"import json, sys, sysconfig; print(json.dumps({expr}))"
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout
+
+
+# -- docker, here (design §11: its host network is dockerd's own namespace: `transport: local`) --
+
+DOCKER_DATA = Path("/var/tmp/ddptui-docker")  # its images, kept between sessions
+DOCKER_RUN = Path("/run/ddptui-docker")
+DOCKER_HOST = f"unix://{DOCKER_RUN}/docker.sock"
+DOCKERD = (
+    "dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none", "--ip-forward=false",
+    "--ip-masq=false", "--data-root", str(DOCKER_DATA), "--exec-root", str(DOCKER_RUN / "exec"),
+    "--pidfile", str(DOCKER_RUN / "dockerd.pid"), "--host", DOCKER_HOST,
+)  # fmt: skip
+
+
+def docker_missing() -> list[str]:
+    return [f"`{t}`" for t in ("dockerd", "docker") if shutil.which(t) is None]
+
+
+def start_dockerd(log: Path) -> subprocess.Popen[bytes]:
+    """A dockerd of the tests' own (its own socket and state), touching no iptables rule: its
+    default FORWARD DROP would cut the test hosts' bridge. Ready once it answers."""
+    DOCKER_RUN.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(DOCKERD, stdout=out, stderr=subprocess.STDOUT)
+    env = {**os.environ, "DOCKER_HOST": DOCKER_HOST}
+    for _ in range(300):
+        if subprocess.run(["docker", "info"], capture_output=True, env=env).returncode == 0:
+            return proc
+        if proc.poll() is not None:
+            break
+        subprocess.run(["sleep", "0.1"])
+    proc.kill()
+    raise RuntimeError(f"dockerd did not start: see {log}")
+
+
+def ensure_docker_image(python: str) -> str:
+    """The test image in the tests' dockerd (imported once): its name."""
+    name = ensure_image(python).replace("localhost/", "")
+    env = {**os.environ, "DOCKER_HOST": DOCKER_HOST}
+    if subprocess.run(
+        ["docker", "image", "inspect", name], capture_output=True, env=env
+    ).returncode:
+        with tempfile.TemporaryDirectory() as tmp:
+            tar = Path(tmp) / "image.tar"
+            build_tarball(python, tar)
+            subprocess.run(["docker", "import", str(tar), name], check=True, capture_output=True,
+                           env=env)  # fmt: skip
+    return name

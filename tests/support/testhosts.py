@@ -61,6 +61,7 @@ import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -797,3 +798,42 @@ def netns_popen(cluster: TestCluster, i: int, argv: list[str]) -> subprocess.Pop
     """Start ``argv`` in host ``i``'s network namespace (traffic from that host), stdout piped."""
     full = ["ip", "netns", "exec", cluster.hosts[i].netns, *argv]
     return subprocess.Popen(full, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+# -- a slow link (tc tbf) --------------------------------------------------------------------
+
+THROTTLE = ("burst", "32kbit", "latency", "400ms")  # a token bucket's depth and queue (design §10)
+
+
+def throttle(cluster: TestCluster, i: int, rate: str = "20mbit") -> None:
+    """Slow host ``i``'s link both ways, as a NIC that negotiated a lower speed is: a token
+    bucket (tc tbf) on both ends of its veth (measured: 2.7 MB/s against 1.5 GB/s)."""
+    for netns, dev in _link_ends(cluster, i):
+        _tc(netns, ["qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, *THROTTLE])
+
+
+def unthrottle(cluster: TestCluster, i: int) -> None:
+    """Host ``i``'s link at veth speed again (nothing to undo is fine)."""
+    for netns, dev in _link_ends(cluster, i):
+        _tc(netns, ["qdisc", "del", "dev", dev, "root"], check=False)
+
+
+@contextmanager
+def throttled(cluster: TestCluster, i: int, rate: str = "20mbit") -> Iterator[None]:
+    throttle(cluster, i, rate)
+    try:
+        yield
+    finally:
+        unthrottle(cluster, i)
+
+
+def _link_ends(cluster: TestCluster, i: int) -> list[tuple[str | None, str]]:
+    """(namespace, device) of both ends of host i's veth: ours in the root namespace."""
+    return [(None, veth_name(cluster.prefix, i)), (cluster.hosts[i].netns, "eth0")]
+
+
+def _tc(netns: str | None, args: list[str], check: bool = True) -> None:
+    argv = ["tc", *(["-n", netns] if netns else []), *args]
+    res = subprocess.run(argv, capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise RuntimeError(f"{shlex.join(argv)} failed: {res.stderr.strip()}")

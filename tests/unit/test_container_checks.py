@@ -82,13 +82,17 @@ def test_small_shm_with_private_ipc_warns() -> None:
     assert "shm" not in judged()  # ipc: host: the host's own /dev/shm
 
 
-def test_leftovers_of_this_run_fail_and_of_others_warn() -> None:
-    names = ["ddptui-r1-n0", "ddptui-r0-n0"]
-    found = container_checks.findings("a", facts(leftovers=names), run_id="r1")
+def test_leftovers_of_this_node_fail_and_of_other_runs_warn() -> None:
+    """Another node of this run may share the runtime (two nodes on one machine): its
+    containers, the dry run's too, are not in the way; this node's own name is."""
+    names = ["ddptui-r1-n0", "ddptui-r0-n0", "ddptui-r1-n1", "ddptui-r1-n1-check"]
+    found = container_checks.findings("a", facts(leftovers=names, node=0), run_id="r1")
     assert [(f.level, f.check) for f in found if f.check == "leftovers"] == [
         ("failure", "leftovers"), ("warning", "leftovers"),
     ]  # fmt: skip
-    assert "ddptui-r0-n0" in found[-2].message
+    [failed, warned] = [f for f in found if f.check == "leftovers"]
+    assert "ddptui-r1-n0" in failed.message and "ddptui-r1-n1" not in failed.message
+    assert "ddptui-r0-n0" in warned.message and "ddptui-r1" not in warned.message
 
 
 @pytest.mark.parametrize(

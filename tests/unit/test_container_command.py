@@ -34,8 +34,26 @@ def spec(**keys: Any) -> dict[str, Any]:
     return Container(**keys).spec() | ({} if "ulimits" in keys else {"ulimits": {}})
 
 
+def launch(
+    s: dict[str, Any], env: dict[str, str] = ENV, environ: dict[str, str] | None = None, **host: Any
+) -> tuple[list[str], dict[str, str]]:
+    """(argv, the client's environment) on a host whose own environment is `environ` (none)."""
+    return container.command(
+        s, ARGV, env, "r1", 1, "/srv/job", "/run/p", host={**HOST, **host}, environ=environ or {}
+    )
+
+
 def command(s: dict[str, Any], env: dict[str, str] = ENV, **host: Any) -> list[str]:
-    return container.command(s, ARGV, env, "r1", 1, "/srv/job", "/run/p", host={**HOST, **host})
+    return launch(s, env, **host)[0]
+
+
+def job_env(argv: list[str], client: dict[str, str], flag: str = "-e") -> dict[str, str]:
+    """What the job gets: each `-e NAME=VALUE`, and each `-e NAME` from the client's own."""
+    out = {}
+    for word in pairs(argv, flag):
+        name, eq, value = word.partition("=")
+        out[name] = value if eq else client[name]
+    return out
 
 
 def pairs(argv: list[str], flag: str) -> list[str]:
@@ -50,16 +68,32 @@ def test_docker_run_on_a_gpu_host_with_infiniband() -> None:
         "--log-driver", "none", "--user", "1000:1000", "--ipc", "host", "--gpus", "all",
         "--ulimit", "memlock=-1:-1", "--device", "/dev/infiniband", "--cap-add", "SYS_PTRACE",
         "-v", "/srv/job:/srv/job", "-v", "/run/p:/run/p",
-        "-e", "DDPTUI_NODE=1", "-e", "DDPTUI_RUN_ID=r1", "-e", "LOGNAME=ada",
-        "-e", "MASTER_ADDR=10.0.0.1", "-e", "USER=ada",
+        "-e", "DDPTUI_NODE=1", "-e", "DDPTUI_RUN_ID=r1", "-e", "LOGNAME",
+        "-e", "MASTER_ADDR", "-e", "USER",
         "nvcr.io/nvidia/pytorch:24.05-py3", *SHIM,
     ]  # fmt: skip
 
 
+@pytest.mark.security
+def test_values_stay_out_of_ps_and_tags_out_of_the_clients_environment() -> None:
+    """A value on the command line (an API token) is in `ps` for every user of the host: it
+    rides in the client's environment, the name alone on the line; but the tags go by value
+    (rootless podman's pause process keeps the first client's environment for good), and a
+    variable the client has a value of its own for keeps it (a job's PATH is not the runtime's)."""
+    env = {**ENV, "WANDB_API_KEY": "s3cret", "PATH": "/opt/job/bin"}
+    argv, client = launch(spec(), env, environ={"PATH": "/usr/bin", "DDPTUI_RUN_ID": "x"})
+    assert not any("s3cret" in word for word in argv)
+    assert client["WANDB_API_KEY"] == "s3cret" and client["PATH"] == "/usr/bin"
+    assert "DDPTUI_RUN_ID" not in client and "DDPTUI_NODE" not in client
+    assert job_env(argv, client)["PATH"] == "/opt/job/bin"  # by value: the client's is its own
+    assert job_env(argv, client) == {**env, "USER": "ada", "LOGNAME": "ada"}
+
+
 def test_the_job_environment_goes_by_e_alone_and_args_before_the_image() -> None:
     s = spec(args=("--security-opt", "seccomp=unconfined"), pull="missing", python="/opt/py")
-    argv = command(s, env={"A": "1 2", "B": "x=y"})
-    assert pairs(argv, "-e")[:2] == ["A=1 2", "B=x=y"]
+    argv, client = launch(s, env={"A": "1 2", "B": "x=y"})
+    assert pairs(argv, "-e")[:2] == ["A", "B"]
+    assert job_env(argv, client) == {"A": "1 2", "B": "x=y", "USER": "ada", "LOGNAME": "ada"}
     image = argv.index(s["image"])
     assert argv[image - 2 : image + 2] == [
         "--security-opt",
@@ -95,9 +129,9 @@ def test_gpus(
     gpus: str, visible: str | None, via: str, flags: list[str], nvidia: str | None
 ) -> None:
     env = {**ENV, "CUDA_VISIBLE_DEVICES": visible} if visible is not None else ENV
-    argv = command(spec(gpus=gpus), env=env, gpu_via=via, devices=[])
+    argv, client = launch(spec(gpus=gpus), env=env, gpu_via=via, devices=[])
     assert argv[argv.index("--ipc") + 2 : argv.index("-v")] == flags
-    e = dict(p.split("=", 1) for p in pairs(argv, "-e"))
+    e = job_env(argv, client)
     assert e.get("NVIDIA_VISIBLE_DEVICES") == nvidia
     # The runtime exposes them numbered from 0: the host's numbering must not reach the job.
     assert "CUDA_VISIBLE_DEVICES" not in e or nvidia == "void"
@@ -109,9 +143,9 @@ def test_cuda_visible_devices_of_the_host_is_honoured_by_auto() -> None:
 
 
 def test_a_cpu_host_gets_no_gpu_flags() -> None:
-    argv = command(spec(), gpus=False, devices=[])
+    argv, client = launch(spec(), gpus=False, devices=[])
     assert "--gpus" not in argv and "--device" not in argv
-    assert "NVIDIA_VISIBLE_DEVICES=void" in pairs(argv, "-e")
+    assert job_env(argv, client)["NVIDIA_VISIBLE_DEVICES"] == "void"
 
 
 def test_devices_ipc_ulimits_and_user() -> None:
@@ -120,11 +154,11 @@ def test_devices_ipc_ulimits_and_user() -> None:
         ulimits={"stack": "67108864:67108864", "memlock": "-1:-1"}, user="image",
         mounts=("~/data", "/scratch:/mnt:ro"),
     )  # fmt: skip
-    argv = command(s, devices=[])
+    argv, client = launch(s, devices=[])
     assert pairs(argv, "--ipc") == ["private"] and pairs(argv, "--shm-size") == ["16g"]
     assert pairs(argv, "--device") == ["/dev/infiniband", "/dev/fuse:/dev/fuse:rwm"]
     assert pairs(argv, "--ulimit") == ["memlock=-1:-1", "stack=67108864:67108864"]
-    assert "--user" not in argv and "USER=ada" not in pairs(argv, "-e")
+    assert "--user" not in argv and "USER" not in job_env(argv, client)
     home = os.path.expanduser("~")
     assert pairs(argv, "-v")[2] == f"{home}/data:{home}/data"  # ~ is the host's home; a path
     # alone is the same path inside (docker's `-v path` would be an empty anonymous volume)
@@ -146,42 +180,45 @@ def test_podman_rootless_keeps_the_login_and_rootful_sets_it() -> None:
 
 def test_apptainer_exec_is_an_ordinary_child() -> None:
     s = spec(runtime="apptainer", image="/images/train.sif", ipc="private", cap_add=("IPC_LOCK",))
-    argv = command(s, gpu_via="nv", cuda_visible_devices="2,3")
+    argv, client = launch(s, gpu_via="nv", cuda_visible_devices="2,3")
     assert argv == [
         "apptainer", "exec", "--cleanenv", "--nv", "--ipc", "--add-caps", "IPC_LOCK",
         "--bind", "/srv/job:/srv/job", "--bind", "/run/p:/run/p",
-        "--env", "CUDA_VISIBLE_DEVICES=2,3",  # --nv shows every GPU: CUDA selects, as here
-        "--env", "DDPTUI_NODE=1", "--env", "DDPTUI_RUN_ID=r1", "--env", "LOGNAME=ada",
-        "--env", "MASTER_ADDR=10.0.0.1", "--env", "USER=ada",
         "/images/train.sif", *SHIM,
     ]  # fmt: skip
+    # apptainer takes APPTAINERENV_<name> from its client's environment, through --cleanenv
+    inside = {k[len("APPTAINERENV_") :]: v for k, v in client.items()}
+    assert inside == {
+        **ENV, "LOGNAME": "ada", "USER": "ada",
+        "CUDA_VISIBLE_DEVICES": "2,3",  # --nv shows every GPU: CUDA selects, as here
+    }  # fmt: skip
     assert "--nv" not in command(s, gpus=False)
 
 
 def test_enroot_start_with_mounts_and_env() -> None:
     s = spec(runtime="enroot", image="pytorch+24.05", mounts=("/data",))
-    argv = command(s, gpu_via="hook", cuda_visible_devices="0")
+    argv, client = launch(s, gpu_via="hook", cuda_visible_devices="0")
     assert argv == [
         "enroot", "start", "--mount", "/srv/job:/srv/job", "--mount", "/run/p:/run/p",
         "--mount", "/data:/data", "--env", "DDPTUI_NODE=1", "--env", "DDPTUI_RUN_ID=r1",
-        "--env", "LOGNAME=ada", "--env", "MASTER_ADDR=10.0.0.1",
-        "--env", "NVIDIA_VISIBLE_DEVICES=0", "--env", "USER=ada",
-        "pytorch+24.05", *SHIM,
+        "--env", "LOGNAME", "--env", "MASTER_ADDR", "--env", "NVIDIA_VISIBLE_DEVICES",
+        "--env", "USER", "pytorch+24.05", *SHIM,
     ]  # fmt: skip
+    assert job_env(argv, client, "--env")["NVIDIA_VISIBLE_DEVICES"] == "0"
 
 
 def test_a_workdir_that_is_the_private_directory_is_mounted_once() -> None:
-    argv = container.command(spec(), ARGV, {}, "r1", 0, "/w", "/w", host=HOST)
+    argv, _ = container.command(spec(), ARGV, {}, "r1", 0, "/w", "/w", host=HOST)
     assert pairs(argv, "-v") == ["/w:/w"]
 
 
 def test_shared_directories_are_mounted_at_their_paths() -> None:
-    argv = container.command(spec(), ARGV, {}, "r1", 0, "/w", "/p", shared=["/run/s"], host=HOST)
+    argv, _ = container.command(spec(), ARGV, {}, "r1", 0, "/w", "/p", shared=["/run/s"], host=HOST)
     assert pairs(argv, "-v") == ["/w:/w", "/p:/p", "/run/s:/run/s"]
 
 
 def test_no_workdir_is_the_login_home() -> None:
-    argv = container.command(spec(), ARGV, {}, "r1", 0, None, "/p", host=HOST)
+    argv, _ = container.command(spec(), ARGV, {}, "r1", 0, None, "/p", host=HOST)
     home = os.path.expanduser("~")
     assert pairs(argv, "-v")[0] == f"{home}:{home}" and pairs(argv, "--cwd") == [home]
 
