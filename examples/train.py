@@ -3,8 +3,11 @@
 Start it with torchrun (ddptui does that for you on every host):
     torchrun --nproc-per-node 2 examples/train.py --epochs 3
 
-Flags for trying ddptui's failure handling: --fail-rank R makes rank R raise at --fail-step;
+Flags for trying ddptui's failure handling: --fail-rank R makes rank R raise at --fail-step
+(with --fail-attempt A, only in attempt A of the job: DDPTUI_ATTEMPT, job.restarts);
 --step-time slows each step; --lines N has every rank print N extra lines (log relay benchmark).
+--checkpoint PATH keeps the model after each epoch and, when the job is started again (a restart
+after a failure), goes on from there.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
     p.add_argument("--fail-rank", type=int, default=None, help="this global rank raises")
     p.add_argument("--fail-step", type=int, default=3)
+    p.add_argument("--fail-attempt", type=int, default=None, help="only in this attempt")
+    p.add_argument("--checkpoint", default=None, help="keep (and resume from) the model here")
     p.add_argument("--lines", type=int, default=0, help="print this many lines per rank")
     return p.parse_args()
 
@@ -72,13 +77,24 @@ def main() -> None:
         device_ids=[device.index] if device.type == "cuda" else None,
     )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    # ddptui starts the job again after a failure (job.restarts): DDPTUI_ATTEMPT is 1, 2, ...
+    attempt = int(os.environ.get("DDPTUI_ATTEMPT", "0"))
+    first = 0
+    if args.checkpoint and os.path.exists(args.checkpoint):
+        state = torch.load(args.checkpoint, map_location=device)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        first = state["epoch"] + 1
+        if rank == 0:
+            print(f"attempt {attempt}: resuming after epoch {state['epoch']}", flush=True)
+    fail = rank == args.fail_rank and args.fail_attempt in (None, attempt)
     step = 0
-    for epoch in range(args.epochs):
+    for epoch in range(first, args.epochs):
         sampler.set_epoch(epoch)
         total = torch.zeros(2, device=device)
         for xb, yb in loader:
             step += 1
-            if rank == args.fail_rank and step == args.fail_step:
+            if fail and step == args.fail_step:
                 raise RuntimeError(f"rank {rank} failed on purpose at step {step}")
             loss = torch.nn.functional.mse_loss(model(xb.to(device)), yb.to(device))
             opt.zero_grad()
@@ -89,6 +105,10 @@ def main() -> None:
         dist.all_reduce(total)
         if rank == 0:
             print(f"epoch {epoch}: loss {total[0].item() / total[1].item():.4f}", flush=True)
+            if args.checkpoint:  # whole or not at all: a rank killed mid-write leaves the last
+                state = {"model": model.module.state_dict(), "opt": opt.state_dict()}
+                torch.save({**state, "epoch": epoch}, args.checkpoint + ".tmp")
+                os.replace(args.checkpoint + ".tmp", args.checkpoint)
     dist.barrier()
     if rank == 0:
         print("done", flush=True)

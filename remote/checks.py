@@ -7,6 +7,7 @@ dict remote/probe.py builds; the `check` ids are what front-ends group and filte
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -166,7 +167,8 @@ def _network(add: Add, f: Mapping[str, Any]) -> None:
     if f.get("port") is None:
         return  # only the master's port matters
     if f.get("port_free"):
-        add("ok", "port", f"port {f['port']} is free")
+        picked = " (picked: job.master_port is auto)" if f.get("port_auto") else ""
+        add("ok", "port", f"port {f['port']} is free{picked}")
     else:
         why = f" ({f['port_error']})" if f.get("port_error") else ""
         add("failure", "port", f"port {f['port']} is in use on the master{why}")
@@ -269,6 +271,17 @@ def fingerprint(facts: Mapping[str, Any], *, git: bool = True) -> str | None:
             changes = facts.get("git_dirty_sha256")
             text += f"+{facts['git_dirty']} dirty" + (f" {changes[:8]}" if changes else "")
     return text
+
+
+def as_spare(h: HostChecked) -> HostChecked:
+    """A spare host's findings: what would fail a node only keeps the spare out (a warning:
+    it is not used until that is fixed); it never stops a launch."""
+    found = [Finding("ok", "spare", "a spare: out of the run until a host is lost", h.host)]
+    for f in h.findings:
+        if f.level == "failure":
+            f = Finding("warning", f.check, f"spare not usable: {f.message}", f.host)
+        found.append(f)
+    return dataclasses.replace(h, findings=tuple(found))
 
 
 def done(hosts: Sequence[HostChecked]) -> ChecksDone:

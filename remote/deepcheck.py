@@ -44,6 +44,8 @@ def deep_inventory(inv: Inventory, seconds: float) -> Inventory:
             "launcher": "torchrun",
             "rdzv_backend": "static",
             "max_restarts": 0,
+            "restarts": 0,  # a test: once, and no word to job.notify's command
+            "notify": None,
             "hang_after": None,
             "sync": None,
         }

@@ -117,12 +117,57 @@ class Notice(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptResult:
+    """How one attempt of the job went (job.restarts): the run's is its last attempt's."""
+
+    attempt: int  # as DDPTUI_ATTEMPT: 0 for the first
+    started: float | None  # host clock: the first node's start, the last node's end
+    finished: float | None
+    status: RunStatus
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RunFinished(Event):
     status: RunStatus
     exit_code: int
     elapsed: float
     failure: Failure | None = None
     failures: tuple[Failure, ...] = field(default=())
+    attempts: tuple[AttemptResult, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class RunRestarting(Event):
+    """The run's hub starts the job again on every node (job.restarts), after `delay` s and
+    once a spare host has taken each lost node's place (`replace`: those nodes' names)."""
+
+    attempt: int  # the coming one, as DDPTUI_ATTEMPT
+    of: int  # attempts in all, at most
+    after: str  # why: `rank 3 failed on node1`, `node1 was lost`
+    delay: float
+    replace: tuple[str, ...] = ()
+
+    def text(self) -> str:
+        """`restarting in 10 s: attempt 2 of 3 (after rank 3 failed on node1)`."""
+        when = f"in {self.delay:g} s"
+        if self.replace:
+            names = ", ".join(self.replace)
+            when = f"once a spare host takes {names}'s place ({when} at the earliest)"
+        return f"restarting {when}: attempt {self.attempt + 1} of {self.of} (after {self.after})"
+
+
+@dataclass(frozen=True, slots=True)
+class Alert(Event):
+    """Something happened that job.notify tells of (its command runs on node 0's host):
+    failed, succeeded, lost, stopped, restarted or hang. wanted: one of the events asked for
+    (an attached dashboard rings the bell); error: why the notify command failed."""
+
+    event: str
+    status: str
+    message: str
+    wanted: bool = True
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +308,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         HangDetected,
         StacksCaptured,
         CodeSynced,
+        RunRestarting,
+        Alert,
     )
 }
 
@@ -276,7 +323,9 @@ def from_json(line: str) -> Event:
             data[key] = failure_from(data[key])
     if "failures" in data:
         data["failures"] = tuple(failure_from(f) for f in data["failures"])
-    for key in ("hosts", "ranks"):
+    if "attempts" in data:
+        data["attempts"] = tuple(attempt_from(a) for a in data["attempts"])
+    for key in ("hosts", "ranks", "replace"):
         if key in data:
             data[key] = tuple(data[key])
     if "lines" in data:
@@ -290,6 +339,12 @@ def from_json(line: str) -> Event:
 
 def _gpu(data: dict[str, Any]) -> Gpu:
     return Gpu(**{**data, "processes": tuple(GpuProcess(**p) for p in data.get("processes", ()))})
+
+
+def attempt_from(data: dict[str, Any]) -> AttemptResult:
+    """An AttemptResult as `dataclasses.asdict` wrote it (events.jsonl, summary.json)."""
+    failure = data.get("failure")
+    return AttemptResult(**{**data, "failure": failure_from(failure) if failure else None})
 
 
 def failure_from(data: dict[str, Any]) -> Failure:

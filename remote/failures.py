@@ -121,6 +121,13 @@ class FailureTracker:
             if text.startswith(TRACEBACK_START) and key not in self.first_traceback:
                 self.first_traceback[key] = now
 
+    def forget(self, host: str) -> None:
+        """A host's lines so far tell nothing of what comes (a new attempt of the job)."""
+        for key in [k for k in self.tails if k[0] == host]:
+            del self.tails[key]
+        for key in [k for k in self.first_traceback if k[0] == host]:
+            del self.first_traceback[key]
+
     def node_failures(
         self, host: str, exit_code: int | None, why: str = "", at: float | None = None
     ) -> list[Failure]:

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from . import fanout
 from .agent import Agent
@@ -25,6 +26,7 @@ from .monitor import Monitor
 from .transport import HostError, Transport, for_host, routable
 
 Emit = Callable[[Event], None]
+T = TypeVar("T")
 
 
 class Fleet:
@@ -35,8 +37,10 @@ class Fleet:
         start_timeout: float = 300.0,
         lease: float = 60.0,
         transports: Sequence[Transport] | None = None,
+        nnodes: int | None = None,
     ) -> None:
-        self.hosts = tuple(hosts)
+        self.hosts = tuple(hosts)  # the run's nodes in node rank order, then any spare hosts
+        self.nnodes = len(self.hosts) if nnodes is None else nnodes
         self.transports = list(transports or [for_host(h) for h in hosts])
         self.start_timeout, self.lease = start_timeout, lease
         self.agents: dict[int, Agent] = {}
@@ -78,7 +82,7 @@ class Fleet:
         await fanout.connect(t)  # HostError when it cannot log in
         emit(HostState(h.name, k, "starting"))
         agent = Agent(t, start_timeout=self.start_timeout, lease=self.lease)
-        agent.on_lost = lambda why: self._lost(k, agent, why)
+        agent.on_lost = lambda why: self._lost(agent, why)
         hello = await agent.start()
         t.address = own_address(t, hello.ssh_addr)
         self.agents[k] = agent
@@ -88,10 +92,31 @@ class Fleet:
             self._monitor(k, agent)
         return agent
 
-    def _lost(self, k: int, agent: Agent, why: str) -> None:
-        if self.agents.get(k) is agent:  # not one replaced on purpose (a reconnect)
-            for tell in list(self.on_lost):
-                tell(k, why)
+    def _lost(self, agent: Agent, why: str) -> None:
+        for k, held in list(self.agents.items()):
+            if held is agent:  # not one replaced on purpose (a reconnect)
+                for tell in list(self.on_lost):
+                    tell(k, why)
+
+    def swap(self, k: int, j: int, host: Host) -> None:
+        """Slot k takes slot j's host and connection (a spare, as `host`: in node k's rank),
+        and j takes k's (the lost node's). Whatever was still starting in either goes."""
+        for i in (k, j):
+            task = self._starting.pop(i, None)
+            if task is not None:
+                task.cancel()
+        hosts, t = list(self.hosts), self.transports
+        hosts[k], hosts[j] = host, hosts[k]
+        self.hosts = tuple(hosts)
+        t[k], t[j] = t[j], t[k]
+        t[k].host = host
+        _swap(self.agents, k, j)
+        _swap(self.took, k, j)
+        for i in (k, j):  # their figures named the hosts by their old places: new ones
+            self.monitors.pop(i, None)
+        agent = self.agents.get(k)
+        if agent is not None and self.listeners:
+            self._monitor(k, agent)
 
     # -- GPU figures ----------------------------------------------------------------------------
 
@@ -127,6 +152,11 @@ class Fleet:
         await asyncio.gather(*(t.close() for t in self.transports), return_exceptions=True)
         self.agents.clear()
         self.monitors.clear()
+
+
+def _swap(table: dict[int, T], k: int, j: int) -> None:
+    held = {i: table.pop(i) for i in (k, j) if i in table}
+    table.update({k if i == j else j: v for i, v in held.items()})
 
 
 def own_address(t: Transport, ssh_addr: str | None) -> str:

@@ -38,6 +38,12 @@ def unfold(pattern: str) -> list[str]:
     return out
 
 
+def split(text: str) -> list[str]:
+    """`node[1-3,7],gpu07` → the patterns `node[1-3,7]` and `gpu07`: commas outside brackets
+    part them (a command line's list of hosts, as pdsh -w takes it)."""
+    return [p.strip() for p in re.split(r",(?![^\[]*\])", text) if p.strip()]
+
+
 def _numbers(spec: str, pattern: str) -> list[str]:
     out: list[str] = []
     for item in spec.split(","):

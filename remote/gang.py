@@ -5,7 +5,9 @@ ends early is taken up again where it stopped, on the same agent or, if the host
 a new one; a host not heard from for `link_timeout` is lost, which fails the run and stops the
 others. A node that fails stops the rest (the supervisors also tell each other through the run's
 hub, so this holds with nobody attached). `detach()` leaves the run to its supervisors. What each
-ending means for the run is remote/verdict.py's to say.
+ending means for the run is remote/verdict.py's to say. With job.restarts a node's stream goes on
+across attempts: each attempt's endings are judged apart (verdict.Attempts), and node 0's hub
+says when the job starts again and which lost nodes a spare must take (remote/recover.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 from . import nodemsg
 from .events import (
+    Alert,
     Event,
     Failure,
     HostState,
@@ -30,6 +33,7 @@ from .events import (
     NodeRanks,
     NodeStarted,
     Notice,
+    RunRestarting,
     Stream,
 )
 from .failures import FailureTracker
@@ -37,7 +41,7 @@ from .fleet import Fleet
 from .host import protocol
 from .link import Item, NodeLink, Record
 from .transport import HostError
-from .verdict import Verdict
+from .verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
 # A line as a rank's is spooled, `[<global rank>]:text`; \d is what int() reads.
@@ -52,9 +56,12 @@ class Node:
     name: str
     node_rank: int
     ranks: tuple[int, ...] = ()
+    since: int = 0  # the attempt its supervisor started at (a spare: the one it joined)
+    attempt: int = 0  # the one it runs (or ran last)
     started: bool = False
     end: nodemsg.Exit | nodemsg.StartError | None = None  # its supervisor's last word
     at: float = 0.0  # host clock of that word
+    concluded: bool = False  # its ending of `attempt` is told (NodeExited)
 
 
 @dataclass
@@ -65,11 +72,19 @@ class Gang:
     link_timeout: float
     grace: float
     master_addr: str = ""
+    names: tuple[str, ...] = ()  # every node's host, as the run began
+    nnodes: int = 0
     tracker: FailureTracker = field(default_factory=FailureTracker)
-    verdict: Verdict = field(default_factory=Verdict)
+    attempts: Attempts = field(default_factory=Attempts)
     detached: bool = False
+    user_stop: bool = False  # a user's stop: never followed by a restart
     links: dict[int, NodeLink] = field(default_factory=dict)
     nodes: dict[int, Node] = field(default_factory=dict)
+    tasks: dict[int, asyncio.Future[None]] = field(default_factory=dict)  # each node followed
+    # Node 0's hub said a spare must take a lost node's place: told to on_replace once what
+    # node 0 spooled is read (an attach replays old words first).
+    on_replace: Callable[[nodemsg.Restart], None] | None = None
+    _replace: nodemsg.Restart | None = None
     running: asyncio.Event = field(default_factory=asyncio.Event)  # every node has started
     stored: dict[int, int] = field(default_factory=dict)  # node → spool offset the logs hold
     away: float = 0.0  # seconds the launcher itself was not running (a laptop's lid closed)
@@ -77,19 +92,37 @@ class Gang:
     _hub: str | None = None
 
     @property
+    def verdict(self) -> Verdict:
+        """The current attempt's."""
+        return self.attempts.verdict
+
+    @property
     def cause(self) -> str | None:
-        return self.verdict.cause
+        return "user" if self.user_stop else self.verdict.cause
 
     # -- asking ---------------------------------------------------------------------------------
 
     def stop(self, cause: str = "user") -> None:
-        """Stop every node (TERM, grace, KILL on each host). Safe to call more than once."""
+        """Stop every node (TERM, grace, KILL on each host). Safe to call more than once.
+        A user's stop ends the run; a failure's, this attempt (the hub decides what follows)."""
         if self.verdict.stop(cause, time.time()) and cause == "user":
             self.emit(
                 Notice("info", f"stopping every node (TERM, then KILL after {self.grace:g} s)")
             )
+        self.user_stop = self.user_stop or cause == "user"
         for link in self.links.values():
-            link.say(protocol.SAY_STOP)
+            link.say(self._stop_line(cause))
+
+    def _stop_line(self, cause: str) -> str:
+        if cause == "user":
+            return protocol.SAY_STOP
+        return f"{protocol.SAY_STOP} {protocol.SAY_STOP_FAILURE} {self.attempts.current}"
+
+    def say(self, k: int, line: str) -> None:
+        """A word to node k's supervisor (node 0's: the run's hub)."""
+        link = self.links.get(k)
+        if link is not None:
+            link.say(line)
 
     def detach(self) -> None:
         """Leave the run to its supervisors: no launcher lease any more; they end it alone."""
@@ -100,6 +133,16 @@ class Gang:
 
     # -- following ------------------------------------------------------------------------------
 
+    def begin(self, node: Node, op: str, args: dict[str, Any]) -> None:
+        """Follow a node from now on (start or attach): `wait` waits for it too."""
+        self.tasks[node.node_rank] = asyncio.ensure_future(self.follow(node, op, args))
+
+    async def wait(self) -> None:
+        """Until every node followed (those begun meanwhile too) is over."""
+        while pending := [t for t in self.tasks.values() if not t.done()]:
+            await asyncio.wait(pending)
+        await asyncio.gather(*self.tasks.values())
+
     async def follow(self, node: Node, op: str, args: dict[str, Any]) -> None:
         """Open the node's stream (start or attach) and follow it to its end."""
         k = node.node_rank
@@ -109,12 +152,28 @@ class Gang:
             self.emit(LogBatch(node.name, k, "stdout", ((None, text),)))
         while True:
             why = await self._stream(node, link, op, args)
-            if link.ended or self.detached or isinstance(node.end, nodemsg.StartError):
+            if link.ended or self.detached or self._no_supervisor(node):
                 break
             if not await self._reconnect(node, link, why):
                 break
-            op, args = protocol.ATTACH, {"run_id": self.run_id, "node": k}
-        self._conclude(node, link, why)
+            op, args = protocol.ATTACH, {"run_id": self.run_id, "node": k, "since": node.since}
+        if not node.concluded:
+            self._conclude(node, link, why)
+
+    def _no_supervisor(self, node: Node) -> bool:
+        """Its supervisor could not be started (the agent said why): nothing to attach to."""
+        return isinstance(node.end, nodemsg.StartError) and not node.concluded
+
+    async def retire(self, k: int) -> None:
+        """Node k's host is lost for good (a spare takes its place): stop following it."""
+        task, link, node = self.tasks.get(k), self.links.get(k), self.nodes.get(k)
+        if link is not None:
+            link.lost = True
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if node is not None and link is not None and not node.concluded:
+            self._conclude(node, link, "")
 
     def _agent_noise(self, k: int) -> list[str]:
         agent = self.fleet.ready(k)
@@ -134,8 +193,10 @@ class Gang:
         except HostError as exc:
             return exc.reason
         link.open(agent, op, args, lambda items: self._items(node, link, items), ended)
-        if self.cause:
+        if self.user_stop:
             link.say(protocol.SAY_STOP)
+        elif self.verdict.cause and node.started and node.attempt == self.attempts.current:
+            link.say(self._stop_line("failure"))
         if self._hub and k:
             link.say(self._hub)
         return await done or ""
@@ -218,7 +279,7 @@ class Gang:
                     self._lines(node, STREAMS[item.kind], text, item.at, link.replaying, stored)
             else:
                 msg = nodemsg.parse(item)
-                if isinstance(msg, nodemsg.StartError):
+                if isinstance(msg, nodemsg.StartError):  # the agent's: no supervisor
                     node.end, node.at = msg, time.time()
                 elif isinstance(msg, nodemsg.Trimmed) and msg.missed:
                     self.emit(
@@ -229,11 +290,20 @@ class Gang:
                             host=node.name,
                         )
                     )
+        if node.node_rank == 0 and self._replace is not None and link.caught_up:
+            restart, self._replace = self._replace, None
+            if self.on_replace is not None and not self.user_stop:
+                self.on_replace(restart)
 
     def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
         k, name = node.node_rank, node.name
         if isinstance(msg, nodemsg.Started):
-            node.started = True
+            self.attempts.seen(msg.attempt, at)
+            if msg.attempt > node.attempt:  # its lines of the last attempt tell nothing now
+                self.tracker.forget(name)
+            if self._replace is not None and msg.attempt >= self._replace.attempt:
+                self._replace = None  # done already (an attach's replay)
+            node.attempt, node.started, node.end, node.concluded = msg.attempt, True, None, False
             node.ranks = msg.ranks or node.ranks
             self.emit(NodeStarted(name, k, msg.pid, msg.hostname, node.ranks, msg.ifname))
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
@@ -251,7 +321,7 @@ class Gang:
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
         elif isinstance(msg, nodemsg.Stopping) and msg.by == protocol.BY_PEER:
             # The run's hub stopped it: another node failed (its own report follows).
-            self.verdict.stop("failure", at)
+            self.attempts.of(node.attempt).stop("failure", at)
         elif isinstance(msg, nodemsg.Trimmed):
             self.emit(
                 Notice(
@@ -261,12 +331,38 @@ class Gang:
                     host=name,
                 )
             )
-        elif isinstance(msg, nodemsg.Exit | nodemsg.StartError):
-            node.end, node.at = msg, at
+        elif isinstance(msg, nodemsg.Exit | nodemsg.StartError):  # this attempt's end
+            self.attempts.seen(msg.attempt, at)
+            node.attempt, node.end, node.at = msg.attempt, msg, at
+            self._conclude(node, link, "")
+        elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
+            self._hub_said(node, msg, at)
+
+    def _hub_said(
+        self, node: Node, msg: nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed, at: float
+    ) -> None:
+        """Node 0's hub: what follows an attempt, and word of what happened (job.notify)."""
+        if isinstance(msg, nodemsg.Notify):
+            self.emit(Alert(msg.event, msg.status, msg.message, msg.wanted))
+        elif isinstance(msg, nodemsg.NotifyFailed):
+            text = f"job.notify's command for {msg.event!r} failed (nothing else changes): "
+            self.emit(Notice("warning", text + msg.error, host=node.name))
+        else:
+            culprit = self._name(msg.node) if msg.node is not None else node.name
+            self.attempts.hub_said(msg.attempt - 1, culprit, msg.after, at)
+            replace = tuple(self._name(j) for j in msg.replace)
+            self.emit(RunRestarting(msg.attempt, msg.of, msg.after, msg.delay, replace))
+            self._replace = msg if msg.replace else None
+
+    def _name(self, k: int) -> str:
+        node = self.nodes.get(k)
+        if node is not None:
+            return node.name
+        return self.names[k] if k < len(self.names) else f"node {k}"
 
     def _check_running(self) -> None:
         started = sum(n.started for n in self.nodes.values())
-        if started == len(self.fleet.transports) and (self._hub or started == 1):
+        if started == self.nnodes and (self._hub or started == 1):
             self.running.set()
 
     def _lines(
@@ -281,6 +377,9 @@ class Gang:
     # -- endings --------------------------------------------------------------------------------
 
     def _conclude(self, node: Node, link: NodeLink, why: str) -> None:
+        """The node's attempt ended (its supervisor said so), or its stream did without a
+        word (lost, dead): how, for the attempt it was in."""
+        node.concluded = True
         if self.detached and node.end is None:
             return
         k, name = node.node_rank, node.name
@@ -293,7 +392,7 @@ class Gang:
             gone = why
         else:
             gone = "its supervisor died (the host's part is swept by the run's tags)"
-        ending = self.verdict.ended(
+        ending = self.attempts.of(node.attempt).ended(
             name,
             node.end,
             node.at or time.time(),
@@ -305,7 +404,7 @@ class Gang:
             self.emit(Notice("error", text, host=name))
         self.emit(HostState(name, k, ending.state, ending.detail))
         self.emit(NodeExited(name, k, ending.exit_code, ending.failures, ending.stopped))
-        if ending.state == "failed":
+        if ending.state == "failed" and node.attempt == self.attempts.current:
             self.stop("failure")
             if node.end is None and not link.lost and not why:
                 self._sweeps.append(asyncio.ensure_future(self._sweep(node)))

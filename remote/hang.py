@@ -51,9 +51,15 @@ class Stall:
         return f"{what} for {self.since:.0f} s ({who}): the job may be stalled"
 
 
+def describe(event: HangDetected) -> str:
+    """A hang in one line (job.notify's message)."""
+    return Stall(event.ranks, event.hosts, event.since, event.reason).text()
+
+
 class HangWatch:
     def __init__(self, after: float | None, clock: Clock = time.monotonic) -> None:
         self.after, self.clock = after, clock
+        self.limit = after  # hang_after: armed again when an attempt starts (job.restarts)
         self.ranks: dict[int, tuple[int, ...]] = {}  # node rank → its ranks (while it runs)
         self.hosts: dict[int, str] = {}
         self.last_line: float | None = None  # None until the job starts
@@ -74,8 +80,10 @@ class HangWatch:
         elif isinstance(event, NodeStarted | NodeRanks):
             self.ranks[event.node_rank] = event.ranks
             self.hosts[event.node_rank] = event.host
-            if self.last_line is None:  # a job silent from the start (rendezvous) stalls too
+            if self.last_line is None or isinstance(event, NodeStarted):
+                # a job silent from the start (rendezvous) stalls too; an attempt starts afresh
                 self.last_line = self.clock()
+                self.after = self.limit
         elif isinstance(event, NodeExited):
             self.after = None  # the run is ending: whatever is silent now is not a hang
 

@@ -23,6 +23,7 @@ from pydantic import (
     Strict,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from . import fold
@@ -30,6 +31,10 @@ from . import fold
 EnvValue = str | int | float | bool
 # Durations and sizes: numbers only (`yes` is not 1 second), finite, and above zero.
 Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
+NonNegative = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+NotifyEvent = Literal["failed", "succeeded", "lost", "stopped", "restarted", "hang"]
+NOTIFY_DEFAULT: tuple[NotifyEvent, ...] = ("failed", "lost", "stopped", "restarted", "hang")
 
 
 class InventoryError(Exception):
@@ -147,6 +152,8 @@ class _HostFields(_Strict):
 class _HostEntry(_HostFields):
     host: str = Field(min_length=1)
     name: str | None = None
+    spare: bool = False  # out of the run until a host is lost: then in its node rank
+    skip: bool = False  # out of every launch: node ranks close up as if it were not listed
 
     @field_validator("host")
     @classmethod
@@ -190,17 +197,34 @@ class Sync(_Strict):
         return exclude
 
 
+class Notify(_Strict):
+    """`job.notify`: a command node 0's host runs when something happens to the run."""
+
+    command: str = Field(min_length=1)  # through sh -c, DDPTUI_EVENT etc. in its environment
+    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_DEFAULT))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_on(cls, value: Any) -> Any:
+        if isinstance(value, dict) and True in value:  # `on:` is YAML 1.1's true
+            raise ValueError("`on:` reads as `true` in YAML: name the events under `events:`")
+        return value
+
+
 class Job(_Strict):
     script: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
     launcher: Literal["torchrun", "launch", "spawn", "env"] = "torchrun"
     nproc_per_node: int | Literal["auto"] = 1
-    master_port: int = Field(default=29500, ge=1, le=65535)
+    master_port: Port | Literal["auto"] = 29500  # auto: node 0 picks a free one at check time
     master_addr: str | None = None  # else the first host's address
     rdzv_backend: Literal["static", "c10d"] = "static"
-    max_restarts: int = Field(default=0, ge=0)
+    max_restarts: int = Field(default=0, ge=0)  # torchrun's own: one node's workers
+    restarts: int = Field(default=0, ge=0)  # the whole job again, on every node, after a failure
+    restart_delay: NonNegative = 10.0  # seconds before the first restart, doubling (at most 5 min)
+    notify: Notify | None = None
     # seconds between TERM and KILL
-    stop_grace: Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)] = 5.0
+    stop_grace: NonNegative = 5.0
     link_timeout: Positive = 60.0  # launcher <-> supervisor lease, seconds
     # seconds a host may take from its login to its agent's first word (a slow login shell)
     start_timeout: Positive = 300.0
@@ -250,6 +274,9 @@ class Host:
     env: dict[str, str]
     gpus: int | None
     container: Container | None = None
+    # The attempt this node's supervisor started at: a spare's, the one it joined in a lost
+    # node's place (its private directory on the host is n<rank>-a<since>).
+    since: int = 0
 
     @property
     def job_python(self) -> str:
@@ -300,13 +327,27 @@ ONLY_FOR: dict[str, tuple[Callable[[Any], bool], tuple[str, ...]]] = {
 @dataclass(frozen=True)
 class Inventory:
     path: Path
-    hosts: tuple[Host, ...]
+    hosts: tuple[Host, ...]  # the run's nodes, in node rank order
     job: Job
     text: str = ""  # the file as read: a run keeps a copy (attach, stop, history need no -i)
+    # `spare: true` hosts, numbered after the nodes (their place in the fleet) until one takes
+    # a lost node's rank
+    spares: tuple[Host, ...] = ()
+    excluded: tuple[str, ...] = ()  # left out of this launch (--exclude): names
+    retired: tuple[str, ...] = ()  # lost, a spare in their place: never a spare themselves
+
+    @property
+    def usable_spares(self) -> tuple[Host, ...]:
+        return tuple(h for h in self.spares if h.name not in self.retired)
 
     @property
     def master(self) -> Host:
         return self.hosts[0]
+
+    @property
+    def everyone(self) -> tuple[Host, ...]:
+        """The nodes, then the spares: every host the launcher may log into."""
+        return self.hosts + self.spares
 
 
 def load(path: str | Path) -> Inventory:
@@ -379,6 +420,7 @@ def _nul_at(value: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
 
 def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
     hosts: list[Host] = []
+    spares: list[Host] = []
     seen: dict[str, int] = {}
     for i, entry, address, name in _unfolded(raw.hosts, path, node):
         merged = {
@@ -391,9 +433,11 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
             msg = f"hosts[{i}]: {name!r} appears twice (first in hosts[{seen[name]}]); "
             raise InventoryError(path, _line_of(node, loc), msg + "give each host its own name")
         seen[name] = i
-        hosts.append(
+        if entry.skip:
+            continue
+        (spares if entry.spare else hosts).append(
             Host(
-                node_rank=len(hosts),
+                node_rank=0,  # numbered below, once every host is known
                 host=address,
                 name=name,
                 transport=merged.get("transport") or "ssh",
@@ -408,7 +452,61 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
                 container=_container(raw.defaults, entry, i, path, node),
             )
         )
-    return Inventory(path=path, hosts=tuple(hosts), job=raw.job)
+    if not hosts:
+        why = "every host is a spare or skipped: the run needs at least one to start on"
+        raise InventoryError(path, _line_of(node, ("hosts",)), why)
+    return numbered(Inventory(path=path, hosts=tuple(hosts), job=raw.job, spares=tuple(spares)))
+
+
+def numbered(inv: Inventory) -> Inventory:
+    """Node ranks by place: the nodes 0, 1, ..., the spares after them."""
+    ranked = [dataclasses.replace(h, node_rank=k) for k, h in enumerate(inv.everyone)]
+    n = len(inv.hosts)
+    return dataclasses.replace(inv, hosts=tuple(ranked[:n]), spares=tuple(ranked[n:]))
+
+
+def without(inv: Inventory, hosts: str) -> Inventory:
+    """`--exclude HOSTS`: names or addresses, ranges allowed (`node[3-4],gpu07`), left out of
+    this launch; node ranks close up as if they were not listed. InventoryError: one that
+    names no host, or none left to run on."""
+    try:
+        gone = {h for part in fold.split(hosts) for h in fold.unfold(part)}
+    except fold.RangeError as exc:
+        raise InventoryError(inv.path, None, f"--exclude {hosts!r}: {exc}") from None
+    known = {x for h in inv.everyone for x in (h.name, h.host)}
+    if unknown := sorted(gone - known):
+        raise InventoryError(inv.path, None, f"--exclude: no host {unknown[0]!r} in the inventory")
+    return leave_out(inv, {h.name for h in inv.everyone if h.name in gone or h.host in gone})
+
+
+def leave_out(inv: Inventory, names: set[str]) -> Inventory:
+    """The hosts of these names out of the run (and its spares), node ranks closed up."""
+    kept = tuple(h for h in inv.hosts if h.name not in names)
+    if not kept:
+        raise InventoryError(inv.path, None, "--exclude leaves no host to run on")
+    spares = tuple(h for h in inv.spares if h.name not in names)
+    left_out = tuple(h.name for h in inv.everyone if h.name in names)
+    return numbered(
+        dataclasses.replace(inv, hosts=kept, spares=spares, excluded=inv.excluded + left_out)
+    )
+
+
+def swap_in(inv: Inventory, node_rank: int, spare: str, since: int) -> Inventory:
+    """The spare named `spare` in node `node_rank`'s place (a lost host's) from attempt
+    `since`; the lost host takes the spare's place in the list, retired: never a spare."""
+    j = next(
+        (i for i, h in enumerate(inv.spares) if h.name == spare and spare not in inv.retired),
+        None,
+    )
+    if j is None or not 0 <= node_rank < len(inv.hosts):
+        raise InventoryError(inv.path, None, f"no spare {spare!r} for node {node_rank}")
+    hosts, spares = list(inv.hosts), list(inv.spares)
+    lost, taking = hosts[node_rank], spares[j]
+    hosts[node_rank] = dataclasses.replace(taking, node_rank=node_rank, since=since)
+    spares[j] = dataclasses.replace(lost, node_rank=taking.node_rank, since=0)
+    return dataclasses.replace(
+        inv, hosts=tuple(hosts), spares=tuple(spares), retired=(*inv.retired, lost.name)
+    )
 
 
 def _container(
@@ -462,7 +560,7 @@ def _check_sync(inv: Inventory, node: yaml.Node | None) -> None:
     over the login directory. (A local host runs in the source itself by default.)"""
     if inv.job.sync is None:
         return
-    for h in inv.hosts:
+    for h in inv.everyone:
         if h.transport == "ssh" and not h.workdir:
             raise InventoryError(
                 inv.path,

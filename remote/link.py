@@ -63,6 +63,11 @@ class NodeLink:
         return self.offset <= int(self.hello.get("spool_end", 0)) and self._history
 
     @property
+    def caught_up(self) -> bool:
+        """Everything the node had spooled when this channel opened has been read."""
+        return bool(self.hello) and self.offset >= int(self.hello.get("spool_end", 0))
+
+    @property
     def offset(self) -> int:
         """Where a new channel resumes: the end of the last complete record."""
         return self._fed - len(self._spool.buf)

@@ -25,6 +25,7 @@ class Started:
     hub_port: int | None
     mode: str
     ranks: tuple[int, ...]
+    attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +49,40 @@ class Exit:
     reason: str | None
     node: int | None
     survivors: tuple[str, ...]
+    attempt: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class StartError:
     msg: str
+    attempt: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """Node 0's hub: every node starts `attempt` after `delay` s, once a spare host has taken
+    each `replace` node's place."""
+
+    attempt: int
+    of: int
+    after: str
+    node: int | None
+    delay: float
+    replace: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    event: str
+    status: str
+    message: str
+    wanted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyFailed:
+    event: str
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +99,18 @@ class Mode:
     mode: str
 
 
-Message = Started | Ranks | Stopping | Exit | StartError | Trimmed | Mode
+Message = (
+    Started
+    | Ranks
+    | Stopping
+    | Exit
+    | StartError
+    | Trimmed
+    | Mode
+    | Restart
+    | Notify
+    | NotifyFailed
+)
 
 
 def parse(msg: dict[str, Any]) -> Message | None:
@@ -103,10 +144,21 @@ def _ints(values: Any) -> tuple[int, ...]:
     return tuple(_int(v) for v in values or ())
 
 
+def _attempt(m: dict[str, Any]) -> int:
+    return _int(m.get("attempt", 0))
+
+
+def _seconds(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        raise TypeError(f"{value!r} is not a number of seconds")
+    return float(min(value, 1e9))
+
+
 _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     protocol.STARTED: lambda m: Started(
         _int(m["pid"]), _text(m.get("hostname", "")), _opt_text(m.get("ifname")),
         _opt_int(m.get("hub_port")), _text(m.get("mode", "attached")), _ints(m.get("ranks")),
+        _attempt(m),
     ),
     protocol.RANKS: lambda m: Ranks(_ints(m["ranks"]), _opt_int(m.get("world"))),
     protocol.STOPPING: lambda m: Stopping(
@@ -115,11 +167,22 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     protocol.EXIT: lambda m: Exit(
         _opt_int(m.get("code")), bool(m.get("stopped")), _opt_text(m.get("by")),
         _opt_text(m.get("reason")), _opt_int(m.get("node")),
-        tuple(_text(s) for s in m.get("survivors") or ()),
+        tuple(_text(s) for s in m.get("survivors") or ()), _attempt(m),
     ),
-    protocol.ERROR: lambda m: StartError(_text(m.get("msg", "the node could not start"))),
+    protocol.ERROR: lambda m: StartError(
+        _text(m.get("msg", "the node could not start")), _attempt(m)
+    ),
     protocol.TRIMMED: lambda m: Trimmed(
         _int(m.get("bytes", 0)), _int(m.get("max", 0)), _int(m.get("missed", 0))
     ),
     protocol.MODE: lambda m: Mode(_text(m["mode"])),
+    protocol.RESTART: lambda m: Restart(
+        _int(m["attempt"]), _int(m["of"]), _text(m.get("after") or ""), _opt_int(m.get("node")),
+        _seconds(m.get("delay", 0)), _ints(m.get("replace")),
+    ),
+    protocol.NOTIFY: lambda m: Notify(
+        _text(m["event"]), _text(m.get("status", "")), _text(m.get("message", "")),
+        bool(m.get("wanted")),
+    ),
+    protocol.NOTIFY_FAILED: lambda m: NotifyFailed(_text(m["event"]), _text(m.get("error", ""))),
 }  # fmt: skip

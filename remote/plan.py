@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import flight
-from .inventory import Host, Inventory, env_text
+from .inventory import Host, Inventory
 
 # torchrun's --log-dir, and the flight recorder's files (in env values): the supervisor puts a
 # fresh private directory (mkdtemp) in its place. In the torchrun styles each rank's stdout and
@@ -56,16 +56,21 @@ def build(
     addrs: Sequence[str],
     nprocs: Sequence[int],
     extra_args: Sequence[str] = (),
+    master_port: int | None = None,
 ) -> Plan:
-    """addrs: each host's address as its peers reach it; nprocs: processes per host."""
+    """addrs: each host's address as its peers reach it; nprocs: processes per host;
+    master_port: the one node 0 picked (job.master_port: auto), else the job's."""
     job = inv.job
     master_addr = job.master_addr or addrs[0]
+    port = master_port or job.master_port
+    if not isinstance(port, int):
+        raise ValueError("job.master_port is auto: the port node 0 picked is needed")
     world = sum(nprocs)
     nodes = []
     for host in inv.hosts:
         k = host.node_rank
         first = sum(nprocs[:k])
-        argv = _argv(inv, k, run_id, master_addr, addrs[k], nprocs[k], extra_args)
+        argv = _argv(inv, k, run_id, (master_addr, port), addrs[k], nprocs[k], extra_args)
         ranks = tuple(range(first, first + nprocs[k])) if _ranks_known(inv) else ()
         # The flight recorder's pipes and traces go in the node's scratch dir (the host makes
         # it); the inventory's env may still override any of it.
@@ -74,7 +79,7 @@ def build(
             NodePlan(
                 host=host,
                 argv=argv,
-                env={**recorder, **_env(inv, host, master_addr, world)},
+                env={**recorder, **_env(inv, host, (master_addr, port), world)},
                 ranks=ranks,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
                 expand=(0, argv.index(job.script, 1)),
@@ -139,12 +144,13 @@ def _argv(
     inv: Inventory,
     k: int,
     run_id: str,
-    master: str,
+    rendezvous: tuple[str, int],
     local_addr: str,
     nproc: int,
     extra: Sequence[str],
 ) -> tuple[str, ...]:
     job, host = inv.job, inv.hosts[k]
+    master, port = rendezvous
     script = (job.script, *job.args, *extra)
     nnodes = str(len(inv.hosts))
     if job.launcher == "spawn":
@@ -157,7 +163,7 @@ def _argv(
             names.rank,
             str(k),
             names.init_method,
-            f"tcp://{_url_host(master)}:{job.master_port}",
+            f"tcp://{_url_host(master)}:{port}",
         )
     if job.launcher == "env":
         return (host.job_python, *script)
@@ -184,7 +190,7 @@ def _argv(
             "--rdzv-backend",
             "c10d",
             "--rdzv-endpoint",
-            f"{_url_host(master)}:{job.master_port}",
+            f"{_url_host(master)}:{port}",
             "--rdzv-id",
             run_id,
             "--local-addr",
@@ -202,13 +208,14 @@ def _argv(
             "--master-addr",
             master,
             "--master-port",
-            str(job.master_port),
+            str(port),
         ]
     return (host.job_python, "-m", *module, *common, *rdzv, *script)
 
 
-def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
+def _env(inv: Inventory, host: Host, rendezvous: tuple[str, int], world: int) -> dict[str, str]:
     job = inv.job
+    master, port = rendezvous
     env = {"PYTHONUNBUFFERED": "1"}
     nccl = job.nccl
     if nccl.socket_ifname and nccl.socket_ifname != "auto":
@@ -221,7 +228,7 @@ def _env(inv: Inventory, host: Host, master: str, world: int) -> dict[str, str]:
     env.update(
         {  # ...but not over what makes the nodes find each other
             "MASTER_ADDR": master,
-            "MASTER_PORT": env_text(job.master_port),
+            "MASTER_PORT": str(port),
             "NODE_RANK": str(host.node_rank),
         }
     )

@@ -5,6 +5,8 @@ checks. Nothing of a job starts here.
 that fails: the launch refuses, and says why). `check()` alone is `ddptui check` and the
 dashboard's opening: each host's probe follows its own agent's HELLO, without waiting for the
 slowest host's login (the master's address, which every probe needs, is known at node 0's).
+Spare hosts (`spare: true`) are checked alongside: one that fails is named and will not be used,
+but never stops a launch. With `job.master_port: auto`, node 0's check picks the port.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class Preflight:
         self.unreachable: dict[int, str] = {}  # node rank → why it could not be logged into
         self.broken: dict[int, AgentError] = {}  # logged into, but its agent did not start
         self.gpu_counts: dict[int, int] = {}  # node rank → GPUs the job will see (`auto`)
+        self.master_port: int | None = None  # the one node 0's check picked (`auto`)
 
     async def run(self) -> bool:
         """Connect, push the code, check (or count GPUs): True when the run may start."""
@@ -95,17 +98,25 @@ class Preflight:
         return True
 
     def _broken(self, k: int, exc: AgentError) -> None:
-        host = self.inv.hosts[k]
+        host = self.inv.everyone[k]
         self.broken[k] = exc
         self.emit(HostState(host.name, k, "failed", exc.reason))
-        self.failures.append(Failure(host.name, None, None, exc.reason, seen_at=time.time()))
+        if k < len(self.inv.hosts):  # a spare's is a finding of its own, never the run's
+            self.failures.append(Failure(host.name, None, None, exc.reason, seen_at=time.time()))
 
     def _unreachable(self, k: int, reason: str) -> None:
-        host = self.inv.hosts[k]
+        host = self.inv.everyone[k]
         if k not in self.unreachable:
             self.unreachable[k] = reason
             self.emit(HostState(host.name, k, "unreachable", reason))
-            self.failures.append(Failure(host.name, None, None, reason, seen_at=time.time()))
+            if k < len(self.inv.hosts):
+                self.failures.append(Failure(host.name, None, None, reason, seen_at=time.time()))
+
+    def forget(self, k: int, name: str) -> None:
+        """Node k's host was lost and a spare took its place: what it failed is not the run's."""
+        self.unreachable.pop(k, None)
+        self.broken.pop(k, None)
+        self.failures = [f for f in self.failures if f.host != name]
 
     # -- the checks -----------------------------------------------------------------------------
 
@@ -114,7 +125,7 @@ class Preflight:
         master_known = asyncio.Event()  # the master's address is where its sshd answered
 
         async def one(k: int) -> HostChecked:
-            host = self.inv.hosts[k]
+            host = self.inv.everyone[k]
             try:
                 up = k not in self.unreachable and await self._agent(k)
             finally:
@@ -138,10 +149,19 @@ class Preflight:
                 )
             if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
                 self.gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))
+            if k == 0 and checked.facts.get("port_auto"):
+                self.master_port = checked.facts.get("port")
+            if k >= len(self.inv.hosts):
+                checked = checker.as_spare(checked)
             self.emit(checked)
             return checked
 
-        done = checker.done(await asyncio.gather(*(one(k) for k in range(len(self.inv.hosts)))))
+        everyone = range(len(self.inv.everyone))
+        done = checker.done(await asyncio.gather(*(one(k) for k in everyone)))
+        for k in self.unreachable.keys() - range(len(self.inv.hosts)):
+            del self.unreachable[k]  # a spare: named in its findings, never the run's
+        for k in self.broken.keys() - range(len(self.inv.hosts)):
+            del self.broken[k]
         self.emit(done)
         return done
 

@@ -230,6 +230,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         "port": port.get("port"),
         "port_free": port.get("free"),
         "port_error": port.get("error"),
+        "port_auto": bool(port.get("auto")),
         **_py_spy(found),
         **_code(found),
     }

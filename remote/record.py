@@ -30,7 +30,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
-from .events import Event, GpuStats, LogBatch, RunFinished, RunStarted
+from .events import AttemptResult, Event, GpuStats, LogBatch, RunFinished, RunStarted
 
 # Lines are str decoded with surrogateescape: this error handler writes those bytes back as
 # they came, and anything else the encoding cannot carry (a lone surrogate, or a console that
@@ -195,6 +195,7 @@ class Recorder:
         self.known: set[str] = set()  # logs there already (resumed, or made by this process)
         self.node_of: dict[str, int] = {}  # log file → the node whose lines it holds
         self.stored: dict[int, int] = {}  # node → spool offset its logs hold, when resumed
+        self.since: dict[int, int] = {}  # node → the attempt the spool's supervisor began at
         # One writer per run dir: a second ddptui on the same run (a `stop` beside an `attach`)
         # shows the run but must not cut back or append to logs another one is writing.
         self.lock = _writer_lock(self.fd)
@@ -275,7 +276,12 @@ class Recorder:
         self.sizes[name] = os.fstat(fd).st_size  # then counted as written
         return f
 
-    def checkpoint(self, offsets: dict[int, int]) -> None:
+    def new_stream(self, node: int, since: int) -> None:
+        """A spare took the node's place: its spool is another, read from its first byte."""
+        self.stored.pop(node, None)
+        self.since[node] = since
+
+    def checkpoint(self, offsets: dict[int, int], since: dict[int, int] | None = None) -> None:
         """Note how far into each node's spool the logs now go, with each log's size then.
 
         The logs written since the last checkpoint are flushed first, and whole records are
@@ -283,8 +289,13 @@ class Recorder:
         (between reads). An attach later truncates the logs to these sizes and stores only
         records past these offsets: exactly once, even after a launcher killed between two
         writes."""
+        self.since.update(since or {})
         nodes: dict[str, dict[str, Any]] = {
-            str(k): {"offset": max(o, self.stored.get(k, 0)), "files": {}}
+            str(k): {
+                "offset": max(o, self.stored.get(k, 0)),
+                "since": self.since.get(k, 0),
+                "files": {},
+            }
             for k, o in {**self.stored, **offsets}.items()
         }
         written, self.written = self.written, set()
@@ -308,6 +319,7 @@ class Recorder:
         sizes = {}
         for k, node in nodes.items():
             self.stored[int(k)] = int(node.get("offset", 0))
+            self.since[int(k)] = int(node.get("since", 0))
             for name, size in node.get("files", {}).items():
                 sizes[name] = int(size)
                 self.node_of[name] = int(k)
@@ -336,11 +348,12 @@ class Recorder:
             "failure": dataclasses.asdict(fin.failure) if fin.failure else None,
             "failing_rank": fin.failure.rank if fin.failure else None,
             "failing_host": fin.failure.host if fin.failure else None,
+            "attempts": [_attempt(a) for a in fin.attempts],
         }
         replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)
 
     def close(self) -> None:
-        for f in self.logs.values():
+        for f in list(self.logs.values()):
             f.close()
         self.logs.clear()
         if self.events is not None:
@@ -351,3 +364,13 @@ class Recorder:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _attempt(a: AttemptResult) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "started": a.started,
+        "finished": a.finished,
+        "status": a.status,
+        "failure": dataclasses.asdict(a.failure) if a.failure else None,
+    }

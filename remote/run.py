@@ -5,8 +5,10 @@ All or nothing: if any host cannot be reached, nothing starts. When one node fai
 stops the run, every other node is told to stop (TERM, grace, KILL on its host). The run lives
 on its hosts (remote/host/daemon.py): if ddptui dies or its link drops, each supervisor stops its
 node after `job.link_timeout` without a word from a launcher, unless one comes back; a detached
-run needs no launcher at all. A Run borrows the dashboard's fleet when given one (no login shell
-more), else opens its own and closes it at the end.
+run needs no launcher at all. With `job.restarts`, node 0's supervisor starts every node again
+after a failure, attempt after attempt; a lost node's place goes to a spare host, which a
+launcher must start (remote/recover.py). A Run borrows the dashboard's fleet when given one (no
+login shell more), else opens its own and closes it at the end.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import hang, runs, stacks
+from . import hang, nodemsg, recover, runs, stacks
 from . import plan as planner
-from .events import ChecksDone, Event, Failure, Notice, RunFinished, RunStarted
+from .events import ChecksDone, Event, Failure, HangDetected, Notice, RunFinished, RunStarted
 from .exits import EXIT_FAILED as EXIT_FAILED  # re-exported: callers take them from here
 from .exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from .exits import EXIT_OK as EXIT_OK
@@ -45,12 +47,14 @@ def new_run_id() -> str:
 
 
 def fleet_for(inv: Inventory, transports: Sequence[Transport] | None = None) -> Fleet:
+    """An agent per host: the nodes', then the spares' (those log in only when asked)."""
     job = inv.job
     return Fleet(
-        inv.hosts,
+        inv.everyone,
         start_timeout=job.start_timeout,
         lease=job.link_timeout,
         transports=transports,
+        nnodes=len(inv.hosts),
     )
 
 
@@ -90,8 +94,16 @@ class Run:
         self.stop_now = False
         self.leftovers: list[str] = []  # what a stop could not kill
         job = inv.job
-        self.gang = Gang(self.run_id, self.fleet, self.emit, job.link_timeout, job.stop_grace)
+        self.gang = Gang(
+            self.run_id, self.fleet, self.emit, job.link_timeout, job.stop_grace,
+            names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),
+        )  # fmt: skip
+        self.gang.on_replace = self._replace
         self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
+        # What a spare in a lost node's place is planned with: as the run began.
+        self.nprocs_planned: list[int] = []
+        self.master_port: int | None = job.master_port if job.master_port != "auto" else None
+        self.recovery = recover.Recovery(self)
 
     @classmethod
     def rejoin(
@@ -112,6 +124,8 @@ class Run:
 
     def detach(self) -> None:
         """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself."""
+        if self.inv.job.restarts and self.inv.usable_spares:
+            self.emit(Notice("info", recover.DETACHED))
         self.gang.detach()
 
     @property
@@ -151,26 +165,52 @@ class Run:
         if auto:
             per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
             self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
-        addrs = [t.address for t in self.fleet.transports]
-        if why := planner.master_problem(inv.job.master_addr or addrs[0], addrs):
+        addrs = self.addresses()
+        why = planner.master_problem(inv.job.master_addr or addrs[0], addrs)
+        if why is None and self.master_port is None:
+            self.master_port = self.preflight.master_port or await self._pick_port()
+            why = None if self.master_port else "node 0 could not pick a free port (master_port)"
+        if why is not None:
             self.preflight.failures.append(
                 Failure(inv.master.name, None, None, why, seen_at=time.time())
             )
             self.emit(Notice("error", f"not starting: {why}"))
             return self._finish()
-        plan = planner.build(
-            inv, run_id=self.run_id, nprocs=nprocs, extra_args=self.extra_args, addrs=addrs
-        )
+        plan = self.plan(nprocs)
         for text in plan.notices:
             self.emit(Notice("warning", text))
         self.gang.master_addr = plan.master_addr
-        runs.write_info(self.run_dir, master_addr=plan.master_addr, world_size=plan.world_size)
+        self.nprocs_planned = nprocs
+        runs.write_info(
+            self.run_dir, master_addr=plan.master_addr, world_size=plan.world_size,
+            master_port=self.master_port, nprocs=nprocs, extra_args=list(self.extra_args),
+        )  # fmt: skip
         starts = [
-            (Node(n.host.name, n.node_rank, n.ranks), protocol.START, {"spec": self._spec(n)})
+            (Node(n.host.name, n.node_rank, n.ranks), protocol.START, {"spec": self.spec(n)})
             for n in plan.nodes
         ]
         await self._follow(starts)
         return self._finish()
+
+    def addresses(self) -> list[str]:
+        """Where the peers reach each node's host."""
+        return [t.address for t in self.fleet.transports[: len(self.inv.hosts)]]
+
+    def plan(self, nprocs: Sequence[int]) -> planner.Plan:
+        return planner.build(
+            self.inv, run_id=self.run_id, nprocs=nprocs, extra_args=self.extra_args,
+            addrs=self.addresses(), master_port=self.master_port,
+        )  # fmt: skip
+
+    async def _pick_port(self) -> int | None:
+        """job.master_port: auto without the checks: node 0's agent picks one."""
+        try:
+            agent = await self.fleet.agent(0, self.emit)
+            got = await agent.request(protocol.PORT, {})
+        except HostError:
+            return None
+        port = got.get("port")
+        return port if isinstance(port, int) and 0 < port < 65536 else None
 
     async def _deep_check(self) -> bool:
         """The fabric measured first; a failure refuses the launch, as a failed check does."""
@@ -198,12 +238,23 @@ class Run:
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
         self.gang.master_addr = str(info.get("master_addr") or "")
-        if self.recorder is not None:  # lines the run dir has: shown again, not stored again
-            self.gang.stored = dict(self.recorder.stored)
+        self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]
+        self.extra_args = tuple(str(a) for a in info.get("extra_args") or ())
+        port = info.get("master_port")
+        self.master_port = port if isinstance(port, int) else self.master_port
+        if (rec := self.recorder) is not None:  # lines the run dir has: shown, not stored again
+            here = {k: h.since for k, h in enumerate(inv.hosts)}  # a spare's spool is another
+            self.gang.stored = {
+                k: o for k, o in rec.stored.items() if rec.since.get(k, 0) == here.get(k)
+            }
         if self.stop_now:
             self.gang.stop("user")
         starts = [
-            (Node(h.name, h.node_rank), protocol.ATTACH, {"run_id": self.run_id, "node": k})
+            (
+                Node(h.name, h.node_rank, since=h.since),
+                protocol.ATTACH,
+                {"run_id": self.run_id, "node": k, "since": h.since},
+            )
             for k, h in enumerate(inv.hosts)
             if k not in self.preflight.unreachable
         ]
@@ -250,17 +301,19 @@ class Run:
             asyncio.ensure_future(self._guard_hangs()),
             asyncio.ensure_future(self._checkpoints()),
         ]
-        nodes = [asyncio.ensure_future(gang.follow(node, op, args)) for node, op, args in starts]
+        for node, op, args in starts:
+            gang.begin(node, op, args)
         if self.detach_when_running:
+            nodes = list(gang.tasks.values())
             helpers.append(asyncio.ensure_future(self._detach_once_running(nodes)))
         try:
-            await asyncio.gather(*nodes)
+            await gang.wait()
             await gang.settle()
         finally:
             self.fleet.unlisten(self.emit)
-            for task in helpers:
+            for task in [*helpers, *self.recovery.tasks]:
                 task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            await asyncio.gather(*helpers, *self.recovery.tasks, return_exceptions=True)
             self._checkpoint()
 
     async def _guard_hangs(self) -> None:
@@ -279,7 +332,9 @@ class Run:
 
     def _checkpoint(self) -> None:
         if self.recorder is not None:
-            self.recorder.checkpoint({k: link.offset for k, link in self.gang.links.items()})
+            offsets = {k: link.offset for k, link in self.gang.links.items()}
+            since = {k: node.since for k, node in self.gang.nodes.items()}
+            self.recorder.checkpoint(offsets, since)
 
     async def _detach_once_running(self, nodes: Sequence[asyncio.Future[None]]) -> None:
         running: asyncio.Future[Any] = asyncio.ensure_future(self.gang.running.wait())
@@ -287,8 +342,14 @@ class Run:
         if running.done() and not self.stopping:
             self.detach()
 
-    def _spec(self, node: planner.NodePlan) -> dict[str, Any]:
+    def _replace(self, restart: nodemsg.Restart) -> None:
+        """Node 0's hub waits for spares in lost nodes' places (remote/recover.py)."""
+        self.recovery.start(restart)
+
+    def spec(self, node: planner.NodePlan, attempt: int = 0, secret: str = "") -> dict[str, Any]:
+        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket)."""
         job = self.inv.job
+        notify = job.notify.model_dump() if job.notify else None
         return protocol.spec(
             {
                 "run_id": self.run_id,
@@ -311,7 +372,12 @@ class Run:
                 "container": node.host.container.spec() if node.host.container else None,
                 "link_timeout": job.link_timeout,
                 "spool_max": int(job.spool_max_mb * (1 << 20)),
-                "secret": self._secret,
+                "secret": secret or self._secret,
+                "attempt": attempt,
+                "restarts": job.restarts,
+                "restart_delay": job.restart_delay,
+                "spares": len(self.inv.usable_spares),
+                "notify": notify,
             }
         )
 
@@ -321,16 +387,18 @@ class Run:
             elapsed = (max(ends) if ends else time.time()) - self.record.started_at
         else:
             elapsed = time.monotonic() - self._t0
-        status, code, root, ordered = self.gang.verdict.outcome(
+        (status, code, root, ordered), attempts = self.gang.attempts.outcome(
             self.preflight.failures,
             unreachable=bool(self.preflight.unreachable),
             detached=self.gang.detached,
         )
-        fin = RunFinished(status, code, elapsed, root, ordered)
+        fin = RunFinished(status, code, elapsed, root, ordered, attempts)
         self.emit(fin)
         return fin
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, HangDetected):  # job.notify's command runs on node 0's host
+            self.gang.say(0, f"{protocol.SAY_NOTIFY} hang {hang.describe(event)}")
         self._hang.feed(event)
         if self.recorder is not None:
             self.recorder(event)

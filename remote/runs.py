@@ -47,11 +47,19 @@ def register(run_dir: Path, run_id: str, inv: Inventory, **info: Any) -> None:
     """Keep what attach, stop and history need; link the run under root() if elsewhere."""
     write_private(run_dir / INVENTORY, inv.text)
     write_info(run_dir, run_id=run_id, hosts=[h.name for h in inv.hosts],
-               started_at=time.time(), inventory=str(inv.path), **info)  # fmt: skip
+               started_at=time.time(), inventory=str(inv.path), excluded=list(inv.excluded),
+               **info)  # fmt: skip
     link = root() / run_id
     if run_dir.resolve() != link.resolve():
         private_dir(link.parent)
         link.symlink_to(run_dir.resolve(), target_is_directory=True)
+
+
+def replaced(run_dir: Path, node: int, spare: str, since: int) -> None:
+    """A spare took node's place from attempt `since` (attach finds it there)."""
+    path = run_dir / RUN_JSON
+    old = json.loads(path.read_text()).get("replaced") or []
+    write_info(run_dir, replaced=[*old, {"node": node, "host": spare, "since": since}])
 
 
 def write_info(run_dir: Path, **info: Any) -> None:
@@ -75,10 +83,17 @@ class RunRecord:
         return float(self.info.get("started_at") or 0)
 
     def inventory(self) -> Inventory:
+        """The inventory it was started with, as the run has it now: hosts left out of this
+        launch (--exclude) out, spares in the lost nodes' places."""
         try:
-            return inventory.load(self.dir / INVENTORY)
-        except inventory.InventoryError as exc:
+            inv = inventory.load(self.dir / INVENTORY)
+            if excluded := self.info.get("excluded"):
+                inv = inventory.leave_out(inv, {str(name) for name in excluded})
+            for r in self.info.get("replaced") or ():
+                inv = inventory.swap_in(inv, int(r["node"]), str(r["host"]), int(r["since"]))
+        except (inventory.InventoryError, KeyError, TypeError, ValueError) as exc:
             raise RunError(f"run {self.run_id}: its inventory copy is unusable: {exc}") from None
+        return inv
 
 
 def read(run_dir: Path) -> RunRecord:
@@ -140,7 +155,7 @@ async def statuses(records: Sequence[RunRecord]) -> None:
             r.status = str(r.summary.get("status"))
     if not ask:
         return
-    pairs: dict[tuple[Any, ...], tuple[Host, list[tuple[str, int]]]] = {}
+    pairs: dict[tuple[Any, ...], tuple[Host, list[tuple[str, int, int]]]] = {}
     for r in ask:
         try:
             hosts = r.inventory().hosts
@@ -149,10 +164,10 @@ async def statuses(records: Sequence[RunRecord]) -> None:
             continue
         for h in hosts:
             key = _reach(h)
-            pairs.setdefault(key, (h, []))[1].append((r.run_id, h.node_rank))
+            pairs.setdefault(key, (h, []))[1].append((r.run_id, h.node_rank, h.since))
     answers = await asyncio.gather(*(_ask(h, nodes) for h, nodes in pairs.values()))
     for (_, nodes), got in zip(pairs.values(), answers, strict=True):
-        for run_id, node in nodes:
+        for run_id, node, _ in nodes:
             state = got.get(run_id, {}).get(str(node)) if isinstance(got, dict) else None
             for r in ask:
                 if r.run_id == run_id:
@@ -167,6 +182,13 @@ def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
     errors = [s["error"] for s in states.values() if s and "error" in s]
     known = [s for s in states.values() if s and "error" not in s]
     if any(s.get("alive") for s in known):
+        waiting = [name for s in known for name in s.get("waiting") or ()]
+        if waiting:  # node 0's hub: a lost node's place for a spare, which needs a launcher
+            lost = ", ".join(waiting)
+            return (
+                "running",
+                f"{lost} lost: waiting for `ddptui attach` to put a spare in its place",
+            )
         return "running", ""
     if errors and not known:
         return "lost", f"hosts unreachable: {errors[0]}"
@@ -185,7 +207,7 @@ def _reach(h: Host) -> tuple[Any, ...]:
     return (h.transport, h.host, h.port, h.user, h.identity_file, h.known_hosts, h.python)
 
 
-async def _ask(host: Host, nodes: list[tuple[str, int]]) -> dict[str, Any] | str:
+async def _ask(host: Host, nodes: list[tuple[str, int, int]]) -> dict[str, Any] | str:
     """{run_id: {node: state or None}} from the host's agent (one login), or why not."""
     fleet = Fleet([host])
     try:

@@ -123,7 +123,7 @@ async def dump(fleet: Fleet, emit: Emit, run_id: str, *, native: bool = False) -
     answers = await _ask(fleet, emit, run_id, native=native, stacks=True, flight_wait=0)
     stacks: list[RankStack] = []
     problems: dict[str, str] = {}
-    for host, answer in zip(fleet.hosts, answers, strict=True):
+    for host, answer in zip(fleet.hosts[: fleet.nnodes], answers, strict=True):
         name = host.name
         if isinstance(answer, str):
             problems[name] = answer
@@ -169,10 +169,11 @@ def analyser(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Analyse:
 
 async def _ask(fleet: Fleet, emit: Emit, run_id: str, **what: object) -> list[dict[str, Any] | str]:
     """Every host's answer, or why it gave none."""
-    nnodes = len(fleet.hosts)
+    nnodes = fleet.nnodes
 
     async def one(k: int) -> dict[str, Any] | str:
-        spec = {"run_id": run_id, "node": k, "nnodes": nnodes, **what}
+        since = fleet.hosts[k].since  # a spare in a lost node's place keeps it apart
+        spec = {"run_id": run_id, "node": k, "since": since, "nnodes": nnodes, **what}
         try:
             agent = await fleet.agent(k, emit)
             return await agent.request(protocol.STACKS, spec, timeout=TIMEOUT)

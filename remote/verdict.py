@@ -10,14 +10,17 @@ exit code and root cause. The rules:
   the hub's word on which node failed, for when the failing node itself can tell nothing.
 - The root cause is remote/failures.py's `first`: a failure of its own before echoes, then the
   earliest traceback.
+- With job.restarts, each attempt has a verdict of its own (`Attempts`): a node's ending counts
+  for the attempt it ended, and the run's status and exit code are its last attempt's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .events import Failure, HostStatus, RunStatus
+from .events import AttemptResult, Failure, HostStatus, RunStatus
 from .exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from .failures import describe_exit, first
 from .host import protocol
@@ -136,3 +139,59 @@ class Verdict:
         else:
             status, code = "succeeded", EXIT_OK
         return status, code, root, tuple(sorted(failures, key=lambda f: f.seen_at))
+
+
+Outcome = tuple[RunStatus, int, Failure | None, tuple[Failure, ...]]
+
+
+@dataclass
+class Attempts:
+    """Every attempt's Verdict (job.restarts); `current` is the latest any node started."""
+
+    verdicts: dict[int, Verdict] = field(default_factory=lambda: {0: Verdict()})
+    times: dict[int, tuple[float, float]] = field(default_factory=dict)  # first seen, last seen
+    current: int = 0
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.verdicts[self.current]
+
+    def of(self, attempt: int) -> Verdict:
+        return self.verdicts.setdefault(attempt, Verdict())
+
+    def seen(self, attempt: int, at: float) -> bool:
+        """A node started or ended `attempt` at `at` (host clock): True if that attempt is
+        newer than any before (its verdict starts afresh)."""
+        first, last = self.times.get(attempt, (at, at))
+        self.times[attempt] = (min(first, at), max(last, at))
+        self.of(attempt)
+        if attempt <= self.current:
+            return False
+        self.current = attempt
+        return True
+
+    def hub_said(self, attempt: int, host: str, why: str, at: float) -> None:
+        """The run's hub restarted after `attempt` because of `why` (of `host`): the cause,
+        where no node's own ending told one (a replay without the lost host's)."""
+        verdict = self.of(attempt)
+        if not verdict.failures and not verdict.peer_failures:
+            verdict.peer_failures.append(Failure(host, None, None, why, seen_at=at))
+
+    def outcome(
+        self, earlier: Sequence[Failure] = (), *, unreachable: bool = False, detached: bool = False
+    ) -> tuple[Outcome, tuple[AttemptResult, ...]]:
+        """The run's (status, exit code, root cause, failures): its last attempt's; and how each
+        attempt that started went."""
+        results = []
+        for attempt in sorted(self.times):
+            status, _, root, _ = self.verdicts[attempt].outcome(
+                earlier if attempt == self.current else ()
+            )
+            started, finished = self.times[attempt]
+            results.append(AttemptResult(attempt, started, finished, status, root))
+        run = self.verdicts[self.current].outcome(
+            earlier, unreachable=unreachable, detached=detached
+        )
+        if results and not detached:  # the last attempt's, as the run's (lost, unreachable)
+            results[-1] = dataclasses.replace(results[-1], status=run[0], failure=run[2])
+        return run, tuple(results)

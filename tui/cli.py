@@ -18,8 +18,8 @@ from remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
 USAGE = """\
 ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
        ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--[no-]sync] [--detach]
-                                  [-- SCRIPT ARGS...]
-       ddptui [--headless] check [--json]
+                                  [--exclude HOSTS] [-- SCRIPT ARGS...]
+       ddptui [--headless] check [--json] [--exclude HOSTS]
        ddptui attach RUN [--tail N] | stop RUN | runs [--json]
        ddptui stacks RUN [--json] [--native]"""
 DESCRIPTION = """\
@@ -81,9 +81,11 @@ def parser() -> argparse.ArgumentParser:
     launch_p.add_argument(
         "--detach", action="store_true", help="--headless: print the run id, leave it running"
     )
+    _exclude(launch_p)
     _deep(launch_p, "--headless: the deep check first; its failures refuse the launch")
     check_p = _command(sub, "check", check, "check every host: nothing starts")
     check_p.add_argument("--json", action="store_true", help="print the facts as JSON (headless)")
+    _exclude(check_p)
     _deep(check_p, "the fabric measured too: all-reduce, every host's links, every GPU")
     attach_p = _command(sub, "attach", attach, "replay and follow a run (Ctrl-C detaches)")
     attach_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
@@ -97,6 +99,14 @@ def parser() -> argparse.ArgumentParser:
     stacks_p.add_argument("--json", action="store_true", help="print them as JSON")
     stacks_p.add_argument("--native", action="store_true", help="C/C++ frames too (py-spy)")
     return p
+
+
+def _exclude(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--exclude",
+        metavar="HOSTS",
+        help="--headless: leave these hosts out (names or addresses, ranges: node[3-4],gpu07)",
+    )
 
 
 def _deep(p: argparse.ArgumentParser, text: str) -> None:
@@ -211,7 +221,7 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
             "--run-dir is one run's directory: use it with --headless launch "
             "(the dashboard puts each run under --runs-root)"
         )
-    for option in ("skip_checks", "detach", "verbose"):
+    for option in ("skip_checks", "detach", "verbose", "exclude"):
         if getattr(args, option, False):
             raise UsageError(f"--{option.replace('_', '-')} needs --headless")
     if getattr(args, "sync", None) is not None:
@@ -246,7 +256,7 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
         return dashboard(args, extra)
     if args.run_dir and args.runs_root:
         raise UsageError("--run-dir and --runs-root: give one (--run-dir is the run's own)")
-    inv = load_inventory(args.inventory)
+    inv = load_inventory(args.inventory, args.exclude)
     if args.sync is not None:
         inv = _with_sync(inv, args.sync)
     import asyncio
@@ -273,7 +283,7 @@ def check(args: argparse.Namespace, extra: list[str]) -> int:
         return dashboard(args, extra)
     if extra:
         raise UsageError("check takes no script arguments (after --)")
-    inv = load_inventory(args.inventory)
+    inv = load_inventory(args.inventory, args.exclude)
     import asyncio
 
     from .headless.check import check as headless_check
@@ -348,11 +358,13 @@ def _on_run(
 # -- shared ------------------------------------------------------------------------------------
 
 
-def load_inventory(path: Path) -> Inventory:
+def load_inventory(path: Path, exclude: str | None = None) -> Inventory:
+    """The inventory, less the hosts --exclude names (node ranks closed up)."""
     from remote import inventory
 
     try:
-        return inventory.load(path)
+        inv = inventory.load(path)
+        return inventory.without(inv, exclude) if exclude else inv
     except inventory.InventoryError as exc:
         raise UsageError(str(exc)) from None
 

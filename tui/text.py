@@ -105,18 +105,28 @@ def run_row(r: runs.RunRecord) -> dict[str, Any]:
         "elapsed": elapsed,
         "failing_rank": s.get("failing_rank"),
         "failing_host": s.get("failing_host"),
+        "attempts": attempts(r),
         "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
         "run_dir": str(r.dir),
     }
+
+
+def attempts(r: runs.RunRecord) -> int | None:
+    """Attempts of the job so far (job.restarts): the summary's, else node 0's word."""
+    if r.summary is not None:
+        return len(r.summary.get("attempts") or ()) or None
+    seen = [s["attempt"] for s in r.states.values() if s and isinstance(s.get("attempt"), int)]
+    return max(seen) + 1 if seen else None
 
 
 def run_cells(r: dict[str, Any]) -> tuple[str, ...]:
     hosts = r["hosts"]
     failing = "" if r["failing_rank"] is None else f"{r['failing_rank']} ({r['failing_host']})"
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
+    tries = f" ({r['attempts']} attempts)" if (r.get("attempts") or 0) > 1 else ""
     return (
         r["id"],
-        r["status"] or "…",
+        (r["status"] or "…") + tries,
         f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0",
         "" if r["world_size"] is None else str(r["world_size"]),
         started,

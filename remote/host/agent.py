@@ -138,6 +138,7 @@ OPS = {
     protocol.FLIGHT: lambda agent, ch, req: stacks.analyse(ch, req),
     protocol.SWEEP: lambda agent, ch, req: nodes.sweep(ch, req),
     protocol.STATUS: lambda agent, ch, req: nodes.status(ch, req),
+    protocol.PORT: lambda agent, ch, req: nodes.free_port(ch, req),
 }
 
 

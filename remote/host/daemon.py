@@ -9,15 +9,21 @@ agent's relay reaches (remote/host/nodes.py). It stops the job (TERM, grace, KIL
 - a launcher says `stop`;
 - the run is attached and no launcher has been heard from for link_timeout (the lease);
 - the run's hub says so (another node failed or was lost; remote/host/hub.py).
-When the job ends, whatever it left behind goes too, and the daemon leaves once its viewers
-have the last byte (or after a while: the spool stays for a later `attach`).
+When the job ends, whatever it left behind goes too. With job.restarts the daemon runs attempt
+after attempt of its node's job, in the same spool, as the run's hub says (node 0's supervisor
+decides: remote/host/hub.py); each attempt's lines follow a marked line in every rank's log,
+and its processes have DDPTUI_ATTEMPT. Node 0's also tells job.notify's command what happened
+(remote/host/notify.py). Once no attempt follows, the daemon leaves as soon as its viewers have
+the last byte (or after a while: the spool stays for a later `attach`).
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -28,6 +34,7 @@ import time
 
 from . import container, linebuf, netif, procs, protocol, wire
 from . import hub as hubs
+from .notify import Notifier
 from .protocol import beat_interval
 from .spool import Spool, Trimmed
 from .state import STATE
@@ -38,9 +45,10 @@ GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 SEND_MAX = 1 << 18  # spool bytes per wire frame
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
 SOCKET = "ctl.sock"
-# This host's ddptui code (the directory holding ddph/): ddptui's own workers run from it.
-CODE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewers again
+ERR_KEPT = 1 << 14  # bytes of the job's own stderr kept: torchrun's report is at its end
+REAPED_KEPT = 1024  # exit codes of children kept for whoever waits on them
+COMMAND_MAX = 4096  # bytes of a launcher's command line read
 
 
 def boot(ndir):
@@ -85,6 +93,13 @@ def boot(ndir):
     os._exit(code)
 
 
+def code_dir():
+    """This host's ddptui code (the directory holding ddph/): ddptui's own workers run from it.
+    Asked in the supervisor only: an agent running from memory imports this module too, and
+    has no file."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 def now_ms():
     return int(time.time() * 1000)
 
@@ -95,10 +110,27 @@ def _thread(fn, *args):
     return t
 
 
+class Attempt:
+    """One attempt of the node's job (job.restarts): its process, and how it ended."""
+
+    def __init__(self, number):
+        self.number = number
+        self.job = None
+        self.code = None
+        self.error = None  # why the job could not start
+        self.done = threading.Event()  # the job has ended (or never started)
+        self.stopped = threading.Event()  # a stop was asked
+        self.by = self.reason = self.node = None  # the first stop's
+        self.survivors = []
+        self.scratch = None  # torchrun's --log-dir: fresh for each attempt
+        self.err = b""  # the end of the job's own stderr: torchrun's report names the rank
+
+
 class Daemon:
     def __init__(self, spec, ndir):
         self.spec, self.dir = spec, ndir
         self.node, self.nnodes = spec["node"], len(spec["names"])
+        self.name = spec["names"][self.node]
         self.tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(self.node)}
         self.grace = spec["grace"]
         self.link_timeout = spec["link_timeout"]
@@ -106,20 +138,19 @@ class Daemon:
         self.mode = "detached" if spec["detached"] else "attached"
         self.spool = Spool(ndir, spec["spool_max"])
         self.heard = time.monotonic()  # the last word from any launcher
-        self.lock = threading.Lock()
         self.clients = {}  # socket -> [last heard, done event]
         self.server = None  # the viewers' listening socket (serve)
         self.closing = False  # the daemon is leaving: its accept loop ends
+        self.over = False  # no attempt follows: a launcher can no longer take the lease
         self.stop_once = threading.Lock()
-        self.stop_evt = threading.Event()
-        self.stop_by = self.stop_reason = self.stop_node = None
-        self.survivors = []
-        self.job = None
-        self.job_code = None
-        self.stderr_tail = b""  # the job's last words (a container that did not start says why)
-        self.job_done = threading.Event()
+        self.att = None  # the current Attempt
+        self.halted = None  # (status, reason): a stop that ends the run (no attempt follows)
+        self.children = threading.Condition()  # the reaper's: exit codes by pid
+        self.reaped = collections.OrderedDict()
         self.spare = {os.getpid()}  # never ours to stop (the guardian is added here)
-        self.hub = self.link = None
+        self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
+        self.site = None  # the whole-lines sitecustomize's directory
+        self.hub = self.link = self.notifier = None
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
 
     # -- records ------------------------------------------------------------------------------
@@ -146,41 +177,81 @@ class Daemon:
     def serve(self, server, ready):
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
         procs.become_subreaper()
-        box = self.spec["container"]
+        spec = self.spec
+        box = spec["container"]
         pid, self.guardian_pipe = guardian(self.tags, self.grace, box and box["runtime"])
         self.spare.add(pid)
         if self.node == 0:
             self.hub = hubs.Hub(
-                self.spec["secret"], self.spec["names"], self.link_timeout, self.beat,
-                lambda why, node: self.stop(protocol.BY_PEER, why, node),
-                self.spec["master_addr"],
+                spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
+                spec["master_addr"],
             )  # fmt: skip
             self.hub.start()
+            self.notifier = Notifier(
+                spec["notify"], spec["run_id"], self._notify_failed, self._wait_child
+            )
         else:
             self.link = hubs.HubLink(
-                self.spec["secret"], self.node, self.link_timeout, self.beat,
-                lambda why, node: self.stop(protocol.BY_PEER, why, node),
+                spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
+                since=spec["attempt"],
             )  # fmt: skip
         self.server = server
         _thread(self._accept, server)
-        self.save_state(status="starting", started=time.time())
+        _thread(self._reap)
+        _thread(self._watch_lease)
+        self.save_state(status="starting", started=time.time(), attempt=spec["attempt"])
         ready("ok")
-        started = self._start_job()
-        if not started:
-            self._tell_hub("failed", f"node {self.node} could not start its job")
+        if self.link is not None and spec["attempt"]:
+            step = self.link.word()  # a spare joins a run going: it starts at the hub's word
         else:
-            _thread(self._watch_lease)
-            _thread(self._stopper)
-            self.job_done.wait()
-            # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
-            self.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
-            self._sweep_containers()
-            for t in started:
-                t.join(timeout=5)
-            self._finish()
+            step = (spec["attempt"], None)
+        while step is not None:
+            self._attempt(*step)
+            step = self._next(step[0])
         self._end()
 
-    def _start_job(self):
+    def _attempt(self, number, after):
+        """One attempt of the node's job, from its start to its end (and its leftovers gone)."""
+        if self.link is not None:
+            self.link.begin(number)
+        att = Attempt(number)
+        with self.stop_once:
+            self.att = att
+            if self.halted is not None:  # a restart crossed a stop: it ends at once, unstarted
+                att.stopped.set()
+                att.reason = self.halted[1]
+                att.by = protocol.HALT_BY[self.halted[0]]
+        if number or after:
+            self._mark(number, after)
+        self.save_state(status="starting", attempt=number)
+        started = self._start_job(att)
+        if started is not None:
+            att.done.wait()
+            # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
+            att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
+            self._sweep_containers(att)
+            for t in started:
+                t.join(timeout=5)
+        att.done.set()
+        self._finish(att)
+
+    def _mark(self, number, after):
+        """`ddptui: attempt 2 of 3 (after ...)` in every rank's log before the attempt's lines."""
+        text = "ddptui: attempt {} of {}".format(number + 1, self.spec["restarts"] + 1)
+        text = (text + " (after {})".format(after) if after else text).encode("utf-8", "replace")
+        if self.ranks:
+            data = b"".join(b"[%d]:%s\n" % (rank, text) for rank in self.ranks)
+        else:
+            data = text + b"\n"  # ranks yet unknown: the node's own line
+        self._append(wire.record(b"1", now_ms(), data))
+
+    def _next(self, number):
+        """What follows attempt `number`: (attempt, after) to start, or None."""
+        if self.link is not None:
+            return self.link.word()
+        return self._orchestrate(number)
+
+    def _start_job(self, att):
         spec = self.spec
         box = spec["container"]
         env = {} if box else dict(os.environ)  # a container starts from its image's own
@@ -197,62 +268,71 @@ class Daemon:
             env["PYTHONPATH"] = os.pathsep.join(
                 p for p in (self._sitecustomize(), env.get("PYTHONPATH")) if p
             )
-        env.update(self.tags)
+        env.update(self.tags, DDPTUI_ATTEMPT=str(att.number))
         argv = [expand(a) if i in spec["expand"] else a for i, a in enumerate(spec["argv"])]
         mark = spec["scratch_arg"]
-        argv = [self.scratch() if a == mark else a.replace(protocol.CODE, CODE_DIR) for a in argv]
+        argv = [
+            self.scratch(att) if a == mark else a.replace(protocol.CODE, code_dir()) for a in argv
+        ]
         for name, value in list(env.items()):  # paths in it (the flight recorder's files)
             if mark and mark in value:
-                env[name] = value.replace(mark, self.scratch())
+                env[name] = value.replace(mark, self.scratch(att))
         cwd = expand(spec["workdir"]) if spec["workdir"] else None
         stdin = subprocess.DEVNULL
         if box:  # the runtime's client; the job's environment reaches it by -e
-            argv, env = self._in_container(box, argv, env, cwd)
+            argv, env = self._in_container(box, argv, env, cwd, att)
             stdin, cwd = subprocess.PIPE, None  # the job's own cwd is inside
-        try:
-            self.job = subprocess.Popen(
-                argv, cwd=cwd, env=env, stdin=stdin,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
-        except OSError as exc:
-            what = cwd if cwd and exc.filename == cwd else argv[0]
-            self.note(t=protocol.ERROR, msg=f"cannot start {what}: {exc.strerror}")
-            self.save_state(status="failed", exit_code=127, ended=time.time())
+        with self.stop_once, self.children:  # a stop, and the reaper, see it started or not
+            if att.stopped.is_set():
+                return None
+            try:
+                att.job = subprocess.Popen(
+                    argv, cwd=cwd, env=env, stdin=stdin,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                )  # fmt: skip
+            except OSError as exc:
+                what = cwd if cwd and exc.filename == cwd else argv[0]
+                att.error = f"cannot start {what}: {exc.strerror}"
+        if att.error:
+            self.note(t=protocol.ERROR, msg=att.error, attempt=att.number)
             return None
         self.note(
-            t=protocol.STARTED, pid=self.job.pid, hostname=socket.gethostname(), ifname=ifname,
+            t=protocol.STARTED, pid=att.job.pid, hostname=socket.gethostname(), ifname=ifname,
             hub_port=self.hub.port if self.hub else None, mode=self.mode, ranks=spec["ranks"],
+            attempt=att.number,
         )  # fmt: skip
         runtime = box and box["runtime"]
-        self.save_state(status="running", job_pid=self.job.pid, scratch=self.scratch_dir,
+        self.save_state(status="running", job_pid=att.job.pid, scratch=att.scratch,
                         container=self._container_name(), runtime=runtime)  # fmt: skip
         threads = [
-            _thread(self._pump, self.job.stdout, b"1"),
-            _thread(self._pump, self.job.stderr, b"2"),
+            _thread(self._pump, att.job.stdout, b"1", att),
+            _thread(self._pump, att.job.stderr, b"2", att),
         ]
-        _thread(self._reap)
         if spec["tail_ranks"]:  # torchrun's --redirects: each rank's own files
-            tail = RankTail(self.scratch(), spec["ranks"], self.tags, self._spool_lines)
-            threads.append(_thread(tail.run, self.job_done))
+            tail = RankTail(self.scratch(att), spec["ranks"], self.tags, self._spool_lines)
+            threads.append(_thread(tail.run, att.done))
         if spec["learn_ranks"]:
-            threads.append(_thread(self._watch_ranks))
+            threads.append(_thread(self._watch_ranks, att))
         return threads
 
     def _spool_lines(self, stream, data):
         self._append(wire.record(stream, now_ms(), data))
 
-    def _in_container(self, box, argv, env, cwd):
+    def _in_container(self, box, argv, env, cwd, att):
         """The runtime's argv and environment for the node's command: one attached container,
         its shim ending the job when the container's stdin closes (remote/host/container.py,
         shim.py)."""
-        here = os.path.dirname(os.path.abspath(__file__))
-        with open(os.path.join(here, "shim.py"), encoding="utf-8") as f:
-            source = f.read()
+        _unlink(os.path.join(self.dir, container.READY))  # the last attempt's, if any
         path = os.path.join(self.dir, container.SHIM)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(source)
-        shared = [self.scratch()] + ([CODE_DIR] if any(CODE_DIR in a for a in argv) else [])
+        if not os.path.exists(path):  # written once: every attempt's container runs it
+            here = os.path.dirname(os.path.abspath(__file__))
+            with open(os.path.join(here, "shim.py"), encoding="utf-8") as f:
+                source = f.read()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(source)
+        code = code_dir()
+        shared = [self.scratch(att)] + ([code] if any(code in a for a in argv) else [])
         return container.command(
             box, argv, env, self.spec["run_id"], self.node, cwd, self.dir, grace=self.grace,
             shared=shared,
@@ -264,65 +344,105 @@ class Daemon:
             return None
         return container.name(self.spec["run_id"], self.node)
 
-    def _job_ended(self, code):
+    def _job_ended(self, att):
         """The job's exit code as subprocess gives it (-N: signal N), or why its container did
         not start at all (then no rank failed: the runtime's own words)."""
-        box = self.spec["container"]
-        if not box:
+        box, code = self.spec["container"], att.code
+        if not box or att.job is None:
             return code, None
         started = os.path.exists(os.path.join(self.dir, container.READY))
-        said = self.stderr_tail.decode("utf-8", "replace")
+        said = att.err[-4096:].decode("utf-8", "replace")
         why = container.start_failure(box, code, said, started)
         if box["runtime"] in container.DAEMONS and 128 < code < 160:
             code = -(code - 128)  # docker and podman say 128+N for a signal
         return code, why
 
-    def _finish(self):
-        code, not_started = self._job_ended(self.job_code)
-        if not_started:
-            self.note(t=protocol.ERROR, msg=not_started)
-            self.save_state(status="failed", exit_code=code, reason=not_started, ended=time.time())
-            self._tell_hub("failed", not_started)
-            return
-        stopped = self.stop_evt.is_set()
-        if stopped:
-            status = "lost" if self.stop_by == protocol.BY_LEASE else "stopped"
-        else:
-            status = "succeeded" if code == 0 else "failed"
-        reason = self.stop_reason or (
-            None if code == 0 else "node {} ({}) failed: exit {}".format(
-                self.node, self.spec["names"][self.node], code
-            )
-        )  # fmt: skip
-        self.note(
-            t=protocol.EXIT, code=code, stopped=stopped, by=self.stop_by, reason=reason,
-            node=self.stop_node, survivors=self.survivors,
-        )  # fmt: skip
-        self.save_state(status=status, exit_code=code, by=self.stop_by, reason=reason,
-                        survivors=self.survivors, ended=time.time())  # fmt: skip
-        if self.scratch_dir:
-            _rmtree(self.scratch_dir)
-        self._tell_hub(status, reason)
-
-    def _sweep_containers(self):
+    def _sweep_containers(self, att):
         box = self.spec["container"]
         if box:
             _, why = container.sweep(box["runtime"], self.spec["run_id"])
             if why:
-                self.survivors.append("containers of the run: {}".format(why))
+                att.survivors.append("containers of the run: {}".format(why))
 
-    def _tell_hub(self, status, reason):
+    def _finish(self, att):
+        code, not_started = self._job_ended(att)
+        echo, stopped = False, att.stopped.is_set()
+        if not_started:  # the runtime's words: no rank ever ran
+            att.error = not_started
+            self.note(t=protocol.ERROR, msg=not_started, attempt=att.number)
+        if att.error:  # said already (ERROR): the launcher takes that as this attempt's end
+            status, reason = "failed", f"{self.name} could not start its job: {att.error}"
+        else:
+            if stopped:
+                status = "lost" if att.by == protocol.BY_LEASE else "stopped"
+            else:
+                status = "succeeded" if code == 0 else "failed"
+            if not stopped and code != 0:
+                att.reason, echo = self._failed_text(att)
+            reason = att.reason
+            self.note(
+                t=protocol.EXIT, code=code, stopped=stopped, by=att.by, reason=reason,
+                node=att.node, survivors=att.survivors, attempt=att.number,
+            )  # fmt: skip
+        self.save_state(status=status, exit_code=code, by=att.by, reason=reason,
+                        survivors=att.survivors, ended=time.time())  # fmt: skip
+        said = (status, reason)
+        if stopped and att.by == protocol.BY_PEER and code:
+            # A peer's echo (its rank lost ours) may have stopped us after our own failure:
+            # the hub hears of ours, the cause.
+            own = self._own_failure(att)
+            said = ("failed", own) if own else said
+        if att.scratch:
+            _rmtree(att.scratch)
         if self.link is not None:
-            self.link.end(status, reason)
-        elif self.hub is not None:
-            self.hub.own_end(status, reason)
+            self.link.end(*said, echo)
+        else:
+            self.hub.own_end(*said, echo)
+
+    def _failed_text(self, att):
+        """`rank 3 failed on node1` where torchrun's report names it, else the node's exit;
+        and whether that rank died of another's failure (an echo), which the hub passes over
+        for a failure of a rank's own."""
+        own = self._own_failure(att)
+        if own:
+            return own, False
+        ranks = failed_ranks(att.err)
+        if ranks:
+            return "rank {} failed on {}".format(ranks[0][0], self.name), True
+        return "{} failed (exit {})".format(self.name, att.code), False
+
+    def _own_failure(self, att):
+        """The first rank that failed of its own: not killed by a signal, and not one that lost
+        its peer (torchrun's root cause may be such a rank, on the host where the failing
+        one's peers noticed first). From torchrun's report, its root cause first; a job
+        stopped before torchrun could report: a traceback in a rank's own stderr."""
+        reported = failed_ranks(att.err)
+        ranks = [(r, local) for r, local, code in reported if code is None or code >= 0]
+        if not reported:
+            ranks = [(rank, local) for local, rank in enumerate(self.spec["ranks"])]
+        for rank, local in ranks:
+            err = self._rank_stderr(att, local) if local is not None else b""
+            if (reported or b"Traceback" in err) and not ECHO.search(err):
+                return "rank {} failed on {}".format(rank, self.name)
+        return None
+
+    def _rank_stderr(self, att, local):
+        """The end of a local rank's stderr in torchrun's log dir (its last attempt's)."""
+        import glob
+
+        found = sorted(glob.glob(os.path.join(att.scratch or "", "*", "attempt_*", str(local),
+                                              "stderr.log")))  # fmt: skip
+        if not found:
+            return b""
+        with open(found[-1], "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - ERR_KEPT))
+            return f.read()
 
     def _end(self):
-        """Stay for the hub's peers and the viewers' last bytes, then leave."""
-        if self.hub is not None:
-            self.hub.all_ended.wait()
-        elif self.link is not None:  # the hub must hear that we ended, or it waits for us
-            self.link.delivered.wait(self.link_timeout)
+        """The run is over here: word goes out, then the viewers get the last bytes."""
+        self.over = True
+        if self.notifier is not None:  # its failures are said in the spool: before it closes
+            self.notifier.close(protocol.NOTIFY_TIMEOUT + 5)
         self.spool.close()
         self.closing = True
         _unlink(SOCKET)  # a later attach finds no daemon and is served the spool instead
@@ -339,32 +459,127 @@ class Daemon:
             elif not select.select([self.server], [], [], 0.05)[0]:
                 return  # no viewer left, none waiting to be let in
 
+    # -- the run's hub: what follows an attempt (node 0) ---------------------------------------
+
+    def _orchestrate(self, number):
+        """Once every node's job of attempt `number` ended: restart them all (job.restarts),
+        after the delay and once a spare took each lost node's place; or end the run."""
+        hub, spec = self.hub, self.spec
+        out = hub.settle()
+        over = hubs.next_step(out, number, spec["restarts"], spec["spares"] - hub.replaced)
+        if over is not None:
+            return self._over(out, *over)
+        after, nxt, of = out["reason"], number + 1, spec["restarts"] + 1
+        delay = protocol.restart_delay(spec["restart_delay"], nxt)
+        event = "lost" if out["node"] in out["lost"] else "failed"
+        wait = ", once a spare host takes its place" if out["lost"] else ""
+        plan = f"restarting in {delay:g} s{wait} (attempt {nxt + 1} of {of})"
+        self._word(event, "restarting", f"{after}; {plan}")
+        deadline = time.monotonic() + delay
+        replace = out["lost"]
+        while True:
+            left = round(max(0.0, deadline - time.monotonic()), 3)
+            self.note(t=protocol.RESTART, attempt=nxt, of=of, after=after, node=out["node"],
+                      delay=left, replace=replace)  # fmt: skip
+            waiting = [spec["names"][k] for k in replace]
+            self.save_state(status="waiting" if waiting else "restarting", waiting=waiting)
+            why = hub.wait_replaced()
+            if why is not None:
+                return self._over(out, "failed", why)
+            if hub.wait_quiet(deadline - time.monotonic()):
+                break
+            replace = sorted(hub.lost)  # a halt, or another node lost meanwhile
+            if hub.halted is not None:
+                return self._over(out, "failed", "")
+            if len(replace) > spec["spares"] - hub.replaced:
+                return self._over(out, "failed", "no spare host left to take its place")
+        hub.restart(nxt, after)
+        self._word("restarted", "running", f"attempt {nxt + 1} of {of} (after {after})")
+        return nxt, after
+
+    def _over(self, out, status, why):
+        """The run ends: word of how, and every peer told."""
+        halted = self.hub.halted
+        if halted is not None:  # a stop (or a lease): during the attempt, or after it failed
+            event = "lost" if halted[0] == "lost" else "stopped"
+            status, message = (halted[0] if out["halted"] else "failed"), halted[1]
+            if not out["halted"]:
+                message += f" (after {out['reason']}: no restart)"
+        elif out["status"] == "succeeded":
+            event, message = "succeeded", "every rank succeeded"
+        else:
+            event = "lost" if out["node"] in out["lost"] else "failed"
+            message = out["reason"] + (f"; {why}" if why else "")
+        self._word(event, status, message)
+        self.save_state(run_status=status, waiting=[])
+        self.hub.finish(message, min(self.link_timeout, DRAIN_S))
+        return None
+
+    def _word(self, event, status, message):
+        """Something happened to the run: said in the stream (the dashboard rings on it), and
+        to job.notify's command."""
+        wanted = self.notifier.wanted(event)
+        self.note(t=protocol.NOTIFY, event=event, status=status, message=message, wanted=wanted)
+        self.notifier(event, status, message)
+
+    def _notify_failed(self, event, why):
+        log(f"notify ({event}) failed: {why}")
+        if not self.spool.closed:
+            self.note(t=protocol.NOTIFY_FAILED, event=event, error=why)
+
     # -- stopping -----------------------------------------------------------------------------
 
-    def stop(self, by, reason, node=None):
+    def stop(self, by, reason, node=None, attempt=None):
         """Stop the job once; the first reason given is the one recorded. node: the node
-        whose failure (or loss) this stop answers, when another node's."""
+        whose failure (or loss) this stop answers, when another node's. A user's stop or a
+        lease also ends the run: no attempt follows. attempt: only if this one is running."""
+        if by in (protocol.BY_LAUNCHER, protocol.BY_LEASE):
+            self._halt("lost" if by == protocol.BY_LEASE else "stopped", reason)
         with self.stop_once:
-            if self.stop_evt.is_set() or self.job_done.is_set():
+            att = self.att
+            if att is None or att.stopped.is_set() or att.done.is_set():
                 return
-            self.stop_by, self.stop_reason, self.stop_node = by, reason, node
-            self.stop_evt.set()
+            if attempt is not None and attempt != att.number:
+                return
+            att.by, att.reason, att.node = by, reason, node
+            att.stopped.set()
+            running = att.job is not None
         self.note(t=protocol.STOPPING, by=by, reason=reason, node=node)
+        if running:
+            _thread(self._sweep, att)
 
-    def _stopper(self):
-        self.stop_evt.wait()
-        if self.spec["container"] and self.job.stdin:
+    def _halt(self, status, reason):
+        with self.stop_once:
+            if self.halted is not None:
+                return
+            self.halted = (status, reason)
+        if self.hub is not None:
+            self.hub.halt(status, reason)
+        else:
+            self.link.halt(status, reason)
+
+    def _told_stop(self, reason, node, by=None):
+        """The run's hub says stop (a peer failed or was lost; a halt elsewhere)."""
+        self.stop(by if by in protocol.HALT_BY.values() else protocol.BY_PEER, reason, node)
+
+    def _sweep(self, att):
+        if self.spec["container"] and att.job.stdin:
             with contextlib.suppress(OSError):
-                self.job.stdin.close()  # the shim in the container ends the job
-        self.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
+                att.job.stdin.close()  # the shim in the container ends the job
+        att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
-        return procs.job_pids(os.getpid(), self.tags, spare=self.spare)
+        spare = set(self.spare)
+        for pid in list(self.notifier.running if self.notifier else ()):
+            spare.add(pid)  # a notify command under way is not the job's
+            spare.update(procs.descendants(pid))
+        return procs.job_pids(os.getpid(), self.tags, spare=spare)
 
     def _watch_lease(self):
-        while not self.job_done.wait(self.beat):
+        while not self.closing:
+            time.sleep(self.beat)
             silent = time.monotonic() - self.heard
-            if self.mode == "attached" and silent > self.link_timeout:
+            if self.mode == "attached" and silent > self.link_timeout and self.halted is None:
                 why = f"no launcher heard from for {silent:g} s (launcher gone or its link down; "
                 self.stop(protocol.BY_LEASE, why + "detach to leave a run on its own)")
             for sock, (heard, _) in list(self.clients.items()):
@@ -373,43 +588,55 @@ class Daemon:
 
     # -- the job's processes ------------------------------------------------------------------
 
-    scratch_dir = None
-
-    def scratch(self):
-        """A fresh private directory for torchrun's --log-dir, gone when the run ends."""
-        if self.scratch_dir:  # one per run, however many places name it
-            return self.scratch_dir
+    def scratch(self, att):
+        """A fresh private directory for torchrun's --log-dir, gone when the attempt ends."""
+        if att.scratch:  # one per attempt, however many places name it
+            return att.scratch
         import tempfile
 
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         where = runtime if runtime and os.access(runtime, os.W_OK) else self.dir
         prefix = "ddptui-{}-n{}-".format(self.spec["run_id"], self.node)
-        self.scratch_dir = tempfile.mkdtemp(prefix=prefix, dir=where)
-        return self.scratch_dir
+        att.scratch = tempfile.mkdtemp(prefix=prefix, dir=where)
+        return att.scratch
 
     def _sitecustomize(self):
-        path = os.path.join(self.dir, "py")
-        os.mkdir(path, 0o700)
-        with open(os.path.join(path, "sitecustomize.py"), "w") as f:
-            f.write(linebuf.SITECUSTOMIZE)
-        return path
+        if self.site is None:
+            self.site = os.path.join(self.dir, "py")
+            os.mkdir(self.site, 0o700)
+            with open(os.path.join(self.site, "sitecustomize.py"), "w") as f:
+                f.write(linebuf.SITECUSTOMIZE)
+        return self.site
 
     def _reap(self):
-        """The one place children are waited for: Popen.wait could lose the job's status to
-        another waitpid (then it reports 0 for a node that was stopped)."""
+        """The one place children are waited for, for the daemon's whole life: Popen.wait
+        could lose a status to another waitpid (then it reports 0 for a node that was stopped).
+        Each exit code is kept a while for whoever waits on that child (_wait_child)."""
         while True:
             try:
                 pid, status = os.waitpid(-1, 0)
             except ChildProcessError:
-                if self.job_done.is_set():
-                    return
                 time.sleep(0.1)
                 continue
-            if pid == self.job.pid:
-                self.job.returncode = self.job_code = procs.exit_code(status)
-                self.job_done.set()
+            code = procs.exit_code(status)
+            with self.children:
+                self.reaped[pid] = code
+                while len(self.reaped) > REAPED_KEPT:
+                    self.reaped.popitem(last=False)
+                att = self.att
+                if att is not None and att.job is not None and pid == att.job.pid:
+                    att.job.returncode = att.code = code
+                    att.done.set()
+                self.children.notify_all()
 
-    def _pump(self, pipe, stream):
+    def _wait_child(self, pid, timeout):
+        """A child's exit code once reaped; None if it still runs after `timeout`."""
+        with self.children:
+            if not self.children.wait_for(lambda: pid in self.reaped, timeout):
+                return None
+            return self.reaped.pop(pid)
+
+    def _pump(self, pipe, stream, att):
         """Spool whole lines; a partial line waits for its end (or EOF)."""
         fd = pipe.fileno()
         rest = b""
@@ -424,7 +651,7 @@ class Daemon:
                 if select.select([fd], [], [], 0)[0]:
                     data += os.read(fd, CHUNK)
             if stream == b"2":
-                self.stderr_tail = (self.stderr_tail + data)[-4096:]
+                att.err = (att.err + data)[-ERR_KEPT:]
             data = rest + data
             cut = data.rfind(b"\n") + 1
             rest = data[cut:]
@@ -437,11 +664,12 @@ class Daemon:
         if rest:
             self._append(wire.record(stream, now_ms(), rest + b"\n"))
 
-    def _watch_ranks(self):
+    def _watch_ranks(self, att):
         def report(ranks, world):
+            self.ranks = list(ranks)
             self.note(t=protocol.RANKS, ranks=ranks, world=world)
 
-        procs.watch_ranks(self.job.pid, self.tags, self.node, self.nnodes, self.job_done, report)
+        procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, report)
 
     # -- viewers ------------------------------------------------------------------------------
 
@@ -483,7 +711,7 @@ class Daemon:
         try:
             for line in rfile:
                 self.clients[sock][0] = self.heard = time.monotonic()
-                self._command(line.split())
+                self._command(line[:COMMAND_MAX].decode("utf-8", "replace").split())
         except OSError:
             pass
         finally:
@@ -494,19 +722,34 @@ class Daemon:
     def _command(self, words):
         if not words:
             return
-        verb = words[0].decode("ascii", "replace")
-        if verb == protocol.SAY_STOP:
+        verb, args = words[0], words[1:]
+        if verb == protocol.SAY_STOP and args[:1] == [protocol.SAY_STOP_FAILURE]:
+            attempt = int(args[1]) if len(args) > 1 and args[1].isdigit() else None
+            why = "another node failed (the launcher said stop)"
+            self.stop(protocol.BY_PEER, why, attempt=attempt)
+        elif verb == protocol.SAY_STOP:
             self.stop(protocol.BY_LAUNCHER, "stopped from the launcher")
         elif verb in (protocol.SAY_DETACH, protocol.SAY_ATTACH):
             mode = "detached" if verb == protocol.SAY_DETACH else "attached"
-            # attach: a launcher takes the run back on its lease (not once the job has ended)
-            if self.mode != mode and (mode == "detached" or not self.job_done.is_set()):
+            # attach: a launcher takes the run back on its lease (not once the run is over)
+            if self.mode != mode and (mode == "detached" or not self.over):
                 self.mode = mode
                 self.note(t=protocol.MODE, mode=mode)
                 self.save_state()
-        elif verb == protocol.SAY_HUB and self.link is not None and len(words) == 3:
+        elif verb == protocol.SAY_HUB and self.link is not None and len(args) == 2:
             with contextlib.suppress(ValueError):
-                self.link.connect(words[1].decode(), int(words[2]))
+                self.link.connect(args[0], int(args[1]))
+        elif self.hub is not None:
+            self._hub_command(verb, args)
+
+    def _hub_command(self, verb, args):
+        """Node 0's: a spare comes, none can, or word of a hang for job.notify."""
+        if verb == protocol.SAY_REPLACE and len(args) == 2 and args[0].isdigit():
+            self.hub.expect(int(args[0]), args[1])
+        elif verb == protocol.SAY_NO_SPARE:
+            self.hub.give_up(" ".join(args) or "no spare host could take the lost node's place")
+        elif verb == protocol.SAY_NOTIFY and args and args[0] in protocol.NOTIFY_EVENTS:
+            self._word(args[0], "running", " ".join(args[1:]))
 
     def _send_spool(self, sock, offset, hello, done):
         def send(data):
@@ -518,6 +761,32 @@ class Daemon:
             pass
         finally:
             done.set()
+
+
+REPORTED = re.compile(
+    rb"^\s*rank\s*:\s*(-?\d+)(?: \(local_rank: (\d+)\))?[ \t]*\n(?:\s*exitcode\s*:\s*(-?\d+))?",
+    re.MULTILINE,
+)
+# A rank that died because a peer did (as remote/failures.py tells an echo from a cause).
+ECHO = re.compile(
+    rb"closed by peer|reset by peer|Connection refused|remote process exited|"
+    rb"NCCL communicator was aborted|Broken pipe"
+)
+
+
+def failed_ranks(err):
+    """[(global rank, local rank, exit code)] torchrun's last ChildFailedError report names
+    (None where it does not say): its root cause first, then the other failures."""
+    _, found, report = err.rpartition(b"ChildFailedError")
+    if not found:
+        return []
+    root = report.rpartition(b"Root Cause")[2]
+    first = [_reported(m) for m in REPORTED.finditer(root)][:1]
+    return first + [r for r in map(_reported, REPORTED.finditer(report)) if r not in first]
+
+
+def _reported(m):
+    return tuple(int(g) if g is not None else None for g in m.groups())
 
 
 def send_spool(send, spool, offset, hello, beat, done):

@@ -15,10 +15,13 @@ supervisor connects once the launcher tells it where. Anyone on that network can
   off and goes on.
 
 Then one JSON line at a time, each way, each with an HMAC under the session key over its
-direction and a counter: nothing can be forged, replayed or reordered. Heartbeats, "my job
-ended (ok / failed / stopped)", and from the hub "stop, because ...". A peer silent for
-link_timeout is lost, which stops the rest; a peer that loses its hub stops itself. The hub
-stays up until every peer's job has ended.
+direction and a counter: nothing can be forged, replayed or reordered. A peer says first which
+attempt its supervisor started at and which it runs ("join"), then heartbeats, "my job of this
+attempt ended (ok / failed / stopped)", and "halt" (a user's stop or a lease: no attempt may
+follow); the hub says "stop, because ...", "restart: attempt N" and "over". A peer silent for
+link_timeout is lost, which stops the rest; a peer that loses its hub stops itself. A spare that
+takes a lost node's place (job.restarts) proves a ticket of its own, which the launcher gave
+node 0 and the spare over SSH; the lost node, if it comes back, is told it is over.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import socket
 import sys
 import threading
 import time
+
+from . import protocol
 
 CHALLENGE = b"ddptui-hub "
 HANDSHAKE_S = 10.0  # the whole handshake, from connect to the hub's proof
@@ -113,42 +118,152 @@ class Channel:
 
 
 class Hub:
-    """Node 0's side. on_stop(reason, node) stops node 0's own job, for node's sake.
-    bind: the master address (a name is resolved here); None: every interface."""
+    """Node 0's side. on_stop(reason, node, by) stops node 0's own job, for node's sake (by:
+    the halt's, when a user's stop or a lease stops them all).
+    bind: the master address (a name is resolved here); None: every interface.
+
+    Node 0's supervisor drives it, attempt by attempt (remote/host/daemon.py): `own_end` when
+    its job ended, `settle` for the attempt's outcome once every node's job ended (a node lost
+    counts as ended), then `restart` or `finish`. Between the two it may wait for a spare to
+    take a lost node's place (`expect`, `wait_replaced`) and for the delay (`wait_quiet`); a
+    halt (a user's stop, a lease) ends those waits: a stopped run is never restarted."""
 
     def __init__(self, secret, names, link_timeout, beat, on_stop, bind=None):
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_stop = on_stop
-        self.lock = threading.Lock()
+        self.cond = threading.Condition()  # guards all below; notified on every change
         self.peers = {}  # node -> its Channel
         self.heard = {k: time.monotonic() for k in range(1, len(names))}
-        self.ended = set()
-        self.stopping = None  # the reason every node was told to stop
-        self.all_ended = threading.Event()
+        self.since = dict.fromkeys(range(1, len(names)), 0)  # the attempt each one joined at
+        self.tickets = {}  # node -> the proof of the spare coming to take its place
+        self.replaced = 0  # spares that took lost nodes' places
+        self.attempt = 0
+        self.ended = {}  # node -> (status, reason) of this attempt's job; 0 is node 0's
+        self.stopping = None  # the reason every node was told to stop, this attempt
+        self.failure = None  # (reason, node): the first failure of this attempt (its own)
+        self.echo = False  # the failure is a rank that died of a peer's failure
+        self.lost = {}  # node -> the attempt it was lost in: a spare must take its place
+        self.halted = None  # (status, reason): no attempt follows (a user's stop, a lease)
+        self.given_up = None  # why no spare can come (the launcher said so)
+        self.go = None  # (attempt, after): the restart said to the peers
+        self.over = None  # the run is over: said to every peer that comes
+        self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
         self.server = _listen(bind)
         self.port = self.server.getsockname()[1]
 
     def start(self):
-        _thread(Door(self.server, self.secret, len(self.names), self._admit).run)
+        _thread(Door(self.server, self._secrets, len(self.names), self._admit).run)
         _thread(self._watch)
 
-    def own_end(self, status, reason):
-        """Node 0's job ended; a failure of its own stops the others."""
-        if status == "failed":
-            self.stop_all(reason, 0)
+    def _secrets(self, node):
+        """What a peer of `node` may prove: the run's secret, or the ticket of its spare."""
+        ticket = self.tickets.get(node)
+        return [self.secret] if ticket is None else [self.secret, ticket]
 
-    def stop_all(self, reason, node):
-        """Every node stops because of `node` (its failure or loss)."""
-        with self.lock:
+    # -- node 0's supervisor ------------------------------------------------------------------
+
+    def own_end(self, status, reason, echo=False):
+        """Node 0's job ended; a failure of its own stops the others. echo: its failing rank
+        died of a peer's failure (a failure of another's own is the cause)."""
+        self._ended(0, self.attempt, status, reason, echo)
+
+    def halt(self, status, reason):
+        """No attempt follows this one: a user's stop, or a lease (no launcher heard from).
+        Whatever still runs of this attempt stops for the same reason."""
+        with self.cond:
+            if self.halted is not None:
+                return
+            self.halted = (status, reason)
+            running = not self._all_ended()
+            self.cond.notify_all()
+        if running:
+            self.stop_all(reason, None, protocol.HALT_BY.get(status))
+
+    def stop_all(self, reason, node, by=None):
+        """Every node stops because of `node` (its failure or loss), or of a halt (`by`)."""
+        with self.cond:
             if self.stopping is not None:
                 return
-            self.stopping = (reason, node)
+            self.stopping = (reason, node, by)
+            peers = list(self.peers.values())
+            attempt = self.attempt
+        for chan in peers:
+            chan.send(t="stop", reason=reason, node=node, attempt=attempt, by=by)
+        self.on_stop(reason, node, by)
+
+    def settle(self):
+        """Wait until every node's job of this attempt has ended: its outcome, as a dict of
+        status (succeeded, failed, stopped, lost), reason, node (whose failure) and lost (the
+        nodes a spare must replace before another attempt)."""
+        with self.cond:
+            self.cond.wait_for(self._all_ended)
+            out = {"status": "succeeded", "reason": None, "node": None,
+                   "lost": sorted(self.lost), "halted": self.halted is not None}  # fmt: skip
+            stopped = [(r, k) for k, (s, r) in sorted(self.ended.items()) if s != "succeeded"]
+            if self.halted is not None:
+                out["status"], out["reason"] = self.halted
+            elif self.failure is not None:
+                out["status"], (out["reason"], out["node"]) = "failed", self.failure
+            elif stopped:  # stopped, without a failure of its own: a launcher saw one
+                out["status"], (out["reason"], out["node"]) = "failed", stopped[0]
+            return out
+
+    def expect(self, node, ticket):
+        """A launcher sends a spare to take lost `node`'s place; it proves itself with ticket."""
+        if 0 < node < len(self.names):
+            self.tickets[node] = ticket
+
+    def give_up(self, why):
+        with self.cond:
+            self.given_up = why
+            self.cond.notify_all()
+
+    def wait_replaced(self):
+        """Until every lost node has a spare in its place: None, else why not (a halt, or no
+        spare could come). Waits for a launcher as long as it takes."""
+        with self.cond:
+            self.cond.wait_for(lambda: self.halted or self.given_up or not self.lost)
+            if self.halted:
+                return self.halted[1]
+            if self.lost:
+                return self.given_up
+            return None
+
+    def wait_quiet(self, seconds):
+        """The delay before the next attempt: False when a halt (or a new loss) cut it short."""
+        with self.cond:
+            lost = len(self.lost)
+            return not self.cond.wait_for(
+                lambda: self.halted or len(self.lost) > lost, max(0.0, seconds)
+            )
+
+    def restart(self, attempt, after):
+        """Every node starts `attempt` (node 0's supervisor starts its own)."""
+        with self.cond:
+            self.attempt, self.go = attempt, (attempt, after)
+            self.ended, self.stopping, self.failure, self.echo = {}, None, None, False
+            if len(self.names) > 1:
+                self.all_ended.clear()
             peers = list(self.peers.values())
         for chan in peers:
-            chan.send(t="stop", reason=reason, node=node)
-        self.on_stop(reason, node)
+            chan.send(t="restart", attempt=attempt, after=after)
+
+    def finish(self, reason, wait):
+        """The run is over: every peer is told, and given `wait` seconds to hang up."""
+        with self.cond:
+            self.over = reason
+            peers = list(self.peers.values())
+        for chan in peers:
+            chan.send(t="over", reason=reason)
+        with self.cond:  # a close before they read it could reset what they were sent
+            self.cond.wait_for(lambda: not self.peers, wait)
+
+    # -- the peers ----------------------------------------------------------------------------
+
+    def _all_ended(self):
+        return all(k in self.ended or k in self.lost for k in range(len(self.names)))
 
     def _admit(self, node, chan, proof):
         """A peer proved itself (the door's thread): follow it in a thread of its own."""
@@ -162,57 +277,123 @@ class Hub:
         except OSError:
             chan.close()
             return
-        with self.lock:
-            old = self.peers.get(node)
-            self.peers[node] = chan
-            self.heard[node] = time.monotonic()
-            stopping = self.stopping
-        if old is not None:
-            old.close()
-        if stopping is not None:  # it joined after the stop: it stops too
-            chan.send(t="stop", reason=stopping[0], node=stopping[1])
         with contextlib.suppress(OSError):  # reset by the peer: the same as its going silent
-            self._follow(node, chan)
+            msgs = iter(chan)
+            join = next(msgs, None)
+            if join is not None and join.get("t") == "join" and self._join(node, chan, join):
+                self._follow(node, chan, msgs)
         # Gone without saying its job ended: its supervisor died or the link broke. A broken
         # link may heal (the peer reconnects); the watchdog decides after link_timeout.
         chan.close()
+        with self.cond:
+            if self.peers.get(node) is chan:
+                del self.peers[node]
+                self.cond.notify_all()
 
-    def _follow(self, node, chan):
-        for msg in chan:
+    def _join(self, node, chan, join):
+        """A peer says which attempt its supervisor started at (since) and which it runs: the
+        spare of a lost node joins in its place; the lost one, come back, is told it is over."""
+        since, attempt = _int(join.get("since")), _int(join.get("attempt"))
+        with self.cond:
+            lost_in = self.lost.get(node)
+            if since < self.since[node] or (lost_in is not None and since <= lost_in):
+                chan.send(t="over", reason="another host took this node's place")
+                return False
+            if lost_in is not None:  # the spare
+                del self.lost[node]
+                self.since[node] = since
+                self.replaced += 1
+            old, self.peers[node] = self.peers.get(node), chan
             self.heard[node] = time.monotonic()
-            if msg.get("t") == "end":
-                self._ended(node, msg.get("status"), msg.get("reason"))
-            elif msg.get("t") == "hb":
+            self.cond.notify_all()
+            over, go, stopping = self.over, self.go, self.stopping
+            current = self.attempt
+        if old is not None:
+            old.close()
+        if over is not None:
+            chan.send(t="over", reason=over)
+        elif go is not None and go[0] > attempt:  # it missed the restart (a broken link)
+            chan.send(t="restart", attempt=go[0], after=go[1])
+        elif stopping is not None and attempt == current:  # it joined after the stop
+            reason, stopped_for, by = stopping
+            chan.send(t="stop", reason=reason, node=stopped_for, attempt=current, by=by)
+        return True
+
+    def _follow(self, node, chan, msgs):
+        for msg in msgs:
+            self.heard[node] = time.monotonic()
+            kind = msg.get("t")
+            if kind == "end":
+                echo = msg.get("echo") is True
+                self._ended(node, msg.get("attempt"), msg.get("status"), msg.get("reason"), echo)
+            elif kind == "halt" and msg.get("status") in protocol.HALT_BY:
+                self.halt(msg["status"], str(msg.get("reason")))
+            elif kind == "hb":
                 chan.send(t="hb")
 
-    def _ended(self, node, status, reason):
-        with self.lock:
-            self.ended.add(node)
-            done = len(self.ended) == len(self.names) - 1
-        if status == "failed":
-            self.stop_all(reason or f"node {node} ({self.names[node]}) failed", node)
-        if done:
-            self.all_ended.set()
+    def _ended(self, node, attempt, status, reason, echo=False):
+        with self.cond:
+            if attempt != self.attempt or node in self.ended or node in self.lost:
+                return  # the end of an earlier attempt, or of a node given up for lost
+            self.ended[node] = (status, reason)
+            failed = status == "failed"
+            if failed and (self.failure is None or (self.echo and not echo)):
+                self.failure, self.echo = (reason or f"{self.names[node]} failed", node), echo
+            if node and all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
+                self.all_ended.set()
+            self.cond.notify_all()
+        if failed:
+            self.stop_all(reason or f"{self.names[node]} failed", node)
 
     def _watch(self):
-        while not self.all_ended.wait(self.beat):
+        """A peer not heard from for link_timeout is lost: the rest stop, and a spare must take
+        its place before another attempt (one lost while idle between attempts too)."""
+        while self.over is None:
+            time.sleep(self.beat)
             now = time.monotonic()
             for node, heard in list(self.heard.items()):
-                if node in self.ended or now - heard <= self.link_timeout:
+                if node in self.lost or now - heard <= self.link_timeout:
                     continue
                 why = (
                     f"node {node} ({self.names[node]}) lost: its supervisor was not heard "
                     f"from for {self.link_timeout:g} s"
                 )
-                self._ended(node, "failed", why)
+                with self.cond:
+                    running = node not in self.ended
+                    self.lost[node] = self.attempt
+                    if running and self.failure is None:
+                        self.failure = (f"{self.names[node]} was lost", node)
+                    if all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
+                        self.all_ended.set()
+                    self.cond.notify_all()
+                if running:
+                    self.stop_all(why, node)
+
+
+def next_step(outcome, attempt, restarts, spares):
+    """What follows an attempt's end (Hub.settle's outcome): None for another attempt, else
+    (the run's status, why it ends here: "" where the status says it all). spares: how many
+    spare hosts are left to take lost nodes' places."""
+    if outcome["status"] != "failed" or outcome["halted"]:
+        return outcome["status"], ""
+    if attempt >= restarts:
+        return "failed", "no restarts left" if restarts else ""
+    if len(outcome["lost"]) > spares:
+        return "failed", "no spare host left to take its place"
+    return None
+
+
+def _int(value):
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class Door:
     """The hub's accept loop: every handshake in one thread, non-blocking, each with one
-    deadline; admit(node, channel, hub's proof) gets the peers that proved themselves."""
+    deadline; admit(node, channel, hub's proof) gets the peers that proved themselves.
+    secrets(node): what a peer of that node may prove it knows."""
 
-    def __init__(self, server, secret, nnodes, admit):
-        self.server, self.secret, self.nnodes, self.admit = server, secret, nnodes, admit
+    def __init__(self, server, secrets, nnodes, admit):
+        self.server, self.secrets, self.nnodes, self.admit = server, secrets, nnodes, admit
         self.pending = {}  # socket -> [deadline, hub nonce, bytes so far], oldest first
         self.sel = selectors.DefaultSelector()
         self.backoff = 0.0
@@ -300,8 +481,11 @@ class Door:
         except (ValueError, IndexError):
             sock.close()
             return
-        session = Session(self.secret, nonce, their_nonce, node)
-        if not hmac.compare_digest(proof, session.peer_proof):
+        for secret in self.secrets(node):
+            session = Session(secret, nonce, their_nonce, node)
+            if hmac.compare_digest(proof, session.peer_proof):
+                break
+        else:
             sock.close()
             return
         chan = Channel(sock, sock.makefile("rb"), session.key, b"hub", b"peer")
@@ -321,17 +505,24 @@ class Door:
 
 
 class HubLink:
-    """A peer's side: connects to the hub, keeps the lease, obeys its stop."""
+    """A peer's side: connects to the hub, keeps the lease, obeys its stop (on_stop(reason,
+    node, by), as the hub's), and hears from it what follows each attempt (`word`). since:
+    the attempt its supervisor started at (a spare joins a run going, before its attempt)."""
 
-    def __init__(self, secret, node, link_timeout, beat, on_stop):
+    def __init__(self, secret, node, link_timeout, beat, on_stop, since=0):
         self.secret, self.node, self.link_timeout, self.beat = secret, node, link_timeout, beat
         self.on_stop = on_stop
+        self.since, self.attempt = since, max(0, since - 1)
+        self.cond = threading.Condition()
         self.chan = None
         self.heard = time.monotonic()
-        self.done = threading.Event()  # our job ended: no more stops to obey
-        self.delivered = threading.Event()  # the hub knows it
-        self.ending = None
+        self.ending = None  # this attempt's end: said (again, after a reconnect) until the next
+        self.halting = None  # a stop that ends the run, said likewise
+        self.delivered = threading.Event()  # the hub was sent our end
+        self.go = None  # (attempt, after): the latest restart the hub said
+        self.over = None  # why no attempt follows here (the hub said so, a halt, the hub lost)
         self.addr = None
+        _thread(self._watch)
 
     def connect(self, addr, port):
         """Start talking to the hub at addr:port (the launcher says where, once known)."""
@@ -340,21 +531,54 @@ class HubLink:
         self.addr = (addr, port)
         self.heard = time.monotonic()
         _thread(self._run)
-        _thread(self._watch)
 
-    def end(self, status, reason):
+    def begin(self, attempt):
+        """Our job of `attempt` is starting."""
+        with self.cond:
+            self.attempt, self.ending = attempt, None
+            self.delivered.clear()
+
+    def end(self, status, reason, echo=False):
         """Our job ended: say so (now, or once connected), so the hub need not wait for us."""
-        self.ending = {"t": "end", "status": status, "reason": reason}
-        self.done.set()
+        if self.addr is None:  # the hub's address may still come: a lease from now
+            self.heard = time.monotonic()
+        self.ending = {"t": "end", "attempt": self.attempt, "status": status, "reason": reason,
+                       "echo": echo}  # fmt: skip
+        self._say(self.ending, self.delivered)
+
+    def halt(self, status, reason):
+        """No attempt follows, here or anywhere (a user's stop, a lease): the hub is told, and
+        says `over` once every node's job has ended (leaving before it could reset the end
+        we sent)."""
+        self.halting = {"t": "halt", "status": status, "reason": reason}
+        self._say(self.halting)
+
+    def word(self):
+        """Once our job ended: the hub's word on what follows: (attempt, after) to start, or
+        None: the run is over here (the hub said so, a halt, or the hub was lost)."""
+        with self.cond:
+            self.cond.wait_for(
+                lambda: self.over is not None or (self.go is not None and self.go[0] > self.attempt)
+            )
+            return None if self.over is not None else self.go
+
+    def _say(self, msg, sent=None):
         chan = self.chan
-        if chan is not None and chan.send(**self.ending):
-            self.delivered.set()
+        if chan is not None and chan.send(**msg) and sent is not None:
+            sent.set()
+
+    def _over(self, reason):
+        with self.cond:
+            if self.over is None:
+                self.over = reason
+            self.cond.notify_all()
 
     def _run(self):
-        while not self.delivered.is_set():
+        while self.over is None:
             with contextlib.suppress(OSError, ValueError, IndexError, RuntimeError):
                 self._session()
-            time.sleep(RETRY_S)  # the hub is gone or unreachable: the watchdog decides
+            if self.over is None:
+                time.sleep(RETRY_S)  # the hub is gone or unreachable: the watchdog decides
 
     def _session(self):
         deadline = time.monotonic() + HANDSHAKE_S
@@ -365,18 +589,33 @@ class HubLink:
             sock.close()
             raise
         self.chan = chan
-        if self.ending is not None and chan.send(**self.ending):
-            self.delivered.set()
-            return  # left open: a close with the hub's words unread would reset what we sent
         try:
+            chan.send(t="join", since=self.since, attempt=self.attempt)
+            for msg in (self.halting, self.ending):
+                if msg is not None:
+                    self._say(msg, self.delivered if msg is self.ending else None)
             _thread(self._beat, chan)
             for msg in chan:
                 self.heard = time.monotonic()
-                if msg.get("t") == "stop":
-                    self.on_stop(msg.get("reason") or "the run's hub said stop", msg.get("node"))
+                self._heard(msg)
+                if self.over is not None:
+                    return
         finally:
             self.chan = None
             chan.close()
+
+    def _heard(self, msg):
+        kind = msg.get("t")
+        if kind == "stop" and msg.get("attempt") == self.attempt:
+            why = msg.get("reason") or "the run's hub said stop"
+            self.on_stop(why, msg.get("node"), msg.get("by"))
+        elif kind == "restart" and isinstance(msg.get("attempt"), int):
+            with self.cond:
+                if self.go is None or msg["attempt"] > self.go[0]:
+                    self.go = (msg["attempt"], str(msg.get("after") or ""))
+                self.cond.notify_all()
+        elif kind == "over":
+            self._over(str(msg.get("reason") or "the run is over"))
 
     def _handshake(self, sock, deadline):
         """The hub's nonce; our node, nonce and proof; the hub's proof, or not the hub."""
@@ -398,19 +637,26 @@ class HubLink:
         return Channel(sock, f, session.key, b"peer", b"hub")
 
     def _beat(self, chan):
-        while self.chan is chan and not self.done.is_set():
+        while self.chan is chan and self.over is None:
             chan.send(t="hb")
             time.sleep(self.beat)
 
     def _watch(self):
-        while not self.done.wait(self.beat):
-            if time.monotonic() - self.heard > self.link_timeout:
-                self.on_stop(
-                    "lost the run's hub (node 0's supervisor): not heard from for "
-                    f"{self.link_timeout:g} s",
-                    0,
-                )
-                return
+        """The hub not heard from for link_timeout: our job stops, and no attempt follows here.
+        Before the launcher says where the hub is, only an idle node waits that long."""
+        while self.over is None:
+            time.sleep(self.beat)
+            if time.monotonic() - self.heard <= self.link_timeout:
+                continue
+            if self.addr is None and self.ending is None:
+                continue  # running, and the hub's address yet to come: not ours to judge
+            why = (
+                "lost the run's hub (node 0's supervisor): not heard from for "
+                f"{self.link_timeout:g} s"
+            )
+            self.on_stop(why, 0)
+            self._over(why)
+            return
 
 
 def _listen(bind):

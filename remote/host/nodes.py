@@ -7,6 +7,7 @@ Ops of the agent (remote/host/agent.py):
   attach  relay a running node's stream; if its supervisor is gone, serve what its spool kept
   sweep   stop what is left of a node by its tags (its supervisor died)
   status  the state of some runs' nodes on this host
+  port    a free TCP port (job.master_port: auto)
 
 The supervisor is a fresh interpreter, not a fork of the agent: the agent runs threads, and a
 fork would inherit whatever lock one of them held. Its stream is reached through its Unix socket
@@ -41,7 +42,7 @@ def start(ch, req, code_dir, sources):
         spec = protocol.spec(spec)
     except protocol.SpecError as exc:
         return _error(ch, "this host's ddptui does not understand the launcher's: {}".format(exc))
-    ndir = state.node_dir(spec["run_id"], spec["node"])
+    ndir = state.node_dir(spec["run_id"], spec["node"], spec["attempt"])
     try:
         state.private_dirs(os.path.dirname(ndir))
         os.mkdir(ndir, 0o700)  # fresh: a directory already there is not ours to reuse
@@ -97,7 +98,7 @@ def _spawn(ndir, spec, code_dir):
 
 
 def attach(ch, req, *_):
-    ndir = state.node_dir(req["run_id"], req["node"])
+    ndir = state.node_dir(req["run_id"], req["node"], req.get("since", 0))
     if not os.path.isdir(ndir):
         return _error(ch, "no such run on this host ({})".format(ndir))
     relay(ch, ndir)
@@ -165,7 +166,7 @@ def replay(ch, ndir):
     daemon.send_spool(ch.data, spool, offset, hello, 1.0, threading.Event())
 
 
-# -- sweep, status -------------------------------------------------------------------------------
+# -- sweep, status, port -------------------------------------------------------------------------
 
 
 def sweep(ch, req, *_):
@@ -183,10 +184,12 @@ def sweep(ch, req, *_):
 
 
 def status(ch, req, *_):
-    """{run_id: {node: state}} for [run_id, node] pairs; `alive` when its supervisor answers."""
+    """{run_id: {node: state}} for [run_id, node(, since)] items; `alive` when its supervisor
+    answers."""
     found = {}
-    for run_id, node in req["nodes"]:
-        ndir = state.node_dir(run_id, node)
+    for item in req["nodes"]:
+        run_id, node = item[0], item[1]
+        ndir = state.node_dir(run_id, node, item[2] if len(item) > 2 else 0)
         got = state.read_state(ndir)
         if got:
             sock = connect(ndir)
@@ -195,3 +198,10 @@ def status(ch, req, *_):
                 sock.close()
         found.setdefault(run_id, {})[str(node)] = got or None
     ch.answer({"t": "status", "runs": found})
+
+
+def free_port(ch, req, *_):
+    """A port nobody listens on now, as the kernel picks one (job.master_port: auto)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        ch.answer({"t": "port", "port": s.getsockname()[1]})

@@ -215,15 +215,18 @@ def _changes_sha256(top: str, changed: list[str]) -> str | None:
     return digest.hexdigest()
 
 
-def port_info(port: int) -> dict[str, Any]:
-    """Whether the master's rendezvous port can be bound, the way torchrun's store binds it."""
+def port_info(port: int | str) -> dict[str, Any]:
+    """Whether the master's rendezvous port can be bound, the way torchrun's store binds it;
+    `auto`: one the kernel picks, free now (job.master_port: auto)."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", port))
-    except OSError as exc:
-        return {"port": port, "free": False, "error": exc.strerror or str(exc)}
-    return {"port": port, "free": True}
+            s.bind(("", 0 if port == "auto" else int(port)))
+            got = s.getsockname()[1]
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else None
+        return {"port": port, "free": False, "error": why or str(exc)}
+    return {"port": got, "free": True, "auto": port == "auto"}
 
 
 def find_py_spy() -> str | None:

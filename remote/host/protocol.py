@@ -19,6 +19,7 @@ serves ops, each on a channel the launcher opens with a JSON request `{"op": OP,
   flight     the run's traces analysed by torch, on this host     data in, one answer
   sweep      stop what is left of a node by its tags               one answer
   status     the state of some runs' nodes on this host            one answer
+  port       a free TCP port on this host (job.master_port: auto)  one answer
 
 Channel 0 carries the agent's own words: HELLO first, PONG to each PING, and LEASE from the
 launcher (seconds of silence after which the agent leaves).
@@ -45,7 +46,10 @@ STACKS = "stacks"
 FLIGHT = "flight"
 SWEEP = "sweep"
 STATUS = "status"
-OPS = (PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS)
+PORT = "port"
+OPS = (
+    PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
+)  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------
 
@@ -57,11 +61,15 @@ AGENT_LEASE_S = 60.0  # until the launcher says otherwise
 
 # -- a node's stream (spool meta records and out-of-band control, remote/host/daemon.py) --------
 
-STARTED = "started"  # {pid, hostname, ifname, hub_port, mode, ranks}
+STARTED = "started"  # {pid, hostname, ifname, hub_port, mode, ranks, attempt}
 RANKS = "ranks"  # {ranks, world}: only the run reveals them (c10d, spawn, Lightning)
 STOPPING = "stopping"  # {by, reason, node}
-EXIT = "exit"  # {code, stopped, by, reason, node, survivors, first}
-ERROR = "error"  # {msg}: the node could not start
+EXIT = "exit"  # {code, stopped, by, reason, node, survivors, attempt}
+ERROR = "error"  # {msg, attempt}: the node could not start (its job, or its supervisor)
+# node 0's stream only: the run's hub speaks
+RESTART = "restart"  # {attempt, of, after, node, delay, replace}: the next attempt is coming
+NOTIFY = "notify"  # {event, status, message, wanted}: something happened (job.notify)
+NOTIFY_FAILED = "notify-failed"  # {event, error}: the notify command failed (nothing changes)
 TRIMMED = "trimmed"  # meta {bytes, max}; control {missed, at}
 MODE = "mode"  # {mode}: attached or detached
 # control frames only
@@ -73,14 +81,33 @@ EOF = "eof"  # {end}: the stream is complete
 BY_LAUNCHER = "launcher"  # a launcher said stop
 BY_PEER = "peer"  # the run's hub said stop (another node failed or was lost)
 BY_LEASE = "lease"  # no launcher heard from for link_timeout
+HALT_BY = {"stopped": BY_LAUNCHER, "lost": BY_LEASE}  # stops that end a run: none follows
 
 # Launcher to a node's supervisor: text lines on its stream.
 SAY_HELLO = "hello"  # hello OFFSET: resume the spool there
 SAY_PING = "ping"
-SAY_STOP = "stop"
+SAY_STOP = "stop"  # stop [failure]: a user's stop ends the run; `failure`: this attempt only
+SAY_STOP_FAILURE = "failure"
 SAY_DETACH = "detach"
 SAY_ATTACH = "attach"
 SAY_HUB = "hub"  # hub ADDR PORT: where the run's hub listens
+SAY_REPLACE = "replace"  # replace NODE TICKET: node 0: a spare comes for NODE, proving TICKET
+SAY_NO_SPARE = "nospare"  # nospare WHY...: node 0: no spare can replace the lost: the run ends
+SAY_NOTIFY = "notify"  # notify EVENT MESSAGE...: node 0: tell job.notify (a hang the launcher saw)
+
+# -- restarts and word of them (job.restarts, job.notify) ---------------------------------------
+
+RESTART_DELAY_MAX = 300.0  # the doubling delay between attempts stops here (unless set above)
+NOTIFY_EVENTS = ("failed", "succeeded", "lost", "stopped", "restarted", "hang")
+NOTIFY_DEFAULT = ("failed", "lost", "stopped", "restarted", "hang")
+NOTIFY_TIMEOUT = 30.0  # seconds a notify command may run
+
+
+def restart_delay(first: float, attempt: int) -> float:
+    """The wait before attempt `attempt` (1: the first restart): doubling from `first`, at most
+    RESTART_DELAY_MAX (or `first`, when set above it)."""
+    return min(max(first, RESTART_DELAY_MAX), first * 2.0 ** max(0, attempt - 1))
+
 
 # -- a node's spec (START) ----------------------------------------------------------------------
 
@@ -110,6 +137,11 @@ SPEC_DEFAULTS = {
     "link_timeout": 60.0,
     "spool_max": 1 << 30,
     "detached": False,
+    "attempt": 0,  # the attempt this supervisor starts at (a spare: the one it joins)
+    "restarts": 0,  # attempts after the first, at most (job.restarts)
+    "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
+    "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
+    "notify": None,  # node 0: {command, events} (job.notify)
 }
 
 

@@ -47,7 +47,7 @@ def dump(spec: dict[str, Any]) -> dict[str, Any]:
     """spec: {run_id, node, nnodes, native, stacks (bool), flight_wait (seconds; 0: no
     flight recorder)}."""
     found: dict[str, Any] = {"hostname": socket.gethostname(), "ranks": {}, "problem": None}
-    node = state.read_state(state.node_dir(spec["run_id"], spec["node"]))
+    node = state.read_state(state.node_dir(spec["run_id"], spec["node"], spec.get("since", 0)))
     by_pid = {}
     if node.get("pid") and node.get("status") in ("starting", "running"):
         tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(spec["node"])}
@@ -226,7 +226,9 @@ def analyse(ch: Any, req: dict[str, Any]) -> None:
     with this host's python, in a fresh directory under the node's private one; the verdict
     goes back as text. The pickles it reads are written here, from that JSON."""
     traces = json.loads(ch.read_all(TRACE_MAX * 8))
-    where = tempfile.mkdtemp(prefix="flight-", dir=state.node_dir(req["run_id"], req["node"]))
+    where = tempfile.mkdtemp(
+        prefix="flight-", dir=state.node_dir(req["run_id"], req["node"], req.get("since", 0))
+    )
     try:
         for rank, trace in traces.items():
             path = os.path.join(where, TRACE + str(int(rank)))

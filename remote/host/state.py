@@ -2,6 +2,8 @@
 
     <state>/ddptui/code/<hash>/ddph/     the host code, as shipped (remote/shipper.py)
     <state>/ddptui/runs/<run id>/n<k>/   a node's supervisor: spool, socket, state.json, log
+    <state>/ddptui/runs/<run id>/n<k>-a<n>/  the same, of a spare that took node k's place at
+                                         attempt n
 
 <state> is $XDG_STATE_HOME, else ~/.local/state. Every level ddptui makes is 0700 and must be
 this user's own: a directory another user can write to is refused, never used.
@@ -31,8 +33,11 @@ def runs_dir():
     return os.path.join(state_root(), "runs")
 
 
-def node_dir(run_id, node):
-    return os.path.join(runs_dir(), run_id, "n{}".format(node))
+def node_dir(run_id, node, since=0):
+    """`n1`; a spare that took node 1's place at attempt 2, `n1-a2` (a shared home holds
+    both). This module runs alone at the boot, before the package is there: no imports."""
+    name = "n{}".format(node) if not since else "n{}-a{}".format(node, since)
+    return os.path.join(runs_dir(), run_id, name)
 
 
 def private_dirs(path):

@@ -22,7 +22,7 @@ class Stops:
         self.said: list[tuple[str, int | None]] = []
         self.event = threading.Event()
 
-    def __call__(self, reason: str, node: int | None) -> None:
+    def __call__(self, reason: str, node: int | None, by: str | None = None) -> None:
         self.said.append((reason, node))
         self.event.set()
 
@@ -230,3 +230,100 @@ def test_a_peer_obeys_no_hub_that_cannot_prove_itself() -> None:
         sock.close()
     assert not stops.event.wait(0.5)
     impostor.close()
+
+
+# -- attempts (job.restarts) ------------------------------------------------------------------
+
+
+def outcome(status: str = "failed", lost: tuple[int, ...] = (), halted: bool = False) -> dict:
+    return {"status": status, "reason": "why", "node": 1, "lost": list(lost), "halted": halted}
+
+
+@pytest.mark.parametrize(
+    ("out", "attempt", "restarts", "spares", "want"),
+    [
+        (outcome("succeeded"), 0, 3, 0, ("succeeded", "")),
+        (outcome("stopped", halted=True), 0, 3, 0, ("stopped", "")),
+        (outcome("lost", halted=True), 0, 3, 0, ("lost", "")),
+        (outcome(), 0, 0, 0, ("failed", "")),
+        (outcome(), 2, 2, 0, ("failed", "no restarts left")),
+        (outcome(), 1, 2, 0, None),
+        (outcome(lost=(1,)), 0, 1, 1, None),
+        (outcome(lost=(1, 2)), 0, 1, 1, ("failed", "no spare host left to take its place")),
+    ],
+)
+def test_what_follows_an_attempt(
+    out: dict, attempt: int, restarts: int, spares: int, want: object
+) -> None:
+    assert hubmod.next_step(out, attempt, restarts, spares) == want
+
+
+def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
+    h, _ = hub(3)
+    links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    links[0].end("failed", "rank 3 failed on node1")
+    links[1].end("stopped", "stopped by the hub")
+    h.own_end("stopped", "stopped by the hub")
+    out = h.settle()
+    assert (out["status"], out["reason"], out["node"], out["lost"]) == (
+        "failed", "rank 3 failed on node1", 1, [],
+    )  # fmt: skip
+    h.restart(1, "rank 3 failed on node1")
+    assert [link.word() for link in links] == [(1, "rank 3 failed on node1")] * 2
+    for link in links:
+        link.begin(1)
+        link.end("succeeded", None)
+    h.own_end("succeeded", None)
+    assert h.settle()["status"] == "succeeded"
+    h.finish("every rank succeeded", 5)
+    assert [link.word() for link in links] == [None, None]  # over: they leave
+
+
+def test_a_halt_ends_the_wait_for_the_next_attempt() -> None:
+    h, _ = hub(2)
+    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link.connect("127.0.0.1", h.port)
+    link.halt("stopped", "stopped from the launcher")
+    assert not h.wait_quiet(5)  # cut short at once
+    assert h.halted == ("stopped", "stopped from the launcher")
+
+
+def test_a_spare_proves_its_ticket_and_the_lost_node_is_told_it_is_over() -> None:
+    h, stops = hub(2, timeout=0.6)
+    assert stops.event.wait(3)  # node 1 never came: lost
+    h.own_end("stopped", "node 1 lost")
+    out = h.settle()
+    assert out["lost"] == [1] and out["reason"] == "node1 was lost"
+    h.expect(1, "t1cket")
+    spare = HubLink("t1cket", 1, 5.0, 0.1, Stops(), since=1)
+    spare.connect("127.0.0.1", h.port)
+    assert h.wait_replaced() is None and h.replaced == 1
+    old = HubLink(SECRET, 1, 5.0, 0.1, Stops())  # the lost node's supervisor, come back
+    old.connect("127.0.0.1", h.port)
+    assert old.word() is None and old.over == "another host took this node's place"
+    h.restart(1, "node1 was lost")
+    assert spare.word() == (1, "node1 was lost")
+    stranger = HubLink("guess", 1, 5.0, 0.1, Stops(), since=1)
+    stranger.connect("127.0.0.1", h.port)
+    time.sleep(0.3)
+    assert h.peers[1] is not None and stranger.chan is None
+
+
+def test_no_spare_ends_the_wait() -> None:
+    h, stops = hub(2, timeout=0.6)
+    assert stops.event.wait(3)
+    h.give_up("spare node2 not used: no torch")
+    assert h.wait_replaced() == "spare node2 not used: no torch"
+
+
+def test_a_failure_of_its_own_is_the_cause_over_a_peers_echo() -> None:
+    """rank 2 died of rank 1's death (its peer gone) and said so first: rank 1 is the cause."""
+    h, _ = hub(2)
+    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link.connect("127.0.0.1", h.port)
+    link.end("failed", "rank 2 failed on node1", echo=True)
+    time.sleep(0.3)
+    h.own_end("failed", "rank 1 failed on node0")
+    assert h.settle()["reason"] == "rank 1 failed on node0"

@@ -16,15 +16,15 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from runtools import run_job
 
 from remote import inventory
-from remote.events import Event, LogBatch, Notice, RunFinished
+from remote.events import Event, LogBatch, Notice
 from remote.host import procs
 from remote.run import Run
 
@@ -52,21 +52,6 @@ def local_inventory(tmp: Path, script: str, *args: str, **job: Any) -> inventory
     }
     (tmp / "inventory.yaml").write_text(yaml.safe_dump(doc))
     return inventory.load(tmp / "inventory.yaml")
-
-
-async def run_job(
-    inv: inventory.Inventory, tmp: Path, until: Callable[[Run, list[Event]], None] | None = None
-) -> tuple[RunFinished, list[Event]]:
-    events: list[Event] = []
-
-    def emit(event: Event) -> None:
-        events.append(event)
-        if until is not None:
-            until(run, events)
-
-    run = Run(inv, emit, run_dir=tmp / "run", checks=False)
-    fin = await asyncio.wait_for(run.execute(), 60)
-    return fin, events
 
 
 def pids_with_arg(marker: str) -> list[int]:

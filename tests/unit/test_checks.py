@@ -300,3 +300,17 @@ def test_login_notices_are_warnings() -> None:
     h = probe.parse(HOSTS[1], found(), connect_s=0.1, master_addr="10.0.0.11", ssh_notices=[text])
     assert not_ok(h) == [("warning", "ssh")]
     assert [f.message for f in h.findings if f.level == "warning"] == [text]
+
+
+def test_a_spare_that_fails_a_check_is_named_and_never_stops_a_launch() -> None:
+    spare = checks.as_spare(checked(3, found(ifname=None)))
+    assert not_ok(spare) == [("warning", "route")]
+    assert message(spare, "route") == "spare not usable: no route to the master 10.0.0.11"
+    assert message(spare, "spare") == "a spare: out of the run until a host is lost"
+    assert checks.done([checked(0, found()), spare]).ok
+
+
+def test_a_master_port_picked_by_node_0_is_said_so() -> None:
+    h = checked(0, found(port={"port": 41234, "free": True, "auto": True}))
+    assert h.facts["port"] == 41234 and h.facts["port_auto"]
+    assert message(h, "port") == "port 41234 is free (picked: job.master_port is auto)"

@@ -42,3 +42,7 @@ def test_unfold_refuses(pattern: str) -> None:
 def test_fold_and_unfold_agree(prefix: str, numbers: list[int], width: int) -> None:
     names = [f"{prefix}{n:0{width}d}" for n in sorted(numbers)]
     assert fold.unfold(fold.hosts(names)) == names
+
+
+def test_a_list_of_ranges_splits_between_them() -> None:
+    assert fold.split("node[1-3,7], gpu07,,x") == ["node[1-3,7]", "gpu07", "x"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -174,6 +175,11 @@ def test_new_job_keys_have_defaults() -> None:
         ("  hang_after: 0", ["job.hang_after", "greater than 0"]),
         ("  hang_after: .inf", ["job.hang_after", "finite"]),
         ("  args: [--epochs, null]", ["job.args[1]", "string"]),
+        ("  restarts: -1", ["job.restarts", "greater than or equal to 0"]),
+        ("  restart_delay: -1", ["job.restart_delay", "greater than or equal to 0"]),
+        ("  notify: {command: x, on: [failed]}", ["job.notify", "`on:` reads as `true`"]),
+        ("  notify: {command: x, events: [oops]}", ["job.notify.events[0]", "'failed'"]),
+        ("  notify: {events: [failed]}", ["job.notify.command", "required"]),
         ('  args: [--name, "a\\0b"]', ["job.args[1]", "NUL byte"]),
     ],
 )
@@ -374,3 +380,86 @@ def test_the_job_runs_on_the_images_python() -> None:
     built = plan.build(inv, run_id="r", addrs=["10.0.0.1", "10.0.0.2", "10.0.0.3"], nprocs=[1] * 3)
     assert [n.argv[0] for n in built.nodes] == ["/opt/conda/bin/python"] * 3
     assert inv.hosts[0].python == "/usr/bin/python3"  # the host's, for ddptui's own part
+
+
+# -- restarts, spares, exclusions ------------------------------------------------------------
+
+SPARES = """\
+defaults: {user: root, workdir: /srv/p}
+hosts:
+  - host: gpu[01-03]
+  - host: gpu04
+    skip: true
+  - host: gpu[05-06]
+    spare: true
+  - host: gpu07
+job:
+  script: t.py
+  restarts: 3
+  restart_delay: 0
+  master_port: auto
+  notify: {command: "curl -d @- https://chat.example/hook"}
+"""
+
+
+def test_spares_wait_after_the_nodes_and_skipped_hosts_are_not_listed() -> None:
+    inv = parse(SPARES)
+    assert [(h.name, h.node_rank) for h in inv.hosts] == [
+        ("gpu01", 0), ("gpu02", 1), ("gpu03", 2), ("gpu07", 3),
+    ]  # fmt: skip
+    assert [(h.name, h.node_rank) for h in inv.spares] == [("gpu05", 4), ("gpu06", 5)]
+    assert inv.everyone == inv.hosts + inv.spares == inv.hosts + inv.usable_spares
+    job = inv.job
+    assert (job.restarts, job.restart_delay, job.master_port) == (3, 0, "auto")
+    assert job.notify is not None and job.notify.events == list(inventory.NOTIFY_DEFAULT)
+    assert "succeeded" not in job.notify.events
+
+
+def test_a_run_needs_a_host_that_is_no_spare() -> None:
+    text = SPARES.replace("  - host: gpu[01-03]\n", "").replace("  - host: gpu07\n", "")
+    err = error(text)
+    assert "every host is a spare or skipped" in str(err) and err.line == 2
+
+
+def test_exclude_closes_the_node_ranks_up() -> None:
+    inv = inventory.without(parse(SPARES), "gpu02,gpu[05,07]")
+    assert [(h.name, h.node_rank) for h in inv.hosts] == [("gpu01", 0), ("gpu03", 1)]
+    assert [(h.name, h.node_rank) for h in inv.spares] == [("gpu06", 2)]
+    assert inv.excluded == ("gpu02", "gpu07", "gpu05")  # nodes first, then spares
+    by_address = inventory.without(parse(GOOD), "10.0.0.11")
+    assert [h.name for h in by_address.hosts] == ["gpu-b", "here"]
+
+
+@pytest.mark.parametrize(
+    ("hosts", "words"),
+    [
+        ("gpu09", "no host 'gpu09'"),
+        ("gpu04", "no host 'gpu04'"),  # skipped: not in the run to leave out
+        ("gpu[01-03,07]", "leaves no host to run on"),
+        ("gpu[3-1]", "goes backwards"),
+    ],
+)
+def test_exclude_mistakes_are_one_line(hosts: str, words: str) -> None:
+    with pytest.raises(InventoryError, match=re.escape(words)):
+        inventory.without(parse(SPARES), hosts)
+
+
+def test_a_spare_takes_a_lost_nodes_place_and_rank() -> None:
+    inv = inventory.swap_in(parse(SPARES), 1, "gpu05", since=2)
+    assert [(h.name, h.node_rank, h.since) for h in inv.hosts] == [
+        ("gpu01", 0, 0), ("gpu05", 1, 2), ("gpu03", 2, 0), ("gpu07", 3, 0),
+    ]  # fmt: skip
+    assert [h.name for h in inv.spares] == ["gpu02", "gpu06"]  # the fleet's slots kept
+    assert [h.name for h in inv.usable_spares] == ["gpu06"]  # a lost host is never a spare
+    with pytest.raises(InventoryError, match="no spare 'gpu02'"):
+        inventory.swap_in(inv, 2, "gpu02", since=3)
+
+
+def test_a_synced_spare_needs_a_workdir() -> None:
+    text = SPARES.replace("defaults: {user: root, workdir: /srv/p}", "defaults: {user: root}")
+    text = text.replace("  - host: gpu07", "  - host: gpu07\n    workdir: /w").replace(
+        "  - host: gpu[01-03]", "  - host: gpu[01-03]\n    workdir: /w"
+    )
+    assert parse(text).spares
+    with pytest.raises(InventoryError, match=r"hosts\[4\] \(gpu05\) has none"):
+        parse(text.replace("job:\n", "job:\n  sync: true\n"))

@@ -63,6 +63,28 @@ def test_every_op_is_served() -> None:
         ({"t": "trimmed", "bytes": 10, "max": 20}, nodemsg.Trimmed(10, 20, 0)),
         ({"t": "trimmed", "missed": 5, "at": 100}, nodemsg.Trimmed(0, 0, 5)),
         ({"t": "mode", "mode": "detached"}, nodemsg.Mode("detached")),
+        (
+            {"t": "started", "pid": 7, "ranks": [2], "attempt": 1},
+            nodemsg.Started(7, "", None, None, "attached", (2,), 1),
+        ),
+        (
+            {"t": "exit", "code": 1, "attempt": 2},
+            nodemsg.Exit(1, False, None, None, None, (), 2),
+        ),
+        (
+            {"t": "restart", "attempt": 1, "of": 3, "after": "rank 3 failed on node1",
+             "node": 1, "delay": 10, "replace": [1]},
+            nodemsg.Restart(1, 3, "rank 3 failed on node1", 1, 10.0, (1,)),
+        ),
+        (
+            {"t": "notify", "event": "lost", "status": "waiting", "message": "node1 was lost",
+             "wanted": True},
+            nodemsg.Notify("lost", "waiting", "node1 was lost", True),
+        ),
+        (
+            {"t": "notify-failed", "event": "failed", "error": "exit 7"},
+            nodemsg.NotifyFailed("failed", "exit 7"),
+        ),
         ({"t": "hb"}, None),
         ({"t": "something newer"}, None),
     ],
@@ -80,6 +102,11 @@ def test_messages_become_typed_values(msg: dict[str, object], want: object) -> N
         {"t": "ranks"},
         {"t": "exit", "code": 1.5},
         {"t": "mode"},
+        {"t": "exit", "code": 1, "attempt": "1"},
+        {"t": "restart", "attempt": 1, "of": 2, "delay": -1},
+        {"t": "restart", "attempt": 1, "of": 2, "delay": float("nan")},
+        {"t": "restart", "attempt": 1},
+        {"t": "notify"},
     ],
 )
 def test_a_message_that_does_not_hold_is_garbage(msg: dict[str, object]) -> None:
@@ -90,3 +117,18 @@ def test_a_message_that_does_not_hold_is_garbage(msg: dict[str, object]) -> None
 def test_texts_are_bounded() -> None:
     got = nodemsg.parse({"t": "error", "msg": "x" * 100_000})
     assert isinstance(got, nodemsg.StartError) and len(got.msg) == nodemsg.TEXT_MAX
+
+
+def test_the_delay_between_attempts_doubles_up_to_five_minutes() -> None:
+    assert [protocol.restart_delay(10, k) for k in (1, 2, 3, 6, 20)] == [10, 20, 40, 300, 300]
+    assert protocol.restart_delay(0, 4) == 0
+    assert protocol.restart_delay(600, 3) == 600  # set above the cap: as set
+
+
+def test_the_inventorys_notify_events_are_the_hosts() -> None:
+    from typing import get_args
+
+    from remote import inventory
+
+    assert set(get_args(inventory.NotifyEvent)) == set(protocol.NOTIFY_EVENTS)
+    assert inventory.NOTIFY_DEFAULT == protocol.NOTIFY_DEFAULT

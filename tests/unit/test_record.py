@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import resource
@@ -13,7 +14,15 @@ from pathlib import Path
 import pytest
 
 from remote import inventory, runs
-from remote.events import LogBatch, RunFinished, RunStarted
+from remote.events import (
+    AttemptResult,
+    Failure,
+    LogBatch,
+    RunFinished,
+    RunRestarting,
+    RunStarted,
+    from_json,
+)
 from remote.record import Recorder, RunDirError, usable_dir
 
 
@@ -193,3 +202,72 @@ def test_a_run_dir_others_may_write_is_not_recorded_in(tmp_path: Path) -> None:
     (tmp_path / "run").chmod(0o722)
     with pytest.raises(runs.RunError, match="others may write to it"):
         runs.resolve(str(tmp_path / "run"))  # an attach would act on its inventory copy
+
+
+def test_the_summary_has_every_attempt_and_attach_finds_a_spares_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """job.restarts: summary.json's attempts; run.json's exclusions and replacements give an
+    attach the run's hosts as they are now."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    text = (
+        "hosts: [{host: a}, {host: b}, {host: x}, {host: 's[1-2]', spare: true}]\n"
+        "job: {script: t.py}\n"
+    )
+    inv = inventory.without(inventory.parse(text, tmp_path / "inv.yaml"), "x")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    runs.register(run_dir, "r1", inv)
+    runs.replaced(run_dir, 1, "s1", 2)
+    again = runs.read(run_dir).inventory()
+    assert [(h.name, h.node_rank, h.since) for h in again.hosts] == [("a", 0, 0), ("s1", 1, 2)]
+    assert [h.name for h in again.usable_spares] == ["s2"]
+    rec = Recorder(run_dir / "logs")
+    rec(RunStarted("r1", str(run_dir), ("a", "b"), 2, "torchrun"))
+    lost = Failure("b", None, None, "b was lost", seen_at=3.0)
+    attempts = (AttemptResult(0, 1.0, 3.0, "failed", lost), AttemptResult(1, 5.0, 9.0, "succeeded"))
+    rec(RunFinished("succeeded", 0, 8.0, None, (), attempts))
+    rec.close()
+    summary = json.loads((run_dir / "logs" / "summary.json").read_text())
+    assert summary["attempts"] == [
+        {"attempt": 0, "started": 1.0, "finished": 3.0, "status": "failed",
+         "failure": {**dataclasses.asdict(lost), "traceback": []}},
+        {"attempt": 1, "started": 5.0, "finished": 9.0, "status": "succeeded", "failure": None},
+    ]  # fmt: skip
+    event = RunFinished("succeeded", 0, 8.0, None, (), attempts)
+    assert from_json(event.to_json()) == event
+    restarting = RunRestarting(1, 3, "b was lost", 10.0, ("b",))
+    assert from_json(restarting.to_json()) == restarting
+    assert restarting.text() == (
+        "restarting once a spare host takes b's place (in 10 s at the earliest): "
+        "attempt 2 of 3 (after b was lost)"
+    )
+
+
+def test_a_spares_spool_is_read_from_its_first_byte(tmp_path: Path) -> None:
+    rec = Recorder(tmp_path / "run")
+    rec.checkpoint({0: 100, 1: 200})
+    rec.close()
+    again = Recorder(tmp_path / "run", resume=True)
+    assert again.stored == {0: 100, 1: 200} and again.since == {0: 0, 1: 0}
+    again.new_stream(1, 2)  # a spare in node 1's place from attempt 2: its own spool
+    again.checkpoint({0: 150, 1: 40})
+    again.close()
+    nodes = json.loads((tmp_path / "run" / "offsets.json").read_text())
+    assert (nodes["1"]["offset"], nodes["1"]["since"], nodes["0"]["offset"]) == (40, 2, 150)
+
+
+def test_the_history_counts_attempts_and_names_a_run_waiting_for_a_spare(tmp_path: Path) -> None:
+    from tui.text import run_cells, run_row
+
+    waiting = {"alive": True, "attempt": 0, "waiting": ["node1"], "status": "waiting"}
+    status, detail = runs.judge({0: waiting, 1: None})
+    assert status == "running" and detail.startswith("node1 lost: waiting for `ddptui attach`")
+    record = runs.RunRecord(
+        "r1", tmp_path, {"hosts": ["node0"]}, None, status, detail, {0: waiting}
+    )
+    assert run_row(record)["attempts"] == 1
+    done = {"attempts": [{"attempt": 0}, {"attempt": 1}], "status": "succeeded"}
+    record = runs.RunRecord("r2", tmp_path, {"hosts": ["node0"]}, done, "succeeded")
+    assert run_row(record)["attempts"] == 2
+    assert run_cells(run_row(record))[1] == "succeeded (2 attempts)"

@@ -3,9 +3,9 @@ outcome, from what the nodes said. Pure: no hosts."""
 
 from __future__ import annotations
 
-from remote.events import Failure
+from remote.events import AttemptResult, Failure
 from remote.nodemsg import Exit, StartError
-from remote.verdict import NodeEnding, Tracebacks, Verdict
+from remote.verdict import Attempts, NodeEnding, Tracebacks, Verdict
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
 
@@ -113,3 +113,57 @@ def test_outcome_before_any_node() -> None:
     assert Verdict().outcome([refused])[:3] == ("failed", 1, refused)
     assert Verdict().outcome([refused], unreachable=True)[:2] == ("unreachable", 3)
     assert Verdict().outcome(detached=True)[:2] == ("detached", 0)
+
+
+# -- attempts (job.restarts) --------------------------------------------------------------------
+
+
+def test_the_run_is_its_last_attempts_and_each_attempt_is_kept() -> None:
+    a = Attempts()
+    assert not a.seen(0, 10.0) and not a.seen(0, 11.0)
+    own = Failure("node1", 3, 1, "RuntimeError: once", seen_at=12.0)
+    assert ended(a.of(0), "node1", exit_(1), tracebacks=tracebacks_of(own)).state == "failed"
+    a.of(0).stop("failure", 12.5)
+    a.seen(0, 13.0)
+    assert a.seen(1, 20.0)  # a new attempt: its verdict starts afresh
+    assert a.verdict is a.of(1) and a.verdict.cause is None
+    for name in ("node0", "node1"):
+        ended(a.of(1), name, exit_(0))
+    a.seen(1, 30.0)
+    (status, code, root, _), attempts = a.outcome()
+    assert (status, code, root) == ("succeeded", 0, None)
+    assert attempts == (
+        AttemptResult(0, 10.0, 13.0, "failed", own),
+        AttemptResult(1, 20.0, 30.0, "succeeded", None),
+    )
+
+
+def test_a_late_ending_counts_for_its_own_attempt() -> None:
+    """node1's report of attempt 0 read after attempt 1 began (streams apart) is attempt 0's."""
+    a = Attempts()
+    a.seen(0, 1.0)
+    a.seen(1, 5.0)
+    ended(a.of(0), "node1", exit_(1), tracebacks=tracebacks_of(Failure("node1", 2, 1, "x")))
+    assert a.of(0).failures and not a.of(1).failures
+
+
+def test_the_hubs_word_names_an_attempt_no_node_told_of() -> None:
+    """An attach after the lost host's attempt: only node 0's hub says why it restarted."""
+    a = Attempts()
+    a.seen(0, 1.0)
+    a.hub_said(0, "node1", "node1 was lost", 4.0)
+    a.seen(1, 5.0)
+    ended(a.of(1), "node0", exit_(0))
+    _, attempts = a.outcome()
+    assert attempts[0].status == "failed" and attempts[0].failure is not None
+    assert (attempts[0].failure.host, attempts[0].failure.message) == ("node1", "node1 was lost")
+    own = Failure("node1", 0, 1, "ValueError")  # a node's own words win over the hub's
+    b = Attempts()
+    ended(b.of(0), "node1", exit_(1), tracebacks=tracebacks_of(own))
+    b.hub_said(0, "node1", "rank 0 failed on node1", 4.0)
+    assert b.of(0).peer_failures == []
+
+
+def test_a_run_that_never_started_has_no_attempt() -> None:
+    (status, code, _, _), attempts = Attempts().outcome([Failure("node0", None, None, "no torch")])
+    assert (status, code, attempts) == ("failed", 1, ())

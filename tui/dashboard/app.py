@@ -28,6 +28,7 @@ from textual.worker import Worker, WorkerState
 
 from remote import inventory, runs
 from remote.events import (
+    Alert,
     ChecksDone,
     CodeSynced,
     DeepChecked,
@@ -40,6 +41,7 @@ from remote.events import (
     NodeRanks,
     Notice,
     RunFinished,
+    RunRestarting,
     RunStarted,
 )
 from remote.failures import first
@@ -433,7 +435,7 @@ class Dashboard(App[int]):
         self.show_status()
 
     def _host_state(self, ev: HostState) -> None:
-        if ev.state == "running" and self.status.state == "connecting":
+        if ev.state == "running" and self.status.state in ("connecting", "restarting"):
             self.status.state = "running"
         self.show_status()
 
@@ -451,6 +453,20 @@ class Dashboard(App[int]):
 
     def _code_synced(self, ev: CodeSynced) -> None:
         self.notify(f"{ev.host}: {ev.text()}", severity="error" if ev.error else "information")
+
+    def _alert(self, ev: Alert) -> None:
+        """What job.notify tells of (failed, lost, restarted...): the bell, and a toast."""
+        if ev.wanted:
+            self.bell()
+            self.notify(f"{ev.event}: {ev.message}", title="ddptui", timeout=10)
+
+    def _run_restarting(self, ev: RunRestarting) -> None:
+        """The hub starts the job again: the banner keeps the failure that caused it, and the
+        next attempt's failures are its own."""
+        self.failures.clear()
+        self.status.state = "restarting"
+        self.show_status()
+        self.notify(ev.text(), severity="warning", timeout=10)
 
     def _notice(self, ev: Notice) -> None:
         where = f"{ev.host}: " if ev.host else ""
@@ -471,7 +487,8 @@ class Dashboard(App[int]):
         severity: SeverityLevel = "information" if ev.status == "succeeded" else "warning"
         if ev.status in ("failed", "unreachable"):
             severity = "error"
-        self.notify(f"run {ev.status} (exit {ev.exit_code})", severity=severity, timeout=6)
+        tries = f" after {len(ev.attempts)} attempts" if len(ev.attempts) > 1 else ""
+        self.notify(f"run {ev.status}{tries} (exit {ev.exit_code})", severity=severity, timeout=6)
         self.show_status()
 
     def _checks_done(self, ev: ChecksDone) -> None:
@@ -512,6 +529,8 @@ class Dashboard(App[int]):
         DeepChecked: _deep_checked,
         HangDetected: _hang_detected,
         CodeSynced: _code_synced,
+        RunRestarting: _run_restarting,
+        Alert: _alert,
     }
 
     def _show_failure(self, failure: Failure | None) -> None:

@@ -89,6 +89,7 @@ STATE_STYLES = {
     "unreachable": "text-error",
     "error": "text-error",
     "stopping": "text-warning",
+    "restarting": "text-warning",
     "stopped": "text-warning",
     "connecting": "text-warning",
 }

@@ -24,6 +24,7 @@ from remote.events import (
     Notice,
     RunFinished,
     RunStarted,
+    attempt_from,
     failure_from,
 )
 from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
@@ -119,11 +120,9 @@ def show_finished(record: runs.RunRecord, printer: Printer, tail: int | None) ->
         printer(LogBatch(host, node, "stdout", shown))
     s = record.summary or {}
     failure = failure_from(s["failure"]) if s.get("failure") else None
-    printer(
-        RunFinished(
-            s.get("status", "failed"), s.get("exit_code", 1), s.get("elapsed", 0.0), failure
-        )
-    )
+    attempts = tuple(attempt_from(a) for a in s.get("attempts") or ())
+    status, code, elapsed = s.get("status", "failed"), s.get("exit_code", 1), s.get("elapsed", 0.0)
+    printer(RunFinished(status, code, elapsed, failure, attempts=attempts))
     return int(s.get("exit_code", EXIT_FAILED))
 
 

@@ -29,6 +29,7 @@ from remote.events import (
     NodeStarted,
     Notice,
     RunFinished,
+    RunRestarting,
     RunStarted,
 )
 from remote.inventory import Host
@@ -87,6 +88,8 @@ class Printer:
             self._checked(event)
         elif isinstance(event, CodeSynced):
             self._synced(event)
+        elif isinstance(event, RunRestarting):
+            self.say(event.text())
         elif isinstance(event, DeepProgress):
             self.say(f"deep check: {event.text}")
         elif isinstance(event, DeepChecked):  # `launch --deep`: its verdict before the start
@@ -146,7 +149,8 @@ class Printer:
             tail = fin.failure.traceback[-TRACEBACK_SHOWN:]
             self.console.write(self.err, "".join(f"    {line}\n" for line in tail))
         elif fin.status != "detached":
-            self.say(f"run {fin.status} in {fin.elapsed:.1f} s (exit {fin.exit_code})")
+            tries = f" after {len(fin.attempts)} attempts" if len(fin.attempts) > 1 else ""
+            self.say(f"run {fin.status}{tries} in {fin.elapsed:.1f} s (exit {fin.exit_code})")
 
     # -- ddptui's own words -----------------------------------------------------------------
 
