@@ -106,7 +106,8 @@ def test_a_missing_image_is_refused_by_the_checks(podman: TestCluster, tmp_path:
     inv = inventory(podman, tmp_path / "inv.yaml", ticks(5, 0.01, 29804), image="nope/none:1")
     cli = Cli(inv, tmp_path / "run")
     assert cli.wait(120) == 1, cli.stderr
-    assert "FAIL node0 image: image nope/none:1 not on this host (pull: never)" in cli.stderr
+    # one line for every host it is missing on
+    assert "FAIL node[0-2] image: image nope/none:1 not on this host (pull: never)" in cli.stderr
     assert '"NodeStarted"' not in (cli.run_dir / "events.jsonl").read_text()
 
 
