@@ -25,9 +25,11 @@ from apptools import (
 from textual.widgets import Sparkline
 
 from remote.events import (
+    ChecksDone,
     Event,
     GpuStats,
     HangDetected,
+    HostChecked,
     HostState,
     LogBatch,
     NodeStarted,
@@ -102,6 +104,28 @@ async def test_unreachable_host_says_why(inv: Path) -> None:
         assert "unreachable: tim…" in row(app, "node1")
         info = app.hosts.info(1)
         assert info is not None and info.reach_detail == why and not info.up
+
+
+async def test_each_host_shows_its_image(tmp_path: Path) -> None:
+    """Jobs in containers: the image per host (a host's own over defaults'), and once checked
+    the start of its id, so two hosts whose tags agree but images differ show it."""
+    box = {"runtime": "podman", "image": "nvcr.io/nvidia/pytorch:24.05-py3"}
+    own = {"image": "team/train:2"}
+    hosts = [{"host": "localhost", "name": "node0"},
+             {"host": "localhost", "name": "node1", "container": own}]  # fmt: skip
+    inv = write_inventory(tmp_path / "inv.yaml", hosts, {"script": "x.py"},
+                          {"transport": "local", "container": box})  # fmt: skip
+    facts = {"hostname": "gpu-a", "container": {"image_id": "sha256:3f1c9a2b77e0d1"}}
+    clusters = FakeClusters([HostChecked("node0", 0, facts, ()), ChecksDone(True, ())])
+    app, _ = fake_app(inv, two_node_script, cluster=clusters)
+    async with app.run_test(size=(140, 30)) as pilot:
+        await settle(pilot)
+        assert "Image" in screen_text(app)
+        assert "pytorch:24.05-py3 3f1c9a2b" in row(app, "node0")
+        assert "train:2" in row(app, "node1")
+        await pilot.press("enter")
+        await settle(pilot)
+        assert "nvcr.io/nvidia/pytorch:24.05-py3" in screen_text(app)
 
 
 async def test_c_checks_again_and_a_run_pauses_the_figures(inv: Path) -> None:

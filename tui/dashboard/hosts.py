@@ -44,10 +44,12 @@ COLUMNS = (
     ("mem", "GPU mem"),
     ("procs", "GPU processes"),
 )
+IMAGE_COLUMN = ("image", "Image")  # only when a host's job runs in a container
 STATE_WIDTH = 17  # a long reason is cut here; the host's detail view shows all of it
 UTIL_BARS, MEM_BARS = 4, 3  # bars of the last minutes before the current figure
 PROCS_WIDTH = 18  # the last field, at least: it takes what room the pane has left
 ADDRESS_WIDTH = 16
+IMAGE_WIDTH = 30
 GAP = "  "  # between fields
 FIXED_WIDTHS = {
     **{"state": STATE_WIDTH, "ranks": 5, "gpus": 7},
@@ -93,11 +95,23 @@ class HostInfo:
 
     user: str | None = None
     port: int | None = None
+    image: str | None = None  # the job's container image, as the inventory names it
 
     @classmethod
     def from_host(cls, host: Host) -> HostInfo:
         address = host.host if host.transport == "ssh" else "local"
-        return cls(host.node_rank, host.name, address, user=host.user, port=host.port)
+        image = host.container.image if host.container else None
+        return cls(host.node_rank, host.name, address, user=host.user, port=host.port, image=image)
+
+    def image_text(self) -> str:
+        """`pytorch:24.05-py3 3f1c9a2b`: the image's last path part, and once checked the
+        start of its id, so hosts whose tags agree but images differ show it."""
+        if not self.image:
+            return ""
+        text = self.image.rstrip("/").rpartition("/")[2]
+        box = self.facts.get("container") or {}
+        image_id = str(box.get("image_id") or "").removeprefix("sha256:")
+        return f"{text} {image_id[:8]}" if image_id else text
 
     @property
     def up(self) -> bool:
@@ -205,6 +219,9 @@ class HostsTable(DataTable[Text]):
         self._shown: dict[int, Text] = {}  # each row as drawn
         self._dirty: set[int] = set()  # rows to redraw at the next flush
         self._widths: list[int] = []  # of each field
+        self._columns: tuple[tuple[str, str], ...] = (
+            COLUMNS  # and the image's, when a host's job runs in a container
+        )
         self.up: set[int] = set()  # the hosts up (the status bar's count)
 
     def on_mount(self) -> None:
@@ -255,10 +272,11 @@ class HostsTable(DataTable[Text]):
         for host in hosts:
             info = HostInfo.from_host(host)
             prev = old.get(host.name)
-            if prev is not None and (prev.address, prev.user, prev.port) == (
+            if prev is not None and (prev.address, prev.user, prev.port, prev.image) == (
                 info.address,
                 info.user,
                 info.port,
+                info.image,
             ):
                 info = prev
                 info.node_rank = host.node_rank
@@ -282,13 +300,20 @@ class HostsTable(DataTable[Text]):
 
     def _add_columns(self, hosts: tuple[Host, ...]) -> None:
         """Fixed widths: fields don't jump as states change (and need no re-measuring)."""
+        infos = [HostInfo.from_host(h) for h in hosts]
         widths = dict(FIXED_WIDTHS)
         widths["host"] = max(len(h.name) for h in hosts) + 2  # room for a check mark
-        address = max(len(HostInfo.from_host(h).address) for h in hosts)
-        widths["address"] = min(address, ADDRESS_WIDTH)
-        self._widths = [max(widths[key], len(label)) for key, label in COLUMNS]
+        widths["address"] = min(max(len(i.address) for i in infos), ADDRESS_WIDTH)
+        self._columns = COLUMNS
+        if any(i.image for i in infos):
+            self._columns = (*COLUMNS[:2], IMAGE_COLUMN, *COLUMNS[2:])
+            widths["image"] = min(max(len(i.image_text()) + 9 for i in infos), IMAGE_WIDTH)
+        self._widths = [max(widths[key], len(label)) for key, label in self._columns]
         self._widths[-1] = max(self._widths[-1], self._room())
-        header = self._join([Text(label) for _, label in COLUMNS])
+        self._add_header()
+
+    def _add_header(self) -> None:
+        header = self._join([Text(label) for _, label in self._columns])
         self.add_column(header, key="host", width=header.cell_len)
 
     def _room(self) -> int:
@@ -300,9 +325,8 @@ class HostsTable(DataTable[Text]):
         """The processes take the room there is: lay the rows out again if it changed."""
         if self._widths and max(PROCS_WIDTH, self._room()) != self._widths[-1]:
             self._widths[-1] = max(PROCS_WIDTH, self._room())
-            header = self._join([Text(label) for _, label in COLUMNS])
             self.clear(columns=True)
-            self.add_column(header, key="host", width=header.cell_len)
+            self._add_header()
             self._add_rows()
 
     def _join(self, cells: list[Text]) -> Text:
@@ -367,4 +391,5 @@ class HostsTable(DataTable[Text]):
             mem = f"{bars(info.history.memory, 1, MEM_BARS)} {mem}"
         procs = processes_text(info.gpus, self._widths[-1])
         rest = (ranks_text(info.ranks), gpus, util, mem, procs)
-        return self._join([name, Text(info.address), state, *map(Text, rest)])
+        image = [Text(info.image_text())] if len(self._columns) > len(COLUMNS) else []
+        return self._join([name, Text(info.address), *image, state, *map(Text, rest)])

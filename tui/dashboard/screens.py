@@ -186,6 +186,7 @@ class HostDetailScreen(ModalScreen[None]):
             ("state", f"{info.state}: {info.detail}" if info.detail else info.state),
             ("ranks", ranks_text(info.ranks)),
             ("hostname", info.hostname),
+            ("image", info.image or ""),
             ("interface", info.ifname or ""),
             ("supervisor pid", str(info.pid) if info.pid else ""),
         ]
