@@ -40,9 +40,10 @@ HOST_IFNAME = "eth0"  # every test host reaches its peers (and itself) over eth0
 READ_CHUNK = 1 << 20
 
 
-def cluster(n: int, root: Path) -> TestCluster:
-    """n test hosts of the benchmarks' own (their names fail to resolve at once, see testhosts)."""
-    return TestCluster(n, root=root, prefix=PREFIX, subnet=SUBNET)
+def cluster(n: int, root: Path, containers: bool = False) -> TestCluster:
+    """n test hosts of the benchmarks' own (their names fail to resolve at once, see testhosts);
+    `containers`: podman and the test image on each (design §11)."""
+    return TestCluster(n, root=root, prefix=PREFIX, subnet=SUBNET, containers=containers)
 
 
 def ddptui_command() -> list[str]:

@@ -1,9 +1,10 @@
 """Launcher overhead: one 4-host job by `ddptui --headless launch` and by pdsh + torchrun,
 on quick logins and on login shells slowed by --login-delay seconds; then one host whose login
-shell takes --slow-host seconds, launched once with default settings.
+shell takes --slow-host seconds, launched once with default settings. With --containers: the
+same launch with every node's job in a podman container, against the launch without.
 
     .venv/bin/python scripts/bench_launch.py [--reps 3] [--hosts 4] [--nproc 1]
-                                             [--login-delay 4] [--slow-host 75]
+                                             [--login-delay 4] [--slow-host 75] [--containers]
 
 Brings up ssh test hosts (prefix ddptb, 10.213.9.0/24), then alternates the variants, rotating
 which goes first. The pdsh baseline is how DeepSpeed's pdsh runner starts a job: one pdsh over
@@ -14,7 +15,8 @@ its ranks on the console as a user runs it (`--tee 3`). Each run must end with e
 
 Targets (issue "One host agent"): ddptui with its checks / pdsh + torchrun <= 1.00 on quick
 logins; a login shell slowed by D seconds adds at most 1.5 D to ddptui's launch with checks;
-one host whose shell takes 75 s: the launch succeeds with default settings.
+one host whose shell takes 75 s: the launch succeeds with default settings. Issue "Jobs in
+containers": a launch in containers takes at most 1.5 s longer than the same launch without.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from remote import inventory
 
 BASELINE = "pdsh + torchrun"
 BASE_PORT = 29710
+BARE, BOXED = "ddptui", "ddptui in containers"
+CONTAINER_EXTRA_S = 1.5  # target: what containers add to a launch, at most
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep logs and outputs")
     p.add_argument("--login-delay", type=float, default=4.0, help="seconds (0: not measured)")
     p.add_argument("--slow-host", type=float, default=75.0, help="seconds (0: not measured)")
+    p.add_argument("--containers", action="store_true", help="in containers against without")
     args = p.parse_args(argv)
+    if args.containers:
+        return containers(args)
     require_pdsh()
     with workspace("launch", args.keep) as work, cluster(args.hosts, work / "hosts") as c:
         quick = bench(args, c, work / "quick")
@@ -182,8 +189,51 @@ def one_slow_host(args: argparse.Namespace, c: TestCluster, work: Path) -> bool:
     return not ok
 
 
-def inventory_for(c: TestCluster, path: Path, args: argparse.Namespace, port: int) -> Path:
+def containers(args: argparse.Namespace) -> int:
+    """The same launch (checks included) with and without every job in a container."""
+    with (
+        workspace("launch-containers", args.keep) as work,
+        cluster(args.hosts, work / "hosts", containers=True) as c,
+    ):
+        print(f"{args.hosts} hosts x {args.nproc} proc, {args.reps} reps; {load()}", flush=True)
+        times = in_turns(args, c, work)
+        print(load())
+    if times is None:
+        return 1
+    extra = median([b - a for a, b in zip(times[BARE], times[BOXED], strict=True)])
+    rows = [[n, f"{median(t):.2f}", f"{min(t):.2f}", f"{max(t):.2f}"] for n, t in times.items()]
+    print(table(["variant", "median s", "min s", "max s"], rows))
+    met = extra <= CONTAINER_EXTRA_S
+    print(f"containers add {extra:+.2f} s a launch (median of each rep's difference; ratio "
+          f"{median(times[BOXED]) / median(times[BARE]):.3f}; target <= {CONTAINER_EXTRA_S} s: "
+          f"{'met' if met else 'NOT met'})")  # fmt: skip
+    return 0 if met else 1
+
+
+def in_turns(args: argparse.Namespace, c: TestCluster, work: Path) -> dict[str, list[float]] | None:
+    """Each rep launches both ways back to back, the first of them alternating."""
+    times: dict[str, list[float]] = {BARE: [], BOXED: []}
+    for rep in range(args.reps):
+        for name in (BARE, BOXED)[:: 1 if rep % 2 == 0 else -1]:
+            run = f"{rep}-{'boxed' if name == BOXED else 'bare'}"
+            inv = inventory_for(c, work / f"inv-{run}.yaml", args, next_port(), name == BOXED)
+            argv = [*ddptui_command(), "--headless", "launch", "-i", str(inv)]
+            argv += ["--run-dir", str(work / f"run-{run}")]
+            res = timed(argv, work / f"out-{run}.txt", work / f"err-{run}.txt")
+            print(f"  rep {rep + 1} {name:<22} {res.wall:7.2f} s  exit {res.code}", flush=True)
+            if not every_rank_done(res, args):
+                print(f"bench: {name} failed (exit {res.code}):\n{tail(res.err)}")
+                return None
+            times[name].append(res.wall)
+    return times
+
+
+def inventory_for(
+    c: TestCluster, path: Path, args: argparse.Namespace, port: int, boxed: bool = False
+) -> Path:
     defaults = {**c.inventory_defaults(), "workdir": str(REPO)}
+    if boxed:
+        defaults["container"] = c.container_defaults()
     hosts = [{"host": h.addr, "name": h.name} for h in c.hosts]
     job = {
         "script": "examples/train.py",
