@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import json
 import os
 import re
@@ -46,6 +47,7 @@ SEND_MAX = 1 << 18  # spool bytes per wire frame
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
 SOCKET = "ctl.sock"
 ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewers again
+GONE = (errno.EBADF, errno.ENOTSOCK, errno.EINVAL)  # accept on a socket that was closed
 ERR_KEPT = 1 << 14  # bytes of the job's own stderr kept: torchrun's report is at its end
 REAPED_KEPT = 1024  # exit codes of children kept for whoever waits on them
 COMMAND_MAX = 4096  # bytes of a launcher's command line read
@@ -685,8 +687,8 @@ class Daemon:
                 _thread(self._client, sock, done)
                 pause = ACCEPT_BACKOFF_S[0]
             except (OSError, RuntimeError) as exc:
-                if self.closing:
-                    return
+                if self.closing or getattr(exc, "errno", None) in GONE:
+                    return  # the socket itself is gone: no wait brings it back
                 log(f"viewers: {exc!r}; taking them again in {pause:g} s")
                 time.sleep(pause)
                 pause = min(pause * 2, ACCEPT_BACKOFF_S[1])

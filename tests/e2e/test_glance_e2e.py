@@ -146,17 +146,17 @@ asyncio.run(Cluster(inv, emit).run())
 """
 
 
-def watcher(inv: Path) -> subprocess.Popen[str]:
-    """A launcher of its own holding the cluster's agents (and their monitors) open."""
-    return subprocess.Popen(
-        [sys.executable, "-c", WATCHER, str(inv)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+def watcher(inv: Path, out: Path) -> subprocess.Popen[str]:
+    """A launcher of its own holding the cluster's agents (and their monitors) open; what it
+    hears goes to `out`."""
+    with out.open("w") as f:
+        return subprocess.Popen([sys.executable, "-c", WATCHER, str(inv)], cwd=REPO, stdout=f,
+                                stderr=subprocess.STDOUT, text=True)  # fmt: skip
 
 
 def test_agents_leave_when_the_launcher_is_killed(gpu_cluster: TestCluster, tmp_path: Path) -> None:
     inv = gpu_cluster.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=(0, 1))
-    proc = watcher(inv)
+    proc = watcher(inv, tmp_path / "watcher.out")
     try:
         wait(lambda: len(agents_on(gpu_cluster, 0, 1)) == 2, "an agent on each host", 30)
         proc.send_signal(signal.SIGKILL)
@@ -170,10 +170,13 @@ def test_an_agent_leaves_when_its_link_is_cut(gpu_cluster: TestCluster, tmp_path
     """A cut link never closes the agent's stdin (its sshd does not notice): its lease does."""
     job = {"script": "x.py", "link_timeout": 3}
     inv = gpu_cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1))
-    proc = watcher(inv)
+    out = tmp_path / "watcher.out"
+    proc = watcher(inv, out)
     veth = veth_name(gpu_cluster.prefix, 1)
     try:
         wait(lambda: len(agents_on(gpu_cluster, 0, 1)) == 2, "an agent on each host", 30)
+        # told its lease: an agent keeps the default (60 s) until its launcher says
+        wait(lambda: "GpuStats node1" in out.read_text(), "node1's GPU figures", 30)
         [on_node1] = agents_on(gpu_cluster, 1)
         subprocess.run(["ip", "link", "set", veth, "down"], check=True)
         t0 = time.monotonic()

@@ -197,18 +197,18 @@ async def test_two_runs_on_the_same_hosts_keep_apart(cluster: TestCluster, tmp_p
     long_inv = cluster.write_inventory(
         tmp_path / "a.yaml", {**TRAIN, "nproc_per_node": 1, "args": LONG}, hosts=[0, 1]
     )
-    short_inv = cluster.write_inventory(
+    other_inv = cluster.write_inventory(
         tmp_path / "b.yaml",
         {
             **TRAIN,
             "nproc_per_node": 1,
             "master_port": 29622,
-            "args": ["--epochs", "2", "--step-time", "0.3"],
+            "args": LONG,  # B must outlive A's stop, however long that takes
         },
         hosts=[0, 1],
     )
     a = Run(inventory.load(long_inv), lambda e: None, run_dir=tmp_path / "a")
-    b = Run(inventory.load(short_inv), lambda e: None, run_dir=tmp_path / "b")
+    b = Run(inventory.load(other_inv), lambda e: None, run_dir=tmp_path / "b")
     task_a = asyncio.create_task(a.execute())
     task_b = asyncio.create_task(b.execute())
     await asyncio.to_thread(  # both running, then stop only the first
@@ -222,6 +222,6 @@ async def test_two_runs_on_the_same_hosts_keep_apart(cluster: TestCluster, tmp_p
     assert fin_a.status == "stopped"
     assert not cluster.pids_with_env("DDPTUI_RUN_ID", a.run_id)
     assert cluster.pids_with_env("DDPTUI_RUN_ID", b.run_id), "stopping A touched B"
-    fin_b = await task_b
-    assert (fin_b.status, fin_b.exit_code) == ("succeeded", 0)
-    assert "done" in (tmp_path / "b" / "rank-0.log").read_text()
+    b.stop()
+    assert (await task_b).status == "stopped"
+    assert not cluster.pids_with_env("DDPTUI_RUN_ID", b.run_id)

@@ -277,4 +277,5 @@ def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Pa
     d._drain(time.monotonic() + 10)
     assert served.is_set() and time.monotonic() - t0 >= 0.25
     late.close()
+    d.closing = True  # the accept loop's thread ends, as the daemon's does
     d.server.close()
