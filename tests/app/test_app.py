@@ -22,10 +22,20 @@ from apptools import (
 from textual.widgets import Input
 
 from remote import inventory
-from remote.events import LogBatch
+from remote.events import (
+    Alert,
+    AttemptResult,
+    Event,
+    HostState,
+    LogBatch,
+    RunFinished,
+    RunRestarting,
+    RunStarted,
+)
 from remote.run import Run
 from tui.dashboard.app import Dashboard, engine_runs
 from tui.dashboard.logbuffer import ALL, View
+from tui.dashboard.messages import EngineEvent
 from tui.dashboard.screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
 
 SIZE = (100, 30)
@@ -361,3 +371,35 @@ def test_engine_runs_get_the_run_dir_and_extra_args(inv: Path, tmp_path: Path) -
     assert isinstance(run, Run)
     assert run.run_dir == tmp_path / "runs" / "20250101-000000-beef"
     assert run.extra_args == ("--epochs", "5") and run.run_id == "20250101-000000-beef"
+
+
+async def test_a_restart_is_said_and_rings_when_notify_asks(inv: Path) -> None:
+    """job.restarts: the status bar says `restarting` until the ranks run again; job.notify's
+    events ring the bell with a toast; the end counts the attempts."""
+
+    def script(run_id: str) -> list[Event]:
+        return [
+            RunStarted(run_id, f"/runs/{run_id}", ("node0", "node1"), 2, "torchrun"),
+            HostState("node0", 0, "running"),
+            RunRestarting(1, 2, "rank 1 failed on node1", 0.5),
+            Alert("restarted", "restarting", "rank 1 failed on node1; restarting in 0.5 s"),
+        ]
+
+    app, _ = fake_app(inv, script)
+    rings: list[None] = []
+    app.bell = lambda: rings.append(None)  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await settle(pilot)
+        text = screen_text(app)
+        assert "│ restarting │" in text
+        said = [n.message for n in app._notifications]
+        assert "restarting in 0.5 s: attempt 2 of 2 (after rank 1 failed on node1)" in said
+        assert len(rings) == 1
+        app.post_message(EngineEvent(RUN_ID, HostState("node0", 0, "running")))
+        await settle(pilot)
+        assert "│ running │" in screen_text(app)
+        done = (AttemptResult(0, 1.0, 2.0, "failed"), AttemptResult(1, 3.0, 4.0, "succeeded"))
+        app.post_message(EngineEvent(RUN_ID, RunFinished("succeeded", 0, 9.0, attempts=done)))
+        await settle(pilot)
+        assert "run succeeded after 2 attempts (exit 0)" in [n.message for n in app._notifications]

@@ -8,7 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import nvidia_smi
@@ -262,3 +262,54 @@ def test_a_slow_login_shell_is_starting_not_lost(cluster: TestCluster, tmp_path:
     assert "FAIL node1 start: the login shell or python did not start within 1 s" in refused.stderr
     assert "network cut" not in refused.stderr
     assert refused.summary()["failing_host"] == "node1"
+
+
+# -- one login shell per host per command -----------------------------------------------------
+
+
+@pytest.fixture
+def logins(cluster: TestCluster) -> Iterator[Callable[[], list[int]]]:
+    """Every login shell on hosts 0 and 1 leaves a line in ~/logins: `taken()` counts each
+    host's since the last call."""
+    hosts = cluster.hosts[:2]
+    for h in hosts:
+        (h.home / ".bashrc").write_text('echo login >> "$HOME/logins"\n')
+
+    def taken() -> list[int]:
+        counts = []
+        for h in hosts:
+            f = h.home / "logins"
+            counts.append(len(f.read_text().splitlines()) if f.exists() else 0)
+            f.unlink(missing_ok=True)
+        return counts
+
+    try:
+        yield taken
+    finally:
+        for h in hosts:
+            (h.home / ".bashrc").unlink(missing_ok=True)
+            (h.home / "logins").unlink(missing_ok=True)
+
+
+def test_each_command_costs_one_login_shell_per_host(
+    cluster: TestCluster, tmp_path: Path, logins: Callable[[], list[int]]
+) -> None:
+    """`check` and `launch` (its checks included) one login shell per host; `runs`, `stop` and
+    `attach` at most one: everything rides the one agent (a slow home pays each login)."""
+    job = {"script": "tests/data/tick.py", "args": ["100000", "0.05"], "nproc_per_node": 1,
+           "master_port": 29757}  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    env = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    logins()
+    check = Cmd(["check", "-i", str(inv)], tmp_path / "check", env)
+    assert check.wait(120) == 0, check.stderr
+    assert logins() == [1, 1]
+    launch = Cli(inv, tmp_path / "run", flags=["--detach"], env=env)
+    assert launch.wait(120) == 0, launch.stderr
+    assert logins() == [1, 1]
+    run = str(tmp_path / "run")
+    for args in (["runs"], ["stop", run], ["attach", run]):
+        cmd = Cmd(args, tmp_path / args[0], env)
+        cmd.wait(120)
+        assert max(logins()) <= 1, f"{args[0]}: {cmd.stderr}"
+    assert_nothing_left(cluster, launch.run_id())
