@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 LABEL = "ddptui.run"
 DAEMONS = ("docker", "podman")  # their containers outlive the client: swept by label
@@ -327,19 +328,31 @@ def sweep(runtime, run_id, timeout=CMD_TIMEOUT):
 def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_TIMEOUT):
     """What the checks judge (remote/container_checks.py): the runtime, the image (pulled under
     `pull: missing|always`), the GPU plumbing, leftover containers, and one short dry run with
-    the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm."""
+    the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm.
+
+    Each part is a runtime command or more (a podman client starts in 0.1-1 s): they run at
+    once, the dry run too unless an image is to be pulled first (it runs with `--pull never`,
+    so a missing image only fails it, and its answer is then not used)."""
     facts = {"runtime": spec["runtime"], "image": spec["image"], "ipc": spec.get("ipc", "host"),
              "node": node}  # fmt: skip
     facts["here"] = here(spec)
-    facts.update(runtime_info(spec))
-    if facts.get("runtime_error"):
-        return facts
-    facts.update(image_info(spec, pull_timeout))
-    facts["gpu"] = gpu_info(spec, facts)
-    facts["leftovers"] = leftovers(spec["runtime"])
-    if facts.get("image_error"):
-        return facts
-    facts.update(dry_run(spec, run_id, node, workdir, shim_source, env or {}, facts["here"]))
+
+    def dry():
+        return dry_run(spec, run_id, node, workdir, shim_source, env or {}, facts["here"])
+
+    with ThreadPoolExecutor(4) as pool:
+        runtime = pool.submit(runtime_info, spec)
+        image = pool.submit(image_info, spec, pull_timeout)
+        left = pool.submit(leftovers, spec["runtime"])
+        early = pool.submit(dry) if spec.get("pull", "never") == "never" else None
+        facts.update(runtime.result())
+        if facts.get("runtime_error"):
+            return facts
+        facts.update(image.result())
+        facts["gpu"] = gpu_info(spec, facts)
+        facts["leftovers"] = left.result()
+        if not facts.get("image_error"):
+            facts.update(early.result() if early else dry())
     return facts
 
 

@@ -45,7 +45,6 @@ CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 SEND_MAX = 1 << 18  # spool bytes per wire frame
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
-SOCKET = "ctl.sock"
 ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewers again
 GONE = (errno.EBADF, errno.ENOTSOCK, errno.EINVAL)  # accept on a socket that was closed
 ERR_KEPT = 1 << 14  # bytes of the job's own stderr kept: torchrun's report is at its end
@@ -60,7 +59,8 @@ def boot(ndir):
         spec = protocol.spec(json.loads(sys.stdin.buffer.read()))
         os.chdir(ndir)
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(SOCKET)  # relative: a deep home must not exceed sun_path's 108 bytes
+        # relative: a deep home must not exceed sun_path's 108 bytes
+        server.bind(protocol.CTL_SOCKET)
         server.listen(64)
     except (OSError, ValueError) as exc:
         os.write(1, "cannot start the supervisor: {}".format(exc).encode())
@@ -447,7 +447,8 @@ class Daemon:
             self.notifier.close(protocol.NOTIFY_TIMEOUT + 5)
         self.spool.close()
         self.closing = True
-        _unlink(SOCKET)  # a later attach finds no daemon and is served the spool instead
+        # a later attach finds no daemon and is served the spool instead
+        _unlink(protocol.CTL_SOCKET)
         self._drain(time.monotonic() + DRAIN_S)
         os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 
-from . import container, daemon, procs, protocol, state
+from . import container, procs, protocol, state
 from .spool import Spool
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
@@ -75,8 +75,10 @@ def _spawn(ndir, spec, code_dir):
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     log = os.open(os.path.join(ndir, "supervisor.log"), flags, 0o600)
     try:
+        # -S: the supervisor needs the standard library and its own code only; a host's site
+        # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
         proc = subprocess.Popen(
-            [sys.executable, "-c", DAEMON_BOOT, code_dir, ndir],
+            [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir, ndir],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=ndir,
             start_new_session=True, close_fds=True,
         )  # fmt: skip
@@ -113,7 +115,7 @@ def connect(ndir):
         sock.close()
         return None
     try:
-        sock.connect("/proc/self/fd/{}/{}".format(fd, daemon.SOCKET))
+        sock.connect("/proc/self/fd/{}/{}".format(fd, protocol.CTL_SOCKET))
         return sock
     except OSError:
         sock.close()
@@ -163,6 +165,8 @@ def replay(ch, ndir):
     found = state.read_state(ndir)
     hello = {"node": found.get("node"), "run_id": found.get("run_id"), "live": False,
              "state": found, "spool_start": spool.start, "spool_end": spool.end}  # fmt: skip
+    from . import daemon  # here: the agent's other ops need none of the supervisor's code
+
     daemon.send_spool(ch.data, spool, offset, hello, 1.0, threading.Event())
 
 

@@ -57,6 +57,7 @@ HELLO = "hello"  # agent: {v, pid, hostname, python, exe, missing_python, ssh_ad
 PING = "ping"  # launcher, every few seconds
 PONG = "pong"  # agent, to each ping
 LEASE = "lease"  # launcher: {seconds}: leave after that long without a word
+CTL_SOCKET = "ctl.sock"  # a supervisor's socket in its node directory: viewers connect there
 AGENT_LEASE_S = 60.0  # until the launcher says otherwise
 
 # -- a node's stream (spool meta records and out-of-band control, remote/host/daemon.py) --------

@@ -5,7 +5,9 @@ hosts (check, launch, stacks, runs, stop, attach) must read through them."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -13,8 +15,8 @@ from pathlib import Path
 
 import nvidia_smi
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, wait_for
-from testhosts import REPO, TestCluster
+from e2etools import Cli, Cmd, assert_nothing_left, cmdline, ns_pids, wait_for
+from testhosts import REPO, TestCluster, veth_name
 
 pytestmark = pytest.mark.e2e
 
@@ -262,6 +264,33 @@ def test_a_slow_login_shell_is_starting_not_lost(cluster: TestCluster, tmp_path:
     assert "FAIL node1 start: the login shell or python did not start within 1 s" in refused.stderr
     assert "network cut" not in refused.stderr
     assert refused.summary()["failing_host"] == "node1"
+
+
+def test_a_link_cut_while_the_login_shell_starts_is_lost_by_name(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    """node1's login shell would take a minute, and its link goes silent meanwhile: the SSH
+    keepalives name it lost, long before start_timeout (300 s) would."""
+    rc = cluster.hosts[1].home / ".bashrc"
+    rc.write_text("sleep 61\n")
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=[0, 1])
+    veth = veth_name(cluster.prefix, 1)
+
+    def shell() -> list[int]:
+        return [p for p in ns_pids(cluster.hosts[1].netns) if "sleep 61" in cmdline(p)]
+
+    check = Cmd(["check", "-i", str(inv)], tmp_path / "check")
+    try:
+        wait_for(shell, 60, "node1's login shell")
+        subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+        assert check.wait(60) == 3, check.stdout + check.stderr  # unreachable
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
+        rc.unlink(missing_ok=True)
+        for pid in shell():
+            os.kill(pid, signal.SIGKILL)
+    said = check.stdout + check.stderr
+    assert "node1" in said and "lost while its login shell started" in said, said
 
 
 # -- one login shell per host per command -----------------------------------------------------
