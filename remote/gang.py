@@ -308,13 +308,12 @@ class Gang:
             self.emit(NodeStarted(name, k, msg.pid, msg.hostname, node.ranks, msg.ifname))
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
             if k == 0 and msg.hub_port:
-                self._hub = f"{protocol.SAY_HUB} {self.master_addr} {msg.hub_port}"
-                for j, other in self.links.items():
-                    if j:
-                        other.say(self._hub)
+                self._hub_at(msg.hub_port)
             elif self._hub:
                 link.say(self._hub)
             self._check_running()
+        elif isinstance(msg, nodemsg.HubPort) and k == 0:
+            self._hub_at(msg.port)
         elif isinstance(msg, nodemsg.Ranks):
             node.ranks = msg.ranks
             self.emit(NodeRanks(name, k, node.ranks, msg.world))
@@ -337,6 +336,13 @@ class Gang:
             self._conclude(node, link, "")
         elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
             self._hub_said(node, msg, at)
+
+    def _hub_at(self, port: int) -> None:
+        """Node 0's hub listens at `port`: every other node's supervisor is told."""
+        self._hub = f"{protocol.SAY_HUB} {self.master_addr} {port}"
+        for j, other in self.links.items():
+            if j:
+                other.say(self._hub)
 
     def _hub_said(
         self, node: Node, msg: nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed, at: float
@@ -408,6 +414,14 @@ class Gang:
             self.stop("failure")
             if node.end is None and not link.lost and not why:
                 self._sweeps.append(asyncio.ensure_future(self._sweep(node)))
+                self._gone(k, node.attempt)
+
+    def _gone(self, k: int, attempt: int) -> None:
+        """Node k's supervisor is dead: the run's hub (of node 0's, every peer) hears it now,
+        instead of waiting out its silence (link_timeout) before the run can end."""
+        line = f"{protocol.SAY_GONE} {k} {attempt}"
+        for j in [0] if k else [j for j in self.links if j]:
+            self.say(j, line)
 
     async def _sweep(self, node: Node) -> None:
         """Its supervisor is gone: stop what is left of the node by the run's tags."""

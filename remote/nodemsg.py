@@ -29,6 +29,13 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
+class HubPort:
+    """Node 0's: where the run's hub listens (the launcher tells the other nodes)."""
+
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ranks:
     ranks: tuple[int, ...]
     world: int | None
@@ -101,6 +108,7 @@ class Mode:
 
 Message = (
     Started
+    | HubPort
     | Ranks
     | Stopping
     | Exit
@@ -160,6 +168,7 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         _opt_int(m.get("hub_port")), _text(m.get("mode", "attached")), _ints(m.get("ranks")),
         _attempt(m),
     ),
+    protocol.HUB_PORT: lambda m: HubPort(_int(m["port"])),
     protocol.RANKS: lambda m: Ranks(_ints(m["ranks"]), _opt_int(m.get("world"))),
     protocol.STOPPING: lambda m: Stopping(
         _text(m.get("by", "")), _text(m.get("reason", "")), _opt_int(m.get("node"))

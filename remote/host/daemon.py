@@ -184,7 +184,7 @@ class Daemon:
         if self.node == 0:
             self.hub = hubs.Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
-                spec["master_addr"],
+                spec["master_addr"], lambda: self.heard if self.mode == "attached" else None,
             )  # fmt: skip
             self.hub.start()
             self.notifier = Notifier(
@@ -199,6 +199,8 @@ class Daemon:
         _thread(self._accept, server)
         _thread(self._reap)
         _thread(self._watch_lease)
+        if self.hub is not None:  # the peers learn it through the launcher, job or none
+            self.note(t=protocol.HUB_PORT, port=self.hub.port)
         self.save_state(status="starting", started=time.time(), attempt=spec["attempt"])
         ready("ok")
         if self.link is not None and spec["attempt"]:
@@ -739,8 +741,22 @@ class Daemon:
         elif verb == protocol.SAY_HUB and self.link is not None and len(args) == 2:
             with contextlib.suppress(ValueError):
                 self.link.connect(args[0], int(args[1]))
+        elif verb == protocol.SAY_GONE and len(args) == 2 and all(a.isdigit() for a in args):
+            self._gone(int(args[0]), int(args[1]))
         elif self.hub is not None:
             self._hub_command(verb, args)
+
+    def _gone(self, node, attempt):
+        """A launcher found node's supervisor dead: the hub (or, of node 0's, every peer)
+        need not wait out its silence."""
+        names = self.spec["names"]
+        if node >= len(names):
+            return
+        why = "{}'s supervisor died (its stream ended without a word)".format(names[node])
+        if self.hub is not None:
+            self.hub.gone(node, attempt, why)
+        elif node == 0:
+            self.link.gone(why)
 
     def _hub_command(self, verb, args):
         """Node 0's: a spare comes, none can, or word of a hang for job.notify."""

@@ -67,6 +67,7 @@ STOPPING = "stopping"  # {by, reason, node}
 EXIT = "exit"  # {code, stopped, by, reason, node, survivors, attempt}
 ERROR = "error"  # {msg, attempt}: the node could not start (its job, or its supervisor)
 # node 0's stream only: the run's hub speaks
+HUB_PORT = "hub-port"  # {port}: where the hub listens, said first (a job that cannot start too)
 RESTART = "restart"  # {attempt, of, after, node, delay, replace}: the next attempt is coming
 NOTIFY = "notify"  # {event, status, message, wanted}: something happened (job.notify)
 NOTIFY_FAILED = "notify-failed"  # {event, error}: the notify command failed (nothing changes)
@@ -91,6 +92,7 @@ SAY_STOP_FAILURE = "failure"
 SAY_DETACH = "detach"
 SAY_ATTACH = "attach"
 SAY_HUB = "hub"  # hub ADDR PORT: where the run's hub listens
+SAY_GONE = "gone"  # gone NODE ATTEMPT: that node's supervisor is dead (its stream ended mute)
 SAY_REPLACE = "replace"  # replace NODE TICKET: node 0: a spare comes for NODE, proving TICKET
 SAY_NO_SPARE = "nospare"  # nospare WHY...: node 0: no spare can replace the lost: the run ends
 SAY_NOTIFY = "notify"  # notify EVENT MESSAGE...: node 0: tell job.notify (a hang the launcher saw)
