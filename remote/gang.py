@@ -61,6 +61,7 @@ class Node:
     started: bool = False
     end: nodemsg.Exit | nodemsg.StartError | None = None  # its supervisor's last word
     at: float = 0.0  # host clock of that word
+    stopped_at: float | None = None  # host clock of its word that it was told to stop
     concluded: bool = False  # its ending of `attempt` is told (NodeExited)
 
 
@@ -304,6 +305,7 @@ class Gang:
             if self._replace is not None and msg.attempt >= self._replace.attempt:
                 self._replace = None  # done already (an attach's replay)
             node.attempt, node.started, node.end, node.concluded = msg.attempt, True, None, False
+            node.stopped_at = None
             node.ranks = msg.ranks or node.ranks
             self.emit(NodeStarted(name, k, msg.pid, msg.hostname, node.ranks, msg.ifname))
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
@@ -318,9 +320,11 @@ class Gang:
             node.ranks = msg.ranks
             self.emit(NodeRanks(name, k, node.ranks, msg.world))
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
-        elif isinstance(msg, nodemsg.Stopping) and msg.by == protocol.BY_PEER:
-            # The run's hub stopped it: another node failed (its own report follows).
-            self.attempts.of(node.attempt).stop("failure", at)
+        elif isinstance(msg, nodemsg.Stopping):
+            node.stopped_at = node.stopped_at or at  # what its ranks print now is its echo
+            if msg.by == protocol.BY_PEER:
+                # The run's hub stopped it: another node failed (its own report follows).
+                self.attempts.of(node.attempt).stop("failure", at)
         elif isinstance(msg, nodemsg.Trimmed):
             self.emit(
                 Notice(
@@ -405,6 +409,8 @@ class Gang:
             gone=gone,
             tracebacks=lambda host, code, at: self.tracker.node_failures(host, code, at=at),
             peer_name=lambda j: self.nodes[j].name if j in self.nodes else None,
+            stopped_at=node.stopped_at,
+            hub=k == 0,
         )
         for text in ending.errors:
             self.emit(Notice("error", text, host=name))

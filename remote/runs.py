@@ -178,7 +178,8 @@ async def statuses(records: Sequence[RunRecord]) -> None:
 
 
 def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
-    """A run's status from its nodes' states (None: the host keeps nothing of it)."""
+    """A run's status from its nodes' states (None: the host keeps nothing of it): the hub's
+    (node 0's) word first, else the worst of the nodes' own."""
     errors = [s["error"] for s in states.values() if s and "error" in s]
     known = [s for s in states.values() if s and "error" not in s]
     if any(s.get("alive") for s in known):
@@ -192,6 +193,9 @@ def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
         return "running", ""
     if errors and not known:
         return "lost", f"hosts unreachable: {errors[0]}"
+    hub = states.get(0) or {}
+    if hub.get("run_status") in STATUSES:  # node 0's hub said how the run ended: its view
+        return str(hub["run_status"]), str(hub.get("run_reason") or "")
     got = {s.get("status") for s in known}
     for status in ("failed", "lost", "stopped"):
         if status in got:

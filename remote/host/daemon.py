@@ -513,7 +513,7 @@ class Daemon:
             event = "lost" if out["node"] in out["lost"] else "failed"
             message = out["reason"] + (f"; {why}" if why else "")
         self._word(event, status, message)
-        self.save_state(run_status=status, waiting=[])
+        self.save_state(run_status=status, run_reason=message, waiting=[])
         self.hub.finish(message, min(self.link_timeout, DRAIN_S))
         return None
 

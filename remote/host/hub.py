@@ -420,10 +420,10 @@ def next_step(outcome, attempt, restarts, spares):
     spare hosts are left to take lost nodes' places."""
     if outcome["status"] != "failed" or outcome["halted"]:
         return outcome["status"], ""
-    if outcome.get("isolated"):
-        return "failed", "the run's hub was cut off: no restart"
     if attempt >= restarts:
         return "failed", "no restarts left" if restarts else ""
+    if outcome.get("isolated"):
+        return "failed", "the run's hub was cut off: no restart"
     if len(outcome["lost"]) > spares:
         return "failed", "no spare host left to take its place"
     return None
