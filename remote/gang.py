@@ -402,12 +402,15 @@ class Gang:
             gone = why
         else:
             gone = "its supervisor died (the host's part is swept by the run's tags)"
+        died = node.end.died if isinstance(node.end, nodemsg.Exit) else None
         ending = self.attempts.of(node.attempt).ended(
             name,
             node.end,
             node.at or time.time(),
             gone=gone,
-            tracebacks=lambda host, code, at: self.tracker.node_failures(host, code, at=at),
+            tracebacks=lambda host, code, at: self.tracker.node_failures(
+                host, code, at=at, died=died
+            ),
             peer_name=lambda j: self.nodes[j].name if j in self.nodes else None,
             stopped_at=node.stopped_at,
             hub=k == 0,

@@ -49,6 +49,15 @@ class Stopping:
 
 
 @dataclass(frozen=True, slots=True)
+class RankEnd:
+    """The first of a node's rank processes to end, as its supervisor saw it."""
+
+    rank: int
+    code: int | None  # as subprocess says it (-9: SIGKILL); None where it could not tell
+    at: float  # host clock
+
+
+@dataclass(frozen=True, slots=True)
 class Exit:
     code: int | None
     stopped: bool
@@ -57,6 +66,7 @@ class Exit:
     node: int | None
     survivors: tuple[str, ...]
     attempt: int = 0
+    died: RankEnd | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +162,12 @@ def _ints(values: Any) -> tuple[int, ...]:
     return tuple(_int(v) for v in values or ())
 
 
+def _died(value: Any) -> RankEnd | None:
+    if value is None:
+        return None
+    return RankEnd(_int(value["rank"]), _opt_int(value.get("code")), _seconds(value["at"]))
+
+
 def _attempt(m: dict[str, Any]) -> int:
     return _int(m.get("attempt", 0))
 
@@ -176,7 +192,7 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     protocol.EXIT: lambda m: Exit(
         _opt_int(m.get("code")), bool(m.get("stopped")), _opt_text(m.get("by")),
         _opt_text(m.get("reason")), _opt_int(m.get("node")),
-        tuple(_text(s) for s in m.get("survivors") or ()), _attempt(m),
+        tuple(_text(s) for s in m.get("survivors") or ()), _attempt(m), _died(m.get("died")),
     ),
     protocol.ERROR: lambda m: StartError(
         _text(m.get("msg", "the node could not start")), _attempt(m)

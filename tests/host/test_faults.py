@@ -18,7 +18,7 @@ import yaml
 from runtools import run_job
 
 from remote import inventory
-from remote.events import Event, LogBatch, NodeStarted
+from remote.events import Event, LogBatch, NodeRanks, NodeStarted
 from remote.host import procs
 from remote.run import Run
 
@@ -108,3 +108,81 @@ async def test_a_node_that_cannot_start_ends_the_run_at_once(tmp_path: Path) -> 
     assert took < 5
     run_id = json.loads((tmp_path / "run" / "run.json").read_text())["run_id"]
     assert not supervisors(run_id)
+
+
+# The env style as Lightning runs it: the script is local rank 0 and starts local rank 1 (its
+# LOCAL_RANK); when its child dies it notices (a pipe's end), says what c10d says, tears down
+# (torch takes a while) and fails, its dead child reaped as its Popen goes.
+LIGHTNING_LIKE = """
+import os, subprocess, sys, time
+node = int(os.environ["NODE_RANK"])
+if "LOCAL_RANK" in os.environ:
+    print(f"rank {node * 2 + 1} up", flush=True)
+    time.sleep(300)
+r, w = os.pipe()
+env = {**os.environ, "LOCAL_RANK": "1"}
+child = subprocess.Popen([sys.executable, __file__], env=env, pass_fds=(w,))
+os.close(w)
+print(f"rank {node * 2} up", flush=True)
+os.read(r, 1)
+print("[W1125 00:33:30.133239418 socket.cpp:207] [c10d] The hostname of the client socket "
+      "cannot be retrieved. err=-3", file=sys.stderr, flush=True)
+time.sleep(0.5)
+sys.exit(1)
+"""
+
+
+# A torchrun rank that, like one whose store reverse-looks its peers up, warns first.
+WARNS_THEN_TICKS = """
+import os, sys, time
+print(WARNING, file=sys.stderr, flush=True)
+for i in range(100000):
+    print(f"tick {os.environ['RANK']} {i}", flush=True)
+    time.sleep(0.05)
+""".replace("WARNING", repr(
+    "[W1125 00:33:30.133239418 socket.cpp:207] [c10d] The hostname of the client socket "
+    "cannot be retrieved. err=-3"
+))  # fmt: skip
+
+
+def rank_pid(run_id: str, node: int, env: dict[str, str]) -> int | None:
+    """The pid of node's process whose environment holds `env` (a rank's)."""
+    for pid in procs.tagged_pids({"DDPTUI_RUN_ID": run_id, "DDPTUI_NODE": str(node)}):
+        if env.items() <= procs.environ(pid).items():
+            return pid
+    return None
+
+
+@pytest.mark.parametrize("style", ["env", "torchrun"])
+async def test_a_rank_killed_is_named_with_its_signal(tmp_path: Path, style: str) -> None:
+    """SIGKILL of rank 3 (the OOM killer's way): named with its signal, never by the last
+    line it printed (c10d's warning). Before, the env style named no rank at all."""
+    if style == "env":
+        (tmp_path / "lightning_like.py").write_text(LIGHTNING_LIKE)
+        job: dict[str, Any] = {"script": "lightning_like.py", "nproc_per_node": 2}
+        rank3 = {"NODE_RANK": "1", "LOCAL_RANK": "1"}
+    else:
+        (tmp_path / "ticks.py").write_text(WARNS_THEN_TICKS)
+        job = {"script": "ticks.py", "launcher": "torchrun", "nproc_per_node": 2}
+        rank3 = {"RANK": "3"}
+    inv = write(tmp_path, nodes=2, **job)
+    killed: list[int] = []
+
+    def kill(run: Run, events: list[Event]) -> None:
+        said = {text for e in events if isinstance(e, LogBatch) for _, text in e.lines}
+        if killed or not ({"rank 3 up", "tick 3 40"} & said):  # its rank scan is done by then
+            return
+        if style == "env" and not any(
+            isinstance(e, NodeRanks) and e.node_rank == 1 for e in events
+        ):
+            return  # node1's scan found its ranks: it watches them
+        pid = rank_pid(run.run_id, 1, rank3)
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+
+    fin, _ = await run_job(inv, tmp_path, kill, timeout=LEASE)
+    assert killed and fin.failure is not None, fin
+    root = fin.failure
+    assert (root.host, root.rank, root.exit_code) == ("node1", 3, -signal.SIGKILL), root
+    assert root.message == "killed by SIGKILL (out of memory?)"
