@@ -89,6 +89,7 @@ class Gang:
     running: asyncio.Event = field(default_factory=asyncio.Event)  # every node has started
     stored: dict[int, int] = field(default_factory=dict)  # node → spool offset the logs hold
     away: float = 0.0  # seconds the launcher itself was not running (a laptop's lid closed)
+    woke: float = 0.0  # when it ran again (monotonic): no silence before counts against a host
     _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
     _hub: str | None = None
 
@@ -212,27 +213,41 @@ class Gang:
         while True:
             await asyncio.sleep(beat)
             now = time.monotonic()
-            if now - last > AWAY_BEATS * beat + 1.0:
-                self.away = max(self.away, now - last - beat)
+            if now - last > AWAY_BEATS * beat + 1.0:  # the hosts heard nothing from `last`
+                self.away = max(self.away, now - last)
                 self.emit(
                     Notice(
                         "warning",
                         f"ddptui itself was not running for {self.away:.0f} s (asleep or "
-                        "suspended): the hosts are judged once what they said meanwhile is read",
+                        "stopped): the hosts are judged once what they said meanwhile is read",
                     )
                 )
-                for link in self.links.values():  # judged afresh, once they had their say
-                    link.heard = now
+                self.woke = now  # the hosts are judged afresh, once they had their say
             last = now
             for k, link in self.links.items():
                 if link.ended or link.lost or link.channel is None:
                     continue
                 link.say(protocol.SAY_PING)
-                if now - link.heard > self.link_timeout:
+                if self._silent(link, now):
                     link.lost = True
                     agent = self.fleet.agents.get(k)
                     if agent is not None:
                         agent.drop()  # ends the stream: the link is dead
+
+    def _silent(self, link: NodeLink, now: float) -> bool:
+        """Not heard from for link_timeout, counted from the launcher's wake if it slept."""
+        return now - max(link.heard, self.woke) > self.link_timeout
+
+    @property
+    def reason(self) -> str:
+        """Why a run ended lost (the hosts' lease): the launcher's own absence, if it was
+        away past the lease; else what the hosts said."""
+        if self.away:
+            return (
+                f"ddptui itself was not running for {self.away:.0f} s (asleep or stopped), "
+                f"past the {self.link_timeout:g} s lease: the hosts ended the run"
+            )
+        return self.verdict.lease
 
     async def _reconnect(self, node: Node, link: NodeLink, why: str) -> bool:
         """The stream again, resumed where it stopped; False: given up (lost, or detached)."""
@@ -255,7 +270,7 @@ class Gang:
             try:
                 await self.fleet.reconnect(k, self.emit)
             except HostError:
-                if time.monotonic() - link.heard > self.link_timeout:
+                if self._silent(link, time.monotonic()):
                     link.lost = True
                     break
                 await asyncio.sleep(delay)

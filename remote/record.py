@@ -348,6 +348,7 @@ class Recorder:
             "failure": dataclasses.asdict(fin.failure) if fin.failure else None,
             "failing_rank": fin.failure.rank if fin.failure else None,
             "failing_host": fin.failure.host if fin.failure else None,
+            "reason": fin.reason,
             "attempts": [_attempt(a) for a in fin.attempts],
         }
         replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)

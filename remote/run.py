@@ -392,7 +392,8 @@ class Run:
             unreachable=bool(self.preflight.unreachable),
             detached=self.gang.detached,
         )
-        fin = RunFinished(status, code, elapsed, root, ordered, attempts)
+        reason = self.gang.reason if status == "lost" else ""
+        fin = RunFinished(status, code, elapsed, root, ordered, attempts, reason)
         self.emit(fin)
         return fin
 

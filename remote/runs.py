@@ -152,7 +152,7 @@ async def statuses(records: Sequence[RunRecord]) -> None:
     ask = [r for r in records if r.summary is None]
     for r in records:
         if r.summary is not None:
-            r.status = str(r.summary.get("status"))
+            r.status, r.detail = str(r.summary.get("status")), str(r.summary.get("reason") or "")
     if not ask:
         return
     pairs: dict[tuple[Any, ...], tuple[Host, list[tuple[str, int, int]]]] = {}

@@ -62,6 +62,7 @@ class Verdict:
     # tell nothing: lost, or its supervisor killed); node 0's, the hub's own view, apart.
     peer_failures: list[Failure] = field(default_factory=list)
     hub_failure: Failure | None = None
+    lease: str = ""  # a node's own word that no launcher was heard from (its lease ended it)
 
     def stop(self, cause: str, at: float) -> bool:
         """The run ends early for `cause`; True the first time (the cause that counts)."""
@@ -100,6 +101,7 @@ class Verdict:
             self.stop(STOP_CAUSES.get(end.by or "", "failure"), at)
         if end.by == protocol.BY_LEASE:
             errors += (f"stopped: {end.reason}",)
+            self.lease = self.lease or end.reason or ""
         if self.cause == "failure":  # its own tracebacks from before the stop still count
             own = tracebacks(name, end.code, at)
             before = min(self.stop_sent, stopped_at or self.stop_sent)

@@ -8,6 +8,7 @@ rank printed is lost. Each uses a short link_timeout: what waits for a lease wai
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -61,9 +62,57 @@ def supervisors(run_id: str) -> list[int]:
     return [p for p in procs.all_pids() if run_id in cmdline(p) and "daemon" in cmdline(p)]
 
 
+def node_dir(cluster: TestCluster, run_id: str, k: int) -> Path:
+    """Node k's private directory on its host: state.json, its spool."""
+    return cluster.hosts[k].home / f".local/state/ddptui/runs/{run_id}/n{k}"
+
+
 def node_state(cluster: TestCluster, run_id: str, k: int) -> dict[str, object]:
-    path = cluster.hosts[k].home / f".local/state/ddptui/runs/{run_id}/n{k}/state.json"
-    return dict(json.loads(path.read_text()))
+    return dict(json.loads((node_dir(cluster, run_id, k) / "state.json").read_text()))
+
+
+def spooled(cluster: TestCluster, run_id: str, rank: int) -> int:
+    """How many of rank's tick lines its node's spool holds: every one it printed."""
+    spool = node_dir(cluster, run_id, rank // 2).glob("spool.*")
+    return b"".join(p.read_bytes() for p in sorted(spool)).count(b"]:tick %d " % rank)
+
+
+def logged(run_dir: Path, rank: int) -> int:
+    """How many tick lines rank-N.log holds, checked to be in order, none twice."""
+    log = (run_dir / f"rank-{rank}.log").read_text().splitlines()
+    ticks = [line for line in log if line.startswith(f"tick {rank} ")]
+    assert ticks == [f"tick {rank} {i}" for i in range(len(ticks))]
+    return len(ticks)
+
+
+def test_a_laptop_lid_closed_past_the_lease_ends_lost_with_every_line(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    """SIGSTOP of the launcher past the lease, then SIGCONT: the hosts ended the run on
+    their lease. The launcher knows it was away (its clock jumped), reads what the hosts said
+    meanwhile, ends `lost` blaming no host, and says for how long it was away; every line is
+    in rank-N.log. Before, every host was called lost (network cut or host down), the run
+    failed blaming node 0, and ~59 lines a rank stayed in the hosts' spools."""
+    job = tick_job(29953)
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run", env={"XDG_DATA_HOME": str(tmp_path / "data")})
+    run_id = cli.run_id()
+    wait_for(lambda: "tick 3 20" in cli.stdout, 60, "every rank to tick")
+    cli.proc.send_signal(signal.SIGSTOP)
+    try:
+        lost = [lambda k=k: node_state(cluster, run_id, k).get("status") == "lost" for k in (0, 1)]
+        wait_for(lambda: all(f() for f in lost), LEASE + 15, "the hosts' lease to end the run")
+    finally:
+        cli.proc.send_signal(signal.SIGCONT)
+    assert cli.wait(60) == 1, cli.stderr
+    summary = cli.summary()
+    assert (summary["status"], summary["failure"]) == ("lost", None), summary
+    assert summary["reason"].startswith("ddptui itself was not running for ")
+    assert summary["reason"].endswith(f" past the {LEASE} s lease: the hosts ended the run")
+    assert f"run lost in {summary['elapsed']:.1f} s (exit 1): {summary['reason']}" in cli.stderr
+    assert "not heard from" not in cli.stderr
+    for r in range(4):
+        assert logged(cli.run_dir, r) == spooled(cluster, run_id, r)
 
 
 @pytest.mark.parametrize("k", [1, 0])

@@ -44,8 +44,9 @@ def write(tmp: Path, nodes: int = 3, hosts: dict[int, dict[str, Any]] | None = N
     return inventory.load(tmp / "inventory.yaml")
 
 
-def node_dir(run: Run, k: int) -> Path:
-    return Path.home() / ".local/state/ddptui/runs" / run.run_id / f"n{k}"
+def node_dir(run_id: str, k: int) -> Path:
+    """Node k's private directory on its host (this machine): state.json, its spool."""
+    return Path.home() / ".local/state/ddptui/runs" / run_id / f"n{k}"
 
 
 def supervisors(run_id: str) -> list[int]:
@@ -77,7 +78,7 @@ async def test_a_killed_supervisor_ends_the_run_at_once(tmp_path: Path, k: int) 
 
     def kill(run: Run, events: list[Event]) -> None:
         if not killed and up(events, 3):
-            pid = json.loads((node_dir(run, k) / "state.json").read_text())["pid"]
+            pid = json.loads((node_dir(run.run_id, k) / "state.json").read_text())["pid"]
             os.kill(pid, signal.SIGKILL)
             killed.append(time.monotonic())
 
@@ -186,3 +187,48 @@ async def test_a_rank_killed_is_named_with_its_signal(tmp_path: Path, style: str
     root = fin.failure
     assert (root.host, root.rank, root.exit_code) == ("node1", 3, -signal.SIGKILL), root
     assert root.message == "killed by SIGKILL (out of memory?)"
+
+
+def spooled(run_id: str, k: int, rank: int) -> int:
+    """How many of rank's tick lines node k's spool holds (all it printed)."""
+    spool = b"".join(p.read_bytes() for p in sorted(node_dir(run_id, k).glob("spool.*")))
+    return spool.count(b"]:tick %d " % rank)
+
+
+def test_a_launcher_stopped_past_the_lease_ends_lost_and_keeps_every_line(tmp_path: Path) -> None:
+    """A laptop's lid closed (SIGSTOP of the launcher) past the lease: the hosts end the run
+    by their lease. On waking, the launcher reads what they said meanwhile before it judges
+    anyone: the run is lost, no host blamed, it says how long it was away, and every line the
+    ranks printed is in rank-N.log (before, each host was called lost, and its last lines
+    stayed in its spool)."""
+    from e2etools import Cli, wait_for
+
+    tick = str(Path(__file__).parents[1] / "data" / "tick.py")
+    job = {"script": tick, "args": ["100000", "0.05"], "launcher": "torchrun",
+           "nproc_per_node": 2, "link_timeout": 3}  # fmt: skip
+    inv = write(tmp_path, nodes=2, **job)
+    cli = Cli(inv.path, tmp_path / "run", env={"XDG_DATA_HOME": str(tmp_path / "data")})
+    run_id = cli.run_id()
+    wait_for(lambda: "tick 3 20" in cli.stdout, 60, "every rank to tick")
+    cli.proc.send_signal(signal.SIGSTOP)
+    try:
+
+        def ended(k: int) -> bool:
+            state = json.loads((node_dir(run_id, k) / "state.json").read_text())
+            return state.get("status") == "lost"
+
+        wait_for(lambda: ended(0) and ended(1), 30, "the hosts to end the run on their lease")
+    finally:
+        cli.proc.send_signal(signal.SIGCONT)
+    assert cli.wait(60) == 1, cli.stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["status"], summary["failure"]) == ("lost", None)
+    assert summary["reason"].startswith("ddptui itself was not running for ")
+    assert summary["reason"].endswith(" past the 3 s lease: the hosts ended the run")
+    assert f"run lost in {summary['elapsed']:.1f} s (exit 1): {summary['reason']}" in cli.stderr
+    assert "lost: not heard from" not in cli.stderr
+    for r in range(4):
+        log = (tmp_path / "run" / f"rank-{r}.log").read_text().splitlines()
+        ticks = [line for line in log if line.startswith(f"tick {r} ")]
+        assert ticks == [f"tick {r} {i}" for i in range(len(ticks))]  # in order, none twice
+        assert len(ticks) == spooled(run_id, r // 2, r) > 40  # and every one the host kept

@@ -122,7 +122,8 @@ def show_finished(record: runs.RunRecord, printer: Printer, tail: int | None) ->
     failure = failure_from(s["failure"]) if s.get("failure") else None
     attempts = tuple(attempt_from(a) for a in s.get("attempts") or ())
     status, code, elapsed = s.get("status", "failed"), s.get("exit_code", 1), s.get("elapsed", 0.0)
-    printer(RunFinished(status, code, elapsed, failure, attempts=attempts))
+    reason = str(s.get("reason") or "")
+    printer(RunFinished(status, code, elapsed, failure, attempts=attempts, reason=reason))
     return int(s.get("exit_code", EXIT_FAILED))
 
 
