@@ -89,6 +89,7 @@ class Gang:
     running: asyncio.Event = field(default_factory=asyncio.Event)  # every node has started
     stored: dict[int, int] = field(default_factory=dict)  # node → spool offset the logs hold
     away: float = 0.0  # seconds the launcher itself was not running (a laptop's lid closed)
+    retired: list[dict[str, Any]] = field(default_factory=list)  # unread() of retired nodes
     woke: float = 0.0  # when it ran again (monotonic): no silence before counts against a host
     _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
     _hub: str | None = None
@@ -171,11 +172,28 @@ class Gang:
         task, link, node = self.tasks.get(k), self.links.get(k), self.nodes.get(k)
         if link is not None:
             link.lost = True
+            if node is not None:
+                self.retired += self._unread(node, link)
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if node is not None and link is not None and not node.concluded:
             self._conclude(node, link, "")
+
+    def unread(self) -> list[dict[str, Any]]:
+        """The streams given up on before their end (a host cut off past the lease): where the
+        run's logs stop in each one's spool. What the host printed after is read later, once
+        it can be reached (remote/late.py)."""
+        if self.detached:  # an attach reads them all
+            return []
+        found = [e for k, node in self.nodes.items() for e in self._unread(node, self.links[k])]
+        return self.retired + found
+
+    def _unread(self, node: Node, link: NodeLink) -> list[dict[str, Any]]:
+        if link.ended:
+            return []
+        return [{"node": node.node_rank, "since": node.since, "host": node.name,
+                 "offset": link.offset}]  # fmt: skip
 
     def _agent_noise(self, k: int) -> list[str]:
         agent = self.fleet.ready(k)
@@ -394,7 +412,7 @@ class Gang:
         self, node: Node, stream: Stream, data: str, at: float, replay: bool, stored: bool
     ) -> None:
         # The supervisor sends whole lines only. No Python call per line: 1M lines must flow.
-        lines = _untag(data)
+        lines = untag(data)
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
         self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay, stored))
@@ -408,7 +426,10 @@ class Gang:
         if self.detached and node.end is None:
             return
         k, name = node.node_rank, node.name
-        if link.lost:
+        # Its supervisor died only where its stream says so: read to its end, with no last
+        # word. A stream given up on before its end is a host lost, whatever gave up.
+        dead = node.end is None and link.ended and not link.lost
+        if link.lost or not (dead or why):
             gone = (
                 f"lost: not heard from for {self.link_timeout:g} s (network cut or host down); "
                 "its supervisor stops its part when no launcher is heard from for as long"
@@ -436,7 +457,7 @@ class Gang:
         self.emit(NodeExited(name, k, ending.exit_code, ending.failures, ending.stopped))
         if ending.state == "failed" and node.attempt == self.attempts.current:
             self.stop("failure")
-            if node.end is None and not link.lost and not why:
+            if dead:
                 self._sweeps.append(asyncio.ensure_future(self._sweep(node)))
                 self._gone(k, node.attempt)
 
@@ -483,7 +504,7 @@ class Gang:
         return self.verdict.failures
 
 
-def _untag(data: str) -> tuple[tuple[int | None, str], ...]:
+def untag(data: str) -> tuple[tuple[int | None, str], ...]:
     """Each whole line of data: `[3]:hello` → (3, "hello"); a node's own lines carry no tag."""
     found = RANK_TAG.findall(data)  # one pass in C over the whole chunk
     ranks = {tag: int(tag) if tag else None for tag in set(map(itemgetter(0), found))}

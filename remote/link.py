@@ -44,7 +44,8 @@ OnEnd = Callable[[str | None], None]
 
 
 class NodeLink:
-    def __init__(self, run_id: str, node: int) -> None:
+    def __init__(self, run_id: str, node: int, offset: int = 0) -> None:
+        """offset: where in the spool to begin (what the run's logs already hold)."""
         self.run_id, self.node = run_id, node
         self.channel: Channel | None = None
         self.closed = asyncio.Event()  # the current channel has ended
@@ -52,7 +53,7 @@ class NodeLink:
         self.ended = False  # the supervisor said the stream is complete
         self.lost = False  # given up on: not heard from for link_timeout
         self.hello: dict[str, Any] = {}
-        self._fed = 0  # spool offset of the next byte for the reader
+        self._fed = offset  # spool offset of the next byte for the reader
         self._history = False  # this link attached to a run already going (or gone)
         self._wire = wire.WireReader()
         self._spool = wire.SpoolReader()

@@ -148,7 +148,13 @@ def resolve(spec: str) -> RunRecord:
 
 
 async def statuses(records: Sequence[RunRecord]) -> None:
-    """Fill each record's status: its summary's, or what its hosts' supervisors say."""
+    """Fill each record's status: its summary's, or what its hosts' supervisors say. A run
+    that ended with a host lost has the lines that host printed meanwhile read now, if it
+    can be reached (remote/late.py)."""
+    from . import late  # it reads run records: imported here, not at the top
+
+    unread = [r for r in records if r.summary is not None and r.summary.get("unread")]
+    await asyncio.gather(*(late.fetch(r) for r in unread))
     ask = [r for r in records if r.summary is None]
     for r in records:
         if r.summary is not None:

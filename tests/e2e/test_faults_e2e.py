@@ -149,3 +149,39 @@ def test_a_detached_run_with_a_host_cut_names_that_host(
     runs = Cmd(["runs", "--json"], tmp_path / "runs2", data_home)
     assert runs.wait(60) == 0, runs.stderr
     assert json.loads(runs.stdout)["runs"][0]["status"] == "failed"  # one status, before or after
+
+
+def test_the_lines_of_a_host_cut_past_the_lease_come_late(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """node1 cut past the lease: the launcher calls it lost and the run fails, while node1's
+    ranks print on until its own lease stops them: those lines stay in its spool. Once it can
+    be reached again, an attach reads them into rank-N.log after a line saying they came late
+    (before, they never reached the run's logs)."""
+    job = tick_job(29954)
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run", env=data_home)
+    run_id = cli.run_id()
+    wait_for(lambda: "tick 3 20" in cli.stdout, 60, "every rank to tick")
+    with cut(cluster, 1):
+        assert cli.wait(LEASE + 30) == 1, cli.stderr
+        wait_for(lambda: not supervisors(run_id), LEASE + 20, "node1's supervisor to end")
+        summary = cli.summary()
+        assert summary["failing_host"] == "node1" and "lost" in summary["failure"]["message"]
+        (unread,) = summary["unread"]
+        assert (unread["node"], unread["host"]) == (1, "node1")
+        on_time = [logged(cli.run_dir, r) for r in (2, 3)]
+    attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
+    assert attach.wait(60) == 1, attach.stderr
+    assert "node1: warning: " in attach.stderr and "came late" in attach.stderr
+    mark = "ddptui: the lines below came late: node1 printed them while cut off from the launcher"
+    for r, before in zip((2, 3), on_time, strict=True):
+        log = (cli.run_dir / f"rank-{r}.log").read_text().splitlines()
+        (at,) = [i for i, line in enumerate(log) if line.startswith(mark)]
+        assert log[at - 1] == f"tick {r} {before - 1}"  # after the last line on time
+        assert logged(cli.run_dir, r) == spooled(cluster, run_id, r) > before
+    assert cli.summary()["unread"] == []
+    assert logged(cli.run_dir, 0) == spooled(cluster, run_id, 0)  # node0's were all on time
+    runs = Cmd(["runs", "--json"], tmp_path / "runs", data_home)  # nothing more to read
+    assert runs.wait(60) == 0, runs.stderr
+    assert json.loads(runs.stdout)["runs"][0]["status"] == "failed"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from remote import runs
+from remote import late, runs
 from remote.events import (
     Event,
     HostState,
@@ -89,6 +89,7 @@ async def attach(spec: str, tail: int | None = None, *, verbose: bool = False) -
     record = runs.resolve(spec)
     printer = _printer(record, verbose)
     if record.summary is not None:  # it ended while we watched: the run dir has it all
+        await late.fetch(record, printer)  # but for what a lost host printed meanwhile
         return show_finished(record, printer, tail)
     emit: Callable[[Event], None] = printer if tail is None else TailPrinter(printer, tail)
     run = Run.rejoin(record, emit)
