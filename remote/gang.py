@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
@@ -171,7 +171,7 @@ class Gang:
         """Node k's host is lost for good (a spare takes its place): stop following it."""
         task, link, node = self.tasks.get(k), self.links.get(k), self.nodes.get(k)
         if link is not None:
-            link.lost = True
+            link.give_up()
             if node is not None:
                 self.retired += self._unread(node, link)
         if task is not None and not task.done():
@@ -247,7 +247,7 @@ class Gang:
                     continue
                 link.say(protocol.SAY_PING)
                 if self._silent(link, now):
-                    link.lost = True
+                    link.give_up()
                     agent = self.fleet.agents.get(k)
                     if agent is not None:
                         agent.drop()  # ends the stream: the link is dead
@@ -286,10 +286,11 @@ class Gang:
         delay = 0.5
         while not link.lost and not self.detached:
             try:
-                await self.fleet.reconnect(k, self.emit)
+                if not await _unless(link.given_up, self.fleet.reconnect(k, self.emit)):
+                    break  # lost meanwhile: no login attempt is waited out
             except HostError:
                 if self._silent(link, time.monotonic()):
-                    link.lost = True
+                    link.give_up()
                     break
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -511,6 +512,23 @@ def untag(data: str) -> tuple[tuple[int | None, str], ...]:
     if len(ranks) == 1:  # the usual chunk: one rank's lines
         return tuple(zip(repeat(ranks.popitem()[1]), map(itemgetter(1), found)))
     return tuple([(ranks[tag], text) for tag, text in found])
+
+
+async def _unless(event: asyncio.Event, work: Coroutine[Any, Any, Any]) -> bool:
+    """work to its end, unless `event` is set first (then it is cancelled): True if it ended
+    (its exception raised)."""
+    task, stop = asyncio.ensure_future(work), asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, stop, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()
+    return True
 
 
 def _ranks_text(ranks: tuple[int, ...]) -> str:

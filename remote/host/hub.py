@@ -257,14 +257,15 @@ class Hub:
             chan.send(t="restart", attempt=attempt, after=after)
 
     def finish(self, reason, wait):
-        """The run is over: every peer is told, and given `wait` seconds to hang up."""
+        """The run is over: every peer is told, and given `wait` seconds to hang up (a lost
+        one's link is silent: none is waited for)."""
         with self.cond:
             self.over = reason
             peers = list(self.peers.values())
         for chan in peers:
             chan.send(t="over", reason=reason)
         with self.cond:  # a close before they read it could reset what they were sent
-            self.cond.wait_for(lambda: not self.peers, wait)
+            self.cond.wait_for(lambda: not [k for k in self.peers if k not in self.lost], wait)
 
     # -- the peers ----------------------------------------------------------------------------
 

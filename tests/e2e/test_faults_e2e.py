@@ -163,14 +163,20 @@ def test_the_lines_of_a_host_cut_past_the_lease_come_late(
     cli = Cli(inv, tmp_path / "run", env=data_home)
     run_id = cli.run_id()
     wait_for(lambda: "tick 3 20" in cli.stdout, 60, "every rank to tick")
+    t0 = time.monotonic()
     with cut(cluster, 1):
         assert cli.wait(LEASE + 30) == 1, cli.stderr
+        took = time.monotonic() - t0
         wait_for(lambda: not supervisors(run_id), LEASE + 20, "node1's supervisor to end")
         summary = cli.summary()
         assert summary["failing_host"] == "node1" and "lost" in summary["failure"]["message"]
         (unread,) = summary["unread"]
         assert (unread["node"], unread["host"]) == (1, "node1")
         on_time = [logged(cli.run_dir, r) for r in (2, 3)]
+    print(f"node1 cut: the run ended {took:.1f} s later (lease {LEASE} s)")
+    # the lease, node0's stop (grace 2 s), and no more: no login attempt to the cut host, nor
+    # its silent hub link, is waited out (before, 11 s)
+    assert took < LEASE + 5
     attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
     assert attach.wait(60) == 1, attach.stderr
     assert "node1: warning: " in attach.stderr and "came late" in attach.stderr

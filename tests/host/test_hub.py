@@ -418,3 +418,33 @@ def test_after_a_halt_the_hub_waits_for_no_peer_that_never_joined() -> None:
     out = h.settle()  # node 2 never joined: it never learned where the hub is
     assert time.monotonic() - t0 < 3
     assert (out["status"], out["reason"]) == ("stopped", "stopped from the launcher")
+
+
+def mute_peer(h: Hub, node: int) -> socket.socket:
+    """A peer that joins, then says nothing more and never hangs up: its link was cut."""
+    sock = socket.create_connection(("127.0.0.1", h.port))
+    f = sock.makefile("rb")
+    nonce, mine = f.readline()[len(CHALLENGE) :].strip(), b"ab" * 16
+    session = hubmod.Session(SECRET, nonce, mine, node)
+    sock.sendall(b"%d %s %s\n" % (node, mine, session.peer_proof))
+    f.readline()  # the hub's proof
+    Channel(sock, f, session.key, b"peer", b"hub").send(t="join", since=0, attempt=0)
+    return sock
+
+
+def test_the_end_waits_for_no_lost_peer_to_hang_up() -> None:
+    """node2 cut: the run is over once it is lost; the hub does not give its silent link the
+    time it gives live peers to hang up (before, node 0 ended 10 s later)."""
+    h, stops = hub(3, timeout=0.6)
+    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link.connect("127.0.0.1", h.port)
+    cut = mute_peer(h, 2)
+    joined(h, link)
+    assert stops.event.wait(3) and stops.said[0][1] == 2
+    h.own_end("stopped", stops.said[0][0])
+    link.end("stopped", stops.said[0][0])
+    assert h.settle()["lost"] == [2]
+    t0 = time.monotonic()
+    h.finish("node2 was lost", 10)
+    assert time.monotonic() - t0 < 2 and link.word() is None
+    cut.close()
