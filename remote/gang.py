@@ -190,7 +190,7 @@ class Gang:
         return self.retired + found
 
     def _unread(self, node: Node, link: NodeLink) -> list[dict[str, Any]]:
-        if link.ended:
+        if link.ended or not link.lost:
             return []
         return [{"node": node.node_rank, "since": node.since, "host": node.name,
                  "offset": link.offset}]  # fmt: skip

@@ -70,15 +70,18 @@ async def fetch(record: RunRecord, emit: Emit | None = None) -> int:
 
 
 async def _read(run_id: str, host: Host, entry: dict[str, Any]) -> list[tuple[bytes, Lines]] | None:
-    """(stream, lines) from the stream's spool past where the logs stop; None if it cannot be
-    read yet: the host unreachable, or its supervisor still going (its end comes later)."""
+    """(stream, lines) from the stream's spool past where the logs stop ([] if the host keeps
+    nothing of it any more); None if it cannot be read yet: the host unreachable, or its
+    supervisor still going (its end comes later)."""
     node, since, offset = int(entry["node"]), int(entry.get("since") or 0), int(entry["offset"])
     fleet = Fleet([host])
     try:
         agent = await fleet.agent(0, lambda event: None)
         got = await agent.request(protocol.STATUS, {"nodes": [[run_id, node, since]]})
         state = (got.get("runs") or {}).get(run_id, {}).get(str(node))
-        if not isinstance(state, dict) or state.get("alive"):
+        if not isinstance(state, dict):
+            return []
+        if state.get("alive"):
             return None
         return await _spool(agent, NodeLink(run_id, node, offset), since)
     except HostError:
