@@ -8,6 +8,7 @@ rank printed is lost. Each uses a short link_timeout: what waits for a lease wai
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -20,6 +21,19 @@ from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
 from testhosts import TestCluster, veth_name
 
 from remote.host import procs
+
+TRAIN = ["--epochs", "100", "--step-time", "0.1"]  # long enough to be killed in
+STYLES = {
+    "torchrun": ({"script": "examples/train.py", "args": TRAIN}, {"RANK": "3"}),
+    "env": (  # Lightning starts a node's other processes itself
+        {
+            "script": "examples/lightning_boring.py",
+            "launcher": "env",
+            "args": ["--max-steps", "100000"],
+        },
+        {"NODE_RANK": "1", "LOCAL_RANK": "1"},
+    ),
+}
 
 pytestmark = pytest.mark.e2e
 
@@ -191,3 +205,39 @@ def test_the_lines_of_a_host_cut_past_the_lease_come_late(
     runs = Cmd(["runs", "--json"], tmp_path / "runs", data_home)  # nothing more to read
     assert runs.wait(60) == 0, runs.stderr
     assert json.loads(runs.stdout)["runs"][0]["status"] == "failed"
+
+
+def rank_process(cluster: TestCluster, run_id: str, env: dict[str, str]) -> int:
+    """The rank's own process (not a child of it carrying its environment)."""
+    found = [p for p in cluster.pids_with_env("DDPTUI_RUN_ID", run_id)
+             if env.items() <= procs.environ(p).items()]  # fmt: skip
+    (pid,) = [p for p in found if procs.stat(p) and procs.stat(p)[1] not in found]
+    return pid
+
+
+@pytest.mark.parametrize("style", ["torchrun", "env"])
+def test_a_rank_killed_by_a_signal_is_named_with_it(
+    cluster: TestCluster, tmp_path: Path, style: str
+) -> None:
+    """rank 3 SIGKILLed (the OOM killer's way) in real training: named, with its signal, not
+    by the last line it printed. Before, the env style named no rank, and torchrun's gave
+    c10d's warning (`socket.cpp:207 The hostname of the client socket cannot be retrieved`)."""
+    if style == "env":
+        pytest.importorskip("lightning")
+    job, rank3 = STYLES[style]
+    job = {**job, "nproc_per_node": 2, "master_port": 29955 + len(style), "stop_grace": 2}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run")
+    run_id = cli.run_id()
+    cli.wait_ranks(4, 120)
+    if style == "env":  # node1's supervisor found its ranks, and watches them
+        wait_for(lambda: any('"NodeRanks", "host": "node1"' in e for e in cli.events()), 30,
+                 "node1's ranks")  # fmt: skip
+    os.kill(rank_process(cluster, run_id, rank3), signal.SIGKILL)
+    assert cli.wait(120) == 1, cli.stderr
+    summary = cli.summary()
+    failure = summary["failure"]
+    assert (summary["failing_rank"], summary["failing_host"]) == (3, "node1"), failure
+    assert (failure["exit_code"], failure["message"]) == (-9, "killed by SIGKILL (out of memory?)")
+    assert "run failed: rank 3 on node1" in cli.stderr
+    assert_nothing_left(cluster, run_id)
