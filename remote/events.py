@@ -135,6 +135,7 @@ class RunFinished(Event):
     failure: Failure | None = None
     failures: tuple[Failure, ...] = field(default=())
     attempts: tuple[AttemptResult, ...] = field(default=())
+    reason: str = ""  # why, where no failure says it: a lost run (the hosts' lease ended it)
 
 
 @dataclass(frozen=True, slots=True)

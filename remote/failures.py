@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from .events import Failure
+from .nodemsg import RankEnd
 
 TRACEBACK_START = "Traceback (most recent call last):"
 TAIL = 60  # stderr lines kept per rank, enough for the end of a traceback
@@ -25,6 +26,13 @@ _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
 _ECHO = re.compile(
     r"closed by peer|reset by peer|Connection refused|remote process exited|"
     r"NCCL communicator was aborted|Broken pipe|SIGTERM|SIGINT|SIGHUP"
+)
+# A warning is never a failure's message: c10d's and torchrun's own (`[W1125 10:00:00.1
+# socket.cpp:207] ...`, `W1125 10:00:00.1 12 api.py:753] ...`, `[W socket.cpp:207] ...`),
+# glog's info lines, Python's (`x.py:3: UserWarning: ...` and its `  warnings.warn(` line),
+# `WARNING: ...`.
+_WARNING = re.compile(
+    r"^\[?[IW]\d{4} \d\d:\d\d:\d\d|^\[[IW] |\w*Warning: |^\s*warnings\.warn\(|^\s*WARNING\b"
 )
 _FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*)$")
 _RANK = re.compile(r"(-?\d+)(?: \(local_rank: (\d+)\))?")
@@ -41,6 +49,7 @@ class ReportedFailure:
     pid: int | None = None
     host: str | None = None
     root: bool = False  # torchrun named it its node's root cause
+    at: float | None = None  # when it ended, where its supervisor saw it (host clock)
 
 
 def parse_child_failed(lines: list[str]) -> list[ReportedFailure]:
@@ -129,15 +138,23 @@ class FailureTracker:
             del self.first_traceback[key]
 
     def node_failures(
-        self, host: str, exit_code: int | None, why: str = "", at: float | None = None
+        self,
+        host: str,
+        exit_code: int | None,
+        why: str = "",
+        at: float | None = None,
+        died: RankEnd | None = None,
     ) -> list[Failure]:
-        """Failures of one node that ended badly, one per failed rank when torchrun says so."""
+        """Failures of one node that ended badly, one per failed rank when torchrun says so.
+        died: the first rank process to end, as the node's supervisor saw it (any style)."""
         now = time.time() if at is None else at
         node_lines = list(self.tails[(host, None)])
         reported = parse_child_failed(node_lines)
         if not reported and not why:  # no torchrun report: the tracebacks that name a rank
             ranked = sorted(r for h, r in self.first_traceback if h == host and r is not None)
             reported = [ReportedFailure(r, exit_code=exit_code) for r in ranked]
+        if died is not None and not why:
+            reported = _with_death(reported, died)
         if not reported:
             tb = self._traceback(host, None)
             return [
@@ -145,7 +162,7 @@ class FailureTracker:
                     host=host,
                     rank=None,
                     exit_code=exit_code,
-                    message=why or _message_line(tb) or describe_exit(exit_code),
+                    message=why or _message_line(tb, exit_code) or describe_exit(exit_code),
                     seen_at=self._seen(host, None, now),
                     traceback=tb,
                 )
@@ -160,8 +177,8 @@ class FailureTracker:
                     exit_code=r.exit_code,
                     local_rank=r.local_rank,
                     pid=r.pid,
-                    message=_message_line(tb) or describe_exit(r.exit_code),
-                    seen_at=self._seen(host, r.rank, now),
+                    message=_message_line(tb, r.exit_code) or describe_exit(r.exit_code),
+                    seen_at=self._seen(host, r.rank, r.at or now),
                     traceback=tb,
                 )
             )
@@ -178,17 +195,34 @@ class FailureTracker:
         return tuple(lines[-SHOWN:])
 
 
-def _message_line(lines: tuple[str, ...]) -> str:
-    """A traceback's exception line (the first unindented line after its frames), else the
-    last line: warnings printed after a traceback (c10d's, NCCL's) are not its message."""
+def _with_death(reported: list[ReportedFailure], died: RankEnd) -> list[ReportedFailure]:
+    """The first rank process to end, as its supervisor saw it: its exit code and time where
+    torchrun's report names it, else a failure of its own (the env and spawn styles have no
+    report; a rank SIGKILLed leaves no traceback either)."""
+    for r in reported:
+        if r.rank == died.rank:
+            r.exit_code = died.code if r.exit_code is None else r.exit_code
+            r.at = died.at
+            return reported
+    if not died.code:  # it ended well, or nobody could tell how
+        return reported
+    return [ReportedFailure(died.rank, exit_code=died.code, root=True, at=died.at), *reported]
+
+
+def _message_line(lines: tuple[str, ...], code: int | None = None) -> str:
+    """A traceback's exception line (the first unindented line after its frames); else, for a
+    process killed by a signal, "" (the signal is the message); else the last line that is
+    not a warning: a warning (c10d's, NCCL's, Python's) is never the cause."""
     in_frames = False
     for line in lines:
         if line.startswith("  File "):
             in_frames = True
         elif in_frames and line.strip() and not line[0].isspace():
             return line.strip()
+    if code is not None and code < 0:
+        return ""
     for line in reversed(lines):
-        if line.strip():
+        if line.strip() and not _WARNING.search(line):
             return line.strip()
     return ""
 

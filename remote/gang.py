@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
@@ -61,6 +61,7 @@ class Node:
     started: bool = False
     end: nodemsg.Exit | nodemsg.StartError | None = None  # its supervisor's last word
     at: float = 0.0  # host clock of that word
+    stopped_at: float | None = None  # host clock of its word that it was told to stop
     concluded: bool = False  # its ending of `attempt` is told (NodeExited)
 
 
@@ -88,6 +89,8 @@ class Gang:
     running: asyncio.Event = field(default_factory=asyncio.Event)  # every node has started
     stored: dict[int, int] = field(default_factory=dict)  # node → spool offset the logs hold
     away: float = 0.0  # seconds the launcher itself was not running (a laptop's lid closed)
+    retired: list[dict[str, Any]] = field(default_factory=list)  # unread() of retired nodes
+    woke: float = 0.0  # when it ran again (monotonic): no silence before counts against a host
     _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
     _hub: str | None = None
 
@@ -168,12 +171,29 @@ class Gang:
         """Node k's host is lost for good (a spare takes its place): stop following it."""
         task, link, node = self.tasks.get(k), self.links.get(k), self.nodes.get(k)
         if link is not None:
-            link.lost = True
+            link.give_up()
+            if node is not None:
+                self.retired += self._unread(node, link)
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if node is not None and link is not None and not node.concluded:
             self._conclude(node, link, "")
+
+    def unread(self) -> list[dict[str, Any]]:
+        """The streams given up on before their end (a host cut off past the lease): where the
+        run's logs stop in each one's spool. What the host printed after is read later, once
+        it can be reached (remote/late.py)."""
+        if self.detached:  # an attach reads them all
+            return []
+        found = [e for k, node in self.nodes.items() for e in self._unread(node, self.links[k])]
+        return self.retired + found
+
+    def _unread(self, node: Node, link: NodeLink) -> list[dict[str, Any]]:
+        if link.ended or not link.lost:
+            return []
+        return [{"node": node.node_rank, "since": node.since, "host": node.name,
+                 "offset": link.offset}]  # fmt: skip
 
     def _agent_noise(self, k: int) -> list[str]:
         agent = self.fleet.ready(k)
@@ -211,27 +231,41 @@ class Gang:
         while True:
             await asyncio.sleep(beat)
             now = time.monotonic()
-            if now - last > AWAY_BEATS * beat + 1.0:
-                self.away = max(self.away, now - last - beat)
+            if now - last > AWAY_BEATS * beat + 1.0:  # the hosts heard nothing from `last`
+                self.away = max(self.away, now - last)
                 self.emit(
                     Notice(
                         "warning",
                         f"ddptui itself was not running for {self.away:.0f} s (asleep or "
-                        "suspended): the hosts are judged once what they said meanwhile is read",
+                        "stopped): the hosts are judged once what they said meanwhile is read",
                     )
                 )
-                for link in self.links.values():  # judged afresh, once they had their say
-                    link.heard = now
+                self.woke = now  # the hosts are judged afresh, once they had their say
             last = now
             for k, link in self.links.items():
                 if link.ended or link.lost or link.channel is None:
                     continue
                 link.say(protocol.SAY_PING)
-                if now - link.heard > self.link_timeout:
-                    link.lost = True
+                if self._silent(link, now):
+                    link.give_up()
                     agent = self.fleet.agents.get(k)
                     if agent is not None:
                         agent.drop()  # ends the stream: the link is dead
+
+    def _silent(self, link: NodeLink, now: float) -> bool:
+        """Not heard from for link_timeout, counted from the launcher's wake if it slept."""
+        return now - max(link.heard, self.woke) > self.link_timeout
+
+    @property
+    def reason(self) -> str:
+        """Why a run ended lost (the hosts' lease): the launcher's own absence, if it was
+        away past the lease; else what the hosts said."""
+        if self.away:
+            return (
+                f"ddptui itself was not running for {self.away:.0f} s (asleep or stopped), "
+                f"past the {self.link_timeout:g} s lease: the hosts ended the run"
+            )
+        return self.verdict.lease
 
     async def _reconnect(self, node: Node, link: NodeLink, why: str) -> bool:
         """The stream again, resumed where it stopped; False: given up (lost, or detached)."""
@@ -252,10 +286,11 @@ class Gang:
         delay = 0.5
         while not link.lost and not self.detached:
             try:
-                await self.fleet.reconnect(k, self.emit)
+                if not await _unless(link.given_up, self.fleet.reconnect(k, self.emit)):
+                    break  # lost meanwhile: no login attempt is waited out
             except HostError:
-                if time.monotonic() - link.heard > self.link_timeout:
-                    link.lost = True
+                if self._silent(link, time.monotonic()):
+                    link.give_up()
                     break
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -304,24 +339,26 @@ class Gang:
             if self._replace is not None and msg.attempt >= self._replace.attempt:
                 self._replace = None  # done already (an attach's replay)
             node.attempt, node.started, node.end, node.concluded = msg.attempt, True, None, False
+            node.stopped_at = None
             node.ranks = msg.ranks or node.ranks
             self.emit(NodeStarted(name, k, msg.pid, msg.hostname, node.ranks, msg.ifname))
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
             if k == 0 and msg.hub_port:
-                self._hub = f"{protocol.SAY_HUB} {self.master_addr} {msg.hub_port}"
-                for j, other in self.links.items():
-                    if j:
-                        other.say(self._hub)
+                self._hub_at(msg.hub_port)
             elif self._hub:
                 link.say(self._hub)
             self._check_running()
+        elif isinstance(msg, nodemsg.HubPort) and k == 0:
+            self._hub_at(msg.port)
         elif isinstance(msg, nodemsg.Ranks):
             node.ranks = msg.ranks
             self.emit(NodeRanks(name, k, node.ranks, msg.world))
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
-        elif isinstance(msg, nodemsg.Stopping) and msg.by == protocol.BY_PEER:
-            # The run's hub stopped it: another node failed (its own report follows).
-            self.attempts.of(node.attempt).stop("failure", at)
+        elif isinstance(msg, nodemsg.Stopping):
+            node.stopped_at = node.stopped_at or at  # what its ranks print now is its echo
+            if msg.by == protocol.BY_PEER:
+                # The run's hub stopped it: another node failed (its own report follows).
+                self.attempts.of(node.attempt).stop("failure", at)
         elif isinstance(msg, nodemsg.Trimmed):
             self.emit(
                 Notice(
@@ -337,6 +374,13 @@ class Gang:
             self._conclude(node, link, "")
         elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
             self._hub_said(node, msg, at)
+
+    def _hub_at(self, port: int) -> None:
+        """Node 0's hub listens at `port`: every other node's supervisor is told."""
+        self._hub = f"{protocol.SAY_HUB} {self.master_addr} {port}"
+        for j, other in self.links.items():
+            if j:
+                other.say(self._hub)
 
     def _hub_said(
         self, node: Node, msg: nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed, at: float
@@ -369,7 +413,7 @@ class Gang:
         self, node: Node, stream: Stream, data: str, at: float, replay: bool, stored: bool
     ) -> None:
         # The supervisor sends whole lines only. No Python call per line: 1M lines must flow.
-        lines = _untag(data)
+        lines = untag(data)
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
         self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay, stored))
@@ -383,7 +427,10 @@ class Gang:
         if self.detached and node.end is None:
             return
         k, name = node.node_rank, node.name
-        if link.lost:
+        # Its supervisor died only where its stream says so: read to its end, with no last
+        # word. A stream given up on before its end is a host lost, whatever gave up.
+        dead = node.end is None and link.ended and not link.lost
+        if link.lost or not (dead or why):
             gone = (
                 f"lost: not heard from for {self.link_timeout:g} s (network cut or host down); "
                 "its supervisor stops its part when no launcher is heard from for as long"
@@ -392,13 +439,18 @@ class Gang:
             gone = why
         else:
             gone = "its supervisor died (the host's part is swept by the run's tags)"
+        died = node.end.died if isinstance(node.end, nodemsg.Exit) else None
         ending = self.attempts.of(node.attempt).ended(
             name,
             node.end,
             node.at or time.time(),
             gone=gone,
-            tracebacks=lambda host, code, at: self.tracker.node_failures(host, code, at=at),
+            tracebacks=lambda host, code, at: self.tracker.node_failures(
+                host, code, at=at, died=died
+            ),
             peer_name=lambda j: self.nodes[j].name if j in self.nodes else None,
+            stopped_at=node.stopped_at,
+            hub=k == 0,
         )
         for text in ending.errors:
             self.emit(Notice("error", text, host=name))
@@ -406,8 +458,16 @@ class Gang:
         self.emit(NodeExited(name, k, ending.exit_code, ending.failures, ending.stopped))
         if ending.state == "failed" and node.attempt == self.attempts.current:
             self.stop("failure")
-            if node.end is None and not link.lost and not why:
+            if dead:
                 self._sweeps.append(asyncio.ensure_future(self._sweep(node)))
+                self._gone(k, node.attempt)
+
+    def _gone(self, k: int, attempt: int) -> None:
+        """Node k's supervisor is dead: the run's hub (of node 0's, every peer) hears it now,
+        instead of waiting out its silence (link_timeout) before the run can end."""
+        line = f"{protocol.SAY_GONE} {k} {attempt}"
+        for j in [0] if k else [j for j in self.links if j]:
+            self.say(j, line)
 
     async def _sweep(self, node: Node) -> None:
         """Its supervisor is gone: stop what is left of the node by the run's tags."""
@@ -445,13 +505,30 @@ class Gang:
         return self.verdict.failures
 
 
-def _untag(data: str) -> tuple[tuple[int | None, str], ...]:
+def untag(data: str) -> tuple[tuple[int | None, str], ...]:
     """Each whole line of data: `[3]:hello` → (3, "hello"); a node's own lines carry no tag."""
     found = RANK_TAG.findall(data)  # one pass in C over the whole chunk
     ranks = {tag: int(tag) if tag else None for tag in set(map(itemgetter(0), found))}
     if len(ranks) == 1:  # the usual chunk: one rank's lines
         return tuple(zip(repeat(ranks.popitem()[1]), map(itemgetter(1), found)))
     return tuple([(ranks[tag], text) for tag, text in found])
+
+
+async def _unless(event: asyncio.Event, work: Coroutine[Any, Any, Any]) -> bool:
+    """work to its end, unless `event` is set first (then it is cancelled): True if it ended
+    (its exception raised)."""
+    task, stop = asyncio.ensure_future(work), asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, stop, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()
+    return True
 
 
 def _ranks_text(ranks: tuple[int, ...]) -> str:

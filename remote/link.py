@@ -44,15 +44,17 @@ OnEnd = Callable[[str | None], None]
 
 
 class NodeLink:
-    def __init__(self, run_id: str, node: int) -> None:
+    def __init__(self, run_id: str, node: int, offset: int = 0) -> None:
+        """offset: where in the spool to begin (what the run's logs already hold)."""
         self.run_id, self.node = run_id, node
         self.channel: Channel | None = None
         self.closed = asyncio.Event()  # the current channel has ended
         self.heard = time.monotonic()  # the last byte from the host
         self.ended = False  # the supervisor said the stream is complete
         self.lost = False  # given up on: not heard from for link_timeout
+        self.given_up = asyncio.Event()  # set with `lost`: a reconnect under way stops
         self.hello: dict[str, Any] = {}
-        self._fed = 0  # spool offset of the next byte for the reader
+        self._fed = offset  # spool offset of the next byte for the reader
         self._history = False  # this link attached to a run already going (or gone)
         self._wire = wire.WireReader()
         self._spool = wire.SpoolReader()
@@ -95,6 +97,11 @@ class NodeLink:
         self.closed = asyncio.Event()
         self.channel = agent.open(op, args, frame, end)
         self.say(f"{protocol.SAY_HELLO} {offset}")
+
+    def give_up(self) -> None:
+        """Not heard from for link_timeout (or its host's place went to a spare): lost."""
+        self.lost = True
+        self.given_up.set()
 
     def say(self, line: str) -> None:
         if self.channel is not None:

@@ -29,6 +29,13 @@ class Started:
 
 
 @dataclass(frozen=True, slots=True)
+class HubPort:
+    """Node 0's: where the run's hub listens (the launcher tells the other nodes)."""
+
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class Ranks:
     ranks: tuple[int, ...]
     world: int | None
@@ -42,6 +49,15 @@ class Stopping:
 
 
 @dataclass(frozen=True, slots=True)
+class RankEnd:
+    """The first of a node's rank processes to end, as its supervisor saw it."""
+
+    rank: int
+    code: int | None  # as subprocess says it (-9: SIGKILL); None where it could not tell
+    at: float  # host clock
+
+
+@dataclass(frozen=True, slots=True)
 class Exit:
     code: int | None
     stopped: bool
@@ -50,6 +66,7 @@ class Exit:
     node: int | None
     survivors: tuple[str, ...]
     attempt: int = 0
+    died: RankEnd | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +118,7 @@ class Mode:
 
 Message = (
     Started
+    | HubPort
     | Ranks
     | Stopping
     | Exit
@@ -144,6 +162,12 @@ def _ints(values: Any) -> tuple[int, ...]:
     return tuple(_int(v) for v in values or ())
 
 
+def _died(value: Any) -> RankEnd | None:
+    if value is None:
+        return None
+    return RankEnd(_int(value["rank"]), _opt_int(value.get("code")), _seconds(value["at"]))
+
+
 def _attempt(m: dict[str, Any]) -> int:
     return _int(m.get("attempt", 0))
 
@@ -160,6 +184,7 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         _opt_int(m.get("hub_port")), _text(m.get("mode", "attached")), _ints(m.get("ranks")),
         _attempt(m),
     ),
+    protocol.HUB_PORT: lambda m: HubPort(_int(m["port"])),
     protocol.RANKS: lambda m: Ranks(_ints(m["ranks"]), _opt_int(m.get("world"))),
     protocol.STOPPING: lambda m: Stopping(
         _text(m.get("by", "")), _text(m.get("reason", "")), _opt_int(m.get("node"))
@@ -167,7 +192,7 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     protocol.EXIT: lambda m: Exit(
         _opt_int(m.get("code")), bool(m.get("stopped")), _opt_text(m.get("by")),
         _opt_text(m.get("reason")), _opt_int(m.get("node")),
-        tuple(_text(s) for s in m.get("survivors") or ()), _attempt(m),
+        tuple(_text(s) for s in m.get("survivors") or ()), _attempt(m), _died(m.get("died")),
     ),
     protocol.ERROR: lambda m: StartError(
         _text(m.get("msg", "the node could not start")), _attempt(m)

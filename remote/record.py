@@ -215,6 +215,8 @@ class Recorder:
         self.max_open = _open_logs_limit()
         self.started: RunStarted | None = None
         self.t0 = started_at or time.time()
+        # The streams the run's end left unread (a host lost): remote/late.py reads them later.
+        self.unread: list[dict[str, Any]] = []
 
     def __call__(self, event: Event) -> None:
         if self.events is None:  # passive: the other writer stores it all; the end, both
@@ -348,7 +350,9 @@ class Recorder:
             "failure": dataclasses.asdict(fin.failure) if fin.failure else None,
             "failing_rank": fin.failure.rank if fin.failure else None,
             "failing_host": fin.failure.host if fin.failure else None,
+            "reason": fin.reason,
             "attempts": [_attempt(a) for a in fin.attempts],
+            "unread": self.unread,
         }
         replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)
 

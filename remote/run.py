@@ -144,6 +144,7 @@ class Run:
         finally:
             if not self.gang.detached:  # after a cancel: stop what runs, read to the end
                 await self.gang.hang_up()
+            self._checkpoint()  # the logs as they end: a later reader appends to them
             if self.own_fleet:
                 await self.fleet.close()
             self.recorder.close()
@@ -392,7 +393,10 @@ class Run:
             unreachable=bool(self.preflight.unreachable),
             detached=self.gang.detached,
         )
-        fin = RunFinished(status, code, elapsed, root, ordered, attempts)
+        reason = self.gang.reason if status == "lost" else ""
+        if self.recorder is not None:
+            self.recorder.unread = self.gang.unread()
+        fin = RunFinished(status, code, elapsed, root, ordered, attempts, reason)
         self.emit(fin)
         return fin
 

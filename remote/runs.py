@@ -148,11 +148,17 @@ def resolve(spec: str) -> RunRecord:
 
 
 async def statuses(records: Sequence[RunRecord]) -> None:
-    """Fill each record's status: its summary's, or what its hosts' supervisors say."""
+    """Fill each record's status: its summary's, or what its hosts' supervisors say. A run
+    that ended with a host lost has the lines that host printed meanwhile read now, if it
+    can be reached (remote/late.py)."""
+    from . import late  # it reads run records: imported here, not at the top
+
+    unread = [r for r in records if r.summary is not None and r.summary.get("unread")]
+    await asyncio.gather(*(late.fetch(r) for r in unread))
     ask = [r for r in records if r.summary is None]
     for r in records:
         if r.summary is not None:
-            r.status = str(r.summary.get("status"))
+            r.status, r.detail = str(r.summary.get("status")), str(r.summary.get("reason") or "")
     if not ask:
         return
     pairs: dict[tuple[Any, ...], tuple[Host, list[tuple[str, int, int]]]] = {}
@@ -178,7 +184,8 @@ async def statuses(records: Sequence[RunRecord]) -> None:
 
 
 def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
-    """A run's status from its nodes' states (None: the host keeps nothing of it)."""
+    """A run's status from its nodes' states (None: the host keeps nothing of it): the hub's
+    (node 0's) word first, else the worst of the nodes' own."""
     errors = [s["error"] for s in states.values() if s and "error" in s]
     known = [s for s in states.values() if s and "error" not in s]
     if any(s.get("alive") for s in known):
@@ -192,6 +199,9 @@ def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
         return "running", ""
     if errors and not known:
         return "lost", f"hosts unreachable: {errors[0]}"
+    hub = states.get(0) or {}
+    if hub.get("run_status") in STATUSES:  # node 0's hub said how the run ended: its view
+        return str(hub["run_status"]), str(hub.get("run_reason") or "")
     got = {s.get("status") for s in known}
     for status in ("failed", "lost", "stopped"):
         if status in got:

@@ -6,8 +6,11 @@ exit code and root cause. The rules:
 
 - The first stop names the cause: the user's, a node's failure, or a lease (no launcher heard
   from). A failure after the user's stop is its echo, never the cause.
-- A node stopped by the hub (a peer failed) brings its own tracebacks from before the stop, and
-  the hub's word on which node failed, for when the failing node itself can tell nothing.
+- A node stopped by the hub (a peer failed) brings its own tracebacks from before the stop (the
+  first stop, or its own if earlier: what its ranks printed once told to stop is its echo),
+  and the hub's word on which node failed, for when the failing node itself can tell nothing.
+  Node 0's word is the hub's own view, and comes first: a cut-off peer, stopped because it lost
+  the hub, blames node 0 (and may say so first).
 - The root cause is remote/failures.py's `first`: a failure of its own before echoes, then the
   earliest traceback.
 - With job.restarts, each attempt has a verdict of its own (`Attempts`): a node's ending counts
@@ -56,8 +59,10 @@ class Verdict:
     stop_sent: float = 0.0  # host clock (time.time) when the nodes were told to stop
     failures: list[Failure] = field(default_factory=list)
     # What the hub said of the node that made it stop the others (the failing node itself may
-    # tell nothing: lost, or its supervisor killed).
+    # tell nothing: lost, or its supervisor killed); node 0's, the hub's own view, apart.
     peer_failures: list[Failure] = field(default_factory=list)
+    hub_failure: Failure | None = None
+    lease: str = ""  # a node's own word that no launcher was heard from (its lease ended it)
 
     def stop(self, cause: str, at: float) -> bool:
         """The run ends early for `cause`; True the first time (the cause that counts)."""
@@ -77,9 +82,12 @@ class Verdict:
         gone: str,
         tracebacks: Tracebacks,
         peer_name: Callable[[int], str | None],
+        stopped_at: float | None = None,
+        hub: bool = False,
     ) -> NodeEnding:
         """A node's stream is over. end: its last word (None: none came, `gone` says why);
-        at: the host clock of that word."""
+        at: the host clock of that word; stopped_at: of the node's own word that it was told
+        to stop, if it was; hub: the node is node 0 (its word is the hub's view)."""
         if end is None:
             return self.failed(Failure(name, None, None, gone, seen_at=at))
         if isinstance(end, StartError):
@@ -93,13 +101,19 @@ class Verdict:
             self.stop(STOP_CAUSES.get(end.by or "", "failure"), at)
         if end.by == protocol.BY_LEASE:
             errors += (f"stopped: {end.reason}",)
+            self.lease = self.lease or end.reason or ""
         if self.cause == "failure":  # its own tracebacks from before the stop still count
             own = tracebacks(name, end.code, at)
-            self.failures.extend(f for f in own if f.seen_at < self.stop_sent)
+            before = min(self.stop_sent, stopped_at or self.stop_sent)
+            self.failures.extend(f for f in own if f.seen_at < before)
             if end.by == protocol.BY_PEER:
                 culprit = peer_name(end.node) if end.node is not None else None
                 message = end.reason or "the run's hub said stop"
-                self.peer_failures.append(Failure(culprit or name, None, None, message, seen_at=at))
+                said = Failure(culprit or name, None, None, message, seen_at=at)
+                if not hub:
+                    self.peer_failures.append(said)
+                elif self.hub_failure is None:
+                    self.hub_failure = said
         return NodeEnding("stopped", describe_exit(end.code), end.code, stopped=True, errors=errors)
 
     def failed(
@@ -123,7 +137,8 @@ class Verdict:
     ) -> tuple[RunStatus, int, Failure | None, tuple[Failure, ...]]:
         """(status, exit code, root cause, every failure in the order seen). earlier: failures
         before any node started (logins, checks)."""
-        failures = [*earlier, *(self.failures or self.peer_failures)]
+        said = [self.hub_failure] if self.hub_failure else self.peer_failures
+        failures = [*earlier, *(self.failures or said)]
         root = first(failures)
         status: RunStatus
         if detached:
@@ -174,7 +189,7 @@ class Attempts:
         """The run's hub restarted after `attempt` because of `why` (of `host`): the cause,
         where no node's own ending told one (a replay without the lost host's)."""
         verdict = self.of(attempt)
-        if not verdict.failures and not verdict.peer_failures:
+        if not verdict.failures and not verdict.peer_failures and not verdict.hub_failure:
             verdict.peer_failures.append(Failure(host, None, None, why, seen_at=at))
 
     def outcome(

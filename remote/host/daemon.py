@@ -49,6 +49,7 @@ ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewe
 GONE = (errno.EBADF, errno.ENOTSOCK, errno.EINVAL)  # accept on a socket that was closed
 ERR_KEPT = 1 << 14  # bytes of the job's own stderr kept: torchrun's report is at its end
 REAPED_KEPT = 1024  # exit codes of children kept for whoever waits on them
+REAP_WAIT_S = 0.2  # how long a rank's end waits for the reaper to give its exit code
 COMMAND_MAX = 4096  # bytes of a launcher's command line read
 
 
@@ -126,6 +127,7 @@ class Attempt:
         self.survivors = []
         self.scratch = None  # torchrun's --log-dir: fresh for each attempt
         self.err = b""  # the end of the job's own stderr: torchrun's report names the rank
+        self.died = None  # (rank, exit code or None, time): the first rank process to end
 
 
 class Daemon:
@@ -186,7 +188,7 @@ class Daemon:
         if self.node == 0:
             self.hub = hubs.Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
-                spec["master_addr"],
+                spec["master_addr"], lambda: self.heard if self.mode == "attached" else None,
             )  # fmt: skip
             self.hub.start()
             self.notifier = Notifier(
@@ -201,6 +203,8 @@ class Daemon:
         _thread(self._accept, server)
         _thread(self._reap)
         _thread(self._watch_lease)
+        if self.hub is not None:  # the peers learn it through the launcher, job or none
+            self.note(t=protocol.HUB_PORT, port=self.hub.port)
         self.save_state(status="starting", started=time.time(), attempt=spec["attempt"])
         ready("ok")
         if self.link is not None and spec["attempt"]:
@@ -313,8 +317,7 @@ class Daemon:
         if spec["tail_ranks"]:  # torchrun's --redirects: each rank's own files
             tail = RankTail(self.scratch(att), spec["ranks"], self.tags, self._spool_lines)
             threads.append(_thread(tail.run, att.done))
-        if spec["learn_ranks"]:
-            threads.append(_thread(self._watch_ranks, att))
+        threads.append(_thread(self._watch_ranks, att))
         return threads
 
     def _spool_lines(self, stream, data):
@@ -382,9 +385,10 @@ class Daemon:
             if not stopped and code != 0:
                 att.reason, echo = self._failed_text(att)
             reason = att.reason
+            died = att.died and {"rank": att.died[0], "code": att.died[1], "at": att.died[2]}
             self.note(
                 t=protocol.EXIT, code=code, stopped=stopped, by=att.by, reason=reason,
-                node=att.node, survivors=att.survivors, attempt=att.number,
+                node=att.node, survivors=att.survivors, attempt=att.number, died=died,
             )  # fmt: skip
         self.save_state(status=status, exit_code=code, by=att.by, reason=reason,
                         survivors=att.survivors, ended=time.time())  # fmt: skip
@@ -402,9 +406,15 @@ class Daemon:
             self.hub.own_end(*said, echo)
 
     def _failed_text(self, att):
-        """`rank 3 failed on node1` where torchrun's report names it, else the node's exit;
-        and whether that rank died of another's failure (an echo), which the hub passes over
-        for a failure of a rank's own."""
+        """`rank 3 failed on node1 (killed by SIGKILL)` where the first rank to end was killed,
+        `rank 3 failed on node1` where torchrun's report names it, else the node's exit; and
+        whether that rank died of another's failure (an echo), which the hub passes over for
+        a failure of a rank's own."""
+        died = att.died
+        if died and procs.own_death(died[1]):  # the first rank to go, killed (OOM, a segfault)
+            return "rank {} failed on {} ({})".format(
+                died[0], self.name, procs.describe_code(died[1])
+            ), False
         own = self._own_failure(att)
         if own:
             return own, False
@@ -514,7 +524,7 @@ class Daemon:
             event = "lost" if out["node"] in out["lost"] else "failed"
             message = out["reason"] + (f"; {why}" if why else "")
         self._word(event, status, message)
-        self.save_state(run_status=status, waiting=[])
+        self.save_state(run_status=status, run_reason=message, waiting=[])
         self.hub.finish(message, min(self.link_timeout, DRAIN_S))
         return None
 
@@ -668,11 +678,24 @@ class Daemon:
             self._append(wire.record(stream, now_ms(), rest + b"\n"))
 
     def _watch_ranks(self, att):
+        """The rank processes here (their ranks told where only the run reveals them), then
+        which of them ends first, and how: a rank SIGKILLed is named, with its signal."""
+
         def report(ranks, world):
             self.ranks = list(ranks)
             self.note(t=protocol.RANKS, ranks=ranks, world=world)
 
-        procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, report)
+        learn = report if self.spec["learn_ranks"] else None
+        by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn)
+        if by_pid:  # until the job ends, or is told to stop: what follows a stop is ours
+            att.died = procs.first_end(by_pid, lambda: att.done.is_set() or att.stopped.is_set(),
+                                       self._reaped)  # fmt: skip
+
+    def _reaped(self, pid):
+        """A child's exit code, once the reaper has it (it may be a moment behind)."""
+        with self.children:
+            self.children.wait_for(lambda: pid in self.reaped, REAP_WAIT_S)
+            return self.reaped.get(pid)
 
     # -- viewers ------------------------------------------------------------------------------
 
@@ -742,8 +765,22 @@ class Daemon:
         elif verb == protocol.SAY_HUB and self.link is not None and len(args) == 2:
             with contextlib.suppress(ValueError):
                 self.link.connect(args[0], int(args[1]))
+        elif verb == protocol.SAY_GONE and len(args) == 2 and all(a.isdigit() for a in args):
+            self._gone(int(args[0]), int(args[1]))
         elif self.hub is not None:
             self._hub_command(verb, args)
+
+    def _gone(self, node, attempt):
+        """A launcher found node's supervisor dead: the hub (or, of node 0's, every peer)
+        need not wait out its silence."""
+        names = self.spec["names"]
+        if node >= len(names):
+            return
+        why = "{}'s supervisor died (its stream ended without a word)".format(names[node])
+        if self.hub is not None:
+            self.hub.gone(node, attempt, why)
+        elif node == 0:
+            self.link.gone(why)
 
     def _hub_command(self, verb, args):
         """Node 0's: a spare comes, none can, or word of a hang for job.notify."""

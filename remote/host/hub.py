@@ -19,7 +19,8 @@ direction and a counter: nothing can be forged, replayed or reordered. A peer sa
 attempt its supervisor started at and which it runs ("join"), then heartbeats, "my job of this
 attempt ended (ok / failed / stopped)", and "halt" (a user's stop or a lease: no attempt may
 follow); the hub says "stop, because ...", "restart: attempt N" and "over". A peer silent for
-link_timeout is lost, which stops the rest; a peer that loses its hub stops itself. A spare that
+link_timeout is lost, which stops the rest; a peer that loses its hub stops itself; a hub that
+hears from no peer at all is the one cut off, and says so of itself. A spare that
 takes a lost node's place (job.restarts) proves a ticket of its own, which the launcher gave
 node 0 and the spare over SSH; the lost node, if it comes back, is told it is over.
 """
@@ -128,11 +129,15 @@ class Hub:
     take a lost node's place (`expect`, `wait_replaced`) and for the delay (`wait_quiet`); a
     halt (a user's stop, a lease) ends those waits: a stopped run is never restarted."""
 
-    def __init__(self, secret, names, link_timeout, beat, on_stop, bind=None):
+    def __init__(self, secret, names, link_timeout, beat, on_stop, bind=None, launcher=None):
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_stop = on_stop
+        # When node 0 last heard a launcher (monotonic), None when none holds the run: a
+        # witness that node 0's own network is up, where one peer's silence cannot tell.
+        self.launcher = launcher or (lambda: None)
         self.cond = threading.Condition()  # guards all below; notified on every change
         self.peers = {}  # node -> its Channel
+        self.joined = set()  # the peers that ever joined (they know where the hub is)
         self.heard = {k: time.monotonic() for k in range(1, len(names))}
         self.since = dict.fromkeys(range(1, len(names)), 0)  # the attempt each one joined at
         self.tickets = {}  # node -> the proof of the spare coming to take its place
@@ -143,6 +148,7 @@ class Hub:
         self.failure = None  # (reason, node): the first failure of this attempt (its own)
         self.echo = False  # the failure is a rank that died of a peer's failure
         self.lost = {}  # node -> the attempt it was lost in: a spare must take its place
+        self.isolated = False  # node 0 heard from no peer: its own network, not theirs
         self.halted = None  # (status, reason): no attempt follows (a user's stop, a lease)
         self.given_up = None  # why no spare can come (the launcher said so)
         self.go = None  # (attempt, after): the restart said to the peers
@@ -175,8 +181,8 @@ class Hub:
         with self.cond:
             if self.halted is not None:
                 return
-            self.halted = (status, reason)
             running = not self._all_ended()
+            self.halted = (status, reason)
             self.cond.notify_all()
         if running:
             self.stop_all(reason, None, protocol.HALT_BY.get(status))
@@ -199,8 +205,8 @@ class Hub:
         nodes a spare must replace before another attempt)."""
         with self.cond:
             self.cond.wait_for(self._all_ended)
-            out = {"status": "succeeded", "reason": None, "node": None,
-                   "lost": sorted(self.lost), "halted": self.halted is not None}  # fmt: skip
+            out = {"status": "succeeded", "reason": None, "node": None, "lost": sorted(self.lost),
+                   "halted": self.halted is not None, "isolated": self.isolated}  # fmt: skip
             stopped = [(r, k) for k, (s, r) in sorted(self.ended.items()) if s != "succeeded"]
             if self.halted is not None:
                 out["status"], out["reason"] = self.halted
@@ -251,19 +257,24 @@ class Hub:
             chan.send(t="restart", attempt=attempt, after=after)
 
     def finish(self, reason, wait):
-        """The run is over: every peer is told, and given `wait` seconds to hang up."""
+        """The run is over: every peer is told, and given `wait` seconds to hang up (a lost
+        one's link is silent: none is waited for)."""
         with self.cond:
             self.over = reason
             peers = list(self.peers.values())
         for chan in peers:
             chan.send(t="over", reason=reason)
         with self.cond:  # a close before they read it could reset what they were sent
-            self.cond.wait_for(lambda: not self.peers, wait)
+            self.cond.wait_for(lambda: not [k for k in self.peers if k not in self.lost], wait)
 
     # -- the peers ----------------------------------------------------------------------------
 
     def _all_ended(self):
-        return all(k in self.ended or k in self.lost for k in range(len(self.names)))
+        """Every node's job of this attempt has ended (a lost node's counts). After a halt, a
+        peer that never joined is not waited for: it never learned where the hub is, and
+        stops by itself (told by the launcher, or on its own lease)."""
+        waited = range(len(self.names)) if self.halted is None else (0, *self.joined)
+        return all(k in self.ended or k in self.lost for k in waited)
 
     def _admit(self, node, chan, proof):
         """A peer proved itself (the door's thread): follow it in a thread of its own."""
@@ -304,6 +315,7 @@ class Hub:
                 self.since[node] = since
                 self.replaced += 1
             old, self.peers[node] = self.peers.get(node), chan
+            self.joined.add(node)
             self.heard[node] = time.monotonic()
             self.cond.notify_all()
             over, go, stopping = self.over, self.go, self.stopping
@@ -345,29 +357,62 @@ class Hub:
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
+    def gone(self, node, attempt, why):
+        """A launcher found node's supervisor dead (its stream ended without a word): it is
+        lost now, not after link_timeout of silence."""
+        if 0 < node < len(self.names) and attempt == self.attempt:
+            self._lose([node], why, node, f"{self.names[node]}'s supervisor died")
+
     def _watch(self):
         """A peer not heard from for link_timeout is lost: the rest stop, and a spare must take
-        its place before another attempt (one lost while idle between attempts too)."""
+        its place before another attempt (one lost while idle between attempts too). A hub
+        that hears from no peer at all is the one cut off: it says so of itself."""
         while self.over is None:
             time.sleep(self.beat)
             now = time.monotonic()
-            for node, heard in list(self.heard.items()):
-                if node in self.lost or now - heard <= self.link_timeout:
-                    continue
+            silent = [k for k, heard in list(self.heard.items())
+                      if k not in self.lost and now - heard > self.link_timeout]  # fmt: skip
+            if not silent:
+                continue
+            if self._alone(now):
+                self.isolated = True
+                why = (
+                    f"node 0 ({self.names[0]}), the run's hub, heard from no peer for "
+                    f"{self.link_timeout:g} s: its own network was cut"
+                )
+                self._lose(silent, why, 0, why)
+                continue
+            for node in silent:
                 why = (
                     f"node {node} ({self.names[node]}) lost: its supervisor was not heard "
                     f"from for {self.link_timeout:g} s"
                 )
-                with self.cond:
-                    running = node not in self.ended
-                    self.lost[node] = self.attempt
-                    if running and self.failure is None:
-                        self.failure = (f"{self.names[node]} was lost", node)
-                    if all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
-                        self.all_ended.set()
-                    self.cond.notify_all()
-                if running:
-                    self.stop_all(why, node)
+                self._lose([node], why, node, f"{self.names[node]} was lost")
+
+    def _alone(self, now):
+        """Every peer that joined is silent, and so is the launcher, or more than one peer:
+        node 0's own network, not each of theirs (one silent peer of two cannot tell)."""
+        peers = [k for k in self.joined if k not in self.lost]
+        if not peers or any(now - self.heard[k] <= self.link_timeout for k in peers):
+            return False
+        heard = self.launcher()
+        return len(peers) > 1 or (heard is not None and now - heard > self.link_timeout)
+
+    def _lose(self, nodes, why, culprit, short):
+        """Nodes lost this attempt, for `culprit`'s sake (a peer, or node 0 cut off); `short`
+        names the failure (a restart is "after" it)."""
+        with self.cond:
+            nodes = [k for k in nodes if k not in self.lost]
+            running = any(k not in self.ended for k in nodes)
+            for k in nodes:
+                self.lost[k] = self.attempt
+            if running and self.failure is None:
+                self.failure = (short, culprit)
+            if all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
+                self.all_ended.set()
+            self.cond.notify_all()
+        if running:
+            self.stop_all(why, culprit)
 
 
 def next_step(outcome, attempt, restarts, spares):
@@ -378,6 +423,8 @@ def next_step(outcome, attempt, restarts, spares):
         return outcome["status"], ""
     if attempt >= restarts:
         return "failed", "no restarts left" if restarts else ""
+    if outcome.get("isolated"):
+        return "failed", "the run's hub was cut off: no restart"
     if len(outcome["lost"]) > spares:
         return "failed", "no spare host left to take its place"
     return None
@@ -551,7 +598,15 @@ class HubLink:
         says `over` once every node's job has ended (leaving before it could reset the end
         we sent)."""
         self.halting = {"t": "halt", "status": status, "reason": reason}
+        if self.addr is None:  # no launcher told us where the hub is, and none will now
+            self._over(reason)
         self._say(self.halting)
+
+    def gone(self, why):
+        """A launcher found the hub's supervisor dead: lost now, not after link_timeout."""
+        if self.over is None:
+            self.on_stop(why, 0)
+            self._over(why)
 
     def word(self):
         """Once our job ended: the hub's word on what follows: (attempt, after) to start, or

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
 KILL_WAIT_S = 5.0  # after KILL: what is still there then cannot be killed (D state)
+RANK_POLL_S = 0.05  # how often the rank processes are looked at for the first to end
+SYS_PIDFD_OPEN = 434  # the same number on every architecture (Linux >= 5.3)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def become_subreaper():
@@ -33,22 +37,34 @@ def all_pids():
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
 
 
-def stat(pid):
-    """(state letter, ppid, command name) from /proc/PID/stat, or None if gone."""
+def _stat(pid):
+    """(command name, the fields after it) from /proc/PID/stat, or None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read()
     except OSError:
         return None
     head, _, tail = data.rpartition(b")")
-    fields = tail.split()
+    return head.partition(b"(")[2], tail.split()
+
+
+def stat(pid):
+    """(state letter, ppid, command name) from /proc/PID/stat, or None if gone."""
+    got = _stat(pid)
     try:
-        return (
-            fields[0].decode(),
-            int(fields[1]),
-            head.partition(b"(")[2].decode("utf-8", "replace"),
-        )
-    except (IndexError, ValueError):
+        return got[1][0].decode(), int(got[1][1]), got[0].decode("utf-8", "replace")
+    except (TypeError, IndexError, ValueError):
+        return None
+
+
+def zombie_code(pid):
+    """How a process that ended, but was not waited for yet, ended (its parent, torchrun, reaps
+    it a moment later): its exit code as subprocess says it (-N: signal N). None if it runs
+    or is gone. /proc/PID/stat's 52nd field (Linux >= 3.5) is the status waitpid would give."""
+    got = _stat(pid)
+    try:
+        return exit_code(int(got[1][49])) if got[1][0] == b"Z" else None
+    except (TypeError, IndexError, ValueError):
         return None
 
 
@@ -188,9 +204,8 @@ def ranks_by_pid(tags, node, nnodes, root=None, among=None):
     workers = [(pid, env) for pid, env in procs if "TORCHELASTIC_RUN_ID" in env and "RANK" in env]
     if workers:
         ranks = {pid: _int(env["RANK"]) for pid, env in workers}
-        return {p: r for p, r in ranks.items() if r is not None}, _int(
-            workers[0][1].get("WORLD_SIZE")
-        )
+        ranks = {p: r for p, r in ranks.items() if r is not None}
+        return _one_per_rank(ranks), _int(workers[0][1].get("WORLD_SIZE"))
     if root is None:
         pids = {pid for pid, _ in procs}
         root = next((pid for pid in sorted(pids) if _ppid(pid) not in pids), None)
@@ -207,7 +222,7 @@ def ranks_by_pid(tags, node, nnodes, root=None, among=None):
             }
             if root is not None:
                 ranks[root] = first
-            return ranks, world
+            return _one_per_rank(ranks), world
     # mp.spawn children of the script: their ranks are the scripts' usual convention, node
     # rank x processes + index, the index in the order they were started (nothing in their
     # environment says so).
@@ -218,28 +233,105 @@ def ranks_by_pid(tags, node, nnodes, root=None, among=None):
     return {}, None
 
 
+def _one_per_rank(by_pid):
+    """The rank processes, less their own children (a DataLoader's workers carry its rank)."""
+    return {pid: r for pid, r in by_pid.items() if by_pid.get(_ppid(pid)) != r}
+
+
 def ranks_here(root, tags, node, nnodes):
     """(sorted global ranks, world size) of the job's processes on this host."""
     by_pid, world = ranks_by_pid(tags, node, nnodes, root)
     return sorted(by_pid.values()), world
 
 
-def watch_ranks(root, tags, node, nnodes, ended, report):
-    """report(ranks, world) once the ranks running here hold still over two scans.
-
-    For styles where only the run reveals them (c10d, spawn, Lightning). A few cheap scans
-    of /proc, further apart each time; none after the answer or once the job has ended.
+def watch_ranks(root, tags, node, nnodes, ended, report=None):
+    """The rank processes here, {pid: global rank}, once they hold still over two scans
+    ({} if the job ended first); report(ranks, world) is told them, for styles where only
+    the run reveals them (c10d, spawn, Lightning). A few cheap scans of /proc, further apart
+    each time; none after the answer or once the job has ended.
     """
-    last, delay = ([], None), 0.5
+    last, delay = ({}, None), 0.5
     while not ended.wait(delay):
-        found = ranks_here(root, tags, node, nnodes)
+        found = ranks_by_pid(tags, node, nnodes, root)
         if found[0] and found == last:
             break
         last, delay = found, min(delay * 1.5, 5.0)
     else:  # the job ended first (a short job on a busy host): report what was last seen
         found = last
-    if found[0]:
-        report(found[0], found[1])
+    if found[0] and report is not None:
+        report(sorted(found[0].values()), found[1])
+    return found[0]
+
+
+def first_end(by_pid, over, reaped, poll=RANK_POLL_S):
+    """Which rank process ends first, and how: (global rank, exit code or None, time.time()),
+    or None once over() (the job ended, or was told to stop: what follows is our doing).
+    by_pid: {pid: rank}; reaped(pid): its exit code where the supervisor itself reaped it
+    (the job's own process, or an orphan). Else its zombie's is read as it ends: a pidfd
+    (Linux >= 5.3, any process) wakes us then, before its parent (torchrun, Lightning) reaps
+    it; without one, a poll may come too late (None: torchrun's report may say)."""
+    fds = {}
+    waker = select.poll()
+    for pid in by_pid:
+        fd = pidfd(pid)
+        if fd is not None:
+            fds[fd] = pid
+            waker.register(fd, select.POLLIN)
+    try:
+        while True:
+            ended = over()  # looked at before the ranks: a rank ending with the job is seen
+            gone = []
+            for pid in by_pid:
+                code, at = zombie_code(pid), time.time()
+                if code is not None or not os.path.exists(f"/proc/{pid}"):
+                    gone.append((by_pid[pid], code if code is not None else reaped(pid), at))
+            if gone:
+                return _first_of(gone)
+            if ended:
+                return None
+            waker.poll(poll * 1000) if fds else time.sleep(poll)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _first_of(gone):
+    """The rank that ended first, of those found ended at one look (we were late: a busy
+    host): one that died of its own (a peer's end only follows it), else none can be told."""
+    if len(gone) == 1:
+        return gone[0]
+    own = [g for g in gone if own_death(g[1])]
+    return own[0] if len(own) == 1 else None
+
+
+def pidfd(pid):
+    """A descriptor that becomes readable when process pid ends, or None (no pidfd_open)."""
+    try:
+        if hasattr(os, "pidfd_open"):  # python >= 3.9
+            return os.pidfd_open(pid)
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.syscall(SYS_PIDFD_OPEN, pid, 0)
+        return fd if fd >= 0 else None
+    except (OSError, AttributeError):
+        return None
+
+
+def describe_code(code):
+    """`killed by SIGKILL`, `exit code 1` (as the launcher's remote/failures.py says it)."""
+    if code is None or code >= 0:
+        return "exit code {}".format(code)
+    try:
+        return "killed by {}".format(signal.Signals(-code).name)
+    except ValueError:
+        return "killed by signal {}".format(-code)
+
+
+def own_death(code):
+    """A rank killed by a signal that no stop sends (TERM, INT, HUP: ours, or torchrun's
+    passing ours on): SIGKILL (the OOM killer), SIGSEGV, SIGABRT... its own failure."""
+    return code is not None and code < 0 and -code not in STOP_SIGNALS
 
 
 def _ppid(pid):

@@ -27,11 +27,20 @@ class Stops:
         self.event.set()
 
 
-def hub(n: int, timeout: float = 5.0) -> tuple[Hub, Stops]:
+def hub(n: int, timeout: float = 5.0, launcher: Any = None) -> tuple[Hub, Stops]:
+    """launcher(): when node 0 last heard a launcher (None: detached)."""
     stops = Stops()
-    h = Hub(SECRET, [f"node{k}" for k in range(n)], timeout, 0.1, stops, "127.0.0.1")
+    h = Hub(SECRET, [f"node{k}" for k in range(n)], timeout, 0.1, stops, "127.0.0.1", launcher)
     h.start()
     return h, stops
+
+
+def joined(h: Hub, *links: HubLink) -> None:
+    """Until each link has joined the hub."""
+    deadline = time.monotonic() + 5
+    while any(link.node not in h.joined for link in links):
+        assert time.monotonic() < deadline, "a peer never joined"
+        time.sleep(0.02)
 
 
 def test_a_peer_that_ended_before_it_knew_the_hub_is_heard() -> None:
@@ -327,3 +336,115 @@ def test_a_failure_of_its_own_is_the_cause_over_a_peers_echo() -> None:
     time.sleep(0.3)
     h.own_end("failed", "rank 1 failed on node0")
     assert h.settle()["reason"] == "rank 1 failed on node0"
+
+
+def test_a_hub_that_hears_from_no_peer_says_it_is_the_one_cut_off() -> None:
+    """node 0's host cut: every peer falls silent at once. The hub blames its own network,
+    never a healthy peer, and no restart follows (node 0 has no spare)."""
+    h, stops = hub(3, timeout=0.6)
+    links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    joined(h, *links)
+    for link in links:
+        link._over("cut off")  # no more heartbeats, no FIN: silence, as a cut link is
+    assert stops.event.wait(3)
+    reason, node = stops.said[0]
+    assert node == 0 and "node 0 (node0), the run's hub, heard from no peer for 0.6 s" in reason
+    h.own_end("stopped", reason)
+    out = h.settle()
+    assert (out["status"], out["node"], out["isolated"]) == ("failed", 0, True)
+    assert hubmod.next_step(out, 0, 3, 3) == ("failed", "the run's hub was cut off: no restart")
+
+
+@pytest.mark.parametrize("launcher_heard", [True, False])
+def test_one_silent_peer_of_one_is_told_apart_by_the_launcher(launcher_heard: bool) -> None:
+    """With one peer, its silence alone cannot say whose network went: the launcher node 0
+    still hears (attached) says the peer's; no launcher heard either, node 0's own."""
+    since = time.monotonic()
+    h, stops = hub(2, timeout=0.6, launcher=time.monotonic if launcher_heard else lambda: since)
+    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link.connect("127.0.0.1", h.port)
+    joined(h, link)
+    link._over("cut off")
+    assert stops.event.wait(3)
+    reason, node = stops.said[0]
+    if launcher_heard:
+        assert node == 1 and reason.startswith("node 1 (node1) lost")
+    else:
+        assert node == 0 and "heard from no peer" in reason
+
+
+def test_a_peer_the_launcher_found_dead_is_lost_at_once() -> None:
+    """Its supervisor SIGKILLed: the launcher says so, and the run ends now, not after
+    link_timeout of silence."""
+    h, stops = hub(3, timeout=30)
+    links = [HubLink(SECRET, k, 30, 0.1, Stops()) for k in (1, 2)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    joined(h, *links)
+    links[0]._over("SIGKILLed")
+    t0 = time.monotonic()
+    h.gone(1, 0, "node1's supervisor died (its stream ended without a word)")
+    assert stops.said == [("node1's supervisor died (its stream ended without a word)", 1)]
+    h.own_end("stopped", "node1's supervisor died")
+    links[1].end("stopped", "node1's supervisor died")
+    out = h.settle()
+    assert time.monotonic() - t0 < 3
+    assert (out["status"], out["reason"], out["node"], out["lost"]) == (
+        "failed", "node1's supervisor died", 1, [1],
+    )  # fmt: skip
+
+
+def test_a_peer_that_never_learned_the_hub_leaves_on_its_halt() -> None:
+    """No launcher told it where the hub is (two Ctrl-C at the start): its stop or lease ends
+    it, with no wait for an address that will not come."""
+    link = HubLink(SECRET, 1, 30, 0.1, Stops())
+    t0 = time.monotonic()
+    link.halt("lost", "no launcher heard from for 30 s")
+    link.end("stopped", "no launcher heard from for 30 s")
+    assert link.word() is None and time.monotonic() - t0 < 1
+
+
+def test_after_a_halt_the_hub_waits_for_no_peer_that_never_joined() -> None:
+    h, _ = hub(3, timeout=30)
+    link = HubLink(SECRET, 1, 30, 0.1, Stops())
+    link.connect("127.0.0.1", h.port)
+    joined(h, link)
+    t0 = time.monotonic()
+    h.halt("stopped", "stopped from the launcher")
+    h.own_end("stopped", "stopped from the launcher")
+    link.end("stopped", "stopped from the launcher")
+    out = h.settle()  # node 2 never joined: it never learned where the hub is
+    assert time.monotonic() - t0 < 3
+    assert (out["status"], out["reason"]) == ("stopped", "stopped from the launcher")
+
+
+def mute_peer(h: Hub, node: int) -> socket.socket:
+    """A peer that joins, then says nothing more and never hangs up: its link was cut."""
+    sock = socket.create_connection(("127.0.0.1", h.port))
+    f = sock.makefile("rb")
+    nonce, mine = f.readline()[len(CHALLENGE) :].strip(), b"ab" * 16
+    session = hubmod.Session(SECRET, nonce, mine, node)
+    sock.sendall(b"%d %s %s\n" % (node, mine, session.peer_proof))
+    f.readline()  # the hub's proof
+    Channel(sock, f, session.key, b"peer", b"hub").send(t="join", since=0, attempt=0)
+    return sock
+
+
+def test_the_end_waits_for_no_lost_peer_to_hang_up() -> None:
+    """node2 cut: the run is over once it is lost; the hub does not give its silent link the
+    time it gives live peers to hang up (before, node 0 ended 10 s later)."""
+    h, stops = hub(3, timeout=0.6)
+    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link.connect("127.0.0.1", h.port)
+    cut = mute_peer(h, 2)
+    joined(h, link)
+    assert stops.event.wait(3) and stops.said[0][1] == 2
+    h.own_end("stopped", stops.said[0][0])
+    link.end("stopped", stops.said[0][0])
+    assert h.settle()["lost"] == [2]
+    t0 = time.monotonic()
+    h.finish("node2 was lost", 10)
+    assert time.monotonic() - t0 < 2 and link.word() is None
+    cut.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from remote.host.procs import ranks_here, watch_ranks
+from remote.host.procs import first_end, ranks_by_pid, ranks_here, watch_ranks
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 # A parent that starts two children shaped like multiprocessing's spawn children.
@@ -60,6 +60,32 @@ def test_torchrun_workers_carry_their_rank(start: Callable[..., Any], tags: dict
     for rank in (5, 4):
         start(TORCHELASTIC_RUN_ID="r", RANK=str(rank), WORLD_SIZE="6", LOCAL_RANK=str(rank - 4))
     eventually(lambda: ranks_here(agent.pid, tags, 2, 3), ([4, 5], 6))
+
+
+def test_a_ranks_own_children_are_not_ranks(
+    start: Callable[..., Any], tags: dict[str, str]
+) -> None:
+    """A DataLoader's workers carry their rank's environment: one process per rank."""
+    agent = start()
+    with_worker = [sys.executable, "-c", f"import subprocess; subprocess.run({SLEEP!r})"]
+    rank = start(with_worker, TORCHELASTIC_RUN_ID="r", RANK="2", WORLD_SIZE="4")
+    eventually(lambda: len(ranks_by_pid(tags, 1, 2, agent.pid)[0]), 1)
+    time.sleep(0.5)  # its worker is there by now, and still not a rank
+    assert ranks_by_pid(tags, 1, 2, agent.pid) == ({rank.pid: 2}, 4)
+
+
+def test_the_first_rank_to_end_is_named_with_how(
+    start: Callable[..., Any], tags: dict[str, str]
+) -> None:
+    """rank 3 SIGKILLed, not reaped yet (torchrun's next poll would): its zombie says how."""
+    agent = start()
+    workers = {r: start(TORCHELASTIC_RUN_ID="r", RANK=str(r), WORLD_SIZE="4") for r in (2, 3)}
+    by_pid = watch_ranks(agent.pid, tags, 1, 2, threading.Event())
+    assert sorted(by_pid.values()) == [2, 3]
+    threading.Timer(0.3, workers[3].kill).start()
+    got = first_end(by_pid, lambda: False, lambda pid: None)
+    assert got is not None and got[:2] == (3, -signal.SIGKILL)
+    assert first_end({workers[2].pid: 2}, lambda: True, lambda pid: None) is None  # over
 
 
 def test_lightning_children_give_the_node_ranks(

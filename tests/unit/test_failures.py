@@ -117,3 +117,57 @@ def test_untagged_lines_with_torch_rank_prefix_name_the_rank() -> None:
     )
     [f] = t.node_failures("node1", 1)
     assert (f.rank, f.message) == (3, "RuntimeError: boom")
+
+
+C10D_WARNING = (
+    "[W1125 00:33:30.133239418 socket.cpp:207] [c10d] The hostname of the client socket "
+    "cannot be retrieved. err=-3"
+)
+SIGKILLED = [line.replace("exitcode  : 1 (pid: 6537)", "exitcode  : -9 (pid: 6537)")
+             for line in REPORT]  # fmt: skip
+
+
+def test_a_rank_killed_by_a_signal_is_named_by_it_not_by_a_warning() -> None:
+    """torchrun: rank 3 SIGKILLed (no traceback); the last line it printed was c10d's."""
+    t = FailureTracker()
+    t.feed("node1", tuple((None, line) for line in SIGKILLED))
+    t.feed("node1", ((3, "epoch 0 step 3"), (3, C10D_WARNING)))
+    root = t.node_failures("node1", 1)[0]
+    assert (root.rank, root.exit_code, root.message) == (
+        3,
+        -9,
+        "killed by SIGKILL (out of memory?)",
+    )
+
+
+def test_a_warning_is_never_the_message() -> None:
+    t = FailureTracker()
+    lines = [
+        "bad config: no such dataset /data/x",
+        C10D_WARNING,
+        "W1125 00:27:21.968000 12193 torch/distributed/elastic/agent/server/api.py:753] Received",
+        "[W socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved.",
+        "/opt/x.py:3: UserWarning: TypedStorage is deprecated",
+        "  warnings.warn(",
+        "WARNING: Logging before InitGoogleLogging()",
+    ]
+    t.feed("node0", tuple((None, line) for line in lines))
+    (only,) = t.node_failures("node0", 2)
+    assert only.message == "bad config: no such dataset /data/x"
+
+
+def test_the_first_rank_to_end_names_a_node_with_no_report() -> None:
+    """The env style (Lightning) has no torchrun report, and a SIGKILLed rank no traceback:
+    its supervisor saw which rank process ended first, and how."""
+    from remote.nodemsg import RankEnd
+
+    t = FailureTracker()
+    t.feed("node1", ((None, C10D_WARNING),))
+    (root,) = t.node_failures("node1", 1, at=20.0, died=RankEnd(3, -9, 12.5))
+    assert (root.rank, root.exit_code, root.seen_at) == (3, -9, 12.5)
+    assert root.message == "killed by SIGKILL (out of memory?)"
+    # torchrun's report knew the rank but not when: the supervisor's time is taken
+    t = FailureTracker()
+    t.feed("node1", tuple((None, line) for line in SIGKILLED))
+    root = t.node_failures("node1", 1, at=20.0, died=RankEnd(3, None, 12.5))[0]
+    assert (root.rank, root.exit_code, root.seen_at) == (3, -9, 12.5)

@@ -72,6 +72,11 @@ def test_every_op_is_served() -> None:
             nodemsg.Exit(1, False, None, None, None, (), 2),
         ),
         (
+            {"t": "exit", "code": 1, "died": {"rank": 3, "code": -9, "at": 12.5}},
+            nodemsg.Exit(1, False, None, None, None, (), 0, nodemsg.RankEnd(3, -9, 12.5)),
+        ),
+        ({"t": "hub-port", "port": 29400}, nodemsg.HubPort(29400)),
+        (
             {"t": "restart", "attempt": 1, "of": 3, "after": "rank 3 failed on node1",
              "node": 1, "delay": 10, "replace": [1]},
             nodemsg.Restart(1, 3, "rank 3 failed on node1", 1, 10.0, (1,)),
@@ -107,6 +112,9 @@ def test_messages_become_typed_values(msg: dict[str, object], want: object) -> N
         {"t": "restart", "attempt": 1, "of": 2, "delay": float("nan")},
         {"t": "restart", "attempt": 1},
         {"t": "notify"},
+        {"t": "exit", "code": 1, "died": {"rank": "3", "at": 1}},
+        {"t": "exit", "code": 1, "died": {"rank": 3}},
+        {"t": "hub-port", "port": "29400"},
     ],
 )
 def test_a_message_that_does_not_hold_is_garbage(msg: dict[str, object]) -> None:

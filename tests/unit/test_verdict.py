@@ -91,6 +91,40 @@ def test_the_hubs_word_names_a_node_that_could_tell_nothing() -> None:
     assert (root.host, root.message) == ("node2", why)
 
 
+def test_the_hubs_view_comes_before_a_cut_off_peers() -> None:
+    """A detached run, node1 cut off: it stopped because it lost the hub, and said so a moment
+    before node 0 said node1 was lost. Node 0's word is the hub's view: node1 is named."""
+    v = Verdict()
+    hub_lost = "lost the run's hub (node 0's supervisor): not heard from for 60 s"
+    peer_lost = "node 1 (node1) lost: its supervisor was not heard from for 60 s"
+    for name, node, why, at, hub in (
+        ("node1", 0, hub_lost, 9.87, False),
+        ("node2", 1, peer_lost, 10.01, False),
+        ("node0", 1, peer_lost, 10.0, True),
+    ):
+        end = exit_(-15, True, "peer", node=node, reason=why)
+        v.ended(name, end, at, gone="", tracebacks=tracebacks_of(), peer_name=NAMES.get, hub=hub)
+    _, _, root, _ = v.outcome()
+    assert root is not None and (root.host, root.message) == ("node1", peer_lost)
+
+
+def test_what_a_node_prints_once_told_to_stop_is_its_echo() -> None:
+    """torchrun, TERMed by its supervisor, prints a SignalException traceback: after the
+    node's own STOPPING word, so never its failure, even where the first stop was later."""
+    v = Verdict()
+    term = Failure("node1", None, 1, "SignalException: Process 7 got signal: 15", seen_at=9.5)
+    why = "node 1 (node1) lost: its supervisor was not heard from for 60 s"
+    end = exit_(1, True, "peer", node=0, reason="lost the run's hub")
+    v.ended("node1", end, 10.0, gone="", tracebacks=tracebacks_of(term), peer_name=NAMES.get,
+            stopped_at=9.4)  # fmt: skip
+    end = exit_(-15, True, "peer", node=1, reason=why)
+    v.ended("node0", end, 10.0, gone="", tracebacks=tracebacks_of(term), peer_name=NAMES.get,
+            stopped_at=10.0, hub=True)  # fmt: skip
+    _, _, root, ordered = v.outcome()
+    assert root is not None and (root.host, root.message) == ("node1", why)
+    assert term not in ordered
+
+
 def test_no_word_at_all_is_named_as_such() -> None:
     v = Verdict()
     lost = ended(v, "node1", None, gone="lost: not heard from for 60 s (network cut or host down)")

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from remote import runs
+from remote import late, runs
 from remote.events import (
     Event,
     HostState,
@@ -89,6 +89,7 @@ async def attach(spec: str, tail: int | None = None, *, verbose: bool = False) -
     record = runs.resolve(spec)
     printer = _printer(record, verbose)
     if record.summary is not None:  # it ended while we watched: the run dir has it all
+        await late.fetch(record, printer)  # but for what a lost host printed meanwhile
         return show_finished(record, printer, tail)
     emit: Callable[[Event], None] = printer if tail is None else TailPrinter(printer, tail)
     run = Run.rejoin(record, emit)
@@ -122,7 +123,8 @@ def show_finished(record: runs.RunRecord, printer: Printer, tail: int | None) ->
     failure = failure_from(s["failure"]) if s.get("failure") else None
     attempts = tuple(attempt_from(a) for a in s.get("attempts") or ())
     status, code, elapsed = s.get("status", "failed"), s.get("exit_code", 1), s.get("elapsed", 0.0)
-    printer(RunFinished(status, code, elapsed, failure, attempts=attempts))
+    reason = str(s.get("reason") or "")
+    printer(RunFinished(status, code, elapsed, failure, attempts=attempts, reason=reason))
     return int(s.get("exit_code", EXIT_FAILED))
 
 

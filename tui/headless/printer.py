@@ -150,7 +150,8 @@ class Printer:
             self.console.write(self.err, "".join(f"    {line}\n" for line in tail))
         elif fin.status != "detached":
             tries = f" after {len(fin.attempts)} attempts" if len(fin.attempts) > 1 else ""
-            self.say(f"run {fin.status}{tries} in {fin.elapsed:.1f} s (exit {fin.exit_code})")
+            why = f": {fin.reason}" if fin.reason else ""
+            self.say(f"run {fin.status}{tries} in {fin.elapsed:.1f} s (exit {fin.exit_code}){why}")
 
     # -- ddptui's own words -----------------------------------------------------------------
 
