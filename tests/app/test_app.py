@@ -403,3 +403,7 @@ async def test_a_restart_is_said_and_rings_when_notify_asks(inv: Path) -> None:
         app.post_message(EngineEvent(RUN_ID, RunFinished("succeeded", 0, 9.0, attempts=done)))
         await settle(pilot)
         assert "run succeeded after 2 attempts (exit 0)" in [n.message for n in app._notifications]
+        away = "ddptui itself was not running for 84 s (asleep or stopped), past the 60 s lease"
+        app.post_message(EngineEvent(RUN_ID, RunFinished("lost", 1, 90.0, reason=away)))
+        await settle(pilot)
+        assert f"run lost (exit 1): {away}" in [n.message for n in app._notifications]

@@ -488,7 +488,9 @@ class Dashboard(App[int]):
         if ev.status in ("failed", "unreachable"):
             severity = "error"
         tries = f" after {len(ev.attempts)} attempts" if len(ev.attempts) > 1 else ""
-        self.notify(f"run {ev.status}{tries} (exit {ev.exit_code})", severity=severity, timeout=6)
+        why = f": {ev.reason}" if ev.reason else ""  # a lost run: what no failure says
+        text = f"run {ev.status}{tries} (exit {ev.exit_code}){why}"
+        self.notify(text, severity=severity, timeout=10 if why else 6)
         self.show_status()
 
     def _checks_done(self, ev: ChecksDone) -> None:
