@@ -306,16 +306,25 @@ def remove_command(runtime, ids):
     return [runtime, "rm", "-f", *(["-t", "0"] if runtime == "podman" else []), *ids]
 
 
-def sweep(runtime, run_id, timeout=CMD_TIMEOUT):
-    """Remove every container of the run (a SIGKILLed supervisor's, the dry run's): the ids
-    removed and an error text, if any. Only containers are named: never the pause process."""
+def sweep(runtime, run_id, node=None, timeout=CMD_TIMEOUT):
+    """Remove the run's containers (a SIGKILLed supervisor's, the dry run's): the ids removed
+    and an error text, if any. Only containers are named: never the pause process. With
+    `node`, that node's own only (its job's and its dry run's): nodes may share one runtime
+    (several on one machine), and one node's end must never remove another's running job."""
     listing = sweep_commands(runtime, run_id)
     if listing is None:
         return [], None
+    if node is not None:  # each container's name beside its id
+        listing = [a for a in listing if a != "-aq"] + ["-a", "--format", "{{.ID}} {{.Names}}"]
     code, out, err = _run(listing, timeout)
-    ids = out.split()
     if code != 0:
         return [], err or "{} ps failed".format(runtime)
+    if node is None:
+        ids = out.split()
+    else:
+        own = (name(run_id, node), name(run_id, node, "-check"))
+        rows = [line.split() for line in out.splitlines()]
+        ids = [row[0] for row in rows if len(row) == 2 and row[1] in own]
     if not ids:
         return [], None
     code, _, err = _run(remove_command(runtime, ids), timeout)

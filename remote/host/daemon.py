@@ -365,7 +365,7 @@ class Daemon:
     def _sweep_containers(self, att):
         box = self.spec["container"]
         if box:
-            _, why = container.sweep(box["runtime"], self.spec["run_id"])
+            _, why = container.sweep(box["runtime"], self.spec["run_id"], self.node)
             if why:
                 att.survivors.append("containers of the run: {}".format(why))
 
@@ -889,7 +889,7 @@ def guardian(tags, grace, runtime=None):
         if not got:
             procs.sweep(lambda: procs.tagged_pids(tags), grace)
             if runtime:
-                container.sweep(runtime, tags["DDPTUI_RUN_ID"])
+                container.sweep(runtime, tags["DDPTUI_RUN_ID"], int(tags["DDPTUI_NODE"]))
     finally:
         os._exit(0)
 

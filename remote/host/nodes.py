@@ -174,14 +174,14 @@ def replay(ch, ndir):
 
 
 def sweep(ch, req, *_):
-    """What is left of a node: its tagged processes, then the run's containers (docker's and
+    """What is left of a node: its tagged processes, then its containers (docker's and
     podman's outlive their client)."""
     tags = {"DDPTUI_RUN_ID": req["run_id"], "DDPTUI_NODE": str(req["node"])}
     found = procs.tagged_pids(tags)
     left = procs.sweep(lambda: procs.tagged_pids(tags), req.get("grace", 5.0))
     runtime = state.read_state(state.node_dir(req["run_id"], req["node"])).get("runtime")
     if runtime:
-        _, why = container.sweep(runtime, req["run_id"])
+        _, why = container.sweep(runtime, req["run_id"], req["node"])
         if why:
             left.append("containers of the run: {}".format(why))
     ch.answer({"t": "swept", "found": len(found), "survivors": left})

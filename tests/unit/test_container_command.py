@@ -232,6 +232,23 @@ def test_sweep_lists_by_label_then_removes() -> None:
     assert container.sweep_commands("apptainer", "r1") is None  # the tag sweep has it
 
 
+def test_a_nodes_sweep_removes_its_own_containers_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes sharing one runtime (several on one machine): node 1's end must not remove node
+    0's container while its job still runs (seen: node0 killed by SIGKILL in a docker run)."""
+    listed = "c0 ddptui-r1-n0\nc1 ddptui-r1-n1\nc1k ddptui-r1-n1-check\nc10 ddptui-r1-n10\n"
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], timeout: float = 0) -> tuple[int, str, str]:
+        calls.append(argv)
+        return 0, listed if argv[1] == "ps" else "", ""
+
+    monkeypatch.setattr(container, "_run", run)
+    assert container.sweep("docker", "r1", 1) == (["c1", "c1k"], None)
+    assert calls[0] == ["docker", "ps", "--filter", "label=ddptui.run=r1", "-a", "--format",
+                        "{{.ID}} {{.Names}}"]  # fmt: skip
+    assert calls[1] == ["docker", "rm", "-f", "c1", "c1k"]
+
+
 def test_an_image_without_the_python_is_named_so() -> None:
     err = "ERROR (catatonit:6): failed to exec pid1: No such file or directory\n"
     why = container.start_failure(spec(runtime="podman", python="/opt/py"), 1, err, False)
