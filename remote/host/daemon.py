@@ -143,6 +143,9 @@ class Daemon:
         self.spool = Spool(ndir, spec["spool_max"])
         self.heard = time.monotonic()  # the last word from any launcher
         self.clients = {}  # socket -> [last heard, done event]
+        # Held from a viewer's accept to its entry in clients: _drain then sees it in the
+        # backlog or among the clients, never between the two.
+        self.accepting = threading.Lock()
         self.server = None  # the viewers' listening socket (serve)
         self.closing = False  # the daemon is leaving: its accept loop ends
         self.over = False  # no attempt follows: a launcher can no longer take the lease
@@ -466,11 +469,15 @@ class Daemon:
         """Until every viewer has its last bytes: those connected before the socket's name
         went too (an attach that came as the run ended), not only those seen so far."""
         while time.monotonic() < deadline:
-            live = [done for _, done in list(self.clients.values()) if not done.is_set()]
+            with self.accepting:  # a viewer is in the backlog or among the clients by now
+                live = [done for _, done in list(self.clients.values()) if not done.is_set()]
+                waiting = live or select.select([self.server], [], [], 0.05)[0]
             if live:
                 live[0].wait(max(0.0, deadline - time.monotonic()))
-            elif not select.select([self.server], [], [], 0.05)[0]:
+            elif not waiting:
                 return  # no viewer left, none waiting to be let in
+            else:
+                time.sleep(0.01)  # the accept thread lets it in
 
     # -- the run's hub: what follows an attempt (node 0) ---------------------------------------
 
@@ -703,15 +710,21 @@ class Daemon:
         """Viewers, for as long as the daemon lives: out of file descriptors or threads (a
         flood, a busy host), it says so, waits and goes on; it never stops taking them."""
         pause = ACCEPT_BACKOFF_S[0]
+        server.setblocking(False)  # a viewer gone between select and accept blocks no one
         while not self.closing:
             try:
-                sock, _ = server.accept()
-                done = threading.Event()
-                self.clients[sock] = [time.monotonic(), done]  # before _drain can miss it
-                _thread(self._client, sock, done)
+                if not select.select([server], [], [], 0.5)[0]:
+                    continue
+                with self.accepting:
+                    sock, _ = server.accept()
+                    done = threading.Event()
+                    self.clients[sock] = [time.monotonic(), done]  # before _drain can miss it
+                    _thread(self._client, sock, done)
                 pause = ACCEPT_BACKOFF_S[0]
-            except (OSError, RuntimeError) as exc:
-                if self.closing or getattr(exc, "errno", None) in GONE:
+            except BlockingIOError:
+                continue
+            except (OSError, RuntimeError, ValueError) as exc:
+                if self.closing or isinstance(exc, ValueError) or getattr(exc, "errno", 0) in GONE:
                     return  # the socket itself is gone: no wait brings it back
                 log(f"viewers: {exc!r}; taking them again in {pause:g} s")
                 time.sleep(pause)

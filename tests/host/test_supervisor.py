@@ -257,7 +257,7 @@ def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Pa
     from remote.host import daemon
 
     d = daemon.Daemon.__new__(daemon.Daemon)
-    d.clients, d.closing = {}, False
+    d.clients, d.closing, d.accepting = {}, False, threading.Lock()
     served = threading.Event()
 
     def client(sock: socket.socket, done: threading.Event) -> None:
