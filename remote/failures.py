@@ -169,7 +169,11 @@ class FailureTracker:
             ]
         out = []
         for r in reported:
-            tb = self._traceback(host, r.rank)
+            # A spawn child's traceback may come before its lines carry its rank: the node's
+            # own is then the one rank's that failed.
+            tb = self._traceback(host, r.rank) or (
+                self._traceback(host, None) if len(reported) == 1 else ()
+            )
             out.append(
                 Failure(
                     host=host,
