@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import hashlib
 import io
 import json
 import os
@@ -35,6 +34,7 @@ from pathlib import Path
 from .agent import Agent
 from .events import CodeSynced, Event
 from .host import protocol
+from .host.sync import file_sha256
 from .inventory import Host, Inventory, Sync
 from .transport import HostError
 
@@ -78,14 +78,6 @@ class LocalFile:
     sha256: str
     mode: int
     mtime: float
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def excluded(rel: str, patterns: Sequence[str]) -> bool:

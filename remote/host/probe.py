@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 from .netif import route_ifname
+from .sync import file_sha256
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
@@ -151,14 +152,6 @@ def code_info(workdir: dict[str, Any]) -> dict[str, Any]:
     if git and workdir.get("exists"):
         info["git"] = git_info(git, workdir["path"])
     return info
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def git_info(git: str, path: str) -> dict[str, Any] | None:
