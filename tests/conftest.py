@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "support"))
 
+import containerhosts
 import nvidia_smi
 import pytest
 from testhosts import DEFAULT_PREFIX, SUBNET, TestCluster, check_prerequisites
@@ -68,6 +69,15 @@ def gpu_cluster(cluster: TestCluster) -> Iterator[TestCluster]:
     finally:
         for host in cluster.hosts:
             (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def podman(cluster: TestCluster) -> Iterator[TestCluster]:
+    """The session's hosts with podman (it stays on: nothing else minds it)."""
+    if containerhosts.missing() and not os.environ.get("CI"):
+        pytest.skip(f"podman test hosts need {containerhosts.APT}")
+    cluster.enable_containers()
+    yield cluster
 
 
 @pytest.fixture

@@ -11,11 +11,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import containerhosts
 import pytest
 from e2etools import wait_for
 from testhosts import REPO, TestCluster
@@ -27,15 +25,6 @@ SHIM = (REPO / "remote" / "host" / "shim.py").read_text()
 # The hosts' root login, no GPU, no InfiniBand: what here() says on a test host.
 HOST = {"uid": 0, "gid": 0, "login": "root", "rootless": False, "gpus": False,
         "gpu_via": "env", "devices": [], "cuda_visible_devices": None}  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def podman(cluster: TestCluster) -> Iterator[TestCluster]:
-    """The session's hosts with podman (it stays on: nothing else minds it)."""
-    if containerhosts.missing() and not os.environ.get("CI"):
-        pytest.skip(f"podman test hosts need {containerhosts.APT}")
-    cluster.enable_containers()
-    yield cluster
 
 
 def spec(cluster: TestCluster, **keys: Any) -> dict[str, Any]:

@@ -6,17 +6,14 @@ checks; every rank's stack read from inside its container. Nothing is left after
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import containerhosts
 import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, wait_for
 from testhosts import TestCluster
@@ -25,14 +22,6 @@ from remote.host import container
 
 pytestmark = pytest.mark.e2e
 HOSTS = (0, 1, 2)
-
-
-@pytest.fixture(scope="module")
-def podman(cluster: TestCluster) -> Iterator[TestCluster]:
-    if containerhosts.missing() and not os.environ.get("CI"):
-        pytest.skip(f"podman test hosts need {containerhosts.APT}")
-    cluster.enable_containers()
-    yield cluster
 
 
 def inventory(

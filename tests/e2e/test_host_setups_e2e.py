@@ -108,14 +108,8 @@ def test_tilde_python_missing_says_the_expanded_path(cluster: TestCluster, tmp_p
 
 @pytest.fixture
 def greeting_bashrc(cluster: TestCluster) -> Iterator[None]:
-    rcs = [host.home / ".bashrc" for host in cluster.hosts[:2]]
-    for rc in rcs:
-        rc.write_text(BASHRC)
-    try:
+    with cluster.login_shell(BASHRC, 0, 1):
         yield
-    finally:
-        for rc in rcs:
-            rc.unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("homes", [UNFINISHED], indirect=True)
@@ -178,12 +172,10 @@ def limited_gpus(cluster: TestCluster) -> Iterator[None]:
     MIG mode with 3 MIG devices (written from the documented format, not captured)."""
     cluster.put_tool(0, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H100_BUSY))
     cluster.put_tool(1, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.A100_MIG))
-    rc = cluster.hosts[0].home / ".bashrc"
-    rc.write_text("export CUDA_VISIBLE_DEVICES=0,1\n")
     try:
-        yield
+        with cluster.login_shell("export CUDA_VISIBLE_DEVICES=0,1\n", 0):
+            yield
     finally:
-        rc.unlink()
         for host in cluster.hosts[:2]:
             (host.bin_dir / "nvidia-smi").unlink()
 
@@ -231,12 +223,8 @@ SLOW_S = 4  # conda init on a busy network home, say: longer than the lease belo
 
 @pytest.fixture
 def slow_login(cluster: TestCluster) -> Iterator[None]:
-    rc = cluster.hosts[1].home / ".bashrc"
-    rc.write_text(f"sleep {SLOW_S}\n")
-    try:
+    with cluster.login_shell(f"sleep {SLOW_S}\n", 1):
         yield
-    finally:
-        rc.unlink(missing_ok=True)
 
 
 @pytest.mark.usefixtures("slow_login")
@@ -271,22 +259,20 @@ def test_a_link_cut_while_the_login_shell_starts_is_lost_by_name(
 ) -> None:
     """node1's login shell would take a minute, and its link goes silent meanwhile: the SSH
     keepalives name it lost, long before start_timeout (300 s) would."""
-    rc = cluster.hosts[1].home / ".bashrc"
-    rc.write_text("sleep 61\n")
     inv = cluster.write_inventory(tmp_path / "inv.yaml", {"script": "x.py"}, hosts=[0, 1])
     veth = veth_name(cluster.prefix, 1)
 
     def shell() -> list[int]:
         return [p for p in ns_pids(cluster.hosts[1].netns) if "sleep 61" in cmdline(p)]
 
-    check = Cmd(["check", "-i", str(inv)], tmp_path / "check")
     try:
-        wait_for(shell, 60, "node1's login shell")
-        subprocess.run(["ip", "link", "set", veth, "down"], check=True)
-        assert check.wait(60) == 3, check.stdout + check.stderr  # unreachable
+        with cluster.login_shell("sleep 61\n", 1):
+            check = Cmd(["check", "-i", str(inv)], tmp_path / "check")
+            wait_for(shell, 60, "node1's login shell")
+            subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+            assert check.wait(60) == 3, check.stdout + check.stderr  # unreachable
     finally:
         subprocess.run(["ip", "link", "set", veth, "up"], check=True)
-        rc.unlink(missing_ok=True)
         for pid in shell():
             os.kill(pid, signal.SIGKILL)
     said = check.stdout + check.stderr
@@ -301,8 +287,6 @@ def logins(cluster: TestCluster) -> Iterator[Callable[[], list[int]]]:
     """Every login shell on hosts 0 and 1 leaves a line in ~/logins: `taken()` counts each
     host's since the last call."""
     hosts = cluster.hosts[:2]
-    for h in hosts:
-        (h.home / ".bashrc").write_text('echo login >> "$HOME/logins"\n')
 
     def taken() -> list[int]:
         counts = []
@@ -313,10 +297,10 @@ def logins(cluster: TestCluster) -> Iterator[Callable[[], list[int]]]:
         return counts
 
     try:
-        yield taken
+        with cluster.login_shell('echo login >> "$HOME/logins"\n', 0, 1):
+            yield taken
     finally:
         for h in hosts:
-            (h.home / ".bashrc").unlink(missing_ok=True)
             (h.home / "logins").unlink(missing_ok=True)
 
 

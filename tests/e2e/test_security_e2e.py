@@ -41,12 +41,8 @@ def ticks(text: bytes | str, rank: int) -> list[int]:
 @pytest.fixture
 def few_open_files(cluster: TestCluster) -> Iterator[None]:
     """node0's logins (and so its supervisor) under the usual 1,024 open files."""
-    rc = cluster.hosts[0].home / ".bashrc"
-    rc.write_text("ulimit -n 1024\n")
-    try:
+    with cluster.login_shell("ulimit -n 1024\n", 0):
         yield
-    finally:
-        rc.unlink()
 
 
 @pytest.mark.usefixtures("few_open_files")

@@ -239,10 +239,8 @@ LIGHTNING = {"script": "examples/lightning_boring.py", "launcher": "env", "nproc
 def local_rank_exported(cluster: TestCluster) -> Iterator[None]:
     """node1's login shell exports LOCAL_RANK, which would stop Lightning from spawning."""
     pytest.importorskip("lightning")
-    rc = cluster.hosts[1].home / ".bashrc"
-    rc.write_text("export LOCAL_RANK=0\n")
-    yield
-    rc.unlink()
+    with cluster.login_shell("export LOCAL_RANK=0\n", 1):
+        yield
 
 
 @pytest.mark.usefixtures("local_rank_exported")

@@ -357,6 +357,19 @@ class TestCluster:
         return {"runtime": "podman", "image": self.image, "python": self.python,
                 "mounts": [venv], "ulimits": {}}  # fmt: skip
 
+    @contextmanager
+    def login_shell(self, text: str, *hosts: int) -> Iterator[None]:
+        """Each of these hosts' login shells runs `text` first (its ~/.bashrc), as a real
+        one's conda init, exports or greetings do; gone again afterwards."""
+        rcs = [self.hosts[i].home / ".bashrc" for i in hosts]
+        for rc in rcs:
+            rc.write_text(text)
+        try:
+            yield
+        finally:
+            for rc in rcs:
+                rc.unlink(missing_ok=True)
+
     def put_tool(self, i: int, name: str, text: str) -> Path:
         """Write an executable ``name`` into host ``i``'s bin dir (first on its ssh PATH)."""
         if "/" in name:
