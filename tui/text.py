@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from remote import fold, runs
-from remote.events import Failure
+from remote.events import Failure, RunFinished
 from remote.failures import describe_exit
 
 
@@ -109,6 +109,14 @@ def run_row(r: runs.RunRecord) -> dict[str, Any]:
         "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
         "run_dir": str(r.dir),
     }
+
+
+def run_ended(fin: RunFinished, took: bool = True) -> str:
+    """`run succeeded after 2 attempts in 63.0 s (exit 0)`; a lost run says why."""
+    tries = f" after {len(fin.attempts)} attempts" if len(fin.attempts) > 1 else ""
+    elapsed = f" in {fin.elapsed:.1f} s" if took else ""
+    why = f": {fin.reason}" if fin.reason else ""
+    return f"run {fin.status}{tries}{elapsed} (exit {fin.exit_code}){why}"
 
 
 def attempts(r: runs.RunRecord) -> int | None:

@@ -294,11 +294,15 @@ def start_failure(spec, code, stderr, started):
     return "{}: {}".format(text, said) if said else text
 
 
-def sweep_commands(runtime, run_id):
-    """List the run's containers; the ids it prints go to remove_command()."""
+def sweep_commands(runtime, run_id, names=False):
+    """List the run's containers; the ids it prints go to remove_command(). names: each
+    container's name beside its id."""
     if runtime not in DAEMONS:
         return None  # the job was an ordinary child: the tag sweep got it
-    return [runtime, "ps", "-aq", "--filter", "label={}={}".format(LABEL, run_id)]
+    label = "label={}={}".format(LABEL, run_id)
+    if names:
+        return [runtime, "ps", "--filter", label, "-a", "--format", "{{.ID}} {{.Names}}"]
+    return [runtime, "ps", "-aq", "--filter", label]
 
 
 def remove_command(runtime, ids):
@@ -311,11 +315,9 @@ def sweep(runtime, run_id, node=None, timeout=CMD_TIMEOUT):
     and an error text, if any. Only containers are named: never the pause process. With
     `node`, that node's own only (its job's and its dry run's): nodes may share one runtime
     (several on one machine), and one node's end must never remove another's running job."""
-    listing = sweep_commands(runtime, run_id)
+    listing = sweep_commands(runtime, run_id, names=node is not None)
     if listing is None:
         return [], None
-    if node is not None:  # each container's name beside its id
-        listing = [a for a in listing if a != "-aq"] + ["-a", "--format", "{{.ID}} {{.Names}}"]
     code, out, err = _run(listing, timeout)
     if code != 0:
         return [], err or "{} ps failed".format(runtime)

@@ -48,6 +48,7 @@ from remote.failures import first
 from remote.fleet import Fleet
 from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
+from ..text import run_ended
 from .glance import ClusterFactory, Glance, engine_cluster
 from .history import HistoryScreen
 from .hosts import HostsTable
@@ -487,10 +488,7 @@ class Dashboard(App[int]):
         severity: SeverityLevel = "information" if ev.status == "succeeded" else "warning"
         if ev.status in ("failed", "unreachable"):
             severity = "error"
-        tries = f" after {len(ev.attempts)} attempts" if len(ev.attempts) > 1 else ""
-        why = f": {ev.reason}" if ev.reason else ""  # a lost run: what no failure says
-        text = f"run {ev.status}{tries} (exit {ev.exit_code}){why}"
-        self.notify(text, severity=severity, timeout=10 if why else 6)
+        self.notify(run_ended(ev, took=False), severity=severity, timeout=10 if ev.reason else 6)
         self.show_status()
 
     def _checks_done(self, ev: ChecksDone) -> None:

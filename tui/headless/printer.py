@@ -34,7 +34,7 @@ from remote.events import (
 )
 from remote.inventory import Host
 
-from ..text import Fold, failure_line
+from ..text import Fold, failure_line, run_ended
 from .check import deep_lines, finding_line, finding_lines
 from .console import Console
 from .phases import Phases
@@ -149,9 +149,7 @@ class Printer:
             tail = fin.failure.traceback[-TRACEBACK_SHOWN:]
             self.console.write(self.err, "".join(f"    {line}\n" for line in tail))
         elif fin.status != "detached":
-            tries = f" after {len(fin.attempts)} attempts" if len(fin.attempts) > 1 else ""
-            why = f": {fin.reason}" if fin.reason else ""
-            self.say(f"run {fin.status}{tries} in {fin.elapsed:.1f} s (exit {fin.exit_code}){why}")
+            self.say(run_ended(fin))
 
     # -- ddptui's own words -----------------------------------------------------------------
 
