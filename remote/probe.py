@@ -61,15 +61,18 @@ def spec(
     is_master: bool,
     host: Host | None = None,
     run_id: str | None = None,
+    warm: bool = False,
 ) -> dict[str, Any]:
     """What the host's probe is asked (remote/host/probe.py: facts). A host whose job runs in a
-    container gets that checked too, by a dry run with the job's flags (run_id names it)."""
+    container gets that checked too, by a dry run with the job's flags (run_id names it).
+    warm: a start follows if the checks pass, and the host's supervisor may boot meanwhile."""
     asked: dict[str, Any] = {
         "smi": {name: list(args) for name, args in SMI_RUNS.items()},
         "script": job.script,
         "workdir": workdir,
         "master_addr": master_addr,
         "master_port": job.master_port if is_master else None,
+        "warm": warm,
     }
     if host is not None and host.container is not None:
         asked.update(container=host.container.spec(), node=host.node_rank, run_id=run_id,
@@ -85,11 +88,12 @@ async def probe(
     workdir: str | None,
     connect_s: float | None,
     run_id: str | None = None,
+    warm: bool = False,
 ) -> HostChecked:
-    """Probe one host whose agent is up: one op, one answer."""
+    """Probe one host whose agent is up: one op, one answer (warm: see spec)."""
     t = agent.transport
     host = t.host
-    asked = spec(job, master_addr, workdir, host.node_rank == 0, host, run_id)
+    asked = spec(job, master_addr, workdir, host.node_rank == 0, host, run_id, warm)
     try:
         found = await agent.request(protocol.PROBE, asked, timeout=PROBE_TIMEOUT)
     except HostError as exc:

@@ -101,8 +101,9 @@ class Recovery:
             if pushed.error:
                 return pushed.text()
         checked = await probe.probe(
-            agent, job, run.gang.master_addr, workdir=workdir, connect_s=run.fleet.took.get(j)
-        )
+            agent, job, run.gang.master_addr, workdir=workdir, connect_s=run.fleet.took.get(j),
+            warm=True,
+        )  # fmt: skip
         failed = [f for f in checked.findings if f.level == "failure"]
         if failed:
             return f"check failed ({failed[0].check}): {failed[0].message}"

@@ -11,15 +11,14 @@ supervisors it started live on: their own lease decides for them (remote/host/da
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import queue
-import socket
 import sys
 import threading
 import time
-import traceback
 
-from . import monitor, nodes, probe, protocol, stacks, sync, wire
+from . import protocol, wire
 
 READ = 1 << 18
 INBOX = 64  # frames waiting for an op; more, and the reader waits (the launcher slows down)
@@ -126,19 +125,33 @@ def _answer(fn):
     return lambda agent, ch, req: ch.answer(fn(req))
 
 
+def _mod(name):
+    """An op's module, imported when first asked for: every host pays each import in CPU, and
+    a check needs none of a run's code (nor a run the checks')."""
+    return importlib.import_module("." + name, __package__)
+
+
+def _probe(agent, ch, req):
+    if req.get("warm") and agent.code_dir:  # a launch follows the checks: its start, ahead
+        _mod("nodes").warm(agent.code_dir)
+    ch.answer(_mod("probe").facts(req, agent.missing))
+
+
 OPS = {
-    protocol.PROBE: lambda agent, ch, req: ch.answer(probe.facts(req, agent.missing)),
-    protocol.COUNT: _answer(lambda req: probe.visible_gpus()),
-    protocol.SYNC_PLAN: lambda agent, ch, req: sync.serve(ch, req, "plan"),
-    protocol.SYNC_PUT: lambda agent, ch, req: sync.serve(ch, req, "put"),
-    protocol.MONITOR: lambda agent, ch, req: monitor.serve(ch, req),
-    protocol.START: lambda agent, ch, req: nodes.start(ch, req, agent.code_dir, agent.sources),
-    protocol.ATTACH: lambda agent, ch, req: nodes.attach(ch, req),
-    protocol.STACKS: _answer(stacks.dump),
-    protocol.FLIGHT: lambda agent, ch, req: stacks.analyse(ch, req),
-    protocol.SWEEP: lambda agent, ch, req: nodes.sweep(ch, req),
-    protocol.STATUS: lambda agent, ch, req: nodes.status(ch, req),
-    protocol.PORT: lambda agent, ch, req: nodes.free_port(ch, req),
+    protocol.PROBE: _probe,
+    protocol.COUNT: _answer(lambda req: _mod("probe").visible_gpus()),
+    protocol.SYNC_PLAN: lambda agent, ch, req: _mod("sync").serve(ch, req, "plan"),
+    protocol.SYNC_PUT: lambda agent, ch, req: _mod("sync").serve(ch, req, "put"),
+    protocol.MONITOR: lambda agent, ch, req: _mod("monitor").serve(ch, req),
+    protocol.START: lambda agent, ch, req: _mod("nodes").start(
+        ch, req, agent.code_dir, agent.sources
+    ),
+    protocol.ATTACH: lambda agent, ch, req: _mod("nodes").attach(ch, req),
+    protocol.STACKS: _answer(lambda req: _mod("stacks").dump(req)),
+    protocol.FLIGHT: lambda agent, ch, req: _mod("stacks").analyse(ch, req),
+    protocol.SWEEP: lambda agent, ch, req: _mod("nodes").sweep(ch, req),
+    protocol.STATUS: lambda agent, ch, req: _mod("nodes").status(ch, req),
+    protocol.PORT: lambda agent, ch, req: _mod("nodes").free_port(ch, req),
 }
 
 
@@ -185,7 +198,7 @@ class Agent:
             "t": protocol.HELLO,
             "v": protocol.VERSION,
             "pid": os.getpid(),
-            "hostname": socket.gethostname(),
+            "hostname": os.uname().nodename,  # gethostname() is this, without importing socket
             "python": "{}.{}.{}".format(*sys.version_info[:3]),
             "exe": sys.executable,
             "missing_python": self.missing,
@@ -224,6 +237,8 @@ class Agent:
             else:
                 op(self, ch, req)
         except Exception as exc:  # the launcher hears why; the agent serves on
+            import traceback
+
             traceback.print_exc()
             ch.answer({"error": "{} failed: {!r}".format(req.get("op"), exc)})
         finally:

@@ -22,10 +22,8 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 LABEL = "ddptui.run"
 DAEMONS = ("docker", "podman")  # their containers outlive the client: swept by label
@@ -351,6 +349,8 @@ def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_
     def dry():
         return dry_run(spec, run_id, node, workdir, shim_source, env or {}, facts["here"])
 
+    from concurrent.futures import ThreadPoolExecutor  # the checks' alone: supervisors import us
+
     with ThreadPoolExecutor(4) as pool:
         runtime = pool.submit(runtime_info, spec)
         image = pool.submit(image_info, spec, pull_timeout)
@@ -516,6 +516,8 @@ def dry_run(spec, run_id, node, workdir, shim_source, env, host, timeout=DRY_RUN
     """One short container with the run's exact flags, the job's python inside the shim."""
     if not workdir or not os.path.isdir(workdir):
         return {"dry_run_error": "no working directory {} to mount".format(workdir)}
+    import tempfile
+
     private = tempfile.mkdtemp(prefix="ddptui-check-")
     try:
         with open(os.path.join(private, SHIM), "w") as f:

@@ -53,12 +53,23 @@ REAP_WAIT_S = 0.2  # how long a rank's end waits for the reaper to give its exit
 COMMAND_MAX = 4096  # bytes of a launcher's command line read
 
 
-def boot(ndir):
-    """The supervisor's own process (remote/host/nodes.py starts it): the spec on stdin; "ok"
-    (or why not) on stdout once it serves, then detached from everything of the agent's."""
+def boot():
+    """The supervisor's own process (remote/host/nodes.py starts it, maybe ahead of its node):
+    its node's directory on a line of stdin, then the spec; "ok" (or why not) on stdout once
+    it serves, then detached from everything of the agent's. No node (stdin ends first): the
+    launch did not come, and it leaves."""
+    line = sys.stdin.buffer.readline()
+    if not line:
+        os._exit(0)
     try:
-        spec = protocol.spec(json.loads(sys.stdin.buffer.read()))
+        ndir = json.loads(line)
         os.chdir(ndir)
+        # its own log from here on (before, the agent's stderr said why a boot failed)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        log_fd = os.open("supervisor.log", flags, 0o600)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
+        spec = protocol.spec(json.loads(sys.stdin.buffer.read()))
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # relative: a deep home must not exceed sun_path's 108 bytes
         server.bind(protocol.CTL_SOCKET)

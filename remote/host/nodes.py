@@ -24,13 +24,52 @@ import subprocess
 import sys
 import threading
 
-from . import container, procs, protocol, state
-from .spool import Spool
+from . import procs, protocol, state
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
-DAEMON_BOOT = (
-    "import sys;sys.path.insert(0,sys.argv[1]);from ddph import daemon;daemon.boot(sys.argv[2])"
-)
+DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import daemon;daemon.boot()"
+# (code_dir, process): supervisors' interpreters started ahead of their node (warm)
+_warm: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+
+def warm(code_dir):
+    """Start a supervisor's interpreter while the launch's checks run (the probe asks for it):
+    the start then only hands it its node. An interpreter and its imports are most of a start's
+    CPU, paid here while the host waits on its peers' checks. It leaves, unused, with the agent
+    (its stdin ends). One waits at most: a dashboard's launches that failed their checks leave
+    theirs to the next."""
+    if any(where == code_dir and proc.poll() is None for where, proc in _warm):
+        return
+    proc = _boot(code_dir)
+    if not isinstance(proc, str):
+        _warm.append((code_dir, proc))
+
+
+def _boot(code_dir):
+    """A supervisor's interpreter, waiting on its stdin for its node (remote/host/daemon.py:
+    boot); or why it could not start."""
+    try:
+        # -S: the supervisor needs the standard library and its own code only; a host's site
+        # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
+        return subprocess.Popen(
+            [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+            close_fds=True,
+        )  # fmt: skip
+    except OSError as exc:
+        return "cannot start the supervisor: {}".format(exc.strerror)
+
+
+def _take_warm(code_dir):
+    while True:
+        try:
+            where, proc = _warm.pop()
+        except IndexError:
+            return None
+        if where == code_dir and proc.poll() is None:
+            return proc
+        proc.kill()  # another code's (an agent serves one code: never), or it died
+        proc.wait()
 
 
 def start(ch, req, code_dir, sources):
@@ -71,23 +110,14 @@ def _keep_code(ndir, sources):
 
 
 def _spawn(ndir, spec, code_dir):
-    """Start the supervisor; None once it says it is up, else why not."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    log = os.open(os.path.join(ndir, "supervisor.log"), flags, 0o600)
-    try:
-        # -S: the supervisor needs the standard library and its own code only; a host's site
-        # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
-        proc = subprocess.Popen(
-            [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir, ndir],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, cwd=ndir,
-            start_new_session=True, close_fds=True,
-        )  # fmt: skip
-    except OSError as exc:
-        return "cannot start the supervisor: {}".format(exc.strerror)
-    finally:
-        os.close(log)
+    """Start the supervisor (a warm one if there is one); None once it says it is up, else why
+    not. It is told its node's directory on a line, then the spec."""
+    proc = _take_warm(code_dir) or _boot(code_dir)
+    if isinstance(proc, str):
+        return proc
+    said = json.dumps(ndir).encode() + b"\n" + json.dumps(spec).encode()
     try:  # it says "ok" (or why not) and lets go of its stdout; its parent leaves at once
-        said, _ = proc.communicate(json.dumps(spec).encode(), timeout=START_TIMEOUT)
+        said, _ = proc.communicate(said, timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
         proc.kill()
         return "the supervisor did not start within {:g} s".format(START_TIMEOUT)
@@ -158,6 +188,9 @@ def _close(sock):
 
 def replay(ch, ndir):
     """The node's supervisor is gone: its spool from the asked offset, then its final state."""
+    from . import daemon  # here: the agent's other ops need none of the supervisor's code
+    from .spool import Spool
+
     words = ch.read_line().split()
     offset = int(words[1]) if words[:1] == [b"hello"] and len(words) > 1 else 0
     spool = Spool(ndir, 1 << 30, writable=False)
@@ -165,8 +198,6 @@ def replay(ch, ndir):
     found = state.read_state(ndir)
     hello = {"node": found.get("node"), "run_id": found.get("run_id"), "live": False,
              "state": found, "spool_start": spool.start, "spool_end": spool.end}  # fmt: skip
-    from . import daemon  # here: the agent's other ops need none of the supervisor's code
-
     daemon.send_spool(ch.data, spool, offset, hello, 1.0, threading.Event())
 
 
@@ -181,6 +212,8 @@ def sweep(ch, req, *_):
     left = procs.sweep(lambda: procs.tagged_pids(tags), req.get("grace", 5.0))
     runtime = state.read_state(state.node_dir(req["run_id"], req["node"])).get("runtime")
     if runtime:
+        from . import container  # here: a host without containers never pays its import
+
         _, why = container.sweep(runtime, req["run_id"], req["node"])
         if why:
             left.append("containers of the run: {}".format(why))

@@ -26,12 +26,11 @@ import errno
 import hashlib
 import json
 import os
-import secrets
 import stat
-import tarfile
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import tarfile
     from typing import Any
 
 MANIFEST_MAX = 256 << 20  # bytes of manifest a plan takes
@@ -43,6 +42,8 @@ NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 def serve(ch: Any, req: dict[str, Any], step: str) -> None:
     """req: {dest}; the data follows on the channel."""
+    import tarfile  # here: the probe imports this module for file_sha256 alone, on every host
+
     root = os.path.expanduser(req["dest"])
     try:
         if step == "plan":
@@ -79,6 +80,8 @@ def file_sha256(path: str) -> str:
 
 def put(root: str, stream: Any) -> dict[str, Any]:
     """Read as a stream (`r|`): the host never holds the whole tar in memory."""
+    import tarfile
+
     files = size = 0
     os.makedirs(root, exist_ok=True)  # the workdir as named (a link of the user's own is fine)
     top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -135,7 +138,7 @@ def _write(where: int, name: str, source: Any, member: tarfile.TarInfo) -> None:
         if stat.S_ISLNK(os.stat(name, dir_fd=where, follow_symlinks=False).st_mode):
             raise ValueError(f"refusing {member.name!r}: a symlink is there")
     # Hosts sharing a filesystem all write here at once: each its own temporary file.
-    tmp = f"{name}.ddptui-sync.{secrets.token_hex(8)}"
+    tmp = f"{name}.ddptui-sync.{os.urandom(8).hex()}"
     fd = os.open(tmp, NEW, 0o600, dir_fd=where)
     try:
         with open(fd, "wb") as f:
