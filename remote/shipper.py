@@ -1,7 +1,8 @@
 """How ddptui's host code reaches a host: the one way, nothing installed there by hand.
 
-`command(python)` is the argv of the one SSH exec per host: a small boot (`python -c BOOT HASH`)
-that looks for the host code under its private state dir, keyed by the code's hash
+`command(python)` is the argv of the one SSH exec per host: a small boot (`python -S -c BOOT
+HASH`: without its site, whose .pth files cost every command tens of ms of CPU in a venv) that
+looks for the host code under its private state dir, keyed by the code's hash
 (remote/host/state.py). If it is there, the agent starts at once; if not, the boot asks for it
 (a NEED line) and the launcher writes `payload()` to its stdin: every module of remote/host/,
 zlib'd JSON, which the boot keeps for the next time (or, where it cannot, runs from memory).
@@ -40,9 +41,9 @@ WRAPPER = (
     "py=$1; shift\n"
     + TILDE
     + """
-if command -v "$py" >/dev/null 2>&1; then exec "$py" -c "$@"; fi
+if command -v "$py" >/dev/null 2>&1; then exec "$py" -S -c "$@"; fi
 for alt in python3 python; do
-    if command -v "$alt" >/dev/null 2>&1; then exec "$alt" -c "$@" "$py"; fi
+    if command -v "$alt" >/dev/null 2>&1; then exec "$alt" -S -c "$@" "$py"; fi
 done
 echo "no python on this host (tried $py, python3, python)" >&2
 exit 127"""

@@ -88,10 +88,8 @@ def os_name() -> str:
 
 
 def torch_info(has_smi: bool) -> dict[str, Any]:
-    import importlib.util
-
     try:
-        found = importlib.util.find_spec("torch")
+        found = find_torch()
     except (ImportError, ValueError) as exc:
         return {"error": f"cannot look for torch: {exc}"}
     if found is None or not found.origin:
@@ -115,6 +113,67 @@ def torch_info(has_smi: bool) -> dict[str, Any]:
     if info["cuda"] and has_smi:  # only a CUDA build on a GPU host can use a GPU
         _import_torch(info)
     return info
+
+
+def find_torch() -> Any:
+    """torch's module spec as the job's interpreter finds it, or None. The agent runs without
+    its site (`python -S`: a venv's .pth files cost every command tens of ms): torch is looked
+    for in the site directories the job's site would add, then, not found, after site itself
+    has run (a .pth of an editable install may be what finds it)."""
+    import importlib.machinery
+    import importlib.util
+
+    found = importlib.util.find_spec("torch")
+    if found is not None or not sys.flags.no_site:
+        return found
+    found = importlib.machinery.PathFinder.find_spec("torch", site_dirs())
+    if found is not None:
+        return found
+    import site
+
+    site.main()
+    return importlib.util.find_spec("torch")
+
+
+def site_dirs() -> list[str]:
+    """The directories site would put on sys.path (user site, site-packages, and the paths
+    their .pth files name), without running the .pth files' code."""
+    import site
+
+    prefixes, user = [sys.prefix], True
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for cfg in (os.path.join(exe_dir, "pyvenv.cfg"), os.path.join(exe_dir, "..", "pyvenv.cfg")):
+        if os.path.isfile(cfg):  # a venv: site makes it the prefix (python < 3.11 only under -S)
+            with open(cfg, encoding="utf-8", errors="replace") as f:
+                keys = dict(line.split("=", 1) for line in f if "=" in line)
+            system = {k.strip().lower(): v.strip().lower() for k, v in keys.items()}
+            user = system.get("include-system-site-packages") == "true"
+            venv = os.path.normpath(os.path.dirname(cfg))
+            prefixes = [venv, *prefixes] if user else [venv]
+            break
+    user = user and bool(site.check_enableusersite())  # under -S site has not asked yet
+    dirs = ([site.getusersitepackages()] if user else []) + list(site.getsitepackages(prefixes))
+    return dirs + [p for d in dirs for p in _pth_paths(d)]
+
+
+def _pth_paths(where: str) -> list[str]:
+    try:
+        names = sorted(n for n in os.listdir(where) if n.endswith(".pth"))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        try:
+            with open(os.path.join(where, name), encoding="utf-8", errors="replace") as f:
+                lines = [line.strip() for line in f]
+        except OSError:
+            continue
+        for line in lines:
+            if line and not line.startswith(("#", "import ", "import\t")):
+                path = os.path.join(where, line)
+                if os.path.isdir(path):
+                    found.append(path)
+    return found
 
 
 def _import_torch(info: dict[str, Any]) -> None:

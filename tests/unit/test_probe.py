@@ -9,6 +9,7 @@ import importlib.metadata
 import json
 import socket
 import sys
+import venv
 from pathlib import Path
 from typing import Any
 
@@ -177,13 +178,12 @@ def test_no_python_at_all(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
 
 
 def test_missing_torch_names_the_interpreter(tmp_path: Path) -> None:
-    no_site = tmp_path / "python-without-site"
-    no_site.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
-    no_site.chmod(0o755)
-    checked = run_probe(local_inventory(tmp_path, host=f"  python: {no_site}\n"))
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "bare")
+    bare = tmp_path / "bare" / "bin" / "python"
+    checked = run_probe(local_inventory(tmp_path, host=f"  python: {bare}\n"))
     assert checked.facts["torch"] is None
     assert levels(checked)["torch"] == "failure"
-    assert _message(checked, "torch") == f"torch is not installed (for {sys.executable})"
+    assert _message(checked, "torch") == f"torch is not installed (for {bare})"
 
 
 def test_missing_script_and_workdir(tmp_path: Path) -> None:
