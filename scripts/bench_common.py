@@ -7,6 +7,7 @@ the benchmarks alternate their variants and report medians and ratios, not singl
 
 from __future__ import annotations
 
+import compileall
 import dataclasses
 import json
 import os
@@ -47,7 +48,11 @@ def cluster(n: int, root: Path, containers: bool = False) -> TestCluster:
 
 
 def ddptui_command() -> list[str]:
-    """`ddptui` from this checkout (what the console script runs; timed() runs it in REPO)."""
+    """`ddptui` from this checkout (what the console script runs; timed() runs it in REPO),
+    its modules compiled as an installed package has them: where PYTHONDONTWRITEBYTECODE is
+    set (this machine sets it), each launch would compile every module again (~0.1 s)."""
+    compileall.compile_dir(str(REPO / "remote"), quiet=1)
+    compileall.compile_dir(str(REPO / "tui"), quiet=1)
     return [sys.executable, "-m", "tui.cli"]
 
 
