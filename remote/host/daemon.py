@@ -99,8 +99,10 @@ def boot():
     code = 0
     try:
         Daemon(spec, ndir).serve(server, ready)
-    except BaseException as exc:  # its log says why
-        log("supervisor failed: {!r}".format(exc))
+    except BaseException as exc:  # its log says why, and where
+        import traceback
+
+        log("supervisor failed: {!r}\n{}".format(exc, traceback.format_exc()))
         if not said:
             ready("supervisor failed: {!r}".format(exc))
         code = 1
