@@ -41,10 +41,13 @@ HOST_IFNAME = "eth0"  # every test host reaches its peers (and itself) over eth0
 READ_CHUNK = 1 << 20
 
 
-def cluster(n: int, root: Path, containers: bool = False) -> TestCluster:
+def cluster(
+    n: int, root: Path, containers: bool = False, testhosts: str = f"{PREFIX}:{SUBNET}"
+) -> TestCluster:
     """n test hosts of the benchmarks' own (their names fail to resolve at once, see testhosts);
-    `containers`: podman and the test image on each (design §11)."""
-    return TestCluster(n, root=root, prefix=PREFIX, subnet=SUBNET, containers=containers)
+    `containers`: podman and the test image on each (design §11). testhosts: PREFIX:SUBNET."""
+    prefix, _, subnet = testhosts.partition(":")
+    return TestCluster(n, root=root, prefix=prefix, subnet=subnet, containers=containers)
 
 
 def ddptui_command() -> list[str]:

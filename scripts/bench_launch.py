@@ -5,13 +5,15 @@ same launch with every node's job in a podman container, against the launch with
 
     .venv/bin/python scripts/bench_launch.py [--reps 3] [--hosts 4] [--nproc 1]
                                              [--login-delay 4] [--slow-host 75] [--containers]
+                                             [--testhosts PREFIX:SUBNET]
 
-Brings up ssh test hosts (prefix ddptb, 10.213.9.0/24), then alternates the variants, rotating
-which goes first. The pdsh baseline is how DeepSpeed's pdsh runner starts a job: one pdsh over
-every host, `%n` (pdsh's rank of the host in the list) as the node rank, the environment
-exported inline. It runs exactly the torchrun command ddptui plans, with the same environment
-(the interface variables set to the hosts' eth0, which ddptui's supervisor resolves per host),
-its ranks on the console as a user runs it (`--tee 3`). Each run must end with every rank done.
+Brings up ssh test hosts (prefix ddptb, 10.213.9.0/24; --testhosts picks another), then
+alternates the variants, rotating which goes first. The pdsh baseline is how DeepSpeed's pdsh
+runner starts a job: one pdsh over every host, `%n` (pdsh's rank of the host in the list) as the
+node rank, the environment exported inline. It runs exactly the torchrun command ddptui plans,
+with the same environment (the interface variables set to the hosts' eth0, which ddptui's
+supervisor resolves per host), its ranks on the console as a user runs it (`--tee 3`). Each run
+must end with every rank done.
 
 Targets (issue "One host agent"): ddptui with its checks / pdsh + torchrun <= 1.00 on quick
 logins; a login shell slowed by D seconds adds at most 1.5 D to ddptui's launch with checks;
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,7 +33,9 @@ from pathlib import Path
 
 from bench_common import (
     HOST_IFNAME,
+    PREFIX,
     REPO,
+    SUBNET,
     Timed,
     cluster,
     ddptui_command,
@@ -68,11 +73,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--login-delay", type=float, default=4.0, help="seconds (0: not measured)")
     p.add_argument("--slow-host", type=float, default=75.0, help="seconds (0: not measured)")
     p.add_argument("--containers", action="store_true", help="in containers against without")
+    p.add_argument(
+        "--testhosts",
+        default=os.environ.get("DDPTUI_TESTHOSTS", f"{PREFIX}:{SUBNET}"),
+        help="PREFIX:SUBNET of the test hosts (default: DDPTUI_TESTHOSTS, else the benchmarks')",
+    )
     args = p.parse_args(argv)
     if args.containers:
         return containers(args)
     require_pdsh()
-    with workspace("launch", args.keep) as work, cluster(args.hosts, work / "hosts") as c:
+    with (
+        workspace("launch", args.keep) as work,
+        cluster(args.hosts, work / "hosts", testhosts=args.testhosts) as c,
+    ):
         quick = bench(args, c, work / "quick")
         if quick is None:
             return 1
@@ -193,7 +206,7 @@ def containers(args: argparse.Namespace) -> int:
     """The same launch (checks included) with and without every job in a container."""
     with (
         workspace("launch-containers", args.keep) as work,
-        cluster(args.hosts, work / "hosts", containers=True) as c,
+        cluster(args.hosts, work / "hosts", containers=True, testhosts=args.testhosts) as c,
     ):
         print(f"{args.hosts} hosts x {args.nproc} proc, {args.reps} reps; {load()}", flush=True)
         times = in_turns(args, c, work)

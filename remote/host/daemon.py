@@ -251,11 +251,12 @@ class Daemon:
             att.done.wait()
             # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
             att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
-            self._sweep_containers(att)
             for t in started:
                 t.join(timeout=5)
         att.done.set()
         self._finish(att)
+        if started is not None:
+            self._sweep_containers(att)
 
     def _mark(self, number, after):
         """`ddptui: attempt 2 of 3 (after ...)` in every rank's log before the attempt's lines."""
@@ -379,11 +380,16 @@ class Daemon:
         return code, why
 
     def _sweep_containers(self, att):
+        """After the node's exit is told, before anything else starts here: `run --rm` took
+        its container away as it ended; the label sweep finds one whose client could not (a
+        killed client, a runtime's failure). Its failure is in the node's state."""
         box = self.spec["container"]
         if box:
             _, why = container.sweep(box["runtime"], self.spec["run_id"], self.node)
             if why:
                 att.survivors.append("containers of the run: {}".format(why))
+                log("{}: {}".format(self.name, att.survivors[-1]))
+                self.save_state(survivors=att.survivors)
 
     def _finish(self, att):
         code, not_started = self._job_ended(att)

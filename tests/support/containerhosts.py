@@ -9,10 +9,13 @@ What it takes on this machine (Debian bookworm: podman 4.3.1, runc 1.1.5, catato
   ``podman ps`` on a host lists that host's containers alone, as on real machines; the test
   image lives in one shared read-only store (``additionalimagestores``), imported once per
   machine.
-- The image holds no registry's layers: the interpreter the venv was made from, and every
-  library it and the venv's packages link to, at their real paths (the merged-/usr links
-  included), imported from a tarball (about 80 MB, 10 s once). The venv itself, with torch,
-  comes in with the workdir mount: inside, ``<repo>/.venv/bin/python`` is the job's python.
+- The image holds no registry's layers: the interpreter the venv was made from, its standard
+  library's compiled files (as an image built by apt or pip has them: without them every
+  container's python compiles what it imports again, 1-3 s of CPU at each start, and `--rm`
+  throws the result away), and every library it and the venv's packages link to, at their
+  real paths (the merged-/usr links included), imported from a tarball (about 95 MB, 10 s
+  once). The venv itself, with torch, comes in with the workdir mount: inside,
+  ``<repo>/.venv/bin/python`` is the job's python.
 - ``ip netns exec`` remounts /sys, so podman would find no cgroups in a test host: the shell
   that starts its sshd mounts the hierarchies of /proc/1/mountinfo again first, and a
   /dev/shm of the host's own (podman's lock table lives there).
@@ -43,7 +46,8 @@ TOOLS = ("podman", "runc", "catatonit")
 APT = "podman runc catatonit"
 # Not in the image: the tests, tkinter and the static library (config-*) are big, and
 # site-packages come with the mount.
-SKIP_DIRS = {"site-packages", "dist-packages", "test", "__pycache__", "idlelib", "tkinter"}
+SKIP_DIRS = {"site-packages", "dist-packages", "test", "idlelib", "tkinter"}
+BUILD = 2  # in the image's tag: an image of an older build is built again (2: compiled files)
 
 
 def missing() -> list[str]:
@@ -105,7 +109,7 @@ def host_mounts() -> str:
 def ensure_image(python: str) -> str:
     """The test image for the venv of `python` (imported into STORE once): its name."""
     base = json.loads(_python_json(python, "[sys.base_prefix, sys._base_executable]"))
-    key = hashlib.sha256(json.dumps([base, os.stat(base[1]).st_mtime]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([base, os.stat(base[1]).st_mtime, BUILD]).encode()).hexdigest()
     name = f"{IMAGE}:{key[:12]}"
     STORE.mkdir(parents=True, exist_ok=True)
     with open(STORE / "lock", "w") as lock:  # two sessions at once: one builds
@@ -122,15 +126,19 @@ def ensure_image(python: str) -> str:
 def build_tarball(python: str, out: Path) -> None:
     """A root filesystem holding the venv's base interpreter and the libraries it needs."""
     venv = Path(python).parent.parent
-    stdlib, libdir = json.loads(
+    stdlib, libdir, tag = json.loads(
         _python_json(
-            python, "[sysconfig.get_path('stdlib'), sysconfig.get_config_var('LIBDIR') or '']"
+            python,
+            "[sysconfig.get_path('stdlib'), sysconfig.get_config_var('LIBDIR') or '', "
+            "sys.implementation.cache_tag]",
         )
     )
+    compiled = f".{tag}.pyc"  # the plain ones (not -O's), which the host's python wrote
     files = {str(p) for p in _links_to(Path(python)) if not p.is_relative_to(venv)}
     for root, dirs, names in os.walk(os.path.realpath(stdlib)):
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith("config-")]
-        files.update(os.path.join(root, n) for n in names)
+        in_cache = os.path.basename(root) == "__pycache__"
+        files.update(os.path.join(root, n) for n in names if not in_cache or n.endswith(compiled))
     files.update(glob.glob(os.path.join(libdir, "libpython3*.so*")))
     linked = [f for f in files if ".so" in os.path.basename(f) or f == os.path.realpath(python)]
     linked += glob.glob(

@@ -249,6 +249,41 @@ def test_a_nodes_sweep_removes_its_own_containers_only(monkeypatch: pytest.Monke
     assert calls[1] == ["docker", "rm", "-f", "c1", "c1k"]
 
 
+def test_podman_without_gpus_is_asked_its_version_not_its_info(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`podman info` costs 0.2 s of CPU on every host; only the GPU check needs what it says."""
+    calls: list[list[str]] = []
+
+    def run(argv: list[str], timeout: float = 0) -> tuple[int, str, str]:
+        calls.append(argv)
+        info = '{"version": {"Version": "4.3.1"}, "host": {"ociRuntime": {"name": "nvidia"}}}'
+        return 0, info if argv[1] == "info" else "4.3.1\n", ""
+
+    monkeypatch.setattr(container, "_run", run)
+    monkeypatch.setattr(container.shutil, "which", lambda name: f"/usr/bin/{name}")
+    found = container.runtime_info(spec(runtime="podman"), gpus=False)
+    assert found["runtime_version"] == "4.3.1" and "oci_runtimes" not in found
+    assert calls == [["podman", "version", "--format", "{{.Client.Version}}"]]
+    assert container.runtime_info(spec(runtime="podman"))["oci_runtimes"] == ["nvidia"]
+
+
+@pytest.mark.parametrize(
+    ("err", "said"),
+    [
+        ("Error: inspecting object: x: image not known", f"image {IMAGE} not on this host"),
+        ("Error: No such image: x", f"image {IMAGE} not on this host"),
+        ("Error: stat /s/storage: permission denied",
+         f"podman cannot look at image {IMAGE}: Error: stat /s/storage: permission denied"),
+    ],
+)  # fmt: skip
+def test_an_image_that_cannot_be_looked_at_says_why(
+    monkeypatch: pytest.MonkeyPatch, err: str, said: str
+) -> None:
+    monkeypatch.setattr(container, "_run", lambda argv, timeout=0: (125, "", err))
+    assert container.image_info(spec(runtime="podman"))["image_error"].startswith(said)
+
+
 def test_an_image_without_the_python_is_named_so() -> None:
     err = "ERROR (catatonit:6): failed to exec pid1: No such file or directory\n"
     why = container.start_failure(spec(runtime="podman", python="/opt/py"), 1, err, False)
