@@ -25,7 +25,9 @@ import secrets
 import stat
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
@@ -209,6 +211,12 @@ class Recorder:
         self.waiting: dict[int, list[str]] = {}
         self.names: dict[int, str] = {}  # the same keys: the log's file name
         self.chars = 0  # characters waiting, all logs together
+        # The writes (and offsets.json after them) run in a thread of their own, in order:
+        # at 4,096 ranks a checkpoint is 4,096 writes, 20-40 ms the event loop (the dashboard's
+        # keys) would otherwise wait for every second. Only that thread touches `logs` and
+        # `sizes` once it runs.
+        self.writer: ThreadPoolExecutor | None = None
+        self.written: Future[None] | None = None  # the last writes handed over
         if resume and not self.passive:
             self._resume()
         self.events: IO[str] | None = None
@@ -262,33 +270,45 @@ class Recorder:
                 got.append(text)
         self.chars += sum(map(len, texts))
         if self.chars > WAITING_MAX:
-            self._write_waiting()
+            self._hand_over()
 
     def _waiting(self, key: int, node: int) -> list[str]:
         """The lines waiting for a log; the log is made with its first line (a file planted
         in its place fails that batch)."""
         got = self.waiting.get(key)
         if got is None:
-            name = self.names[key] = f"rank-{key}.log" if key >= 0 else f"node-{~key}.log"
-            self.node_of[name] = node
-            self._log(name)
+            name = f"rank-{key}.log" if key >= 0 else f"node-{~key}.log"
+            if name not in self.known:  # made now: a file there already was planted
+                os.close(os.open(name, NEW, 0o600, dir_fd=self.fd))
+                self.known.add(name)
+            self.names[key], self.node_of[name] = name, node
             got = self.waiting[key] = []
         return got
 
-    def _write_waiting(self) -> None:
-        """Every log's waiting lines, one write each."""
-        for key, texts in self.waiting.items():
-            if not texts:
-                continue
+    def _hand_over(self, then: Callable[[], None] | None = None) -> None:
+        """Every log's waiting lines to the writer, then `then` there. Waits for the writes
+        handed over before (raising their error): the disk sets the pace, memory stays bounded."""
+        lines = [(self.names[key], texts) for key, texts in self.waiting.items() if texts]
+        for key in self.waiting:
+            self.waiting[key] = []
+        self.chars = 0
+        if self.written is not None:
+            self.written.result()
+        if self.writer is None:
+            self.writer = ThreadPoolExecutor(1, thread_name_prefix="ddptui-logs")
+        self.written = self.writer.submit(self._write, lines, then)
+
+    def _write(self, lines: list[tuple[str, list[str]]], then: Callable[[], None] | None) -> None:
+        """The writer thread: one write a log."""
+        for name, texts in lines:
             texts.append("")  # the last line's newline
             data = "\n".join(texts).encode("utf-8", BYTES_BACK)
-            texts.clear()
-            name = self.names[key]
             fd, view = self._log(name), memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
             self.sizes[name] += len(data)
-        self.chars = 0
+        if then is not None:
+            then()
 
     def _log(self, name: str) -> int:
         fd = self.logs.get(name)
@@ -297,11 +317,7 @@ class Recorder:
             return fd
         if len(self.logs) >= self.max_open:
             os.close(self.logs.popitem(last=False)[1])
-        flags = os.O_WRONLY | os.O_APPEND | NOFOLLOW
-        if name not in self.known:  # made now: a file there already was planted
-            flags |= os.O_CREAT | os.O_EXCL
-            self.known.add(name)
-        fd = self.logs[name] = os.open(name, flags, 0o600, dir_fd=self.fd)
+        fd = self.logs[name] = os.open(name, os.O_WRONLY | os.O_APPEND | NOFOLLOW, dir_fd=self.fd)
         self.sizes[name] = os.fstat(fd).st_size  # then counted as written
         return fd
 
@@ -313,12 +329,14 @@ class Recorder:
     def checkpoint(self, offsets: dict[int, int], since: dict[int, int] | None = None) -> None:
         """Note how far into each node's spool the logs now go, with each log's size then.
 
-        The lines waiting for the logs are written first, and whole records are
-        emitted before the loop moves on, so sizes and offsets agree whenever this runs
-        (between reads). An attach later truncates the logs to these sizes and stores only
-        records past these offsets: exactly once, even after a launcher killed between two
-        writes."""
+        The lines waiting for the logs are written first (in the writer thread, which writes
+        offsets.json after them), and whole records are emitted before the loop moves on, so
+        sizes and offsets agree whenever this runs (between reads). An attach later truncates
+        the logs to these sizes and stores only records past these offsets: exactly once, even
+        after a launcher killed between two writes."""
         self.since.update(since or {})
+        if self.passive:
+            return
         nodes: dict[str, dict[str, Any]] = {
             str(k): {
                 "offset": max(o, self.stored.get(k, 0)),
@@ -327,13 +345,15 @@ class Recorder:
             }
             for k, o in {**self.stored, **offsets}.items()
         }
-        self._write_waiting()  # written, the logs hold what their sizes count
-        for name, k in self.node_of.items():
+        self._hand_over(partial(self._offsets, nodes, dict(self.node_of)))
+
+    def _offsets(self, nodes: dict[str, dict[str, Any]], node_of: dict[str, int]) -> None:
+        """The writer thread, the lines before written: the logs hold what their sizes count."""
+        for name, k in node_of.items():
             if name in self.sizes:
                 node = nodes.setdefault(str(k), {"offset": 0, "files": {}})
                 node["files"][name] = self.sizes[name]
-        if not self.passive:
-            replace_private(self.dir / "offsets.json", json.dumps(nodes), self.fd)
+        replace_private(self.dir / "offsets.json", json.dumps(nodes), self.fd)
 
     def _resume(self) -> None:
         """Cut the logs back to the last checkpoint; lines past it come again from the hosts."""
@@ -380,7 +400,14 @@ class Recorder:
         replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)
 
     def close(self) -> None:
-        self._write_waiting()
+        if any(self.waiting.values()):
+            self._hand_over()
+        if self.writer is not None:
+            self.writer.shutdown()  # after what was handed over
+            self.writer = None
+        written, self.written = self.written, None
+        if written is not None:
+            written.result()
         for fd in self.logs.values():
             os.close(fd)
         self.logs.clear()
