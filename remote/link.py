@@ -68,13 +68,14 @@ class NodeLink:
         self._spool = wire.SpoolReader()
         self._held: list[Record] = []  # lines waiting to go on together (see COALESCE_S)
         self._held_from = 0  # the offset where they begin
+        self._held_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._on_items: OnItems | None = None
 
     @property
     def replaying(self) -> bool:
         """Reading what was spooled before this connection began (an attach's history)."""
-        return self.offset <= int(self.hello.get("spool_end", 0)) and self._history
+        return self._history and self.offset <= int(self.hello.get("spool_end", 0))
 
     @property
     def caught_up(self) -> bool:
@@ -119,18 +120,22 @@ class NodeLink:
         """Small batches of lines wait (merged per stream) for the next ones; the rest goes on
         at once, with what waits first. A replay is never merged: part of it may be in the
         run's logs already (Gang.stored), judged record by record."""
-        held = self._held
-        if replaying or not all(
-            isinstance(it, Record) and it.kind != b"m" and len(it.data) < COALESCE_MAX
-            for it in items
-        ):
+        now, size = replaying, 0
+        for it in items:  # a loop, not all(): this runs for every frame of every node
+            if not isinstance(it, Record) or it.kind == b"m":  # a message goes on at once
+                now = True
+                break
+            size += len(it.data)
+        if now or self._held_bytes + size >= COALESCE_MAX:
             self.hand_on()
             assert self._on_items is not None
             self._on_items(items)
             return
+        held = self._held
         if not held:
             self._held_from = start
             self._timer = asyncio.get_running_loop().call_later(COALESCE_S, self.hand_on)
+        self._held_bytes += size
         for it in items:
             assert isinstance(it, Record)
             last = held[-1] if held else None
@@ -138,8 +143,6 @@ class NodeLink:
                 held[-1] = Record(it.kind, last.at, last.data + it.data, it.end)
             else:
                 held.append(it)
-        if sum(len(r.data) for r in held) >= COALESCE_MAX:
-            self.hand_on()
 
     def hand_on(self) -> None:
         """The lines waiting, handed on now."""
@@ -147,7 +150,7 @@ class NodeLink:
             self._timer.cancel()
             self._timer = None
         if self._held:
-            held, self._held = self._held, []
+            held, self._held, self._held_bytes = self._held, [], 0
             assert self._on_items is not None
             self._on_items(list[Item](held))
 
