@@ -4,6 +4,11 @@ A link remembers how far into the node's spool it has read (complete records onl
 channel, on the same agent or on a new one after a reconnect, asks for exactly the next byte: no
 record twice, none missed. Frames come in as the agent's reader hands them over; `on_items`
 gets each batch of Records and control messages, `on_end` the channel's end.
+
+Small batches of lines wait up to COALESCE_S to go on together: with thousands of ranks a
+node's frame holds a line or two, and every batch handed on costs its untagging, its event,
+its log write and its place in the dashboard's buffers (at 4,096 ranks, 25,000 a second). Any
+other item, a big batch, a replay or the channel's end takes what waits along at once.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from typing import Any
 
 from .agent import Agent, Channel
 from .host import protocol, wire
+
+COALESCE_S = 0.05  # how long lines may wait for the node's next ones (the dashboard draws at 5 Hz)
+COALESCE_MAX = 16 << 10  # bytes of lines that may wait: a bigger batch is worth its cost alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +66,16 @@ class NodeLink:
         self._history = False  # this link attached to a run already going (or gone)
         self._wire = wire.WireReader()
         self._spool = wire.SpoolReader()
+        self._held: list[Record] = []  # lines waiting to go on together (see COALESCE_S)
+        self._held_from = 0  # the offset where they begin
+        self._held_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._on_items: OnItems | None = None
 
     @property
     def replaying(self) -> bool:
         """Reading what was spooled before this connection began (an attach's history)."""
-        return self.offset <= int(self.hello.get("spool_end", 0)) and self._history
+        return self._history and self.offset <= int(self.hello.get("spool_end", 0))
 
     @property
     def caught_up(self) -> bool:
@@ -71,13 +84,15 @@ class NodeLink:
 
     @property
     def offset(self) -> int:
-        """Where a new channel resumes: the end of the last complete record."""
-        return self._fed - len(self._spool.buf)
+        """Where a new channel resumes: the end of the last complete record handed on (the
+        run's checkpoint notes it: lines still held are not in the logs yet)."""
+        return self._held_from if self._held else self._fed - len(self._spool.buf)
 
     def open(
         self, agent: Agent, op: str, args: dict[str, Any], on_items: OnItems, on_end: OnEnd
     ) -> None:
         """A new channel (start the supervisor, or attach to it), resuming at `offset`."""
+        self.hand_on()  # the last channel's
         offset = self.offset
         self._history = self._history or (op == protocol.ATTACH and offset == 0)
         self.close()
@@ -86,20 +101,62 @@ class NodeLink:
 
         def frame(kind: bytes, payload: Any) -> None:
             self.heard = time.monotonic()
+            start, replaying = self.offset, self.replaying
             items = self._parse(payload) if kind == b"d" else [payload]
             if items:
-                on_items(items)
+                self._hold(start, items, replaying or self.replaying)
 
         def end(why: str | None) -> None:
+            self.hand_on()
             self.closed.set()
             on_end(why)
 
+        self._on_items = on_items
         self.closed = asyncio.Event()
         self.channel = agent.open(op, args, frame, end)
         self.say(f"{protocol.SAY_HELLO} {offset}")
 
+    def _hold(self, start: int, items: list[Item], replaying: bool) -> None:
+        """Small batches of lines wait (merged per stream) for the next ones; the rest goes on
+        at once, with what waits first. A replay is never merged: part of it may be in the
+        run's logs already (Gang.stored), judged record by record."""
+        now, size = replaying, 0
+        for it in items:  # a loop, not all(): this runs for every frame of every node
+            if not isinstance(it, Record) or it.kind == b"m":  # a message goes on at once
+                now = True
+                break
+            size += len(it.data)
+        if now or self._held_bytes + size >= COALESCE_MAX:
+            self.hand_on()
+            assert self._on_items is not None
+            self._on_items(items)
+            return
+        held = self._held
+        if not held:
+            self._held_from = start
+            self._timer = asyncio.get_running_loop().call_later(COALESCE_S, self.hand_on)
+        self._held_bytes += size
+        for it in items:
+            assert isinstance(it, Record)
+            last = held[-1] if held else None
+            if last is not None and last.kind == it.kind:
+                held[-1] = Record(it.kind, last.at, last.data + it.data, it.end)
+            else:
+                held.append(it)
+
+    def hand_on(self) -> None:
+        """The lines waiting, handed on now."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._held:
+            held, self._held, self._held_bytes = self._held, [], 0
+            assert self._on_items is not None
+            self._on_items(list[Item](held))
+
     def give_up(self) -> None:
         """Not heard from for link_timeout (or its host's place went to a spare): lost."""
+        self.hand_on()  # read already: what the run's logs hold goes up to here
         self.lost = True
         self.given_up.set()
 
@@ -109,6 +166,7 @@ class NodeLink:
 
     def close(self) -> None:
         """Our side of the stream is over (the supervisor lets this viewer go)."""
+        self.hand_on()
         if self.channel is not None:
             self.channel.end()
             self.channel = None

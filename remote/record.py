@@ -25,7 +25,9 @@ import secrets
 import stat
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +38,7 @@ from .events import AttemptResult, Event, GpuStats, LogBatch, RunFinished, RunSt
 # they came, and anything else the encoding cannot carry (a lone surrogate, or a console that
 # is not UTF-8) as a backslash escape, never an exception in the middle of a run.
 BYTES_BACK = "ddptui-bytes"
+WAITING_MAX = 4 << 20  # characters of lines that may wait for the logs (see Recorder.waiting)
 
 
 def _bytes_back(exc: UnicodeError) -> tuple[bytes | str, int]:
@@ -200,8 +203,20 @@ class Recorder:
         # shows the run but must not cut back or append to logs another one is writing.
         self.lock = _writer_lock(self.fd)
         self.passive = self.lock is None
-        self.written: set[str] = set()  # logs written since the last checkpoint
         self.sizes: dict[str, int] = {}  # each log's size, counted as written
+        # Lines not written yet, per log (a rank's, or ~node for a node's own lines): written
+        # at the next checkpoint (a second at most), when WAITING_MAX characters wait, or at
+        # close. A batch costs a list append a line, not a write a rank: at 4,096 ranks every
+        # batch holds a line or two of each of a few ranks.
+        self.waiting: dict[int, list[str]] = {}
+        self.names: dict[int, str] = {}  # the same keys: the log's file name
+        self.chars = 0  # characters waiting, all logs together
+        # The writes (and offsets.json after them) run in a thread of their own, in order:
+        # at 4,096 ranks a checkpoint is 4,096 writes, 20-40 ms the event loop (the dashboard's
+        # keys) would otherwise wait for every second. Only that thread touches `logs` and
+        # `sizes` once it runs.
+        self.writer: ThreadPoolExecutor | None = None
+        self.written: Future[None] | None = None  # the last writes handed over
         if resume and not self.passive:
             self._resume()
         self.events: IO[str] | None = None
@@ -211,7 +226,7 @@ class Recorder:
                          dir_fd=self.fd)  # fmt: skip
             self.events = open(fd, "a", encoding="utf-8")  # noqa: SIM115
         # The open rank logs, least recently written first; a closed one is reopened to append.
-        self.logs: OrderedDict[str, IO[bytes]] = OrderedDict()
+        self.logs: OrderedDict[str, int] = OrderedDict()
         self.max_open = _open_logs_limit()
         self.started: RunStarted | None = None
         self.t0 = started_at or time.time()
@@ -240,43 +255,71 @@ class Recorder:
     def _write_lines(self, batch: LogBatch) -> None:
         if batch.stored:  # an attach's replay of lines these logs already hold
             return
-        # One write per file and batch, not per line: 1M lines must flow.
-        ranks = set(map(itemgetter(0), batch.lines))
-        by_rank: dict[int | None, list[str]]
-        if len(ranks) == 1:  # the usual batch: one rank's lines
-            by_rank = {ranks.pop(): list(map(itemgetter(1), batch.lines))}
+        lines, node, waiting = batch.lines, batch.node_rank, self.waiting
+        texts = list(map(itemgetter(1), lines))
+        ranks = set(map(itemgetter(0), lines))
+        if len(ranks) == 1:  # the usual big batch: one rank's lines, no Python call a line
+            rank = ranks.pop()
+            self._waiting(rank if rank is not None else ~node, node).extend(texts)
         else:
-            by_rank = {rank: [] for rank in ranks}
-            for rank, text in batch.lines:
-                by_rank[rank].append(text)
-        for rank, texts in by_rank.items():
-            name = f"rank-{rank}.log" if rank is not None else f"node-{batch.node_rank}.log"
-            self.node_of[name] = batch.node_rank
-            f = self._log(name)
+            for rank, text in lines:
+                key = rank if rank is not None else ~node
+                got = waiting.get(key)
+                if got is None:
+                    got = self._waiting(key, node)
+                got.append(text)
+        self.chars += sum(map(len, texts))
+        if self.chars > WAITING_MAX:
+            self._hand_over()
+
+    def _waiting(self, key: int, node: int) -> list[str]:
+        """The lines waiting for a log; the log is made with its first line (a file planted
+        in its place fails that batch)."""
+        got = self.waiting.get(key)
+        if got is None:
+            name = f"rank-{key}.log" if key >= 0 else f"node-{~key}.log"
+            if name not in self.known:  # made now: a file there already was planted
+                os.close(os.open(name, NEW, 0o600, dir_fd=self.fd))
+                self.known.add(name)
+            self.names[key], self.node_of[name] = name, node
+            got = self.waiting[key] = []
+        return got
+
+    def _hand_over(self, then: Callable[[], None] | None = None) -> None:
+        """Every log's waiting lines to the writer, then `then` there. Waits for the writes
+        handed over before (raising their error): the disk sets the pace, memory stays bounded."""
+        lines = [(self.names[key], texts) for key, texts in self.waiting.items() if texts]
+        for key in self.waiting:
+            self.waiting[key] = []
+        self.chars = 0
+        if self.written is not None:
+            self.written.result()
+        if self.writer is None:
+            self.writer = ThreadPoolExecutor(1, thread_name_prefix="ddptui-logs")
+        self.written = self.writer.submit(self._write, lines, then)
+
+    def _write(self, lines: list[tuple[str, list[str]]], then: Callable[[], None] | None) -> None:
+        """The writer thread: one write a log."""
+        for name, texts in lines:
             texts.append("")  # the last line's newline
             data = "\n".join(texts).encode("utf-8", BYTES_BACK)
-            f.write(data)
+            fd, view = self._log(name), memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             self.sizes[name] += len(data)
-            # Flushed at the next checkpoint (a second at most), or when closed: a write a
-            # batch was one system call a line with 2,048 ranks (each batch held a line of
-            # each of many ranks), a fifth of the dashboard's CPU under a flood.
-            self.written.add(name)
+        if then is not None:
+            then()
 
-    def _log(self, name: str) -> IO[bytes]:
-        f = self.logs.get(name)
-        if f is not None:
+    def _log(self, name: str) -> int:
+        fd = self.logs.get(name)
+        if fd is not None:
             self.logs.move_to_end(name)
-            return f
+            return fd
         if len(self.logs) >= self.max_open:
-            self.logs.popitem(last=False)[1].close()
-        flags = os.O_WRONLY | os.O_APPEND | NOFOLLOW
-        if name not in self.known:  # made now: a file there already was planted
-            flags |= os.O_CREAT | os.O_EXCL
-            self.known.add(name)
-        fd = os.open(name, flags, 0o600, dir_fd=self.fd)
-        f = self.logs[name] = open(fd, "ab")  # noqa: SIM115
+            os.close(self.logs.popitem(last=False)[1])
+        fd = self.logs[name] = os.open(name, os.O_WRONLY | os.O_APPEND | NOFOLLOW, dir_fd=self.fd)
         self.sizes[name] = os.fstat(fd).st_size  # then counted as written
-        return f
+        return fd
 
     def new_stream(self, node: int, since: int) -> None:
         """A spare took the node's place: its spool is another, read from its first byte."""
@@ -286,12 +329,14 @@ class Recorder:
     def checkpoint(self, offsets: dict[int, int], since: dict[int, int] | None = None) -> None:
         """Note how far into each node's spool the logs now go, with each log's size then.
 
-        The logs written since the last checkpoint are flushed first, and whole records are
-        emitted before the loop moves on, so sizes and offsets agree whenever this runs
-        (between reads). An attach later truncates the logs to these sizes and stores only
-        records past these offsets: exactly once, even after a launcher killed between two
-        writes."""
+        The lines waiting for the logs are written first (in the writer thread, which writes
+        offsets.json after them), and whole records are emitted before the loop moves on, so
+        sizes and offsets agree whenever this runs (between reads). An attach later truncates
+        the logs to these sizes and stores only records past these offsets: exactly once, even
+        after a launcher killed between two writes."""
         self.since.update(since or {})
+        if self.passive:
+            return
         nodes: dict[str, dict[str, Any]] = {
             str(k): {
                 "offset": max(o, self.stored.get(k, 0)),
@@ -300,17 +345,15 @@ class Recorder:
             }
             for k, o in {**self.stored, **offsets}.items()
         }
-        written, self.written = self.written, set()
-        for name in written:  # flushed, they hold what their sizes count
-            f = self.logs.get(name)
-            if f is not None:  # else closed (so flushed) since
-                f.flush()
-        for name, k in self.node_of.items():
+        self._hand_over(partial(self._offsets, nodes, dict(self.node_of)))
+
+    def _offsets(self, nodes: dict[str, dict[str, Any]], node_of: dict[str, int]) -> None:
+        """The writer thread, the lines before written: the logs hold what their sizes count."""
+        for name, k in node_of.items():
             if name in self.sizes:
                 node = nodes.setdefault(str(k), {"offset": 0, "files": {}})
                 node["files"][name] = self.sizes[name]
-        if not self.passive:
-            replace_private(self.dir / "offsets.json", json.dumps(nodes), self.fd)
+        replace_private(self.dir / "offsets.json", json.dumps(nodes), self.fd)
 
     def _resume(self) -> None:
         """Cut the logs back to the last checkpoint; lines past it come again from the hosts."""
@@ -357,8 +400,16 @@ class Recorder:
         replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)
 
     def close(self) -> None:
-        for f in list(self.logs.values()):
-            f.close()
+        if any(self.waiting.values()):
+            self._hand_over()
+        if self.writer is not None:
+            self.writer.shutdown()  # after what was handed over
+            self.writer = None
+        written, self.written = self.written, None
+        if written is not None:
+            written.result()
+        for fd in self.logs.values():
+            os.close(fd)
         self.logs.clear()
         if self.events is not None:
             self.events.close()

@@ -4,11 +4,12 @@
                                                 [--ranks-per-node 8] [--producers 4] [--json FILE]
 
 The lines take the app's real path from the pipes on. Each node is a local-transport node
-whose supervisor is replaced by a pipe from a stand-in process (this script with --produce)
-that prints the supervisor's wire protocol (records of `[rank]:text` lines) at the given rate,
-the way a supervisor relays torchrun's tagged output. A few stand-ins each relay many nodes (one
-pipe per node): 256 processes would not even start in time on a small machine. They are
-started, and every node has said hello, before the clock starts; then "go". The real
+whose host agent is replaced by a pipe from a stand-in process (this script with --produce)
+that speaks the agent's frames: its HELLO, then, on the channel the launcher opens to start
+the node, the supervisor's stream (records of `[rank]:text` lines) at the given rate, the way
+a supervisor relays torchrun's tagged output. A few stand-ins each relay many nodes (one pipe
+per node): 256 processes would not even start in time on a small machine. They are started,
+and every node has started, before the clock starts; then "go". The real
 `remote.run.Run` reads the pipes, untags the lines, its Recorder writes rank-N.log, and `emit`
 hands each batch to the running app: its inbox, the log buffers, the timer that draws the
 visible view, compositing and terminal output (the app renders as if to a terminal; only the
@@ -59,23 +60,26 @@ MIN_KEYS = 50
 
 @dataclass
 class Relay:
-    """One node a stand-in relays: its ranks, and the pipe its supervisor's stream goes to."""
+    """One node a stand-in relays: its ranks, and the pipe its agent's stdout goes to."""
 
     node: int
     first: int  # its first global rank
     count: int  # its ranks
     fd: int
+    chan: int = 0  # the channel the launcher started the node on (0: not yet)
     sent: int = 0
     done: bool = False
 
 
 def produce(spec: dict[str, Any]) -> None:
-    """A stand-in for the supervisors of several nodes (its own process, as hosts would be):
-    says hello and "started" on each node's pipe at once, waits for "go" on stdin, then prints
-    `rate` lines/s per node for `seconds`, in the supervisor's wire protocol (records in data
-    frames, remote/host/wire.py). "stop K" on stdin ends node K early. Lines go round-robin
-    over each node's ranks, so the bench knows the counts."""
-    from remote.host import wire  # standard library only: still no heavy import here
+    """A stand-in for the agents and supervisors of several nodes (its own process, as hosts
+    would be): says each agent's HELLO at once; "open K CHAN" on stdin (the launcher started
+    node K on channel CHAN) gets the node's stream hello and "started" on that channel; "go"
+    starts the flood: `rate` lines/s per node for `seconds`, in the supervisor's wire protocol
+    (records in data frames, remote/host/wire.py) in the agent's frames. "stop K" ends node K
+    early; "close K" (the launcher let its agent go) closes its pipe. Lines go round-robin over
+    each node's ranks, so the bench knows the counts."""
+    from remote.host import protocol, wire  # standard library only: still no heavy import here
 
     # On a real cluster the supervisors run on the hosts, not beside the app: on this one
     # machine they yield the CPU to it first, so the app is measured, not its stand-ins.
@@ -83,60 +87,86 @@ def produce(spec: dict[str, Any]) -> None:
     relays = {r["node"]: Relay(**r) for r in spec["relays"]}
     outs = {k: open(r.fd, "wb", closefd=True) for k, r in relays.items()}  # noqa: SIM115
     offsets = dict.fromkeys(relays, 0)
-    go, stopped = threading.Event(), set[int]()
+    go, lock, stopped = threading.Event(), threading.Lock(), set[int]()
 
-    def watch_stdin() -> None:
-        for line in sys.stdin:
-            word, _, node = line.strip().partition(" ")
-            if word == "go":
-                go.set()
-            elif word == "stop":
-                stopped.add(int(node))
-        stopped.update(relays)  # the bench went away
-        go.set()
-
-    def record(k: int, kind: bytes, payload: bytes) -> None:
+    def record(k: int, kind: bytes, payload: bytes) -> bytes:
         rec = wire.record(kind, int(time.time() * 1000), payload)
-        outs[k].write(wire.data_frame(offsets[k], rec))
+        data = wire.data_frame(offsets[k], rec)
         offsets[k] += len(rec)
+        return data
+
+    def send(k: int, stream: bytes) -> None:
+        outs[k].write(wire.frame(relays[k].chan, b"d", stream))
+
+    def started(k: int) -> None:
+        hello = wire.control(t=protocol.STREAM_HELLO, live=True, spool_end=0)
+        msg = {"t": protocol.STARTED, "pid": os.getpid(), "hostname": f"node{k}"}
+        send(k, hello + record(k, b"m", json.dumps(msg).encode()))
+        outs[k].flush()
 
     def end(k: int) -> None:
         relays[k].done = True
-        record(k, b"m", json.dumps({"t": "exit", "code": 0, "stopped": k in stopped}).encode())
-        outs[k].write(wire.control(t="eof", end=offsets[k]))
-        outs[k].close()
-
-    threading.Thread(target=watch_stdin, daemon=True).start()
-    for k in relays:
-        outs[k].write(wire.MARK + wire.control(t="hello", live=True, spool_end=0))
-        started = {"t": "started", "pid": os.getpid(), "hostname": f"node{k}"}
-        record(k, b"m", json.dumps(started).encode())
+        exit_ = {"t": "exit", "code": 0, "stopped": k in stopped}
+        send(k, record(k, b"m", json.dumps(exit_).encode()) + wire.control(t="eof", end=offsets[k]))
+        outs[k].write(wire.frame(relays[k].chan, b"e"))
         outs[k].flush()
+
+    def watch_stdin() -> None:
+        for line in sys.stdin:
+            word, *args = line.split()
+            with lock:
+                if word == "go":
+                    go.set()
+                elif word == "open":
+                    k = int(args[0])
+                    relays[k].chan = int(args[1])
+                    started(k)
+                elif word == "stop":
+                    stopped.add(int(args[0]))
+                elif word == "close":
+                    outs[int(args[0])].close()
+        stopped.update(relays)  # the bench went away
+        go.set()
+
+    def flood(k: int, r: Relay, due_total: int, total: int) -> None:
+        lines: list[str] = []
+        errors: list[str] = []
+        for i in range(r.sent, due_total):
+            text = f"[{r.first + i % r.count}]:step {i // r.count} loss 0.{i % 9973:04d} ok\n"
+            (errors if i % STDERR_EVERY == STDERR_EVERY - 1 else lines).append(text)
+        r.sent = due_total
+        stream = b""
+        if lines:
+            stream += record(k, b"1", "".join(lines).encode())
+        if errors:
+            stream += record(k, b"2", "".join(errors).encode())
+        if stream:
+            send(k, stream)
+        outs[k].flush()
+        if r.sent >= total:
+            end(k)
+
+    for k in relays:
+        hello = {"t": protocol.HELLO, "pid": os.getpid(), "hostname": f"node{k}"}
+        outs[k].write(wire.MARK + wire.jframe(0, hello))
+        outs[k].flush()
+    reader = threading.Thread(target=watch_stdin, daemon=True)
+    reader.start()
     go.wait()
     rate, total = float(spec["rate"]), int(float(spec["rate"]) * float(spec["seconds"]))
     t0 = time.monotonic()
     while not all(r.done for r in relays.values()):
         time.sleep(TICK)
         due_total = min(total, int((time.monotonic() - t0) * rate))
-        for k, r in relays.items():
-            if r.done:
-                continue
-            if k in stopped:
-                end(k)
-                continue
-            lines: list[str] = []
-            errors: list[str] = []
-            for i in range(r.sent, due_total):
-                text = f"[{r.first + i % r.count}]:step {i // r.count} loss 0.{i % 9973:04d} ok\n"
-                (errors if i % STDERR_EVERY == STDERR_EVERY - 1 else lines).append(text)
-            r.sent = due_total
-            if lines:
-                record(k, b"1", "".join(lines).encode())
-            if errors:
-                record(k, b"2", "".join(errors).encode())
-            outs[k].flush()
-            if r.sent >= total:
-                end(k)
+        with lock:
+            for k, r in relays.items():
+                if r.done or not r.chan or outs[k].closed:
+                    continue
+                if k in stopped:
+                    end(k)
+                    continue
+                flood(k, r, due_total, total)
+    reader.join()  # until the bench lets every agent go
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--produce"]:  # before the heavy imports
@@ -147,6 +177,7 @@ from textual import events  # noqa: E402
 
 from remote import inventory  # noqa: E402
 from remote.events import ChecksDone  # noqa: E402
+from remote.host import protocol, wire  # noqa: E402
 from remote.run import Emit, Run  # noqa: E402
 from remote.transport import HostError, LocalTransport, Process  # noqa: E402
 from tui.dashboard.app import Dashboard, RunLike  # noqa: E402
@@ -217,10 +248,14 @@ class Producers:
 
 
 class RelayProcess:
-    """A node's supervisor as the engine sees it (transport.Process): its pipe from a stand-in."""
+    """A node's agent as the engine sees it (transport.Process): its pipe from a stand-in, and
+    what the launcher writes to it read for the two words the stand-in needs (the channel the
+    node starts on, a stop)."""
 
-    def __init__(self, reader: asyncio.StreamReader, ended: asyncio.Event, stop: Any) -> None:
-        self.reader, self.ended, self.stop = reader, ended, stop
+    def __init__(self, reader: asyncio.StreamReader, ended: asyncio.Event, tell: Any) -> None:
+        self.reader, self.ended, self.tell = reader, ended, tell
+        self.frames = wire.FrameReader(marked=True)
+        self.node_chan = 0
 
     async def readline(self) -> bytes:
         return await self.reader.readline()
@@ -229,11 +264,18 @@ class RelayProcess:
         return await self.reader.read(n)
 
     def write(self, data: bytes) -> None:
-        if b"stop" in data.split(b"\n"):
-            self.stop()
+        for f in self.frames.feed(data):
+            if f.kind == b"j" and f.message().get("op") == protocol.START:
+                self.node_chan = f.chan
+                self.tell(f"open {f.chan}")
+            elif f.chan == self.node_chan and f.kind == b"d" and _says_stop(f.payload):
+                self.tell("stop")
+
+    async def drain(self) -> None:
+        return None
 
     def close_stdin(self) -> None:
-        self.stop()
+        self.tell("close")
 
     async def wait(self) -> int | None:
         await self.ended.wait()
@@ -243,7 +285,12 @@ class RelayProcess:
         return ""
 
     def kill(self) -> None:
-        self.stop()
+        self.tell("close")
+
+
+def _says_stop(data: bytes) -> bool:
+    """The launcher's words to a supervisor hold a stop (`stop` or `stop failure N`)."""
+    return any(line.split()[:1] == [protocol.SAY_STOP.encode()] for line in data.splitlines())
 
 
 class FloodTransport(LocalTransport):
@@ -264,7 +311,12 @@ class FloodTransport(LocalTransport):
         await loop.connect_read_pipe(lambda: PipeEnd(reader, ended), pipe)
         self.started.add(k)
         proc = self.producers.owner[k]
-        return RelayProcess(reader, ended, lambda: self.producers.tell(proc, f"stop {k}"))
+
+        def tell(word: str) -> None:  # "open CHAN", "stop", "close": of node k
+            head, _, rest = word.partition(" ")
+            self.producers.tell(proc, f"{head} {k} {rest}".strip())
+
+        return RelayProcess(reader, ended, tell)
 
 
 class PipeEnd(asyncio.StreamReaderProtocol):

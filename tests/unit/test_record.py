@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from remote import inventory, runs
+from remote import inventory, record, runs
 from remote.events import (
     AttemptResult,
     Failure,
@@ -56,6 +56,30 @@ def test_1024_ranks_under_256_open_files_keep_every_line(few_files: None, tmp_pa
         assert (tmp_path / "run" / f"rank-{rank}.log").read_text().splitlines() == want
     node0 = (tmp_path / "run" / "node-0.log").read_text().splitlines()
     assert node0 == [f"torchrun round {r}" for r in range(rounds)]
+
+
+def test_lines_wait_for_the_writer_in_order_and_offsets_count_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines wait in lists and a thread writes them (a hand-over every 50 characters here):
+    each log keeps its order, and offsets.json counts what the logs hold at the checkpoint."""
+    monkeypatch.setattr(record, "WAITING_MAX", 50)
+    rec = Recorder(tmp_path / "run")
+    for i in range(200):
+        lines = ((0, f"zero {i}"), (1, f"one {i}"), (None, f"own {i}"))
+        rec(LogBatch("node0", 0, "stdout", lines if i % 2 else lines[:1]))
+        if i == 100:
+            rec.checkpoint({0: 1234})
+    rec.close()
+    run = tmp_path / "run"
+    assert (run / "rank-0.log").read_text().splitlines() == [f"zero {i}" for i in range(200)]
+    assert (run / "rank-1.log").read_text().splitlines() == [f"one {i}" for i in range(1, 200, 2)]
+    node = json.loads((run / "offsets.json").read_text())["0"]
+    assert node["offset"] == 1234
+    sizes = {"rank-0.log": 101, "rank-1.log": 50, "node-0.log": 50}  # lines up to i == 100
+    for name, lines in sizes.items():
+        held = (run / name).read_text().splitlines(keepends=True)[:lines]
+        assert node["files"][name] == len("".join(held))
 
 
 def test_lines_go_back_to_their_bytes(tmp_path: Path) -> None:
