@@ -146,7 +146,7 @@ class Preflight:
                     workdir=self.workdir(host),
                     connect_s=self.fleet.took.get(k),
                     run_id=self.run_id,
-                    warm=self.run_id is not None and k < len(self.inv.hosts),  # a launch's node
+                    warm=self.run_id if k < len(self.inv.hosts) else None,  # a launch's node
                 )
             if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
                 self.gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))

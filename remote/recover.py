@@ -102,7 +102,7 @@ class Recovery:
                 return pushed.text()
         checked = await probe.probe(
             agent, job, run.gang.master_addr, workdir=workdir, connect_s=run.fleet.took.get(j),
-            warm=True,
+            warm=run.run_id,
         )  # fmt: skip
         failed = [f for f in checked.findings if f.level == "failure"]
         if failed:

@@ -132,8 +132,9 @@ def _mod(name):
 
 
 def _probe(agent, ch, req):
-    if req.get("warm") and agent.code_dir:  # a launch follows the checks: its start, ahead
-        _mod("nodes").warm(agent.code_dir)
+    run_id = req.get("warm")  # a launch follows the checks: its start, ahead
+    if isinstance(run_id, str) and run_id and agent.code_dir:
+        _mod("nodes").warm(agent.code_dir, run_id)
     ch.answer(_mod("probe").facts(req, agent.missing))
 
 

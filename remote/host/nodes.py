@@ -28,31 +28,36 @@ from . import procs, protocol, state
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
 DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import daemon;daemon.boot()"
-# (code_dir, process): supervisors' interpreters started ahead of their node (warm)
-_warm: list[tuple[str, subprocess.Popen[bytes]]] = []
+# ((code_dir, run_id), process): supervisors' interpreters started ahead of their node (warm)
+_warm: list[tuple[tuple[str, str], subprocess.Popen[bytes]]] = []
 
 
-def warm(code_dir):
+def warm(code_dir, run_id):
     """Start a supervisor's interpreter while the launch's checks run (the probe asks for it):
     the start then only hands it its node. An interpreter and its imports are most of a start's
     CPU, paid here while the host waits on its peers' checks. It leaves, unused, with the agent
-    (its stdin ends). One waits at most: a dashboard's launches that failed their checks leave
-    theirs to the next."""
-    if any(where == code_dir and proc.poll() is None for where, proc in _warm):
-        return
-    proc = _boot(code_dir)
+    (its stdin ends). One waits at most: a dashboard's launch that failed its checks leaves its
+    own to the next launch, which ends it."""
+    key = (code_dir, run_id)
+    for i, (held, proc) in reversed(list(enumerate(_warm))):
+        if held == key and proc.poll() is None:
+            return
+        del _warm[i]
+        _end(proc)
+    proc = _boot(code_dir, run_id)
     if not isinstance(proc, str):
-        _warm.append((code_dir, proc))
+        _warm.append((key, proc))
 
 
-def _boot(code_dir):
+def _boot(code_dir, run_id):
     """A supervisor's interpreter, waiting on its stdin for its node (remote/host/daemon.py:
-    boot); or why it could not start."""
+    boot); or why it could not start. The run's id is in its command line for `ps` (and for
+    whoever looks for a run's supervisors); the boot reads its node from stdin alone."""
     try:
         # -S: the supervisor needs the standard library and its own code only; a host's site
         # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
         return subprocess.Popen(
-            [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir],
+            [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir, run_id],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
             close_fds=True,
         )  # fmt: skip
@@ -60,16 +65,18 @@ def _boot(code_dir):
         return "cannot start the supervisor: {}".format(exc.strerror)
 
 
-def _take_warm(code_dir):
-    while True:
-        try:
-            where, proc = _warm.pop()
-        except IndexError:
-            return None
-        if where == code_dir and proc.poll() is None:
+def _take_warm(code_dir, run_id):
+    while _warm:
+        key, proc = _warm.pop()
+        if key == (code_dir, run_id) and proc.poll() is None:
             return proc
-        proc.kill()  # another code's (an agent serves one code: never), or it died
-        proc.wait()
+        _end(proc)  # another run's (its checks failed), or it died
+    return None
+
+
+def _end(proc):
+    proc.kill()
+    proc.wait()
 
 
 def start(ch, req, code_dir, sources):
@@ -112,7 +119,7 @@ def _keep_code(ndir, sources):
 def _spawn(ndir, spec, code_dir):
     """Start the supervisor (a warm one if there is one); None once it says it is up, else why
     not. It is told its node's directory on a line, then the spec."""
-    proc = _take_warm(code_dir) or _boot(code_dir)
+    proc = _take_warm(code_dir, spec["run_id"]) or _boot(code_dir, spec["run_id"])
     if isinstance(proc, str):
         return proc
     said = json.dumps(ndir).encode() + b"\n" + json.dumps(spec).encode()

@@ -28,18 +28,29 @@ def code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def test_one_waits_and_the_start_takes_it(code: str) -> None:
-    nodes.warm(code)
-    nodes.warm(code)  # a second launch from the same agent: the one waiting serves
+    nodes.warm(code, "run-a")
+    nodes.warm(code, "run-a")  # asked twice: the one waiting serves
     assert len(nodes._warm) == 1
     ((_, proc),) = nodes._warm
     assert proc.poll() is None and nodes.DAEMON_BOOT in proc.args
-    assert nodes._take_warm(code) is proc and nodes._warm == []
+    assert "run-a" in proc.args  # `ps` shows whose it is
+    assert nodes._take_warm(code, "run-a") is proc and nodes._warm == []
     proc.kill()
     proc.wait()
 
 
+def test_another_runs_is_ended_never_taken(code: str) -> None:
+    nodes.warm(code, "run-a")  # its checks failed: the next launch from this agent ends it
+    ((_, first),) = nodes._warm
+    nodes.warm(code, "run-b")
+    ((_, second),) = nodes._warm
+    assert first.poll() is not None and "run-b" in second.args
+    assert nodes._take_warm(code, "run-c") is None and nodes._warm == []
+    assert second.poll() is not None
+
+
 def test_one_never_used_leaves_with_its_agent_and_made_nothing(code: str) -> None:
-    nodes.warm(code)
+    nodes.warm(code, "run-a")
     ((_, proc),) = nodes._warm
     said, _ = proc.communicate(b"", timeout=30)  # the agent left: its stdin ends
     assert proc.returncode == 0 and said == b""
@@ -47,9 +58,9 @@ def test_one_never_used_leaves_with_its_agent_and_made_nothing(code: str) -> Non
 
 
 def test_a_dead_one_is_not_taken(code: str) -> None:
-    nodes.warm(code)
+    nodes.warm(code, "run-a")
     ((_, proc),) = nodes._warm
     proc.kill()
     proc.wait()
-    assert nodes._take_warm(code) is None and nodes._warm == []
+    assert nodes._take_warm(code, "run-a") is None and nodes._warm == []
     assert sys.executable in proc.args
