@@ -20,8 +20,7 @@ import random
 import weakref
 from collections.abc import AsyncIterator
 
-import asyncssh
-
+from .sshlib import asyncssh
 from .transport import HostError, Transport
 
 FANOUT = 64

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import asyncssh
-
 from .inventory import Host
+from .sshlib import asyncssh
 
 
 class JumpError(Exception):

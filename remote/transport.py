@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import asyncssh
-
 from . import jump
 from .inventory import Host
+from .sshlib import asyncssh
 
 CONNECT_TIMEOUT = 10.0
 KEEPALIVE = 5.0  # a silent host is declared lost after KEEPALIVE * 3 seconds
