@@ -17,11 +17,10 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-from . import hang, nodemsg, recover, runs, stacks
+from . import hang, nodemsg, recover, runs
 from . import plan as planner
 from .events import ChecksDone, Event, Failure, HangDetected, Notice, RunFinished, RunStarted
 from .exits import EXIT_FAILED as EXIT_FAILED  # re-exported: callers take them from here
@@ -319,11 +318,13 @@ class Run:
 
     async def _guard_hangs(self) -> None:
         """A stall warns, and every rank's stack is saved in the run dir (remote/hang.py)."""
+        await hang.guard(self._hang, self.emit, self._capture_stacks)
+
+    async def _capture_stacks(self) -> object:
+        from . import stacks  # at a stall only: not part of every launch's start
+
         flight = self.inv.job.nccl.flight_recorder
-        capture = partial(
-            stacks.capture, self.fleet, self.run_id, self.run_dir, self.emit, flight=flight
-        )
-        await hang.guard(self._hang, self.emit, capture)
+        return await stacks.capture(self.fleet, self.run_id, self.run_dir, self.emit, flight=flight)
 
     async def _checkpoints(self) -> None:
         """Every second, note in the run dir how far each node's logs go (ends by cancel)."""
