@@ -32,7 +32,16 @@ from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
-from .events import AttemptResult, Event, GpuStats, LogBatch, RunFinished, RunStarted
+from .events import (
+    AttemptResult,
+    Event,
+    GpuStats,
+    LogBatch,
+    NodeRanks,
+    NodeStarted,
+    RunFinished,
+    RunStarted,
+)
 
 # Lines are str decoded with surrogateescape: this error handler writes those bytes back as
 # they came, and anything else the encoding cannot carry (a lone surrogate, or a console that
@@ -247,6 +256,8 @@ class Recorder:
             return
         if isinstance(event, RunStarted):
             self.started = event
+        if isinstance(event, NodeStarted | NodeRanks):
+            self._make_logs(event.ranks)
         self.events.write(event.to_json() + "\n")
         self.events.flush()
         if isinstance(event, RunFinished) and event.status != "detached":
@@ -271,6 +282,17 @@ class Recorder:
         self.chars += sum(map(len, texts))
         if self.chars > WAITING_MAX:
             self._hand_over()
+
+    def _make_logs(self, ranks: tuple[int, ...]) -> None:
+        """The logs of a node's ranks, made as it starts: made with their first lines, 4,096
+        ranks' (~0.5 s of creates) held the dashboard's loop as the job began to print. One
+        there already was planted: left unknown, its first line fails as it would have."""
+        for rank in ranks:
+            name = f"rank-{rank}.log"
+            if name not in self.known:
+                with contextlib.suppress(FileExistsError):
+                    os.close(os.open(name, NEW, 0o600, dir_fd=self.fd))
+                    self.known.add(name)
 
     def _waiting(self, key: int, node: int) -> list[str]:
         """The lines waiting for a log; the log is made with its first line (a file planted

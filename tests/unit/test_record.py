@@ -18,6 +18,7 @@ from remote.events import (
     AttemptResult,
     Failure,
     LogBatch,
+    NodeStarted,
     RunFinished,
     RunRestarting,
     RunStarted,
@@ -182,6 +183,21 @@ def test_a_planted_log_symlink_is_never_written_through(tmp_path: Path, victim: 
     with pytest.raises(FileExistsError):
         rec(LogBatch("node0", 0, "stdout", ((0, "from rank 0"),)))
     rec.close()
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_nodes_rank_logs_are_made_as_it_starts(tmp_path: Path, victim: Path) -> None:
+    """Made with their first lines, 4,096 ranks' logs held the dashboard's loop ~0.5 s as the
+    job began to print. A planted one is left alone: its first line still fails."""
+    rec = Recorder(tmp_path / "run")
+    (tmp_path / "run" / "rank-1.log").symlink_to(victim)
+    rec(NodeStarted("node0", 0, 1, "h0", (0, 1)))
+    assert (tmp_path / "run" / "rank-0.log").read_text() == ""
+    rec(LogBatch("node0", 0, "stdout", ((0, "from rank 0"),)))
+    with pytest.raises(FileExistsError):
+        rec(LogBatch("node0", 0, "stdout", ((1, "from rank 1"),)))
+    rec.close()
+    assert (tmp_path / "run" / "rank-0.log").read_text() == "from rank 0\n"
     assert victim.read_text() == "precious\n"
 
 
