@@ -65,6 +65,12 @@ MAIN_ACTIONS = {
     "launch", "stop", "restart", "filter", "errors", "follow", "jump",
     "view_all", "view_next", "view_prev", "check", "deep", "find", "detach", "history",
 }  # fmt: skip
+# Under a flood the young generation filled every ~10 ms (the default 700 objects): what lived
+# for a frame or a batch (strips, timers, held records) reached the oldest generation, whose
+# full collections (~50 ms at 4,096 ranks) then ran every second. Collected every 10k objects,
+# they die young.
+YOUNG_GC = 10_000
+GC_DEFAULT = gc.get_threshold()
 FIND_HINTS = {"hosts": "find hosts: name or address", "views": "find views: r12, node3, …"}
 
 
@@ -210,6 +216,7 @@ class Dashboard(App[int]):
         # the cycle collector's way, a full collection under bench_dashboard.py's flood took
         # ~20 ms instead of ~85 ms (the stalls a keypress waits behind).
         gc.freeze()
+        gc.set_threshold(YOUNG_GC, *GC_DEFAULT[1:])
         if self.start == "launch" and self.inventory is not None:
             self.action_launch()
         elif self.start == "runs":
@@ -220,6 +227,7 @@ class Dashboard(App[int]):
     async def on_unmount(self) -> None:
         await self.glance.close()
         gc.unfreeze()  # the next app in this process (tests) starts from a clean slate
+        gc.set_threshold(*GC_DEFAULT)
 
     def notify(
         self,
