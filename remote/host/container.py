@@ -563,7 +563,8 @@ def dry_run(spec, run_id, node, workdir, shim_source, env, host, timeout=DRY_RUN
 
 def _attached(argv, environ, timeout):
     """Run a container the way the supervisor does, stdin held open until it has answered
-    (the shim ends the job at stdin's end). (exit code or None, stdout and stderr)."""
+    (the shim ends the job at stdin's end). (exit code or None, stdout and stderr). Once it
+    has answered, its end and `--rm` go on without us: a thread reaps the client."""
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -573,18 +574,38 @@ def _attached(argv, environ, timeout):
         return None, "cannot run {}: {}".format(argv[0], exc.strerror)
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
-    out = b""
+    out, answered = b"", False
     try:
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):
             out = (out + chunk)[-OUTPUT_KEPT:]  # what a broken image says, bounded
+            answered = _answered(out)
+            if answered:
+                break
     finally:
         timer.cancel()
-        proc.stdin.close()
-        proc.stdout.close()
-        proc.wait()
+        if not answered:
+            _reap(proc)
+    if answered:
+        threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+        return 0, _text(out)
     if proc.returncode < 0:
         return None, "no answer in {:g} s".format(timeout)
     return proc.returncode, _text(out)
+
+
+def _answered(out):
+    """A whole line of the dry run's answer is in."""
+    return any(line.startswith(MARK.encode()) for line in out.split(b"\n")[:-1])
+
+
+def _reap(proc):
+    """Read the client's output to its end (a full pipe would hold it up), then close its
+    stdin, as the supervisor does once the job is over, and wait for it."""
+    for _ in iter(lambda: proc.stdout.read1(65536), b""):
+        pass
+    proc.stdout.close()
+    proc.stdin.close()
+    proc.wait()
 
 
 # -- small helpers ------------------------------------------------------------------------------
