@@ -108,8 +108,8 @@ def command(
         env.setdefault("USER", host["login"])  # getpass (torch's caches) without a passwd entry
         env.setdefault("LOGNAME", host["login"])
     mounts = _same_paths(workdir, private, *shared) + [_mount(m) for m in spec.get("mounts", ())]
-    shim = [
-        spec.get("python") or "python3", os.path.join(private, SHIM),
+    shim = [  # -S: the shim needs the standard library alone, not the image's site (~30 ms)
+        spec.get("python") or "python3", "-S", os.path.join(private, SHIM),
         "--cwd", workdir, "--ready", os.path.join(private, READY), "--grace", str(grace),
         "--", *argv,
     ]  # fmt: skip
