@@ -362,7 +362,8 @@ def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_
             return facts
         facts.update(image.result())
         facts["gpu"] = gpu_info(spec, facts)
-        facts["leftovers"] = left.result()
+        own = name(run_id, node, "-check")  # this check's dry run is no leftover
+        facts["leftovers"] = [n for n in left.result() if n != own]
         if not facts.get("image_error"):
             facts.update(early.result() if early else dry())
     return facts
@@ -585,8 +586,8 @@ def _attached(argv, environ, timeout):
         timer.cancel()
         if not answered:
             _reap(proc)
-    if answered:
-        threading.Thread(target=_reap, args=(proc,), daemon=True).start()
+    if answered:  # not a daemon thread: the process leaves only once the client has ended
+        threading.Thread(target=_reap, args=(proc,)).start()
         return 0, _text(out)
     if proc.returncode < 0:
         return None, "no answer in {:g} s".format(timeout)
