@@ -384,9 +384,11 @@ class Daemon:
         return code, why
 
     def _removed_by_client(self, att):
-        """The runtime's client ended on its own, unstopped: `run --rm` took its container away
-        first, so the label sweep is only the net, and waits until the end is told (_end)."""
-        return not att.stopped.is_set() and att.code is not None and att.code >= 0
+        """The job started in its container and the runtime's client then ended on its own,
+        unstopped: `run --rm` took the container away first, so the label sweep is only the
+        net, and waits until the end is told (_end)."""
+        ended = not att.stopped.is_set() and att.code is not None and att.code >= 0
+        return ended and os.path.exists(os.path.join(self.dir, container.READY))
 
     def _sweep_containers(self):
         """Before anything else starts here: the label sweep of the last attempt's container,
