@@ -108,8 +108,8 @@ def command(
         env.setdefault("USER", host["login"])  # getpass (torch's caches) without a passwd entry
         env.setdefault("LOGNAME", host["login"])
     mounts = _same_paths(workdir, private, *shared) + [_mount(m) for m in spec.get("mounts", ())]
-    shim = [
-        spec.get("python") or "python3", os.path.join(private, SHIM),
+    shim = [  # -S: the shim needs the standard library alone, not the image's site (~30 ms)
+        spec.get("python") or "python3", "-S", os.path.join(private, SHIM),
         "--cwd", workdir, "--ready", os.path.join(private, READY), "--grace", str(grace),
         "--", *argv,
     ]  # fmt: skip
@@ -362,7 +362,8 @@ def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_
             return facts
         facts.update(image.result())
         facts["gpu"] = gpu_info(spec, facts)
-        facts["leftovers"] = left.result()
+        own = name(run_id, node, "-check")  # this check's dry run is no leftover
+        facts["leftovers"] = [n for n in left.result() if n != own]
         if not facts.get("image_error"):
             facts.update(early.result() if early else dry())
     return facts
@@ -563,7 +564,8 @@ def dry_run(spec, run_id, node, workdir, shim_source, env, host, timeout=DRY_RUN
 
 def _attached(argv, environ, timeout):
     """Run a container the way the supervisor does, stdin held open until it has answered
-    (the shim ends the job at stdin's end). (exit code or None, stdout and stderr)."""
+    (the shim ends the job at stdin's end). (exit code or None, stdout and stderr). Once it
+    has answered, its end and `--rm` go on without us: a thread reaps the client."""
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -573,18 +575,38 @@ def _attached(argv, environ, timeout):
         return None, "cannot run {}: {}".format(argv[0], exc.strerror)
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
-    out = b""
+    out, answered = b"", False
     try:
         for chunk in iter(lambda: proc.stdout.read1(65536), b""):
             out = (out + chunk)[-OUTPUT_KEPT:]  # what a broken image says, bounded
+            answered = _answered(out)
+            if answered:
+                break
     finally:
         timer.cancel()
-        proc.stdin.close()
-        proc.stdout.close()
-        proc.wait()
+        if not answered:
+            _reap(proc)
+    if answered:  # not a daemon thread: the process leaves only once the client has ended
+        threading.Thread(target=_reap, args=(proc,)).start()
+        return 0, _text(out)
     if proc.returncode < 0:
         return None, "no answer in {:g} s".format(timeout)
     return proc.returncode, _text(out)
+
+
+def _answered(out):
+    """A whole line of the dry run's answer is in."""
+    return any(line.startswith(MARK.encode()) for line in out.split(b"\n")[:-1])
+
+
+def _reap(proc):
+    """Read the client's output to its end (a full pipe would hold it up), then close its
+    stdin, as the supervisor does once the job is over, and wait for it."""
+    for _ in iter(lambda: proc.stdout.read1(65536), b""):
+        pass
+    proc.stdout.close()
+    proc.stdin.close()
+    proc.wait()
 
 
 # -- small helpers ------------------------------------------------------------------------------

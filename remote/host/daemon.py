@@ -164,6 +164,7 @@ class Daemon:
         self.over = False  # no attempt follows: a launcher can no longer take the lease
         self.stop_once = threading.Lock()
         self.att = None  # the current Attempt
+        self.unswept = None  # the last Attempt whose container is yet to be swept
         self.halted = None  # (status, reason): a stop that ends the run (no attempt follows)
         self.children = threading.Condition()  # the reaper's: exit codes by pid
         self.reaped = collections.OrderedDict()
@@ -234,6 +235,7 @@ class Daemon:
 
     def _attempt(self, number, after):
         """One attempt of the node's job, from its start to its end (and its leftovers gone)."""
+        self._sweep_containers()  # the last attempt's, if left: its name is this one's
         if self.link is not None:
             self.link.begin(number)
         att = Attempt(number)
@@ -256,7 +258,9 @@ class Daemon:
         att.done.set()
         self._finish(att)
         if started is not None:
-            self._sweep_containers(att)
+            self.unswept = att
+            if not self._removed_by_client(att):
+                self._sweep_containers()
 
     def _mark(self, number, after):
         """`ddptui: attempt 2 of 3 (after ...)` in every rank's log before the attempt's lines."""
@@ -379,12 +383,20 @@ class Daemon:
             code = -(code - 128)  # docker and podman say 128+N for a signal
         return code, why
 
-    def _sweep_containers(self, att):
-        """After the node's exit is told, before anything else starts here: `run --rm` took
-        its container away as it ended; the label sweep finds one whose client could not (a
-        killed client, a runtime's failure). Its failure is in the node's state."""
+    def _removed_by_client(self, att):
+        """The job started in its container and the runtime's client then ended on its own,
+        unstopped: `run --rm` took the container away first, so the label sweep is only the
+        net, and waits until the end is told (_end)."""
+        ended = not att.stopped.is_set() and att.code is not None and att.code >= 0
+        return ended and os.path.exists(os.path.join(self.dir, container.READY))
+
+    def _sweep_containers(self):
+        """Before anything else starts here: the label sweep of the last attempt's container,
+        for a client that could not remove it (killed, stopped, a runtime's failure). Its
+        failure is in the node's state."""
+        att, self.unswept = self.unswept, None
         box = self.spec["container"]
-        if box:
+        if att is not None and box:
             _, why = container.sweep(box["runtime"], self.spec["run_id"], self.node)
             if why:
                 att.survivors.append("containers of the run: {}".format(why))
@@ -482,6 +494,7 @@ class Daemon:
         # a later attach finds no daemon and is served the spool instead
         _unlink(protocol.CTL_SOCKET)
         self._drain(time.monotonic() + DRAIN_S)
+        self._sweep_containers()  # its client removed it; the net, after the end is told
         os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
 
     def _drain(self, deadline):

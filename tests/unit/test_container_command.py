@@ -19,7 +19,7 @@ HOST: dict[str, Any] = {
 ARGV = ["python3", "-m", "torch.distributed.run", "--nnodes", "2", "train.py"]
 ENV = {"DDPTUI_RUN_ID": "r1", "DDPTUI_NODE": "1", "MASTER_ADDR": "10.0.0.1"}
 SHIM = [
-    "python3", "/run/p/ddptui_shim.py", "--cwd", "/srv/job",
+    "python3", "-S", "/run/p/ddptui_shim.py", "--cwd", "/srv/job",
     "--ready", "/run/p/container.started", "--grace", "5.0", "--", *ARGV,
 ]  # fmt: skip
 
