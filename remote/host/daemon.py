@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-from . import container, linebuf, netif, procs, protocol, wire
+from . import container, linebuf, netif, procs, protocol, state, wire
 from . import hub as hubs
 from .notify import Notifier
 from .protocol import beat_interval
@@ -57,7 +57,11 @@ def boot():
     """The supervisor's own process (remote/host/nodes.py starts it, maybe ahead of its node):
     its node's directory on a line of stdin, then the spec; "ok" (or why not) on stdout once
     it serves, then detached from everything of the agent's. No node (stdin ends first): the
-    launch did not come, and it leaves."""
+    launch did not come, and it leaves. What needs no node is done first: a warm one does it
+    while the launch's checks still run elsewhere."""
+    state.prune()
+    with contextlib.suppress(OSError, AttributeError):
+        procs.libc()
     line = sys.stdin.buffer.readline()
     if not line:
         os._exit(0)
@@ -168,6 +172,7 @@ class Daemon:
         self.children = threading.Condition()  # the reaper's: exit codes by pid
         self.reaped = collections.OrderedDict()
         self.spare = {os.getpid()}  # never ours to stop (the guardian is added here)
+        self.subreaper = False  # orphans of the job come to this daemon (serve)
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
@@ -196,7 +201,7 @@ class Daemon:
 
     def serve(self, server, ready):
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
-        procs.become_subreaper()
+        self.subreaper = procs.become_subreaper()
         spec = self.spec
         box = spec["container"]
         pid, self.guardian_pipe = guardian(self.tags, self.grace, box and box["runtime"])
@@ -612,7 +617,10 @@ class Daemon:
         for pid in list(self.notifier.running if self.notifier else ()):
             spare.add(pid)  # a notify command under way is not the job's
             spare.update(procs.descendants(pid))
-        return procs.job_pids(os.getpid(), self.tags, spare=spare)
+        # The tags find what left the tree: only a container's processes can, or any where
+        # this daemon could not adopt orphans.
+        tagged = self.spec["container"] or not self.subreaper
+        return procs.job_pids(os.getpid(), self.tags if tagged else None, spare=spare)
 
     def _watch_lease(self):
         while not self.closing:

@@ -94,7 +94,6 @@ def start(ch, req, code_dir, sources):
         os.mkdir(ndir, 0o700)  # fresh: a directory already there is not ours to reuse
     except OSError as exc:
         return _error(ch, "cannot make {}: {}".format(ndir, exc))
-    state.prune()
     why = _spawn(ndir, spec, code_dir or _keep_code(ndir, sources))
     if why:
         return _error(ch, why)

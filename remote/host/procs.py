@@ -23,14 +23,25 @@ SYS_PIDFD_OPEN = 434  # the same number on every architecture (Linux >= 5.3)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def become_subreaper():
-    try:
+_LIBC: list[object] = []  # the loaded library, once
+
+
+def libc():
+    """The C library through ctypes, loaded once (a warm supervisor loads it ahead of its node:
+    the import and the load are a few ms of every host's start)."""
+    if not _LIBC:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
+def become_subreaper():
+    """Whether this process now adopts its orphaned descendants (then its tree holds them all)."""
+    try:
+        return libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        pass  # not Linux: the checks refuse such hosts
+        return False  # not Linux: the checks refuse such hosts
 
 
 def all_pids():
@@ -145,8 +156,10 @@ def _descendants_by_scan(root):
 
 
 def job_pids(root, tags, spare=()):
-    """Everything of the job: root's descendants and every tagged process, less `spare`."""
-    pids = set(tagged_pids(tags))
+    """Everything of the job: root's descendants and every tagged process, less `spare`.
+    No tags: the descendants alone (root is a subreaper: no orphan of the job escapes its tree,
+    and a scan of every process on a big host is its cost)."""
+    pids = set(tagged_pids(tags) if tags else ())
     if root is not None:
         pids.update(descendants(root))
     pids.difference_update(spare)
@@ -343,10 +356,7 @@ def pidfd(pid):
     try:
         if hasattr(os, "pidfd_open"):  # python >= 3.9
             return os.pidfd_open(pid)
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = libc.syscall(SYS_PIDFD_OPEN, pid, 0)
+        fd = libc().syscall(SYS_PIDFD_OPEN, pid, 0)
         return fd if fd >= 0 else None
     except (OSError, AttributeError):
         return None
