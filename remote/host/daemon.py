@@ -654,10 +654,12 @@ class Daemon:
         for pid in list(self.notifier.running if self.notifier else ()):
             spare.add(pid)  # a notify command under way is not the job's
             spare.update(procs.descendants(pid))
-        # The tags find what left the tree: only a container's processes can, or any where
-        # this daemon could not adopt orphans.
-        tagged = self.spec["container"] or not self.subreaper
-        return procs.job_pids(os.getpid(), self.tags if tagged else None, spare=spare)
+        return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare=spare)
+
+    def _tagged(self):
+        """Whether the job's processes are found by their tags, not as this daemon's tree: what
+        left the tree (a container's processes), or any where it could not adopt orphans."""
+        return bool(self.spec["container"]) or not self.subreaper
 
     def _watch_lease(self):
         while not self.closing:
@@ -757,7 +759,9 @@ class Daemon:
             self.note(t=protocol.RANKS, ranks=ranks, world=world)
 
         learn = report if self.spec["learn_ranks"] else None
-        by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn)
+        tree = None if self._tagged() else os.getpid()  # the job's tree holds every rank
+        by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn,
+                                   tree)  # fmt: skip
         if by_pid:  # until the job ends, or is told to stop: what follows a stop is ours
             att.died = procs.first_end(by_pid, lambda: att.done.is_set() or att.stopped.is_set(),
                                        self._reaped)  # fmt: skip

@@ -88,13 +88,14 @@ def environ(pid):
     return dict(item.split("=", 1) for item in data.split("\0") if "=" in item)
 
 
-def tagged_pids(tags):
+def tagged_pids(tags, among=None):
     """Live processes whose environment carries every tag (zombies have an empty environ).
-    Every process on the host is read: byte searches, no parsing (a big host has thousands)."""
+    Every process on the host is read (byte searches, no parsing: a big host has thousands),
+    or those `among`."""
     want = [f"\0{k}={v}\0".encode() for k, v in tags.items()]
     me = os.getpid()
     found = []
-    for pid in all_pids():
+    for pid in all_pids() if among is None else among:
         if pid == me:
             continue
         try:
@@ -291,15 +292,17 @@ def ranks_here(root, tags, node, nnodes):
     return sorted(by_pid.values()), world
 
 
-def watch_ranks(root, tags, node, nnodes, ended, report=None):
+def watch_ranks(root, tags, node, nnodes, ended, report=None, tree=None):
     """The rank processes here, {pid: global rank}, once they hold still over two scans
     ({} if the job ended first); report(ranks, world) is told them, for styles where only
     the run reveals them (c10d, spawn, Lightning). A few cheap scans of /proc, further apart
-    each time; none after the answer or once the job has ended.
+    each time; none after the answer or once the job has ended. tree: a subreaper above the
+    job, whose descendants are all of it: only those are read, not every process.
     """
     last, delay = ({}, None), 0.5
     while not ended.wait(delay):
-        found = ranks_by_pid(tags, node, nnodes, root)
+        among = None if tree is None else tagged_pids(tags, descendants(tree))
+        found = ranks_by_pid(tags, node, nnodes, root, among)
         if found[0] and found == last:
             break
         last, delay = found, min(delay * 1.5, 5.0)
