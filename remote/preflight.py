@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from . import checks as checker
 from . import probe, sync
@@ -146,7 +147,7 @@ class Preflight:
                     workdir=self.workdir(host),
                     connect_s=self.fleet.took.get(k),
                     run_id=self.run_id,
-                    warm=self.run_id if k < len(self.inv.hosts) else None,  # a launch's node
+                    warm=self.early(k) if k < len(self.inv.hosts) else None,  # a launch's node
                 )
             if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
                 self.gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))
@@ -165,6 +166,16 @@ class Preflight:
             del self.broken[k]
         self.emit(done)
         return done
+
+    def early(self, k: int) -> dict[str, Any] | None:
+        """Node k's spec as known before the checks end (protocol.EARLY): its supervisor is
+        prepared meanwhile, all but its job. None where this is no launch's check."""
+        if self.run_id is None:
+            return None
+        host = self.inv.hosts[k]
+        box = host.container.spec() if host.container else None
+        return {"run_id": self.run_id, "node": host.node_rank, "attempt": 0,
+                "grace": self.inv.job.stop_grace, "container": box}  # fmt: skip
 
     def _checks_failed(self, done: ChecksDone) -> None:
         failed = [f for f in done.findings if f.level == "failure"]

@@ -61,11 +61,12 @@ def spec(
     is_master: bool,
     host: Host | None = None,
     run_id: str | None = None,
-    warm: str | None = None,
+    warm: str | dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the host's probe is asked (remote/host/probe.py: facts). A host whose job runs in a
     container gets that checked too, by a dry run with the job's flags (run_id names it).
-    warm: the run whose start follows if the checks pass: the host's supervisor boots meanwhile."""
+    warm: the run whose start follows if the checks pass: the host's supervisor boots meanwhile;
+    or that node's early spec (protocol.EARLY): it is prepared meanwhile, all but its job."""
     asked: dict[str, Any] = {
         "smi": {name: list(args) for name, args in SMI_RUNS.items()},
         "script": job.script,
@@ -88,7 +89,7 @@ async def probe(
     workdir: str | None,
     connect_s: float | None,
     run_id: str | None = None,
-    warm: str | None = None,
+    warm: str | dict[str, Any] | None = None,
 ) -> HostChecked:
     """Probe one host whose agent is up: one op, one answer (warm: see spec)."""
     t = agent.transport

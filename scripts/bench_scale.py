@@ -79,9 +79,15 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("DDPTUI_TESTHOSTS", f"{PREFIX}:{SUBNET}"),
         help="PREFIX:SUBNET of the test hosts (default: DDPTUI_TESTHOSTS, else the benchmarks')",
     )
-    p.add_argument("--fanouts", default="16,32,64,128", help="fan-outs of the logins alone")
+    p.add_argument(
+        "--fanouts", default="16,32,64,128", help="fan-outs of the logins alone ('': none)"
+    )
     p.add_argument("--keep", action="store_true", help="keep logs and outputs")
     p.add_argument("--dashboard", action="store_true", help="the dashboard's keys alone")
+    p.add_argument("--only", choices=["check", "launch"], help="this variant alone")
+    p.add_argument("--home", choices=["quick", "slow"], help="these logins alone")
+    p.add_argument("--timeline", action="store_true", help="each launch's events timed (--keep)")
+    p.add_argument("--no-dashboard", action="store_true", help="skip the dashboard's keys")
     p.add_argument(
         "--slow-home", type=float, default=0.1, help="seconds each login holds the shared lock"
     )
@@ -107,19 +113,28 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
     install_code(c)  # pdsh's probe runs the host code as ddptui keeps it on each host
     every = ["pdsh", "-f", str(PDSH_FANOUT), "-w", f"node[0-{n - 1}]"]
     ddptui = [*ddptui_command(), "--headless"]
+    launcher = ddptui
+    if args.timeline:  # scripts/timeline.py: the events of each launch, timed, in work/
+        launcher = [sys.executable, str(REPO / "scripts" / "timeline.py"), "TIMELINE", "--",
+                    "--headless"]  # fmt: skip
     variants = {
         "check": {
             "ddptui check": [*ddptui, "check", "-i", str(inv_path)],
             "pdsh probe": [*every, probe_line(inv, c.hosts[0].addr, str(REPO))],
         },
         "launch": {
-            "ddptui launch": [*ddptui, "launch", "-i", str(inv_path)],
+            "ddptui launch": [*launcher, "launch", "-i", str(inv_path)],
             "pdsh launch": [*every, launch_line(inv, c)],
         },
     }
+    if args.only:
+        variants = {args.only: variants[args.only]}
+    homes = [("quick logins", 0.0), ("slow home", args.slow_home)]
+    if args.home:
+        homes = [h for h in homes if h[0].startswith(args.home)]
     print(f"{n} test hosts, {args.reps} reps, pdsh -f {PDSH_FANOUT}; {load()}", flush=True)
     ratios, missed = [], []
-    for home, delay in (("quick logins", 0.0), ("slow home", args.slow_home)):
+    for home, delay in homes:
         login_delay(c, delay, lock=work / "home.lock")
         (work / home.replace(" ", "-")).mkdir()
         print(f"\n{home}" + (f": every login holds one lock for {delay:g} s" if delay else ""))
@@ -152,12 +167,14 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
             ratios.append(line)
             print(ratios[-1] + "\n", flush=True)
     login_delay(c, 0)
-    logins = login_times(inv, [int(f) for f in args.fanouts.split(",")])
-    print("logins alone (asyncssh through remote/fanout.py), seconds for all hosts:")
-    print("  " + ", ".join(f"fan-out {f}: {s:.2f} s" for f, s in logins.items()))
+    if args.fanouts:
+        logins = login_times(inv, [int(f) for f in args.fanouts.split(",")])
+        print("logins alone (asyncssh through remote/fanout.py), seconds for all hosts:")
+        print("  " + ", ".join(f"fan-out {f}: {s:.2f} s" for f, s in logins.items()))
     print("\n".join(ratios))
     print(load())
-    dashboard()
+    if not args.no_dashboard:
+        dashboard()
     return 1 if missed else 0
 
 
@@ -245,7 +262,7 @@ def measure(
     for rep in range(reps):
         for name in names[rep % 2 :] + names[: rep % 2]:
             slug = f"{name.replace(' ', '-')}-{rep}"
-            argv = list(runs[name])
+            argv = [str(work / f"{slug}.tsv") if a == "TIMELINE" else a for a in runs[name]]
             if name == "ddptui launch":
                 argv += ["--run-dir", str(work / f"run-{rep}")]
             res = timed(argv, work / f"{slug}.out", work / f"{slug}.err", env=c.pdsh_env())

@@ -132,9 +132,11 @@ def _mod(name):
 
 
 def _probe(agent, ch, req):
-    run_id = req.get("warm")  # a launch follows the checks: its start, ahead
+    warm = req.get("warm")  # a launch follows the checks: its start, ahead (its node's, or a run's)
+    early = warm if isinstance(warm, dict) else None
+    run_id = early.get("run_id") if early else warm
     if isinstance(run_id, str) and run_id and agent.code_dir:
-        _mod("nodes").warm(agent.code_dir, run_id)
+        _mod("nodes").warm(agent.code_dir, run_id, early)
     ch.answer(_mod("probe").facts(req, agent.missing))
 
 

@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-from . import container, linebuf, netif, procs, protocol, wire
+from . import container, linebuf, netif, procs, protocol, state, wire
 from . import hub as hubs
 from .notify import Notifier
 from .protocol import beat_interval
@@ -54,11 +54,18 @@ COMMAND_MAX = 4096  # bytes of a launcher's command line read
 
 
 def boot():
-    """The supervisor's own process (remote/host/nodes.py starts it, maybe ahead of its node):
-    its node's directory on a line of stdin, then the spec; "ok" (or why not) on stdout once
-    it serves, then detached from everything of the agent's. No node (stdin ends first): the
-    launch did not come, and it leaves."""
-    line = sys.stdin.buffer.readline()
+    """The supervisor's own process (remote/host/nodes.py starts it, maybe ahead of its node).
+    On stdin, a line each: its node's directory, the node's early spec (protocol.EARLY), then
+    the whole spec, the go. It prepares as soon as it has the first two: detached from
+    everything of the agent's, its socket bound, its guardian up; a prepared node waits there
+    while the other hosts are still being checked. Its job starts only at the go; "ok" (or why
+    not) goes on stdout once it serves. No node, or no go (stdin ends first: the launch did
+    not come): it leaves, and leaves nothing."""
+    state.prune()  # what needs no node is done first, while the launch's checks still run
+    with contextlib.suppress(OSError, AttributeError):
+        procs.libc()
+    lines = _Lines(0)
+    line = lines.readline()
     if not line:
         os._exit(0)
     try:
@@ -69,12 +76,13 @@ def boot():
         log_fd = os.open("supervisor.log", flags, 0o600)
         os.dup2(log_fd, 2)
         os.close(log_fd)
-        spec = protocol.spec(json.loads(sys.stdin.buffer.read()))
+        early = json.loads(lines.readline())
+        tags = node_tags(early["run_id"], early["node"])
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         # relative: a deep home must not exceed sun_path's 108 bytes
         server.bind(protocol.CTL_SOCKET)
         server.listen(64)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         os.write(1, "cannot start the supervisor: {}".format(exc).encode())
         os._exit(1)
     if os.fork():  # the agent waits for this parent; the daemon goes on, adopted by init
@@ -83,12 +91,22 @@ def boot():
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
     # "ok" goes on a descriptor of its own, closed once said: the agent reads to EOF, and the
-    # guardian and the job (forked before and after) must hold no copy of it.
-    said_fd = os.dup(1)
+    # guardian and the job (forked before and after) must hold no copy of it; nor of the go's.
+    said_fd, lines.fd = os.dup(1), os.dup(0)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     os.dup2(null, 1)
-    os.set_inheritable(said_fd, False)
+    subreaper = procs.become_subreaper()
+    box = early.get("container")
+    guard = guardian(tags, early.get("grace", 5.0), box and box["runtime"])
+    go = lines.readline()
+    os.close(lines.fd)
+    if not go.endswith(b"\n"):  # the launch did not come (its checks failed, it was stopped)
+        os.write(guard[1], b"k")
+        _rmtree(ndir)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(ndir))  # the run's, where no other node of it is here
+        os._exit(0)
     said = []
 
     def ready(text):
@@ -98,7 +116,9 @@ def boot():
 
     code = 0
     try:
-        Daemon(spec, ndir).serve(server, ready)
+        daemon = Daemon(protocol.spec(json.loads(go)), ndir)
+        daemon.subreaper, daemon.guard = subreaper, guard
+        daemon.serve(server, ready)
     except BaseException as exc:  # its log says why, and where
         import traceback
 
@@ -107,6 +127,28 @@ def boot():
             ready("supervisor failed: {!r}".format(exc))
         code = 1
     os._exit(code)
+
+
+class _Lines:
+    """Lines from a descriptor, which the daemon moves once detached (a buffered file would
+    keep what it read ahead on the old one)."""
+
+    def __init__(self, fd):
+        self.fd, self.buf = fd, b""
+
+    def readline(self):
+        while b"\n" not in self.buf:
+            got = os.read(self.fd, 1 << 16)
+            if not got:
+                break
+            self.buf += got
+        line, nl, self.buf = self.buf.partition(b"\n")
+        return line + nl
+
+
+def node_tags(run_id, node):
+    """What every process of the node's job carries in its environment."""
+    return {"DDPTUI_RUN_ID": run_id, "DDPTUI_NODE": str(node)}
 
 
 def code_dir():
@@ -148,7 +190,7 @@ class Daemon:
         self.spec, self.dir = spec, ndir
         self.node, self.nnodes = spec["node"], len(spec["names"])
         self.name = spec["names"][self.node]
-        self.tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(self.node)}
+        self.tags = node_tags(spec["run_id"], self.node)
         self.grace = spec["grace"]
         self.link_timeout = spec["link_timeout"]
         self.beat = beat_interval(self.link_timeout)
@@ -169,6 +211,8 @@ class Daemon:
         self.children = threading.Condition()  # the reaper's: exit codes by pid
         self.reaped = collections.OrderedDict()
         self.spare = {os.getpid()}  # never ours to stop (the guardian is added here)
+        self.subreaper = False  # orphans of the job come to this daemon (boot)
+        self.guard = (0, -1)  # the guardian's pid and pipe (boot)
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
@@ -197,10 +241,8 @@ class Daemon:
 
     def serve(self, server, ready):
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
-        procs.become_subreaper()
         spec = self.spec
-        box = spec["container"]
-        pid, self.guardian_pipe = guardian(self.tags, self.grace, box and box["runtime"])
+        pid, self.guardian_pipe = self.guard
         self.spare.add(pid)
         if self.node == 0:
             self.hub = hubs.Hub(
@@ -625,7 +667,12 @@ class Daemon:
         for pid in list(self.notifier.running if self.notifier else ()):
             spare.add(pid)  # a notify command under way is not the job's
             spare.update(procs.descendants(pid))
-        return procs.job_pids(os.getpid(), self.tags, spare=spare)
+        return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare=spare)
+
+    def _tagged(self):
+        """Whether the job's processes are found by their tags, not as this daemon's tree: what
+        left the tree (a container's processes), or any where it could not adopt orphans."""
+        return bool(self.spec["container"]) or not self.subreaper
 
     def _watch_lease(self):
         while not self.closing:
@@ -725,7 +772,9 @@ class Daemon:
             self.note(t=protocol.RANKS, ranks=ranks, world=world)
 
         learn = report if self.spec["learn_ranks"] else None
-        by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn)
+        tree = None if self._tagged() else os.getpid()  # the job's tree holds every rank
+        by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn,
+                                   tree)  # fmt: skip
         if by_pid:  # until the job ends, or is told to stop: what follows a stop is ours
             att.died = procs.first_end(by_pid, lambda: att.done.is_set() or att.stopped.is_set(),
                                        self._reaped)  # fmt: skip

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -28,25 +29,32 @@ from . import procs, protocol, state
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
 DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import daemon;daemon.boot()"
-# ((code_dir, run_id), process): supervisors' interpreters started ahead of their node (warm)
-_warm: list[tuple[tuple[str, str], subprocess.Popen[bytes]]] = []
+# ((code_dir, run_id), process, early spec or None): supervisors started ahead of their node
+_warm: list[tuple[tuple[str, str], subprocess.Popen[bytes], dict[str, object] | None]] = []
 
 
-def warm(code_dir, run_id):
-    """Start a supervisor's interpreter while the launch's checks run (the probe asks for it):
-    the start then only hands it its node. An interpreter and its imports are most of a start's
-    CPU, paid here while the host waits on its peers' checks. It leaves, unused, with the agent
-    (its stdin ends). One waits at most: a dashboard's launch that failed its checks leaves its
-    own to the next launch, which ends it."""
+def warm(code_dir, run_id, early=None):
+    """Start a supervisor while the launch's checks run (the probe asks for it): the start then
+    only hands it its node. An interpreter and its imports are most of a start's CPU, paid here
+    while the host waits on its peers' checks. Given its node's early spec (protocol.EARLY), it
+    goes on and prepares the node (remote/host/daemon.py: boot), all but the job. It leaves,
+    unused and leaving nothing, with the agent (its stdin ends). One waits at most: a
+    dashboard's launch that failed its checks leaves its own to the next launch, which ends it."""
     key = (code_dir, run_id)
-    for i, (held, proc) in reversed(list(enumerate(_warm))):
-        if held == key and proc.poll() is None:
+    for i, (held, proc, said) in reversed(list(enumerate(_warm))):
+        if held == key and _alive(proc, said) and said == early:
             return
         del _warm[i]
         _end(proc)
     proc = _boot(code_dir, run_id)
-    if not isinstance(proc, str):
-        _warm.append((key, proc))
+    if isinstance(proc, str):
+        return
+    if early is not None:
+        try:
+            _tell(proc, _node_dir(early), early)
+        except OSError:
+            return _end(proc)  # the start will say why, if it comes
+    _warm.append((key, proc, early))
 
 
 def _boot(code_dir, run_id):
@@ -65,16 +73,41 @@ def _boot(code_dir, run_id):
         return "cannot start the supervisor: {}".format(exc.strerror)
 
 
-def _take_warm(code_dir, run_id):
+def _node_dir(early):
+    """The node's private directory, made fresh: one already there is not ours to reuse."""
+    ndir = state.node_dir(early["run_id"], early["node"], early["attempt"])
+    state.private_dirs(os.path.dirname(ndir))
+    os.mkdir(ndir, 0o700)
+    return ndir
+
+
+def _tell(proc, ndir, early):
+    """The supervisor's node: its directory and its early spec; it prepares from there."""
+    proc.stdin.write(json.dumps(ndir).encode() + b"\n" + json.dumps(early).encode() + b"\n")
+    proc.stdin.flush()
+
+
+def _alive(proc, early):
+    """A plain warm one lives while its process does; a prepared one (its first process gone,
+    its daemon waiting) while it has said nothing (an error, or its end)."""
+    if early is None:
+        return proc.poll() is None
+    return not select.select([proc.stdout], [], [], 0)[0]
+
+
+def _take_warm(code_dir, early):
+    """The one waiting for this node (prepared for it, or for none); another ends."""
     while _warm:
-        key, proc = _warm.pop()
-        if key == (code_dir, run_id) and proc.poll() is None:
-            return proc
-        _end(proc)  # another run's (its checks failed), or it died
-    return None
+        key, proc, said = _warm.pop()
+        if key == (code_dir, early["run_id"]) and _alive(proc, said) and said in (None, early):
+            return proc, said is not None
+        _end(proc)  # another run's or node's (its checks failed), or it died
+    return None, False
 
 
 def _end(proc):
+    with contextlib.suppress(OSError):
+        proc.stdin.close()  # a prepared daemon hears that no go comes, and leaves
     proc.kill()
     proc.wait()
 
@@ -88,17 +121,10 @@ def start(ch, req, code_dir, sources):
         spec = protocol.spec(spec)
     except protocol.SpecError as exc:
         return _error(ch, "this host's ddptui does not understand the launcher's: {}".format(exc))
-    ndir = state.node_dir(spec["run_id"], spec["node"], spec["attempt"])
-    try:
-        state.private_dirs(os.path.dirname(ndir))
-        os.mkdir(ndir, 0o700)  # fresh: a directory already there is not ours to reuse
-    except OSError as exc:
-        return _error(ch, "cannot make {}: {}".format(ndir, exc))
-    state.prune()
-    why = _spawn(ndir, spec, code_dir or _keep_code(ndir, sources))
+    why = _spawn(spec, code_dir, sources)
     if why:
         return _error(ch, why)
-    relay(ch, ndir)
+    relay(ch, state.node_dir(spec["run_id"], spec["node"], spec["attempt"]))
 
 
 def _error(ch, msg):
@@ -116,15 +142,28 @@ def _keep_code(ndir, sources):
     return path
 
 
-def _spawn(ndir, spec, code_dir):
-    """Start the supervisor (a warm one if there is one); None once it says it is up, else why
-    not. It is told its node's directory on a line, then the spec."""
-    proc = _take_warm(code_dir, spec["run_id"]) or _boot(code_dir, spec["run_id"])
-    if isinstance(proc, str):
-        return proc
-    said = json.dumps(ndir).encode() + b"\n" + json.dumps(spec).encode()
+def _spawn(spec, code_dir, sources):
+    """Start the node's supervisor (the one prepared for it, a warm one, or a fresh one); None
+    once it says it is up, else why not. The go is the whole spec, on a line."""
+    early = protocol.early(spec)
+    proc, prepared = _take_warm(code_dir, early) if code_dir else (None, False)
+    if not prepared:
+        try:
+            ndir = _node_dir(early)
+        except OSError as exc:
+            if proc is not None:
+                _end(proc)
+            return "cannot make the node's directory: {}".format(exc)
+        proc = proc or _boot(code_dir or _keep_code(ndir, sources), spec["run_id"])
+        if isinstance(proc, str):
+            return proc
+        try:
+            _tell(proc, ndir, early)
+        except OSError as exc:
+            _end(proc)
+            return "cannot start the supervisor: {}".format(exc)
     try:  # it says "ok" (or why not) and lets go of its stdout; its parent leaves at once
-        said, _ = proc.communicate(said, timeout=START_TIMEOUT)
+        said, _ = proc.communicate(json.dumps(spec).encode() + b"\n", timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
         proc.kill()
         return "the supervisor did not start within {:g} s".format(START_TIMEOUT)

@@ -23,14 +23,25 @@ SYS_PIDFD_OPEN = 434  # the same number on every architecture (Linux >= 5.3)
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def become_subreaper():
-    try:
+_LIBC: list[object] = []  # the loaded library, once
+
+
+def libc():
+    """The C library through ctypes, loaded once (a warm supervisor loads it ahead of its node:
+    the import and the load are a few ms of every host's start)."""
+    if not _LIBC:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
+def become_subreaper():
+    """Whether this process now adopts its orphaned descendants (then its tree holds them all)."""
+    try:
+        return libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
     except (OSError, AttributeError):
-        pass  # not Linux: the checks refuse such hosts
+        return False  # not Linux: the checks refuse such hosts
 
 
 def all_pids():
@@ -77,13 +88,14 @@ def environ(pid):
     return dict(item.split("=", 1) for item in data.split("\0") if "=" in item)
 
 
-def tagged_pids(tags):
+def tagged_pids(tags, among=None):
     """Live processes whose environment carries every tag (zombies have an empty environ).
-    Every process on the host is read: byte searches, no parsing (a big host has thousands)."""
+    Every process on the host is read (byte searches, no parsing: a big host has thousands),
+    or those `among`."""
     want = [f"\0{k}={v}\0".encode() for k, v in tags.items()]
     me = os.getpid()
     found = []
-    for pid in all_pids():
+    for pid in all_pids() if among is None else among:
         if pid == me:
             continue
         try:
@@ -145,8 +157,10 @@ def _descendants_by_scan(root):
 
 
 def job_pids(root, tags, spare=()):
-    """Everything of the job: root's descendants and every tagged process, less `spare`."""
-    pids = set(tagged_pids(tags))
+    """Everything of the job: root's descendants and every tagged process, less `spare`.
+    No tags: the descendants alone (root is a subreaper: no orphan of the job escapes its tree,
+    and a scan of every process on a big host is its cost)."""
+    pids = set(tagged_pids(tags) if tags else ())
     if root is not None:
         pids.update(descendants(root))
     pids.difference_update(spare)
@@ -278,15 +292,17 @@ def ranks_here(root, tags, node, nnodes):
     return sorted(by_pid.values()), world
 
 
-def watch_ranks(root, tags, node, nnodes, ended, report=None):
+def watch_ranks(root, tags, node, nnodes, ended, report=None, tree=None):
     """The rank processes here, {pid: global rank}, once they hold still over two scans
     ({} if the job ended first); report(ranks, world) is told them, for styles where only
     the run reveals them (c10d, spawn, Lightning). A few cheap scans of /proc, further apart
-    each time; none after the answer or once the job has ended.
+    each time; none after the answer or once the job has ended. tree: a subreaper above the
+    job, whose descendants are all of it: only those are read, not every process.
     """
     last, delay = ({}, None), 0.5
     while not ended.wait(delay):
-        found = ranks_by_pid(tags, node, nnodes, root)
+        among = None if tree is None else tagged_pids(tags, descendants(tree))
+        found = ranks_by_pid(tags, node, nnodes, root, among)
         if found[0] and found == last:
             break
         last, delay = found, min(delay * 1.5, 5.0)
@@ -343,10 +359,7 @@ def pidfd(pid):
     try:
         if hasattr(os, "pidfd_open"):  # python >= 3.9
             return os.pidfd_open(pid)
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = libc.syscall(SYS_PIDFD_OPEN, pid, 0)
+        fd = libc().syscall(SYS_PIDFD_OPEN, pid, 0)
         return fd if fd >= 0 else None
     except (OSError, AttributeError):
         return None

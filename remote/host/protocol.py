@@ -148,6 +148,15 @@ SPEC_DEFAULTS = {
 }
 
 
+# What a node's supervisor needs before its job: known before the checks end, so a launch's
+# supervisors are prepared while the other hosts are still checked (remote/host/nodes.py: warm).
+EARLY = ("run_id", "node", "attempt", "grace", "container")
+
+
+def early(spec: dict[str, Any]) -> dict[str, Any]:
+    return {key: spec[key] for key in EARLY}
+
+
 class SpecError(ValueError):
     pass
 

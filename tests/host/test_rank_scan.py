@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from remote.host import procs
 from remote.host.procs import first_end, ranks_by_pid, ranks_here, watch_ranks
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -86,6 +87,18 @@ def test_the_first_rank_to_end_is_named_with_how(
     got = first_end(by_pid, lambda: False, lambda pid: None)
     assert got is not None and got[:2] == (3, -signal.SIGKILL)
     assert first_end({workers[2].pid: 2}, lambda: True, lambda pid: None) is None  # over
+
+
+def test_ranks_found_in_a_tree_read_only_that_tree(
+    start: Callable[..., Any], tags: dict[str, str]
+) -> None:
+    """A supervisor (a subreaper) reads its own descendants, not every process on the host."""
+    agent = start()
+    for rank in (5, 4):
+        start(TORCHELASTIC_RUN_ID="r", RANK=str(rank), WORLD_SIZE="6", LOCAL_RANK=str(rank - 4))
+    found = watch_ranks(agent.pid, tags, 2, 3, threading.Event(), tree=os.getpid())
+    assert sorted(found.values()) == [4, 5]
+    assert ranks_by_pid(tags, 2, 3, agent.pid, procs.tagged_pids(tags, [agent.pid]))[0] == {}
 
 
 def test_lightning_children_give_the_node_ranks(

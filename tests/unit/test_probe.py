@@ -264,3 +264,17 @@ def test_check_events_survive_json() -> None:
         HostChecked("node1", 1, {"reachable": False}),
     ):
         assert events.from_json(event.to_json()) == event
+
+
+def test_a_prepared_node_is_the_one_its_start_asks_for(tmp_path: Path) -> None:
+    """The early spec a probe carries (a supervisor prepared meanwhile) is the start's own: else
+    every host would boot a fresh one at the start."""
+    from remote.host import protocol
+
+    run = Run(local_inventory(tmp_path), lambda e: None)
+    for k, node in enumerate(run.plan(run.nprocs()).nodes):
+        assert run.preflight.early(k) == protocol.early(run.spec(node))
+    assert (
+        probe.spec(run.inv.job, "10.0.0.1", None, True, warm=run.preflight.early(1))["warm"]["node"]
+        == 1
+    )
