@@ -96,11 +96,14 @@ def _alive(proc, early):
 
 
 def _take_warm(code_dir, early):
-    """The one waiting for this node (prepared for it, or for none); another ends."""
+    """The one waiting for this node (prepared for it, or for none); another ends. One
+    prepared for it is taken even if it failed there: its words say why (the start's answer)."""
     while _warm:
         key, proc, said = _warm.pop()
-        if key == (code_dir, early["run_id"]) and _alive(proc, said) and said in (None, early):
-            return proc, said is not None
+        if key == (code_dir, early["run_id"]) and said == early:
+            return proc, True
+        if key == (code_dir, early["run_id"]) and said is None and _alive(proc, said):
+            return proc, False
         _end(proc)  # another run's or node's (its checks failed), or it died
     return None, False
 
