@@ -382,7 +382,7 @@ class Hub:
                 )
                 self._lose(silent, why, 0, why)
                 continue
-            for node in silent:
+            for node in filter(self._heard_others_after, silent):
                 why = (
                     f"node {node} ({self.names[node]}) lost: its supervisor was not heard "
                     f"from for {self.link_timeout:g} s"
@@ -392,11 +392,28 @@ class Hub:
     def _alone(self, now):
         """Every peer that joined is silent, and so is the launcher, or more than one peer:
         node 0's own network, not each of theirs (one silent peer of two cannot tell)."""
-        peers = [k for k in self.joined if k not in self.lost]
+        with self.cond:
+            peers = [k for k in self.joined if k not in self.lost]
         if not peers or any(now - self.heard[k] <= self.link_timeout for k in peers):
             return False
         heard = self.launcher()
         return len(peers) > 1 or (heard is not None and now - heard > self.link_timeout)
+
+    def _heard_others_after(self, node):
+        """Whether node 0 heard another peer or the launcher well after `node` fell silent: its
+        own network was up, so the silence is node's. Heartbeats come a beat apart and late
+        under load, so a cut of node 0 leaves its peers' last words up to a beat or so apart;
+        until half a link_timeout separates them, wait: the others may fall silent too, and
+        node 0 is the one cut off. A peer that never joined, or no one else to hear: node is
+        lost (node 0 cannot tell)."""
+        with self.cond:
+            if node not in self.joined:
+                return True
+            others = [self.heard[k] for k in self.joined if k != node and k not in self.lost]
+        launcher = self.launcher()
+        if launcher is not None:
+            others.append(launcher)
+        return not others or max(others) > self.heard[node] + self.link_timeout / 2
 
     def _lose(self, nodes, why, culprit, short):
         """Nodes lost this attempt, for `culprit`'s sake (a peer, or node 0 cut off); `short`

@@ -357,6 +357,34 @@ def test_a_hub_that_hears_from_no_peer_says_it_is_the_one_cut_off() -> None:
     assert hubmod.next_step(out, 0, 3, 3) == ("failed", "the run's hub was cut off: no restart")
 
 
+def test_peers_falling_silent_a_little_apart_still_say_the_hub_was_cut() -> None:
+    """A cut of node 0 leaves its peers' last heartbeats apart by a beat or so (more under
+    load): the first to fall silent is not blamed while the other may yet fall silent too."""
+    h, stops = hub(3, timeout=1.0)
+    links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    joined(h, *links)
+    links[0]._over("cut off")
+    time.sleep(0.3)  # under half a link_timeout: the hub cannot tell yet
+    links[1]._over("cut off")
+    assert stops.event.wait(3)
+    assert stops.said[0][1] == 0 and "heard from no peer" in stops.said[0][0]
+
+
+def test_a_silent_peer_beside_one_still_heard_is_lost_at_its_timeout() -> None:
+    h, stops = hub(3, timeout=1.0)
+    links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    joined(h, *links)
+    t0 = time.monotonic()
+    links[0]._over("cut off")
+    assert stops.event.wait(3)
+    assert stops.said[0][1] == 1 and stops.said[0][0].startswith("node 1 (node1) lost")
+    assert time.monotonic() - t0 < 1.0 + 0.5  # no wait: node2 was heard all along
+
+
 @pytest.mark.parametrize("launcher_heard", [True, False])
 def test_one_silent_peer_of_one_is_told_apart_by_the_launcher(launcher_heard: bool) -> None:
     """With one peer, its silence alone cannot say whose network went: the launcher node 0
