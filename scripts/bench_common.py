@@ -176,6 +176,7 @@ class Timed:
     err: Path
     first_at: float | None  # seconds from start to the first chunk holding `marker`
     last_at: float | None  # ... and to the last one
+    busy: float = 0.0  # CPU seconds the whole machine spent meanwhile (test hosts' sshd too)
 
 
 def timed(
@@ -190,6 +191,7 @@ def timed(
 ) -> Timed:
     """Run argv with stdout read through a pipe (kept in `out`); time it and its CPU."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    busy0 = machine_busy()
     t0 = time.monotonic()
     first_at = last_at = None
     with open(out, "wb") as keep, open(err, "wb") as errf:
@@ -206,7 +208,14 @@ def timed(
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Timed(wall, cpu, code, out, err, first_at, last_at)
+    return Timed(wall, cpu, code, out, err, first_at, last_at, machine_busy() - busy0)
+
+
+def machine_busy() -> float:
+    """CPU seconds this machine has spent busy since boot, every process counted (/proc/stat:
+    all but idle and iowait)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def load() -> str:

@@ -24,6 +24,8 @@ on a busy network home does (design.md §10). pdsh runs with -f 32, its default 
   host table and the views list, `/` searches, view switches).
 
 Variants alternate, rotating which goes first; prints medians and the ratios ddptui / pdsh.
+Each run's machine CPU is every process's (/proc/stat), the test hosts' sshd and jobs included:
+where all the hosts share a few cores, both sides are CPU-bound and this is what decides.
 """
 
 from __future__ import annotations
@@ -145,12 +147,13 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
             ours, theirs = (median([t.wall for t in ts]) for ts in times.values())
             print(
                 table(
-                    ["", "median wall (s)", "CPU (s)", "runs"],
+                    ["", "median wall (s)", "CPU (s)", "machine CPU (s)", "runs"],
                     [
                         [
                             name,
                             f"{median([t.wall for t in ts]):.2f}",
                             f"{median([t.cpu for t in ts]):.2f}",
+                            f"{median([t.busy for t in ts]):.2f}",
                             " ".join(f"{t.wall:.2f}" for t in ts),
                         ]
                         for name, ts in times.items()
@@ -270,7 +273,10 @@ def measure(
                 print(f"bench: {name} failed (exit {res.code}):\n{tail(res.err)}\n{tail(res.out)}")
                 return None
             times[name].append(res)
-            print(f"  rep {rep + 1}: {name:<13} {res.wall:6.2f} s wall, {res.cpu:6.2f} s CPU")
+            print(
+                f"  rep {rep + 1}: {name:<13} {res.wall:6.2f} s wall, {res.cpu:6.2f} s CPU, "
+                f"machine {res.busy:6.2f} s"
+            )
     return times
 
 
