@@ -506,9 +506,10 @@ def leftovers(runtime):
 
 
 # The image's python, torch, CUDA and NCCL, and /dev/shm. torch/version.py tells a CPU build
-# without the import (seconds of CPU); a CUDA build is imported for its GPUs and NCCL.
+# without the import (seconds of CPU), read as the probe reads it (VERSION_LINE); a CUDA build
+# is imported for its GPUs and NCCL.
 DRY_RUN = r"""
-import importlib.util, json, os, sys
+import importlib.util, json, os, re, sys
 f = {"python": "%d.%d.%d" % sys.version_info[:3], "uid": os.getuid()}
 try:
     s = os.statvfs("/dev/shm")
@@ -519,9 +520,11 @@ try:
     found = importlib.util.find_spec("torch")
     if found is None or not found.origin:
         raise ImportError("torch is not installed")
-    v = {}
     with open(os.path.join(os.path.dirname(found.origin), "version.py")) as vf:
-        exec(vf.read(), v)
+        v = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
+             for m in re.finditer(VERSION_LINE, vf.read(), re.M)}
+    if not v.get("__version__"):
+        raise ValueError("no __version__ in torch/version.py")
     f["torch"], f["cuda"] = v.get("__version__"), v.get("cuda")
     if f["cuda"]:
         import torch
@@ -543,7 +546,10 @@ def dry_run(spec, run_id, node, workdir, shim_source, env, host, timeout=DRY_RUN
     try:
         with open(os.path.join(private, SHIM), "w") as f:
             f.write(shim_source)
-        argv = [spec.get("python") or "python3", "-c", "MARK = {!r}\n{}".format(MARK, DRY_RUN)]
+        from .probe import VERSION_LINE  # the agent's probe runs us: imported already
+
+        script = "MARK = {!r}\nVERSION_LINE = {!r}\n{}".format(MARK, VERSION_LINE, DRY_RUN)
+        argv = [spec.get("python") or "python3", "-c", script]
         cmd, environ = command(
             spec, argv, env, run_id, node, workdir, private, host=host, suffix="-check"
         )

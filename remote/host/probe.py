@@ -103,16 +103,34 @@ def torch_info(has_smi: bool) -> dict[str, Any]:
         "nccl": None,
     }
     try:
-        version: dict[str, Any] = {}
         with open(os.path.join(where, "version.py"), encoding="utf-8") as f:
-            exec(compile(f.read(), "torch/version.py", "exec"), version)
-    except Exception:  # an odd install: ask torch itself
+            version = version_file(f.read())
+    except (OSError, ValueError):  # an odd install: ask torch itself
         _import_torch(info)
         return info
     info["version"], info["cuda"] = version.get("__version__"), version.get("cuda")
     if info["cuda"] and has_smi:  # only a CUDA build on a GPU host can use a GPU
         _import_torch(info)
     return info
+
+
+# torch/version.py's assignments, read, not run: running it imports typing, milliseconds of
+# CPU on every host. A string or None, annotated or not (`cuda: Optional[str] = '12.4'`).
+VERSION_LINE = (
+    r"""^(__version__|cuda)[ \t]*(?::[^=\n]*)?=[ \t]*(?:'([^'\n]*)'|"([^"\n]*)"|None)[ \t]*$"""
+)
+
+
+def version_file(text: str) -> dict[str, str | None]:
+    """__version__ and cuda of a torch/version.py; ValueError without __version__."""
+    import re  # the agent has it already (json's)
+
+    found: dict[str, str | None] = {}
+    for m in re.finditer(VERSION_LINE, text, re.M):
+        found[m.group(1)] = m.group(2) if m.group(2) is not None else m.group(3)
+    if not found.get("__version__"):
+        raise ValueError("no __version__ in torch/version.py")
+    return found
 
 
 def find_torch() -> Any:

@@ -21,6 +21,7 @@ from probetools import message as _message
 
 from remote import events, inventory, probe
 from remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
+from remote.host import probe as host_probe
 from remote.run import Run
 from remote.run import check as run_checks
 from remote.transport import HostError, LocalTransport
@@ -278,3 +279,23 @@ def test_a_prepared_node_is_the_one_its_start_asks_for(tmp_path: Path) -> None:
         probe.spec(run.inv.job, "10.0.0.1", None, True, warm=run.preflight.early(1))["warm"]["node"]
         == 1
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (  # 2.x: annotated, after `from typing import Optional` (which is never run)
+            "from typing import Optional\n__version__ = '2.4.0+cu121'\ndebug = False\n"
+            "cuda: Optional[str] = '12.1'\nhip: Optional[str] = None\n",
+            {"__version__": "2.4.0+cu121", "cuda": "12.1"},
+        ),
+        ('__version__ = "1.13.1+cpu"\ncuda = None\n', {"__version__": "1.13.1+cpu", "cuda": None}),
+    ],
+)
+def test_torch_version_file_is_read_not_run(text: str, want: dict[str, str | None]) -> None:
+    assert host_probe.version_file(text) == want
+
+
+def test_a_version_file_without_a_version_is_an_odd_install() -> None:
+    with pytest.raises(ValueError):
+        host_probe.version_file("import torch\n__version__ = torch.version()\n")
