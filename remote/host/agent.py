@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from . import protocol, wire
+from . import protocol, spare, wire
 
 READ = 1 << 18
 INBOX = 64  # frames waiting for an op; more, and the reader waits (the launcher slows down)
@@ -265,4 +265,6 @@ class Agent:
 
 
 def main(code_dir, sources, missing):
+    if code_dir:  # from memory, a supervisor needs its code written out: a fresh one, then
+        spare.fork(code_dir)  # before any thread
     Agent(code_dir, sources, missing).run()

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 
-from . import procs, protocol, state
+from . import procs, protocol, spare, state
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
 DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import daemon;daemon.boot()"
@@ -60,12 +60,17 @@ def warm(code_dir, run_id, early=None):
 def _boot(code_dir, run_id):
     """A supervisor's interpreter, waiting on its stdin for its node (remote/host/daemon.py:
     boot); or why it could not start. The run's id is in its command line for `ps` (and for
-    whoever looks for a run's supervisors); the boot reads its node from stdin alone."""
+    whoever looks for a run's supervisors); the boot reads its node from stdin alone. The
+    agent's spare (remote/host/spare.py) where it has one, else a fresh interpreter."""
+    # -S: the supervisor needs the standard library and its own code only; a host's site
+    # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
+    argv = [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir, run_id]
+    proc = spare.take(argv, code_dir)
+    if proc is not None:
+        return proc
     try:
-        # -S: the supervisor needs the standard library and its own code only; a host's site
-        # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
         return subprocess.Popen(
-            [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir, run_id],
+            argv,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
             close_fds=True,
         )  # fmt: skip
