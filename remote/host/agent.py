@@ -140,6 +140,11 @@ def _probe(agent, ch, req):
     ch.answer(_mod("probe").facts(req, agent.missing))
 
 
+# What a launch asks of an agent before its start (its checks' probe carries `warm`): the spare
+# supervisor waits through these (remote/host/spare.py), and any other op ends it.
+LAUNCH_OPS = {protocol.SYNC_PLAN, protocol.SYNC_PUT, protocol.COUNT, protocol.PORT,
+              protocol.MONITOR, protocol.START}  # fmt: skip
+
 OPS = {
     protocol.PROBE: _probe,
     protocol.COUNT: _answer(lambda req: _mod("probe").visible_gpus()),
@@ -234,6 +239,9 @@ class Agent:
         threading.Thread(target=self._serve, args=(op, ch, req), daemon=True).start()
 
     def _serve(self, op, ch, req):
+        kind = req.get("op")
+        if kind not in LAUNCH_OPS and not (kind == protocol.PROBE and req.get("warm")):
+            spare.discard()  # no launch follows here: nothing of ours idles on the host
         try:
             if op is None:
                 ch.answer({"error": "unknown op {!r}".format(req.get("op"))})

@@ -3,13 +3,16 @@
 A fresh interpreter costs a supervisor ~30 ms of CPU on every host; a fork of the agent, which
 has imported most of what the supervisor needs, ~10 ms. A fork must come before any thread (a
 lock a thread held would stay held in the child), so the agent makes one spare as it starts.
-It waits, having cost a fork, for the command line the agent hands it; when the agent leaves
-first (a check or a stop wants no supervisor), so does it. A second supervisor of the same
-agent (a dashboard's next launch) is a fresh interpreter, as before.
+It waits, having cost a fork, for the command line the agent hands it. The first op that no
+launch sends before its start (a plain check, the dashboard's, an attach, a stop) ends it: no
+process of ours idles beside an agent; nor does it outlive its agent (its stdin ends). A
+second supervisor of the same agent (a dashboard's launch) is a fresh interpreter, as before.
 
 To nodes.py the spare is what a `subprocess.Popen` would be: args, pid, stdin, stdout,
-returncode, poll, kill, wait and communicate. Once taken, its command line (/proc/PID/cmdline,
-what `ps` shows) is the one a fresh supervisor has: the run's id is in it.
+returncode, poll, kill, wait and communicate. Its command line (/proc/PID/cmdline, what `ps`
+shows) is its own: while it waits, `python ddptui-spare agent PID`, never the agent's (one
+agent a host is what a login costs, and what is counted); once taken, the one a fresh
+supervisor has, the run's id in it.
 """
 
 import contextlib
@@ -18,9 +21,11 @@ import os
 import select
 import signal
 import sys
+import threading
 import time
 
 _spare = None  # the one waiting, until taken
+_lock = threading.Lock()  # the agent's op threads take it or end it
 
 
 def fork(code_dir):
@@ -28,25 +33,31 @@ def fork(code_dir):
     global _spare
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
+    r_named, w_named = os.pipe()
     for f in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
         with contextlib.suppress(OSError, ValueError):
             f.flush()
+    agent = os.getpid()
     pid = os.fork()
     if pid == 0:
         try:
+            _retitle([sys.executable, "ddptui-spare", "agent", str(agent)])
+            os.close(w_named)  # named: no one counting the host's agents counts this one
             _wait_then_boot(r_in, w_out)
         finally:
             os._exit(1)  # never back into the agent's code
-    os.close(r_in)
-    os.close(w_out)
+    for fd in (r_in, w_out, w_named):
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.read(r_named, 1)  # its end: renamed (or dead)
+    os.close(r_named)
     _spare = Spare(pid, w_in, r_out, code_dir)
 
 
 def take(argv, code_dir):
     """The spare as the supervisor `argv` would start, or None (taken already, dead, or the
     code is not the agent's own)."""
-    global _spare
-    spare, _spare = _spare, None
+    spare = _pop()
     if spare is None or spare.code_dir != code_dir or spare.poll() is not None:
         if spare is not None:
             spare.end()
@@ -58,6 +69,20 @@ def take(argv, code_dir):
         spare.end()
         return None
     spare.args = argv
+    return spare
+
+
+def discard():
+    """No launch follows: the spare leaves (its stdin ends) and is reaped."""
+    spare = _pop()
+    if spare is not None:
+        spare.end()
+
+
+def _pop():
+    global _spare
+    with _lock:
+        spare, _spare = _spare, None
     return spare
 
 

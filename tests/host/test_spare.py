@@ -14,7 +14,7 @@ import pytest
 
 from remote import shipper
 from remote.agent import Agent
-from remote.host import nodes, procs, state
+from remote.host import nodes, procs, protocol, state
 from remote.inventory import Host
 from remote.transport import LocalTransport
 
@@ -81,15 +81,33 @@ def test_a_taken_spare_is_the_supervisor_and_ps_names_its_run(code: str) -> None
         time.sleep(0.05)
 
 
-async def test_an_unused_spare_leaves_with_its_agent(code: str) -> None:
+async def started() -> Agent:
     host = Host(0, "localhost", "node0", "local", None, None, None, None, sys.executable, None,
                 {}, None)  # fmt: skip
     agent = Agent(LocalTransport(host))
     await agent.start()
     assert agent.hello is not None and agent.hello.code == "kept"
+    return agent
+
+
+async def test_an_op_no_launch_sends_ends_the_spare(code: str) -> None:
+    """A check, the dashboard, an attach or a stop: nothing of ours idles beside the agent."""
+    agent = await started()
+    try:
+        assert agent.hello is not None and len(children(agent.hello.pid)) == 1
+        assert (await agent.request(protocol.STATUS, {"nodes": []}))["runs"] == {}
+        assert children(agent.hello.pid) == []  # gone, and reaped
+    finally:
+        await agent.close()
+
+
+async def test_an_unused_spare_is_no_agent_in_ps_and_leaves_with_its_agent(code: str) -> None:
+    agent = await started()
+    assert agent.hello is not None
     (spare,) = children(agent.hello.pid)
-    cmdline = Path(f"/proc/{agent.hello.pid}/cmdline").read_bytes()
-    assert Path(f"/proc/{spare}/cmdline").read_bytes() == cmdline  # untaken: the agent's own
+    argv = Path(f"/proc/{spare}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    assert argv == [sys.executable.encode(), b"ddptui-spare", b"agent", b"%d" % agent.hello.pid]
+    assert b"from ddph import agent" in Path(f"/proc/{agent.hello.pid}/cmdline").read_bytes()
     await agent.close()
     deadline = time.monotonic() + 10
     while Path(f"/proc/{spare}").exists() and (procs.stat(spare) or ("Z",))[0] != "Z":
