@@ -115,8 +115,8 @@ def _wait_then_boot(r_in, w_out):
 
 def _retitle(argv):
     """/proc/self/cmdline is read from our memory between arg_start and arg_end (fields 48 and
-    49 of /proc/self/stat): `argv` written there, NUL-padded, is what `ps` shows. Where it does
-    not fit, the agent's command line stays."""
+    49 of /proc/self/stat): `argv` written there through /proc/self/mem, NUL-padded, is what
+    `ps` shows. Where it does not fit, the agent's command line stays."""
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
@@ -124,10 +124,12 @@ def _retitle(argv):
         title = b"\0".join(a.encode() for a in argv) + b"\0"
         if len(title) > end - start:
             return
-        import ctypes
-
-        ctypes.memmove(start, title.ljust(end - start, b"\0"), end - start)
-    except (OSError, ValueError, IndexError, ImportError):
+        fd = os.open("/proc/self/mem", os.O_WRONLY)
+        try:
+            os.pwrite(fd, title.ljust(end - start, b"\0"), start)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError, IndexError):
         return
 
 
