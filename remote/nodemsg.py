@@ -165,17 +165,23 @@ def _ints(values: Any) -> tuple[int, ...]:
 def _died(value: Any) -> RankEnd | None:
     if value is None:
         return None
-    return RankEnd(_int(value["rank"]), _opt_int(value.get("code")), _seconds(value["at"]))
+    return RankEnd(_int(value["rank"]), _opt_int(value.get("code")), _epoch(value["at"]))
 
 
 def _attempt(m: dict[str, Any]) -> int:
     return _int(m.get("attempt", 0))
 
 
-def _seconds(value: Any) -> float:
+def _seconds(value: Any, most: float = 1e9) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
         raise TypeError(f"{value!r} is not a number of seconds")
-    return float(min(value, 1e9))
+    return float(min(value, most))
+
+
+def _epoch(value: Any) -> float:
+    """A host's time.time(): bounded, but far past today (1e9 s was 2001: every rank's death
+    would have been the same instant, and the first failure a matter of list order)."""
+    return _seconds(value, 1e11)
 
 
 _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {

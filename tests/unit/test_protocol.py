@@ -75,6 +75,10 @@ def test_every_op_is_served() -> None:
             {"t": "exit", "code": 1, "died": {"rank": 3, "code": -9, "at": 12.5}},
             nodemsg.Exit(1, False, None, None, None, (), 0, nodemsg.RankEnd(3, -9, 12.5)),
         ),
+        (  # a death's time is the host's time.time(): today's, not capped to 2001
+            {"t": "exit", "code": 1, "died": {"rank": 3, "code": 1, "at": 1795000000.25}},
+            nodemsg.Exit(1, False, None, None, None, (), 0, nodemsg.RankEnd(3, 1, 1795000000.25)),
+        ),
         ({"t": "hub-port", "port": 29400}, nodemsg.HubPort(29400)),
         (
             {"t": "restart", "attempt": 1, "of": 3, "after": "rank 3 failed on node1",
