@@ -305,7 +305,7 @@ def watch_ranks(root, tags, node, nnodes, ended, report=None, tree=None):
         found = ranks_by_pid(tags, node, nnodes, root, among)
         if found[0] and found == last:
             break
-        last, delay = found, min(delay * 1.5, 5.0)
+        last, delay = found, min(delay * 1.5, 1.0)  # a short job: its ranks seen before its end
     else:  # the job ended first (a short job on a busy host): report what was last seen
         found = last
     if found[0] and report is not None:
