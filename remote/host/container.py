@@ -521,8 +521,7 @@ try:
     if found is None or not found.origin:
         raise ImportError("torch is not installed")
     with open(os.path.join(os.path.dirname(found.origin), "version.py")) as vf:
-        v = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
-             for m in re.finditer(VERSION_LINE, vf.read(), re.M)}
+        v = {m.group(1): m.group(3) for m in re.finditer(VERSION_LINE, vf.read(), re.M)}
     if not v.get("__version__"):
         raise ValueError("no __version__ in torch/version.py")
     f["torch"], f["cuda"] = v.get("__version__"), v.get("cuda")
