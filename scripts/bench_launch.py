@@ -3,17 +3,18 @@ on quick logins and on login shells slowed by --login-delay seconds; then one ho
 shell takes --slow-host seconds, launched once with default settings. With --containers: the
 same launch with every node's job in a podman container, against the launch without.
 
-    .venv/bin/python scripts/bench_launch.py [--reps 3] [--hosts 4] [--nproc 1]
+    .venv/bin/python scripts/bench_launch.py [--reps 3] [--warmup 1] [--hosts 4] [--nproc 1]
                                              [--login-delay 4] [--slow-host 75] [--containers]
                                              [--testhosts PREFIX:SUBNET]
 
-Brings up ssh test hosts (prefix ddptb, 10.213.9.0/24; --testhosts picks another), then
-alternates the variants, rotating which goes first. The pdsh baseline is how DeepSpeed's pdsh
-runner starts a job: one pdsh over every host, `%n` (pdsh's rank of the host in the list) as the
-node rank, the environment exported inline. It runs exactly the torchrun command ddptui plans,
-with the same environment (the interface variables set to the hosts' eth0, which ddptui's
-supervisor resolves per host), its ranks on the console as a user runs it (`--tee 3`). Each run
-must end with every rank done.
+Brings up ssh test hosts (prefix ddptb, 10.213.9.0/24; --testhosts picks another), runs each
+variant --warmup times untimed (a fresh host's first launch reads torch, podman and the image
+from disk: seconds, once), then alternates the variants, rotating which goes first. The pdsh
+baseline is how DeepSpeed's pdsh runner starts a job: one pdsh over every host, `%n` (pdsh's
+rank of the host in the list) as the node rank, the environment exported inline. It runs
+exactly the torchrun command ddptui plans, with the same environment (the interface variables
+set to the hosts' eth0, which ddptui's supervisor resolves per host), its ranks on the console
+as a user runs it (`--tee 3`). Each run must end with every rank done.
 
 Targets (issue "One host agent"): ddptui with its checks / pdsh + torchrun <= 1.00 on quick
 logins; a login shell slowed by D seconds adds at most 1.5 D to ddptui's launch with checks;
@@ -65,6 +66,7 @@ CONTAINER_EXTRA_S = 1.5  # target: what containers add to a launch, at most
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3, help="runs of each variant (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     p.add_argument("--hosts", type=int, default=4)
     p.add_argument("--nproc", type=int, default=1, help="processes per host (default 1)")
     p.add_argument("--epochs", type=int, default=5)
@@ -129,7 +131,7 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> dict[str, lis
         flush=True,
     )
     run = 0
-    for rep in range(args.reps):
+    for rep in range(-args.warmup, args.reps):
         order = names[rep % len(names) :] + names[: rep % len(names)]
         for name in order:
             port = next_port()
@@ -140,11 +142,10 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> dict[str, lis
                 argv += ["--run-dir", str(work / f"run-{run}")]
             env = c.pdsh_env()
             res = timed(argv, work / f"out-{run}.txt", work / f"err-{run}.txt", env=env)
-            print(f"  rep {rep + 1} {name:<22} {res.wall:7.2f} s  exit {res.code}", flush=True)
-            if not every_rank_done(res, args):
-                print(f"bench: {name} failed (exit {res.code}):\n{tail(res.err)}")
+            if not counted(rep, name, res, args):
                 return None
-            times[name].append(res)
+            if rep >= 0:
+                times[name].append(res)
     return times
 
 
@@ -154,6 +155,16 @@ _port = iter(range(BASE_PORT, BASE_PORT + 1000))
 def next_port() -> int:
     """One port per run: a fresh rendezvous never meets the last one's sockets."""
     return next(_port)
+
+
+def counted(rep: int, name: str, res: Timed, args: argparse.Namespace) -> bool:
+    """Print one run (a warm-up's rep is negative: not counted); False when it failed."""
+    which = f"rep {rep + 1}" if rep >= 0 else "warm-up"
+    print(f"  {which:<7} {name:<22} {res.wall:7.2f} s  exit {res.code}", flush=True)
+    if every_rank_done(res, args):
+        return True
+    print(f"bench: {name} failed (exit {res.code}):\n{tail(res.err)}")
+    return False
 
 
 def every_rank_done(res: Timed, args: argparse.Namespace) -> bool:
@@ -226,18 +237,17 @@ def containers(args: argparse.Namespace) -> int:
 def in_turns(args: argparse.Namespace, c: TestCluster, work: Path) -> dict[str, list[float]] | None:
     """Each rep launches both ways back to back, the first of them alternating."""
     times: dict[str, list[float]] = {BARE: [], BOXED: []}
-    for rep in range(args.reps):
+    for rep in range(-args.warmup, args.reps):
         for name in (BARE, BOXED)[:: 1 if rep % 2 == 0 else -1]:
             run = f"{rep}-{'boxed' if name == BOXED else 'bare'}"
             inv = inventory_for(c, work / f"inv-{run}.yaml", args, next_port(), name == BOXED)
             argv = [*ddptui_command(), "--headless", "launch", "-i", str(inv)]
             argv += ["--run-dir", str(work / f"run-{run}")]
             res = timed(argv, work / f"out-{run}.txt", work / f"err-{run}.txt")
-            print(f"  rep {rep + 1} {name:<22} {res.wall:7.2f} s  exit {res.code}", flush=True)
-            if not every_rank_done(res, args):
-                print(f"bench: {name} failed (exit {res.code}):\n{tail(res.err)}")
+            if not counted(rep, name, res, args):
                 return None
-            times[name].append(res.wall)
+            if rep >= 0:
+                times[name].append(res.wall)
     return times
 
 
