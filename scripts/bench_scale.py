@@ -1,7 +1,8 @@
 """128 hosts: `check` and a light launch by ddptui against pdsh doing the same work, on quick
 logins and on a slow shared home; and the logins alone at several fan-outs.
 
-    .venv/bin/python scripts/bench_scale.py [--hosts 128] [--reps 3] [--testhosts PREFIX:SUBNET]
+    .venv/bin/python scripts/bench_scale.py [--hosts 128] [--reps 3] [--warmup 1]
+                                            [--testhosts PREFIX:SUBNET]
                                             [--slow-home 0.1]
 
 Brings up ssh test hosts (by default the benchmarks' own prefix; DDPTUI_TESTHOSTS or
@@ -23,7 +24,8 @@ on a busy network home does (design.md §10). pdsh runs with -f 32, its default 
   latency is from the key event to the app idle again with its result drawn (scrolling the
   host table and the views list, `/` searches, view switches).
 
-Variants alternate, rotating which goes first; prints medians and the ratios ddptui / pdsh.
+Each variant runs --warmup times untimed first, then the variants alternate, rotating which
+goes first; prints medians and the ratios ddptui / pdsh.
 Each run's machine CPU is every process's (/proc/stat), the test hosts' sshd and jobs included:
 where all the hosts share a few cores, both sides are CPU-bound and this is what decides.
 """
@@ -76,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hosts", type=int, default=128)
     p.add_argument("--reps", type=int, default=3, help="runs of each variant (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
     p.add_argument(
         "--testhosts",
         default=os.environ.get("DDPTUI_TESTHOSTS", f"{PREFIX}:{SUBNET}"),
@@ -141,7 +144,7 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
         (work / home.replace(" ", "-")).mkdir()
         print(f"\n{home}" + (f": every login holds one lock for {delay:g} s" if delay else ""))
         for what, runs in variants.items():
-            times = measure(runs, args.reps, c, work / home.replace(" ", "-"), n)
+            times = measure(runs, args, c, work / home.replace(" ", "-"), n)
             if times is None:
                 return 1
             ours, theirs = (median([t.wall for t in ts]) for ts in times.values())
@@ -258,11 +261,13 @@ def launch_line(inv: inventory.Inventory, c: TestCluster) -> str:
 
 
 def measure(
-    runs: dict[str, list[str]], reps: int, c: TestCluster, work: Path, n: int
+    runs: dict[str, list[str]], args: argparse.Namespace, c: TestCluster, work: Path, n: int
 ) -> dict[str, list[Timed]] | None:
+    """Each variant --warmup times untimed (fresh hosts' first runs read python and the
+    host code from disk), then --reps times, in turns."""
     names = list(runs)
     times: dict[str, list[Timed]] = {name: [] for name in names}
-    for rep in range(reps):
+    for rep in range(-args.warmup, args.reps):
         for name in names[rep % 2 :] + names[: rep % 2]:
             slug = f"{name.replace(' ', '-')}-{rep}"
             argv = [str(work / f"{slug}.tsv") if a == "TIMELINE" else a for a in runs[name]]
@@ -272,9 +277,11 @@ def measure(
             if not answered_by_all(name, res, n):
                 print(f"bench: {name} failed (exit {res.code}):\n{tail(res.err)}\n{tail(res.out)}")
                 return None
-            times[name].append(res)
+            if rep >= 0:
+                times[name].append(res)
             print(
-                f"  rep {rep + 1}: {name:<13} {res.wall:6.2f} s wall, {res.cpu:6.2f} s CPU, "
+                f"  {f'rep {rep + 1}' if rep >= 0 else 'warm-up'}: {name:<13} {res.wall:6.2f} s "
+                f"wall, {res.cpu:6.2f} s CPU, "
                 f"machine {res.busy:6.2f} s"
             )
     return times
