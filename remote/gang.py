@@ -23,6 +23,7 @@ from operator import itemgetter
 from typing import Any
 
 from . import nodemsg
+from .agent import Channel
 from .events import (
     Alert,
     Event,
@@ -92,7 +93,8 @@ class Gang:
     retired: list[dict[str, Any]] = field(default_factory=list)  # unread() of retired nodes
     woke: float = 0.0  # when it ran again (monotonic): no silence before counts against a host
     _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
-    _hub: str | None = None
+    _hub: str | None = None  # the line that tells a supervisor where node 0's hub listens
+    _hub_told: dict[int, Channel] = field(default_factory=dict)  # node → the stream told it
 
     @property
     def verdict(self) -> Verdict:
@@ -217,8 +219,7 @@ class Gang:
             link.say(protocol.SAY_STOP)
         elif self.verdict.cause and node.started and node.attempt == self.attempts.current:
             link.say(self._stop_line("failure"))
-        if self._hub and k:
-            link.say(self._hub)
+        self._tell_hub(k, link)
         return await done or ""
 
     async def keep_leases(self) -> None:
@@ -345,8 +346,8 @@ class Gang:
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
             if k == 0 and msg.hub_port:
                 self._hub_at(msg.hub_port)
-            elif self._hub:
-                link.say(self._hub)
+            else:
+                self._tell_hub(k, link)
             self._check_running()
         elif isinstance(msg, nodemsg.HubPort) and k == 0:
             self._hub_at(msg.port)
@@ -377,10 +378,21 @@ class Gang:
 
     def _hub_at(self, port: int) -> None:
         """Node 0's hub listens at `port`: every other node's supervisor is told."""
-        self._hub = f"{protocol.SAY_HUB} {self.master_addr} {port}"
+        hub = f"{protocol.SAY_HUB} {self.master_addr} {port}"
+        if hub != self._hub:
+            self._hub, self._hub_told = hub, {}
         for j, other in self.links.items():
-            if j:
-                other.say(self._hub)
+            self._tell_hub(j, other)
+
+    def _tell_hub(self, k: int, link: NodeLink) -> None:
+        """Node k's supervisor hears where the hub listens, once a stream: its agent keeps
+        what a stream says until the supervisor reads it, and a reconnect's new stream is told
+        again. Node 0 says its port twice (as its hub starts, and in its start), and a start
+        of 128 hosts is where every write waits for a core."""
+        if not (self._hub and k) or link.channel is None or self._hub_told.get(k) is link.channel:
+            return
+        self._hub_told[k] = link.channel
+        link.say(self._hub)
 
     def _hub_said(
         self, node: Node, msg: nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed, at: float
