@@ -228,6 +228,11 @@ def tail(path: Path, n: int = 15) -> str:
     return "\n".join(f"    {line}" for line in lines)
 
 
+def round_name(rep: int) -> str:
+    """A benchmark round's name: warm-up rounds (--warmup) are numbered below 0, not counted."""
+    return f"rep {rep + 1}" if rep >= 0 else "warm-up"
+
+
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
 

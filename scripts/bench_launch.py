@@ -46,6 +46,7 @@ from bench_common import (
     planned,
     replace_arg,
     require_pdsh,
+    round_name,
     shell_line,
     table,
     tail,
@@ -159,8 +160,7 @@ def next_port() -> int:
 
 def counted(rep: int, name: str, res: Timed, args: argparse.Namespace) -> bool:
     """Print one run (a warm-up's rep is negative: not counted); False when it failed."""
-    which = f"rep {rep + 1}" if rep >= 0 else "warm-up"
-    print(f"  {which:<7} {name:<22} {res.wall:7.2f} s  exit {res.code}", flush=True)
+    print(f"  {round_name(rep):<7} {name:<22} {res.wall:7.2f} s  exit {res.code}", flush=True)
     if every_rank_done(res, args):
         return True
     print(f"bench: {name} failed (exit {res.code}):\n{tail(res.err)}")

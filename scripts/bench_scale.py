@@ -56,6 +56,7 @@ from bench_common import (
     planned,
     probe_line,
     require_pdsh,
+    round_name,
     shell_line,
     table,
     tail,
@@ -280,8 +281,7 @@ def measure(
             if rep >= 0:
                 times[name].append(res)
             print(
-                f"  {f'rep {rep + 1}' if rep >= 0 else 'warm-up'}: {name:<13} {res.wall:6.2f} s "
-                f"wall, {res.cpu:6.2f} s CPU, "
+                f"  {round_name(rep)}: {name:<13} {res.wall:6.2f} s wall, {res.cpu:6.2f} s CPU, "
                 f"machine {res.busy:6.2f} s"
             )
     return times
