@@ -248,6 +248,8 @@ def _namer(names: Sequence[str]) -> Callable[[int], str]:
 
 
 def _allreduce(report: Report) -> list[Finding]:
+    if report.world == 1:  # a figure it gives would be a copy's, not the fabric's
+        return [Finding("ok", "fabric-allreduce", "one rank: no all-reduce to measure")]
     top = report.headline
     if top is None:
         why = "no all-reduce was measured: not even the smallest fitted the time left"
@@ -339,12 +341,15 @@ def _gpus(report: Report, name: Callable[[int], str]) -> list[Finding]:
             if parts
         ]
         if not any(parts for _, parts in slow):
+            # one GPU has no median to be slow against, but its own figures still tell
+            alone = {what: getattr(gpus[0], what) for what, *_ in GPU_FIGURES}
+            each = "" if len(gpus) == 1 else " median"
             said = [
-                f"{label} median {fmt(m)}"
+                f"{label}{each} {fmt(m)}"
                 for what, label, fmt in GPU_FIGURES
-                if (m := medians[what])
+                if (m := medians[what] if each else alone[what])
             ]
-            text = ", ".join(said) or "one GPU"
+            text = ", ".join(said) or "no figures"
             found.append(Finding("ok", "slow-gpu", f"{len(gpus)}x {model}: {text}"))
     return found
 

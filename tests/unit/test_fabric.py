@@ -295,9 +295,18 @@ def test_gpus_are_compared_within_their_model() -> None:
     ]
 
 
-def test_a_lone_gpu_has_nothing_to_be_compared_with() -> None:
-    found = judged(line(ranks=gpu_ranks([gpu(0, matmul=1e12, d2h=1e9)])), "slow-gpu")
-    assert found == [("ok", "1x NVIDIA H100 80GB HBM3: one GPU", None)]
+def test_a_lone_gpu_has_nothing_to_be_compared_with_but_its_figures_tell() -> None:
+    found = judged(line(ranks=gpu_ranks([gpu(0, matmul=607e12, d2h=55e9)])), "slow-gpu")
+    assert found == [
+        ("ok", "1x NVIDIA H100 80GB HBM3: matmul 607 TFLOP/s, device-to-host 55 GB/s", None)
+    ]
+
+
+def test_one_rank_has_no_all_reduce_to_measure() -> None:
+    # seen on an H200: a 1-rank "all-reduce" of 1 GiB took 0.016 ms, "algbw 68,600 GB/s"
+    one = [{"bytes": 1 << 30, "iters": 2, "warmup": 1, "seconds": 1.57e-5}]
+    found = judged(line(world=1, nodes=1, allreduce=one), "fabric-allreduce")
+    assert found == [("ok", "one rank: no all-reduce to measure", None)]
 
 
 def test_a_gpu_whose_test_raised_fails() -> None:
