@@ -15,7 +15,8 @@ and names the ranks that missed a collective.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +33,20 @@ _NOISE = ("tabulate is not installed",)
 Analyse = Callable[[bytes], Awaitable[str]]
 
 
-def env(scratch: str) -> dict[str, str]:
-    """The variables that turn the flight recorder on for every rank of a node."""
+# Old name → new. A torch reads the new one first; from 2.11 (seen there on an H200, and in
+# 2.13) every rank also prints a deprecation warning for each old name that is set.
+RENAMED = {
+    "TORCH_NCCL_TRACE_BUFFER_SIZE": "TORCH_FR_BUFFER_SIZE",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "TORCH_FR_DUMP_TEMP_FILE",
+}
+NEW_NAMES_ONLY = (2, 11)
+
+
+def env(scratch: str, own: Collection[str] = ()) -> dict[str, str]:
+    """The variables that turn the flight recorder on for every rank of a node. own: the names
+    the inventory sets itself: where it sets either name of a pair, ddptui sets neither."""
     trace = f"{scratch}/{PREFIX}"
-    return {
+    recorder = {
         "TORCH_NCCL_TRACE_BUFFER_SIZE": str(BUFFER),
         "TORCH_FR_BUFFER_SIZE": str(BUFFER),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
@@ -43,6 +54,24 @@ def env(scratch: str) -> dict[str, str]:
         "TORCH_FR_DUMP_TEMP_FILE": trace,
         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{scratch}/{PIPE}",
     }
+    theirs = {name for pair in RENAMED.items() if set(pair) & set(own) for name in pair}
+    return {k: v for k, v in recorder.items() if k not in theirs}
+
+
+def job_torch(facts: Mapping[str, Any]) -> str | None:
+    """The torch version the job's ranks will import, from a host's checked facts: the
+    image's (its dry run) where the job runs in a container."""
+    box = facts.get("container")
+    return (box.get("dry_run") or {}).get("torch") if box else facts.get("torch")
+
+
+def for_torch(env: Mapping[str, str], version: str | None) -> dict[str, str]:
+    """A node's env without the old names its torch (as the checks found it) would warn of:
+    only where the new name says the same. Unknown (no checks): both, as older torch needs."""
+    found = re.match(r"(\d+)\.(\d+)", version or "")
+    if not found or (int(found[1]), int(found[2])) < NEW_NAMES_ONLY:
+        return dict(env)
+    return {k: v for k, v in env.items() if k not in RENAMED or env.get(RENAMED[k]) != v}
 
 
 @dataclass

@@ -74,7 +74,7 @@ def build(
         ranks = tuple(range(first, first + nprocs[k])) if _ranks_known(inv) else ()
         # The flight recorder's pipes and traces go in the node's scratch dir (the host makes
         # it); the inventory's env may still override any of it.
-        recorder = flight.env(SCRATCH) if job.nccl.flight_recorder else {}
+        recorder = flight.env(SCRATCH, host.env) if job.nccl.flight_recorder else {}
         nodes.append(
             NodePlan(
                 host=host,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from . import checks as checker
-from . import probe, sync
+from . import flight, probe, sync
 from .agent import AgentError
 from .events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
 from .fleet import Fleet
@@ -45,6 +45,7 @@ class Preflight:
         self.broken: dict[int, AgentError] = {}  # logged into, but its agent did not start
         self.gpu_counts: dict[int, int] = {}  # node rank → GPUs the job will see (`auto`)
         self.master_port: int | None = None  # the one node 0's check picked (`auto`)
+        self.torch: dict[str, str] = {}  # host name → the job's torch, as its check found it
 
     async def run(self) -> bool:
         """Connect, push the code, check (or count GPUs): True when the run may start."""
@@ -151,6 +152,8 @@ class Preflight:
                 )
             if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
                 self.gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))
+            if version := flight.job_torch(checked.facts):
+                self.torch[host.name] = version
             if k == 0 and checked.facts.get("port_auto"):
                 self.master_port = checked.facts.get("port")
             if k >= len(self.inv.hosts):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import hang, nodemsg, recover, runs
+from . import flight, hang, nodemsg, recover, runs
 from . import plan as planner
 from .events import ChecksDone, Event, Failure, HangDetected, Notice, RunFinished, RunStarted
 from .exits import EXIT_FAILED as EXIT_FAILED  # re-exported: callers take them from here
@@ -360,7 +360,7 @@ class Run:
                 "argv": list(node.argv),
                 "expand": list(node.expand),
                 "scratch_arg": planner.SCRATCH,
-                "env": node.env,
+                "env": flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),
                 "workdir": self.preflight.workdir(node.host),
                 "route_to": node.route_to,
                 "ifname_vars": list(planner.IFNAME_VARS),

@@ -16,7 +16,10 @@ import time
 
 def rank_main(rank: int) -> None:
     pipe = os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
-    trace = os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    # the newer name where ddptui set it alone (torch >= 2.11), else the old one
+    trace = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get(
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+    )
 
     def dump_on_demand(fd: int) -> None:  # torch's pipe reader: never closed
         while True:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from apptools import write_inventory
 
-from remote import checks, inventory, plan, stacks
+from remote import checks, flight, inventory, plan, stacks
 from remote.host import probe as host_probe
 from remote.stacks import Frame, RankStack
 
@@ -90,10 +90,30 @@ def test_plan_turns_the_flight_recorder_on_per_node(tmp_path: Path) -> None:
     assert a.env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] == f"{plan.SCRATCH}/nccl_trace_rank_"
     assert a.env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
     assert a.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == a.env["TORCH_FR_BUFFER_SIZE"] == "2000"
-    assert b.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "50"  # the inventory's env wins
+    # the inventory's env wins: under either name, ddptui sets neither
+    assert b.env["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "50" and "TORCH_FR_BUFFER_SIZE" not in b.env
+    assert b.env["TORCH_FR_DUMP_TEMP_FILE"] == f"{plan.SCRATCH}/nccl_trace_rank_"
     off = write_inventory(tmp_path / "off.yaml", [{"host": "a"}], {"script": "t.py"})
     p = plan.build(inventory.load(off), run_id=RUN, addrs=["10.0.0.1"], nprocs=[1])
     assert not any(k.startswith("TORCH_NCCL_DEBUG") for k in p.nodes[0].env)
+
+
+def test_a_torch_that_warns_of_the_old_names_gets_the_new_ones_alone() -> None:
+    both = flight.env("/s")
+    assert flight.for_torch(both, None) == both  # not checked: both, as older torch needs
+    assert flight.for_torch(both, "2.10.1") == both
+    new = flight.for_torch(both, "2.11.0+cu130")  # warned on an H200, and in 2.13
+    assert new.keys() == both.keys() - flight.RENAMED.keys()
+    assert new["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_DUMP_ON_TIMEOUT" in new
+    theirs = {**both, "TORCH_NCCL_TRACE_BUFFER_SIZE": "50"}  # set by hand: it stays
+    assert flight.for_torch(theirs, "2.13.0")["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "50"
+
+
+def test_the_jobs_torch_is_the_images_in_a_container() -> None:
+    assert flight.job_torch({"torch": "2.13.0+cpu"}) == "2.13.0+cpu"
+    boxed = {"torch": None, "container": {"dry_run": {"torch": "2.11.0+cu130"}}}
+    assert flight.job_torch(boxed) == "2.11.0+cu130"
+    assert flight.job_torch({"torch": "2.5.1", "container": {"dry_run_error": "x"}}) is None
 
 
 def test_every_style_gets_the_flight_recorder(tmp_path: Path) -> None:
