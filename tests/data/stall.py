@@ -1,11 +1,12 @@
-"""A job that stalls the way real ones do: after one all_reduce, rank 3 sleeps in a function of
-its own (a data loader that never returns) while every other rank waits for it in a barrier.
+"""A job that stalls the way real ones do: after one all_reduce, rank 3 (STALL_RANK) sleeps in a
+function of its own (a data loader that never returns) while every other rank waits for it in a
+barrier. On GPUs it runs on NCCL, whose own watchdog serves the flight recorder's pipe.
 
 With the flight recorder's variables set (`nccl.flight_recorder: true`), each rank also plays
 the part NCCL's watchdog plays for its dump pipe (design §8), which gloo on CPU lacks: it makes
 `<TORCH_NCCL_DEBUG_INFO_PIPE_FILE><rank>.pipe` and, for each byte written there, writes its
 real flight recorder trace (gloo keeps one: TORCH_FR_BUFFER_SIZE) to
-`<TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>`, as NCCL's ranks do.
+`<TORCH_FR_DUMP_TEMP_FILE><rank>`, as NCCL's ranks do.
 """
 
 import os
@@ -25,7 +26,10 @@ def load_batch() -> None:
 
 def serve_flight_recorder(rank: int) -> None:
     pipe = os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE")
-    trace = os.environ.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    # the newer name where ddptui set it alone (torch >= 2.11), else the old one
+    trace = os.environ.get("TORCH_FR_DUMP_TEMP_FILE") or os.environ.get(
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+    )
     if not pipe or not trace:
         return
     path = f"{pipe}{rank}.pipe"
@@ -52,13 +56,20 @@ def serve_flight_recorder(rank: int) -> None:
 
 
 def main() -> None:
-    dist.init_process_group("gloo")
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo")
     rank = dist.get_rank()
-    serve_flight_recorder(rank)
-    t = torch.ones(4)
+    if device.type == "cpu":
+        serve_flight_recorder(rank)
+    t = torch.ones(4, device=device)
     dist.all_reduce(t)
     print(f"rank {rank}: all_reduce done ({t[0]:.0f})", flush=True)
-    if rank == 3:
+    if rank == int(os.environ.get("STALL_RANK", "3")):
         load_batch()
     else:
         dist.barrier()

@@ -193,3 +193,43 @@ def test_a_trace_that_names_a_function_is_refused_not_run(tmp_path: Path) -> Non
     link.symlink_to(trace)
     with pytest.raises(OSError):  # never through a link
         host_stacks.read_trace(str(link))
+
+
+# -- recorded traces --------------------------------------------------------------------------
+
+
+class _Channel:
+    """The agent's side of one request, as `analyse` uses it."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.answers: list[dict[str, object]] = []
+
+    def read_all(self, limit: int) -> bytes:
+        return self.data[:limit]
+
+    def answer(self, msg: dict[str, object]) -> None:
+        self.answers.append(msg)
+
+
+@pytest.mark.parametrize(
+    "recording",
+    [
+        "barrier-missing-rank-1",  # gloo's pickles, as a rank wrote them (torch 2.13, CPU)
+        "nccl-h200-barrier-missing-rank-1",  # NCCL's, as its host sent them (torch 2.11, H200)
+    ],
+)
+def test_recorded_traces_are_read_plainly_and_analysed_here(
+    recording: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    traces = {}
+    for path in sorted((DATA / "flight-recorder" / recording).glob("nccl_trace_rank_*")):
+        rank = path.name.removeprefix("nccl_trace_rank_").removesuffix(".json")
+        plain = path.suffix != ".json"
+        traces[rank] = host_stacks.read_trace(str(path)) if plain else json.loads(path.read_text())
+    os.makedirs(host_stacks.state.node_dir("r1", 0))
+    ch = _Channel(json.dumps(traces).encode())
+    host_stacks.analyse(ch, {"run_id": "r1", "node": 0})
+    [said] = ch.answers
+    assert "missing ranks: {1}" in str(said["verdict"]), said

@@ -9,7 +9,7 @@ from typing import Any
 
 import nvidia_smi
 import pytest
-from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
+from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200, H200_BUSY
 
 from remote import checks, inventory, probe
 from remote.events import Finding, HostChecked
@@ -85,6 +85,15 @@ def test_busy_gpus_are_a_warning_naming_gpu_and_pid() -> None:
         "GPU 5 in use by pid 48290 python (39.7 GiB)"
     )
     assert message(h, "port") == "port 29500 is free"
+
+
+def test_h200_recorded_on_a_gpu() -> None:
+    h = checked(1, found(H200))
+    assert not_ok(h) == []
+    assert message(h, "gpu") == "1× NVIDIA H200, driver 580.159.04, CUDA 13.0"  # noqa: RUF001
+    busy = checked(1, found(H200_BUSY))
+    assert not_ok(busy) == [("warning", "gpu-busy")]
+    assert message(busy, "gpu-busy") == "GPU 0 in use by pid 498 python3 (24.9 GiB)"
 
 
 def test_memory_used_without_visible_processes_is_busy() -> None:

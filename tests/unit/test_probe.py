@@ -15,7 +15,7 @@ from typing import Any
 
 import nvidia_smi
 import pytest
-from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
+from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200_BUSY
 from probetools import levels, local_inventory, preflight, run_probe, with_gpus
 from probetools import message as _message
 
@@ -50,6 +50,17 @@ def test_h100_rows_with_busy_gpus() -> None:
     assert gpus[5].processes == (GpuProcess(48290, 40630, "python"),)
     assert [g.index for g in gpus if g.processes] == [2, 5]
     assert probe.cuda_version(runs["summary"]["out"]) == "12.4"
+
+
+def test_h200_captured_busy() -> None:
+    runs = smi(H200_BUSY)  # one process holding 24 GiB and multiplying, on a lent H200
+    rows = probe.parse_gpus(runs["gpus"]["out"])
+    [gpu] = probe.attach_processes(rows, runs["apps"]["out"])
+    assert (gpu.index, gpu.name, gpu.memory_total_mib) == (0, "NVIDIA H200", 143771)
+    assert (gpu.memory_used_mib, gpu.utilization_pct, gpu.temperature_c) == (25459, 100, 61)
+    assert gpu.processes == (GpuProcess(498, 25450, "python3"),)  # no path in this VM
+    assert [r.driver for r in rows] == ["580.159.04"]
+    assert probe.cuda_version(runs["summary"]["out"]) == "13.0"
 
 
 def test_a100_idle() -> None:
