@@ -75,7 +75,8 @@ def worker(local_rank: int, nprocs: int, args: argparse.Namespace) -> None:
             opt.step()
         if rank == 0:
             print(f"epoch {epoch}: loss {loss.item():.4f}")
-    dist.barrier()
+    # NCCL's barrier warns on every rank unless told its GPU
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
     if rank == 0:
         print("done")
     dist.destroy_process_group()

@@ -109,7 +109,8 @@ def main() -> None:
                 state = {"model": model.module.state_dict(), "opt": opt.state_dict()}
                 torch.save({**state, "epoch": epoch}, args.checkpoint + ".tmp")
                 os.replace(args.checkpoint + ".tmp", args.checkpoint)
-    dist.barrier()
+    # NCCL's barrier warns on every rank unless told its GPU
+    dist.barrier(device_ids=[device.index] if device.type == "cuda" else None)
     if rank == 0:
         print("done", flush=True)
     dist.destroy_process_group()
