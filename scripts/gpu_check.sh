@@ -11,7 +11,8 @@
 # 4. The deep check on NCCL: one node, then across those two nodes.
 # 5. A stall on NCCL (tests/data/stall.py, rank 1 stalls): `stacks --json` with NCCL's real
 #    flight recorder; then Ctrl-C, and nothing of the run left on the GPU.
-# 6. Which container runtimes and GPU plumbing the machine has.
+# 6. The dashboard during a run on those two nodes: its SVG screenshot.
+# 7. Which container runtimes and GPU plumbing the machine has.
 set -u
 packed=$(realpath "${1:?usage: gpu_check.sh OUT.tar.gz}")
 work=$(mktemp -d)
@@ -128,7 +129,11 @@ echo "GPU processes after Ctrl-C: [$(nvidia-smi $APPS $CSV)]"
 echo "ranks left: $(pgrep -fc 'tests/data/stall.py')"
 echo "flight recorder deprecation warnings: $(grep -c 'is deprecated; use TORCH_FR' "$work/stall.log")"
 
-step "6. container runtimes and GPU plumbing"
+step "6. the dashboard on two NCCL nodes, its screenshot"
+timeout 180 "$py" scripts/screenshot_dashboard.py --inventory "$work/two.yaml" --settle 3 \
+    --out "$out/dashboard-gpu.svg"; echo "exit $?"
+
+step "7. container runtimes and GPU plumbing"
 for tool in docker podman apptainer singularity enroot nvidia-ctk nvidia-container-cli; do
     printf '%s: %s\n' "$tool" "$(command -v $tool || echo absent)"
 done

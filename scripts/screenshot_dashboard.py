@@ -1,6 +1,7 @@
 """Regenerate docs/screenshot.svg: the dashboard during a real run of the bundled inventory.
 
     .venv/bin/python scripts/screenshot_dashboard.py [--out docs/screenshot.svg]
+        [--inventory inventory.yaml] [--settle S]
 
 Runs inventory.yaml's job for real (two local nodes, examples/train.py, longer epochs so it is
 mid-run), waits until a few epochs are logged, saves Textual's own SVG screenshot, stops it,
@@ -30,8 +31,8 @@ SIZE = (110, 32)
 ARGS = ["--epochs", "30", "--step-time", "0.03"]
 
 
-async def shoot(out: Path, work: Path) -> None:
-    data = yaml.safe_load((REPO / "inventory.yaml").read_text())
+async def shoot(out: Path, work: Path, source: Path, settle: float) -> None:
+    data = yaml.safe_load(source.read_text())
     data["job"]["script"] = str(REPO / data["job"]["script"])
     data["job"]["args"] = ARGS
     inv = work / "inventory.yaml"
@@ -44,6 +45,7 @@ async def shoot(out: Path, work: Path) -> None:
             if time.monotonic() > deadline or not app.running:
                 raise SystemExit("the run did not get far enough for a screenshot")
             await pilot.pause(0.1)
+        await pilot.pause(settle)  # e.g. for the GPU monitor's next sample (every 2 s)
         app.pane.flush()
         app.show_status()
         app.clear_notifications()
@@ -58,10 +60,12 @@ async def shoot(out: Path, work: Path) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", type=Path, default=REPO / "docs" / "screenshot.svg")
+    p.add_argument("--inventory", type=Path, default=REPO / "inventory.yaml")
+    p.add_argument("--settle", type=float, default=0.0, help="seconds more before the shot")
     args = p.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ddptui-shot-") as tmp:
-        asyncio.run(shoot(args.out, Path(tmp)))
+        asyncio.run(shoot(args.out, Path(tmp), args.inventory, args.settle))
     print(f"wrote {args.out}")
     return 0
 
