@@ -342,12 +342,12 @@ def _gpus(report: Report, name: Callable[[int], str]) -> list[Finding]:
         ]
         if not any(parts for _, parts in slow):
             # one GPU has no median to be slow against, but its own figures still tell
-            alone = {what: getattr(gpus[0], what) for what, *_ in GPU_FIGURES}
-            each = "" if len(gpus) == 1 else " median"
+            many = len(gpus) > 1
+            shown = medians if many else {w: getattr(gpus[0], w) for w, *_ in GPU_FIGURES}
             said = [
-                f"{label}{each} {fmt(m)}"
+                f"{label}{' median' if many else ''} {fmt(m)}"
                 for what, label, fmt in GPU_FIGURES
-                if (m := medians[what] if each else alone[what])
+                if (m := shown[what])
             ]
             text = ", ".join(said) or "no figures"
             found.append(Finding("ok", "slow-gpu", f"{len(gpus)}x {model}: {text}"))
