@@ -60,6 +60,14 @@ def _not_ours(arg: str) -> str:
     return arg
 
 
+def _host_network(value: str) -> str:
+    """`network: host` may be said; anything else is refused (the rendezvous and NCCL need the
+    host's interfaces, and the checks judged those)."""
+    if value != "host":
+        raise ValueError(f"{value!r}: the network is always the host's; say `host` or leave it out")
+    return value
+
+
 def _mount(spec: str) -> str:
     """`path` (the same path inside) or `host_path:container_path[:options]`, as `-v` takes it."""
     parts = spec.split(":")
@@ -124,6 +132,7 @@ class ContainerFields(_Strict):
     cap_add: list[Annotated[str, AfterValidator(_capability)]] | None = None
     user: Literal["login", "image"] | None = None
     args: list[Annotated[str, AfterValidator(_not_ours)]] | None = None
+    network: Annotated[str, AfterValidator(_host_network)] | None = None
 
 
 class _HostFields(_Strict):
@@ -539,6 +548,7 @@ def _container(
             raise fail(key, f"is not for {runtime}, the runtime of hosts[{i}] (only for {only})")
     if "shm_size" in keys and keys.get("ipc") != "private":
         raise fail("shm_size", "needs `ipc: private` (with ipc: host, /dev/shm is the host's)")
+    keys.pop("network", None)  # always the host's: said only to be refused otherwise
     keys.setdefault("ulimits", DEFAULT_ULIMITS if runtime in DAEMONS else {})
     final: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in keys.items()}
     return Container(**final)

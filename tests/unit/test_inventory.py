@@ -296,6 +296,12 @@ def test_defaults_of_a_container() -> None:
     }  # fmt: skip
 
 
+def test_network_host_may_be_said() -> None:
+    text = CONTAINERS.replace("cap_add: [SYS_PTRACE]", "network: host")
+    assert all(h.container is not None and "network" not in h.container.spec()
+               for h in parse(text).hosts)  # fmt: skip
+
+
 def test_no_container_section_runs_on_the_host() -> None:
     assert parse("hosts: [{host: a}]\njob: {script: t}\n").hosts[0].container is None
 
@@ -320,6 +326,9 @@ def test_apptainer_and_enroot_take_their_own_keys() -> None:
          ["defaults.container.args[1]", "'--network=none'", "always the host's"]),
         ("cap_add: [SYS_PTRACE]", "args: [--net, bridge]", "args",
          ["defaults.container.args[0]", "always the host's"]),
+        ("cap_add: [SYS_PTRACE]", "network: bridge", "network",
+         ["defaults.container.network", "'bridge'", "always the host's"]),
+        ("gpus: all", "network: none", "network", ["hosts[0].container.network", "host's"]),
         ("cap_add: [SYS_PTRACE]", "args: [-d]", "args", ["args[0]", "attached"]),
         ("cap_add: [SYS_PTRACE]", "args: [--name=x]", "args", ["args[0]", "names each"]),
         ("gpus: all", "gpus: 2", "gpus", ["hosts[0].container.gpus", "'auto', 'all' or 'none'"]),
