@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -224,9 +225,16 @@ def containers(args: argparse.Namespace) -> int:
         print(load())
     if times is None:
         return 1
-    extra = median([b - a for a, b in zip(times[BARE], times[BOXED], strict=True)])
+    diffs = [b - a for a, b in zip(times[BARE], times[BOXED], strict=True)]
+    extra = median(diffs)
     rows = [[n, f"{median(t):.2f}", f"{min(t):.2f}", f"{max(t):.2f}"] for n, t in times.items()]
     print(table(["variant", "median s", "min s", "max s"], rows))
+    # The training job's own run time spreads a rep by a second or more either way: the
+    # quartiles say how far the median can be trusted (--reps 11 for a verdict).
+    if len(diffs) >= 2:
+        q1, _, q3 = statistics.quantiles(diffs, n=4)
+        print(f"each rep's difference: quartiles {q1:+.2f} / {q3:+.2f} s over {len(diffs)} reps; "
+              + " ".join(f"{d:+.2f}" for d in diffs))  # fmt: skip
     met = extra <= CONTAINER_EXTRA_S
     print(f"containers add {extra:+.2f} s a launch (median of each rep's difference; ratio "
           f"{median(times[BOXED]) / median(times[BARE]):.3f}; target <= {CONTAINER_EXTRA_S} s: "
