@@ -8,6 +8,7 @@ local address it chose: IPv6 from /proc/net/if_inet6, IPv4 from the interface's 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 
@@ -83,3 +84,55 @@ def parse_ip_addr(out, local_addr):
         if fields[2:3] in (["inet"], ["inet6"]) and fields[3].split("/")[0] == local_addr:
             return fields[1].split("@", 1)[0]
     return None
+
+
+# -- job.master_port: auto ----------------------------------------------------------------------
+
+EPHEMERAL = (32768, 60999)  # Linux's default ip_local_port_range
+LOWEST = 10000  # below: the well-known and registered services' crowd
+
+
+def free_port(ephemeral=None, tries=64):
+    """A port free now for the rendezvous store, from outside the kernel's ephemeral range.
+
+    bind(0) would pick one inside it, where the kernel also hands out the local ports of
+    outgoing connections (gloo's, ssh's, any process's): one of those can take the port before
+    torchrun's store binds it, which then fails with EADDRINUSE. Outside the range only another
+    listener can, and the bind below checks there is none now. bind(0) stays the last resort,
+    for a range that leaves no room."""
+    low, high = ephemeral or _ephemeral_range()
+    room = [(LOWEST, low)] if low - LOWEST >= 1000 else []
+    room += [(high + 1, 65536)] if 65535 - high >= 1000 else []
+    for _ in range(tries if room else 0):
+        start, end = room[_random(len(room))]
+        port = start + _random(end - start)
+        if bindable(port):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def bindable(port):
+    """Whether a listener could bind the port now, as torchrun's store binds it."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("", port))
+        return True
+    except OSError:
+        return False
+
+
+def _ephemeral_range():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = (int(v) for v in f.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return EPHEMERAL
+
+
+def _random(n):
+    """0 <= r < n, without importing random (milliseconds on every host, for one number)."""
+    return int.from_bytes(os.urandom(4), "big") % n

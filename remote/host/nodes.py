@@ -292,7 +292,7 @@ def status(ch, req, *_):
 
 
 def free_port(ch, req, *_):
-    """A port nobody listens on now, as the kernel picks one (job.master_port: auto)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        ch.answer({"t": "port", "port": s.getsockname()[1]})
+    """A port nobody listens on now, outside the ephemeral range (job.master_port: auto)."""
+    from .netif import free_port
+
+    ch.answer({"t": "port", "port": free_port()})

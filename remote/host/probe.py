@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 
-from .netif import route_ifname
+from .netif import free_port, route_ifname
 from .sync import file_sha256
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
@@ -287,16 +287,17 @@ def _changes_sha256(top: str, changed: list[str]) -> str | None:
 
 def port_info(port: int | str) -> dict[str, Any]:
     """Whether the master's rendezvous port can be bound, the way torchrun's store binds it;
-    `auto`: one the kernel picks, free now (job.master_port: auto)."""
+    `auto`: one free now, from outside the ephemeral range (job.master_port: auto)."""
+    if port == "auto":
+        return {"port": free_port(), "free": True, "auto": True}
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", 0 if port == "auto" else int(port)))
-            got = s.getsockname()[1]
+            s.bind(("", int(port)))
     except (OSError, ValueError) as exc:
         why = exc.strerror if isinstance(exc, OSError) else None
         return {"port": port, "free": False, "error": why or str(exc)}
-    return {"port": got, "free": True, "auto": port == "auto"}
+    return {"port": int(port), "free": True, "auto": False}
 
 
 def find_py_spy() -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from remote.host import netif
@@ -44,3 +45,25 @@ def test_ipv6_address_found_in_proc() -> None:
             continue
         addr = ":".join(hexaddr[i : i + 4] for i in range(0, 32, 4))
         assert netif.ifname_of(addr) == name
+
+
+def test_an_auto_port_is_outside_the_ephemeral_range() -> None:
+    """job.master_port: auto. Inside the range, any outgoing connection's local port could take
+    it before torchrun's store binds it (EADDRINUSE, seen in CI)."""
+    low, high = netif._ephemeral_range()
+    for _ in range(20):
+        port = netif.free_port()
+        assert not low <= port <= high and port >= netif.LOWEST
+        assert netif.bindable(port)
+    assert all(netif.free_port((10500, 40000)) > 40000 for _ in range(20))  # room above only
+
+
+def test_no_room_outside_the_range_falls_back_to_the_kernels_pick() -> None:
+    assert 0 < netif.free_port((1024, 65535)) <= 65535
+
+
+def test_a_listened_port_is_not_bindable() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        s.listen()
+        assert not netif.bindable(s.getsockname()[1])
