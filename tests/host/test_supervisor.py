@@ -26,15 +26,10 @@ from runtools import run_job
 from remote import inventory
 from remote.events import Event, LogBatch, Notice
 from remote.host import procs
+from remote.host.netif import free_port
 from remote.run import Run
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def local_inventory(tmp: Path, script: str, *args: str, **job: Any) -> inventory.Inventory:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,6 +30,7 @@ from remote.events import (
     RunFinished,
     RunStarted,
 )
+from remote.host.netif import free_port as free_port  # a port no outgoing connection takes
 from remote.inventory import Inventory
 from remote.run import Emit
 from remote.stacks import Frame, Group, Report
@@ -40,13 +40,6 @@ from tui.dashboard.glance import ClusterLike
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"
 RUN_ID = "20250101-120000-abcd"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def write_inventory(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -17,6 +16,7 @@ from remote import inventory
 from remote.agent import Agent
 from remote.events import ChecksDone, Event, HostChecked
 from remote.fleet import Fleet
+from remote.host.netif import free_port as free_port  # a port no outgoing connection takes
 from remote.preflight import Preflight
 
 T = TypeVar("T")
@@ -30,13 +30,6 @@ def local_inventory(tmp_path: Path, job: str = "", host: str = "") -> inventory.
         f"job:\n  script: train.py\n  master_port: {free_port()}\n{job}"
     )
     return inventory.parse(text, tmp_path / "inventory.yaml")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def with_agent(inv: inventory.Inventory, k: int, use: Callable[[Agent], Awaitable[T]]) -> T:
