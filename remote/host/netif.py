@@ -114,14 +114,19 @@ def free_port(ephemeral=None, tries=64):
 
 
 def bindable(port):
-    """Whether a listener could bind the port now, as torchrun's store binds it."""
+    return bind_error(port) is None
+
+
+def bind_error(port):
+    """Why a listener could not bind the port now, as torchrun's store binds it; None if it
+    could."""
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind(("", port))
-        return True
-    except OSError:
-        return False
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _ephemeral_range():

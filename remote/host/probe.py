@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 
-from .netif import free_port, route_ifname
+from .netif import bind_error, free_port, route_ifname
 from .sync import file_sha256
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
@@ -291,12 +291,11 @@ def port_info(port: int | str) -> dict[str, Any]:
     if port == "auto":
         return {"port": free_port(), "free": True, "auto": True}
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("", int(port)))
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else None
-        return {"port": port, "free": False, "error": why or str(exc)}
+        why = bind_error(int(port))
+    except ValueError as exc:
+        why = str(exc)
+    if why:
+        return {"port": port, "free": False, "error": why}
     return {"port": int(port), "free": True, "auto": False}
 
 
