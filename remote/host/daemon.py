@@ -217,6 +217,7 @@ class Daemon:
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
+        self.state_lock = threading.Lock()
 
     # -- records ------------------------------------------------------------------------------
 
@@ -231,11 +232,14 @@ class Daemon:
             )
 
     def save_state(self, **changes):
-        self.state.update(changes, mode=self.mode, spool_end=self.spool.end)
-        tmp = os.path.join(self.dir, STATE + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.state, f)
-        os.replace(tmp, os.path.join(self.dir, STATE))
+        # Threads save it (the job's, a viewer's detach): one at a time, or one's replace finds
+        # the other's tmp file gone, and a supervisor dies of its run's own detach.
+        with self.state_lock:
+            self.state.update(changes, mode=self.mode, spool_end=self.spool.end)
+            tmp = os.path.join(self.dir, STATE + ".tmp")
+            with open(tmp, "w") as f:
+                json.dump(self.state, f)
+            os.replace(tmp, os.path.join(self.dir, STATE))
 
     # -- life ---------------------------------------------------------------------------------
 
