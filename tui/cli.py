@@ -21,7 +21,8 @@ ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
                                   [--exclude HOSTS] [-- SCRIPT ARGS...]
        ddptui [--headless] check [--json] [--exclude HOSTS]
        ddptui attach RUN [--tail N] | stop RUN | runs [--json]
-       ddptui stacks RUN [--json] [--native]"""
+       ddptui stacks RUN [--json] [--native]
+       ddptui serve [RUN] [--host ADDR] [--port N] [--control]"""
 DESCRIPTION = """\
 Launch multi-node PyTorch training over SSH and watch every rank.
 
@@ -98,6 +99,18 @@ def parser() -> argparse.ArgumentParser:
     stacks_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     stacks_p.add_argument("--json", action="store_true", help="print them as JSON")
     stacks_p.add_argument("--native", action="store_true", help="C/C++ frames too (py-spy)")
+    serve_p = _command(sub, "serve", serve, "the dashboard in a browser (a URL with a token)")
+    serve_p.add_argument("run", metavar="RUN", nargs="?", help="open on this run (attach)")
+    serve_p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address to listen on (default 127.0.0.1: reach it over ssh -L)",
+    )
+    serve_p.add_argument("--port", type=int, default=8000, help="default 8000")
+    serve_p.add_argument(
+        "--control", action="store_true", help="allow launch, stop and restart (default: watch)"
+    )
     return p
 
 
@@ -353,6 +366,30 @@ def _on_run(
         return asyncio.run(work())
     except RunError as exc:
         raise UsageError(str(exc)) from None
+
+
+def serve(args: argparse.Namespace, extra: list[str]) -> int:
+    """`serve [RUN]`: the dashboard (on RUN) served to browsers until Ctrl-C."""
+    if args.headless or args.verbose or extra:
+        raise UsageError("serve takes no --headless, --verbose or script arguments")
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port {args.port}: give a port from 1 to 65535")
+    run = None
+    if args.run is not None:
+        from remote.runs import RunError, resolve
+
+        try:
+            run = str(resolve(args.run).dir)  # each browser's dashboard opens this very run
+        except RunError as exc:
+            raise UsageError(str(exc)) from None
+    from . import web  # aiohttp and textual-serve load only here
+
+    try:
+        web.serve(args.inventory, runs_root=runs_root(args), run=run, host=args.host,
+                  port=args.port, control=args.control)  # fmt: skip
+    except OSError as exc:  # the port taken, an address not this machine's
+        raise UsageError(f"serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    return 0
 
 
 # -- shared ------------------------------------------------------------------------------------

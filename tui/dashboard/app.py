@@ -65,6 +65,9 @@ MAIN_ACTIONS = {
     "launch", "stop", "restart", "filter", "errors", "follow", "jump",
     "view_all", "view_next", "view_prev", "check", "deep", "find", "detach", "history",
 }  # fmt: skip
+# What a read-only dashboard (`ddptui serve` without --control) refuses: whatever starts, stops
+# or takes over a job or a host. "ssh" is the `s` key's shell on a host, where it exists.
+CONTROL_ACTIONS = {"launch", "stop", "restart", "deep", "ssh"}
 # Under a flood the young generation filled every ~10 ms (the default 700 objects): what lived
 # for a frame or a batch (strips, timers, held records) reached the oldest generation, whose
 # full collections (~50 ms at 4,096 ranks) then ran every second. Collected every 10k objects,
@@ -164,8 +167,12 @@ class Dashboard(App[int]):
         run: str | None = None,
         rejoin_factory: RejoinFactory = engine_rejoin,
         runs_dir: Path | None = None,
+        read_only: bool = False,
+        served: bool = False,
     ) -> None:
         super().__init__()
+        self.read_only = read_only  # no launch, stop, restart or deep check: only watching
+        self.served = served  # a browser's session: leaving it never stops the job
         self.runs_dir = runs_dir  # where runs are kept (None: the user data dir)
         self.inventory_path = inventory_path
         self.run_factory = run_factory or engine_runs()
@@ -193,6 +200,9 @@ class Dashboard(App[int]):
         self.pane = LogPane(clock, id="logs")
         self.find_box = FindInput(id="find")
         self.status_bar = StatusBar(id="status")
+        if read_only:  # the hints name no key it refuses
+            self.status.no_run = "no run yet (read-only)"
+            self.pane.findings.keys = "c checks again · h runs · Enter on a host: its facts"
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -330,7 +340,8 @@ class Dashboard(App[int]):
         self._started_at, self._stopping = None, False
         self.banner.hide()
         self.hosts.reset()
-        self.status = Status(hosts=self.status.hosts, world_size=self.status.world_size)
+        old = self.status
+        self.status = Status(hosts=old.hosts, world_size=old.world_size, no_run=old.no_run)
 
     def action_history(self) -> None:
         def chosen(run_id: str | None) -> None:
@@ -363,7 +374,9 @@ class Dashboard(App[int]):
             self.action_launch()
 
     async def action_quit(self) -> None:
-        if not self.running:  # still a bad inventory: the exit status says so, as --headless's
+        if self.read_only and self.running:  # a viewer leaves; the job is not theirs to stop
+            self.action_detach()
+        elif not self.running:  # still a bad inventory: the exit status says so, as --headless's
             self.exit(EXIT_USAGE if self.inventory is None else EXIT_OK)
         elif self._after_run == self._quit_now:  # asked twice: leave; each host cleans up
             self.exit(EXIT_INTERRUPTED)
@@ -382,6 +395,12 @@ class Dashboard(App[int]):
 
     def _quit_now(self) -> None:
         self.exit(EXIT_OK)
+
+    def on_exit_app(self) -> None:
+        """A served app ends when its browser leaves (the tab closed, the link lost): the run it
+        follows goes on, detached, instead of being stopped as a cancelled run is."""
+        if self.served and self.current_run is not None and self.running:
+            self.current_run.detach()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "deep" and event.worker.is_finished:
@@ -656,7 +675,10 @@ class Dashboard(App[int]):
             self.pane.find_views(text)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """False hides a key (another screen is up, no failure); None shows it disabled."""
+        """False hides a key (another screen is up, no failure, read-only); None shows it
+        disabled."""
+        if self.read_only and action in CONTROL_ACTIONS:
+            return False
         if action in MAIN_ACTIONS and self.screen is not self.screen_stack[0]:
             return False
         if action == "quit" and isinstance(self.screen, QuitScreen):
@@ -712,10 +734,13 @@ def create_app(
     start: str | None = None,
     run: str | None = None,
     rejoin_factory: RejoinFactory = engine_rejoin,
+    read_only: bool = False,
+    served: bool = False,
 ) -> Dashboard:
     """The app factory `ddptui` and the tests use (tests fake the run, the cluster, the clock,
     the ids). start: the command it opens on, "launch", "check", "runs", or with `run` (a run
-    id, prefix or dir) "attach", "stop" or "stacks" (None: the cluster view)."""
+    id, prefix or dir) "attach", "stop" or "stacks" (None: the cluster view). read_only: no
+    launch, stop, restart or deep check; served: a browser's session (`ddptui serve`)."""
     return Dashboard(
         inventory_path,
         run_factory=run_factory or engine_runs(runs_dir, extra_args),
@@ -726,4 +751,6 @@ def create_app(
         run=run,
         rejoin_factory=rejoin_factory,
         runs_dir=runs_dir,
+        read_only=read_only,
+        served=served,
     )

@@ -38,6 +38,9 @@ class FindingsView(VerticalScroll):
         self.deep: DeepChecked | None = None  # the deep check's verdict (D)
         self.deep_said: str | None = None  # while it runs: the last it said
         self._due = False  # a redraw is scheduled
+        self.keys = (
+            "l launches the job · c checks again · D deep check · Enter on a host: its facts"
+        )
 
     def compose(self) -> ComposeResult:
         yield Static(id="findings-body")
@@ -105,8 +108,7 @@ class FindingsView(VerticalScroll):
             out.append(f" ({fold.hosts(clean)})\n", style="dim")
         self._append_deep(out)
         if self.done is not None:
-            keys = "l launches the job · c checks again · D deep check · Enter on a host: its facts"
-            out.append(f"\n{keys}", "dim")
+            out.append(f"\n{self.keys}", "dim")
         return out
 
     def _append_deep(self, out: Text) -> None:

@@ -32,6 +32,7 @@ class Status:
     hosts: int = 0
     lines_per_s: float | None = None  # while a run goes
     alert: str = ""  # e.g. a stall, until the ranks speak again
+    no_run: str = "no run yet (l launches)"  # read-only: no key launches
     _rate_mark: tuple[float, int] | None = field(default=None, repr=False)  # (when, lines)
     _received_at_alert: int = field(default=0, repr=False)
 
@@ -55,7 +56,7 @@ class Status:
         self._received_at_alert = received
 
     def text(self) -> str:
-        run = f"run {self.run_id}" if self.run_id else "no run yet (l launches)"
+        run = f"run {self.run_id}" if self.run_id else self.no_run
         parts = [run, self.state]
         if self.alert:
             parts.append(self.alert)

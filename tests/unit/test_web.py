@@ -1,0 +1,92 @@
+"""`ddptui serve`'s server: every page, asset and socket under the token (else 403), and the
+command textual-serve runs for each browser quoted word by word."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from tui import cli
+from tui.web import TokenServer, app_command, url_host
+
+TOKEN = "s3cret-Token_0123456789abcdef"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[TestClient]:
+    server = TokenServer("false", "127.0.0.1", 8000, TOKEN)
+    async with TestClient(TestServer(await server._make_app())) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/ws",
+        "/static/js/textual.js",
+        "/download/x",
+        f"/{TOKEN[:-1]}/",
+        f"/{TOKEN}x/static/js/textual.js",
+        f"/x/{TOKEN}/",
+    ],
+)
+async def test_without_the_token_everything_is_refused(client: TestClient, path: str) -> None:
+    response = await client.get(path)
+    assert response.status == 403
+    assert TOKEN not in await response.text()
+
+
+async def test_a_websocket_without_the_token_is_refused(client: TestClient) -> None:
+    with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+        await client.ws_connect("/ws")
+    assert caught.value.status == 403
+
+
+async def test_the_page_and_its_assets_carry_the_token(client: TestClient) -> None:
+    page = await client.get(f"/{TOKEN}/")
+    assert page.status == 200
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    html = await page.text()
+    assert f'data-session-websocket-url="ws://127.0.0.1:8000/{TOKEN}/ws"' in html
+    assert f"http://127.0.0.1:8000/{TOKEN}/static/js/textual.js" in html
+    script = await client.get(f"/{TOKEN}/static/js/textual.js")
+    assert script.status == 200
+
+
+def test_the_app_command_quotes_every_word(tmp_path: Path) -> None:
+    odd = tmp_path / "my inv $(touch pwned) `x`;.yaml"
+    line = app_command(odd, tmp_path / "runs 'a'", "run; rm -rf ~", control=True)
+    assert shlex.split(line) == [
+        sys.executable, "-m", "tui.web", "--inventory", str(odd), "--runs-root",
+        str(tmp_path / "runs 'a'"), "--run", "run; rm -rf ~", "--control",
+    ]  # fmt: skip
+
+
+def test_a_url_names_a_reachable_host() -> None:
+    assert url_host("127.0.0.1") == "127.0.0.1"
+    assert url_host("::1") == "[::1]"
+    assert url_host("0.0.0.0") not in ("0.0.0.0", "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["serve", "--port", "0"], "--port 0: give a port from 1 to 65535"),
+        (["serve", "nosuchrun"], "no run matches 'nosuchrun'"),
+        (["--headless", "serve"], "serve takes no --headless"),
+    ],
+)
+def test_serve_usage_mistakes_are_one_line(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert cli.main(argv) == 2
+    assert said in capsys.readouterr().err

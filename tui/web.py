@@ -1,0 +1,133 @@
+"""`ddptui serve`: the dashboard in a browser. textual-serve (from Textual's makers) serves a
+page that runs xterm.js, and starts a dashboard process of its own for each browser connection,
+spoken to over a websocket.
+
+textual-serve has no authentication: here every page, asset and socket lives under a random
+token (`/<token>/...`, the URL printed) and anything else is refused with 403. The token is only
+in this process's memory and the printed URL, never on a command line (`ps` shows command lines
+to every user). Each browser's dashboard is read-only unless `--control`, and a browser that
+leaves detaches from the run it watched: the job goes on.
+
+`python -m tui.web` is that per-browser dashboard (the command textual-serve runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hmac
+import logging
+import secrets
+import shlex
+import socket
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+from textual_serve.server import Server
+
+from .dashboard.app import create_app
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def app_command(inventory: Path, runs_root: Path | None, run: str | None, control: bool) -> str:
+    """The shell command textual-serve runs for each browser (it runs it with a shell): every
+    word quoted."""
+    words = [sys.executable, "-m", "tui.web", "--inventory", str(inventory.resolve())]
+    if runs_root is not None:
+        words += ["--runs-root", str(runs_root.resolve())]
+    if run is not None:
+        words += ["--run", run]
+    if control:
+        words.append("--control")
+    return shlex.join(words)
+
+
+def url_host(host: str) -> str:
+    """The bind address as a URL names it: this machine's name for every address (0.0.0.0),
+    an IPv6 address in brackets."""
+    if host in ("0.0.0.0", "::", ""):
+        return socket.getfqdn()
+    return f"[{host}]" if ":" in host else host
+
+
+class TokenServer(Server):
+    """textual-serve's server with every route under /<token>/ and a 403 for the rest. Its
+    page builds each asset's and the socket's URL from the router, so they carry the token."""
+
+    def __init__(self, command: str, host: str, port: int, token: str) -> None:
+        # The page's links are absolute, on public_url: a name the browser can reach
+        super().__init__(command, host=host, port=port, title="ddptui",
+                         public_url=f"http://{url_host(host)}:{port}")  # fmt: skip
+        self.token = token
+        self.url = f"{self.public_url}/{token}/"
+
+    async def _make_app(self) -> web.Application:
+        outer = web.Application(middlewares=[self._guard])
+        outer.add_subapp(f"/{self.token}", await super()._make_app())
+        return outer
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        first = request.path.split("/", 2)[1]
+        if not hmac.compare_digest(first.encode(), self.token.encode()):
+            raise web.HTTPForbidden(text="403: this page needs the URL `ddptui serve` printed\n")
+        response = await handler(request)
+        response.headers["Referrer-Policy"] = "no-referrer"  # the token stays on this page
+        return response
+
+    def initialize_logging(self) -> None:
+        super().initialize_logging()
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per request
+
+    async def on_startup(self, app: web.Application) -> None:
+        print(f"ddptui serve: the dashboard at {self.url}", flush=True)
+
+
+def serve(
+    inventory: Path,
+    *,
+    runs_root: Path | None,
+    run: str | None,
+    host: str,
+    port: int,
+    control: bool,
+) -> None:
+    """Serve until Ctrl-C; prints the URL (with its token) and how to reach it."""
+    token = secrets.token_urlsafe(24)
+    server = TokenServer(app_command(inventory, runs_root, run, control), host, port, token)
+    if host in ("127.0.0.1", "localhost", "::1"):
+        print(f"from another machine: ssh -L {port}:127.0.0.1:{port} THIS-HOST, then the URL")
+    else:
+        print(
+            f"ddptui serve: warning: exposed on {host}:{port}: anyone who can reach it and has "
+            "the URL sees the dashboard (plain HTTP: the token crosses the network in clear)",
+            file=sys.stderr,
+        )
+    mode = "control: launch, stop and restart allowed" if control else "read-only"
+    print(f"{mode}; Ctrl-C stops serving (the runs go on)", flush=True)
+    server.serve()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One browser's dashboard (textual-serve runs this with its web driver)."""
+    p = argparse.ArgumentParser(prog="python -m tui.web")
+    p.add_argument("--inventory", type=Path, required=True)
+    p.add_argument("--runs-root", type=Path)
+    p.add_argument("--run")
+    p.add_argument("--control", action="store_true")
+    args = p.parse_args(argv)
+    app = create_app(
+        args.inventory,
+        runs_dir=args.runs_root,
+        start="attach" if args.run else None,
+        run=args.run,
+        read_only=not args.control,
+        served=True,
+    )
+    return app.run() or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
