@@ -8,6 +8,8 @@ TEST_TOOLS := sshd:openssh-server ssh:openssh-client ip:iproute2 tmux:tmux pdsh:
 # Containers on the test hosts (tests/support/containerhosts.py): podman with runc (crun fails
 # on this kind of machine) and catatonit for `run --init`.
 TEST_TOOLS += podman:podman runc:runc catatonit:catatonit
+# `ddptui serve`'s browser test: Debian's Chromium and its chromedriver (Selenium downloads none).
+TEST_TOOLS += chromium:chromium chromedriver:chromium-driver
 
 .PHONY: setup demo dashboard test lint test-tools clean
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from apptools import FakeRun, fake_app, local_inventory, screen_text, settle, wait_for
+from apptools import FakeClusters, FakeRun, fake_app, local_inventory, screen_text, settle, wait_for
 from apptools import two_node_script as script
 
 from remote import runs
@@ -133,3 +133,18 @@ class _NoCluster:
 
 def _no_cluster(inv: object, emit: Emit) -> ClusterLike:
     return _NoCluster()  # type: ignore[return-value]
+
+
+async def test_attach_checks_no_host_while_its_job_runs(inv: Path, history: str) -> None:
+    """A running job's hosts fail the checks (its master port is taken): they come after."""
+    rejoins, clusters = Rejoins(), FakeClusters()
+    app = create_app(inv, run_factory=lambda *a: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
+                     cluster_factory=clusters, start="attach", run=history)  # fmt: skip
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: rejoins.opened, "the run to open")
+        await settle(pilot)
+        assert clusters.made and not any(c.checks for c in clusters.made)
+        rejoins.runs[0].stop()
+        assert app.worker is not None
+        await app.worker.wait()
+        await wait_for(pilot, lambda: any(c.checks for c in clusters.made), "the checks after")

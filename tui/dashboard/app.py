@@ -180,8 +180,9 @@ class Dashboard(App[int]):
         self.clock, self.run_ids = clock, run_ids
         self.start = start  # the command it opened on: `ddptui launch` launches at once
         self.open_on = run  # `ddptui attach|stop|stacks RUN`: the run to open at once
-        # `ddptui launch`: the run checks the hosts; the dashboard's own connections open after
-        self._cluster_later = start == "launch"
+        # `ddptui launch`: the run checks the hosts; the dashboard's own connections open after.
+        # `ddptui attach RUN` too: a running job's hosts fail a check (its port is taken).
+        self._cluster_later = start == "launch" or run is not None
         self.glance = Glance(self, cluster_factory)
         self.inventory: inventory.Inventory | None = None
         self.current_run: RunLike | None = None
