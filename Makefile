@@ -11,7 +11,7 @@ TEST_TOOLS += podman:podman runc:runc catatonit:catatonit
 # `ddptui serve`'s browser test: Debian's Chromium and its chromedriver (Selenium downloads none).
 TEST_TOOLS += chromium:chromium chromedriver:chromium-driver
 
-.PHONY: setup demo dashboard test lint test-tools clean
+.PHONY: setup demo dashboard test lint docs test-tools clean
 
 setup: $(VENV)/.installed
 
@@ -32,6 +32,9 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+docs: setup  ## the site (mkdocs.yml) into site/; --strict: a broken link or anchor fails
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 test-tools:  ## the end-to-end tests build real sshd hosts: install what they need
 	@missing=""; for t in $(TEST_TOOLS); do \
 	  command -v $${t%%:*} >/dev/null || [ -x /usr/sbin/$${t%%:*} ] || missing="$$missing $${t#*:}"; \
@@ -41,8 +44,8 @@ test-tools:  ## the end-to-end tests build real sshd hosts: install what they ne
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-test: setup test-tools lint
+test: setup test-tools lint docs
 	$(BIN)/python -m pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
