@@ -14,10 +14,12 @@ leaves detaches from the run it watched: the job goes on.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hmac
 import logging
 import secrets
 import shlex
+import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable
@@ -82,6 +84,20 @@ class TokenServer(Server):
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per request
 
     async def on_startup(self, app: web.Application) -> None:
+        """textual-serve prints its banner here, before the port is bound: nothing yet."""
+
+    def serve(self, debug: bool = False) -> None:
+        """textual-serve's own, but the URL is said once the port is bound, never before a
+        bind that fails."""
+        self.debug = debug
+        self.initialize_logging()
+        loop = asyncio.new_event_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.request_exit)
+        web.run_app(self._make_app(), host=self.host, port=self.port, loop=loop,
+                    handle_signals=False, print=self._bound)  # fmt: skip
+
+    def _bound(self, *_: object) -> None:
         print(f"ddptui serve: the dashboard at {self.url}", flush=True)
 
 
