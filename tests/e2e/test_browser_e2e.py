@@ -119,6 +119,8 @@ def test_a_browser_watches_a_run_and_the_token_guards_it(
         assert websocket_status(port, "/x" + token_path + "ws") == 403
         assert status(port, token_path) == 200
 
+        browser.get(f"http://127.0.0.1:{port}/")  # the browser too is refused without it
+        assert "403" in browser.find_element("tag name", "body").text
         browser.get(url)
         screen = lambda: str(browser.execute_script(READ_TERMINAL))  # noqa: E731
         wait_for(lambda: len(ticks(screen(), 3)) > 5, 60, "rank 3's ticks in the page")
