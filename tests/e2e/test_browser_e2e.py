@@ -1,5 +1,7 @@
 """`ddptui serve` in a real browser: Debian's headless Chromium, driven by Selenium through the
-system chromedriver (never a downloaded one), on a real run of the ssh test hosts.
+system chromedriver (never a downloaded one), on a real run of the ssh test hosts: the page and
+socket refused without the token, the run's lines arriving, `d` typed into the page bringing every
+rank's stack, no key that stops it, and the run going on once the browser leaves.
 
 The page draws the terminal with xterm.js on a canvas, so its text is read from xterm's own
 buffer: a script set before the page's own catches the Terminal as textual-serve's page stores it
@@ -131,6 +133,10 @@ def test_a_browser_watches_a_run_and_the_token_guards_it(
         assert "Stacks" in footer and not {"Launch", "Stop", "Restart"} & set(footer.split())
         assert f"run {run_id}" in text and "node1" in text
         browser.save_screenshot(str(tmp_path / "browser.png"))
+        browser.find_element("css selector", ".xterm-helper-textarea").send_keys("d")
+        wait_for(lambda: "saved to" in screen(), 60, "every rank's stack in the page")
+        assert "every rank's stack" in screen() and "tick.py" in screen()
+        browser.save_screenshot(str(tmp_path / "stacks.png"))
 
         browser.get("about:blank")  # the browser leaves: its dashboard ends, detached
         wait_for(lambda: not children(serve.pid), 30, "the page's dashboard to end")
