@@ -90,3 +90,25 @@ def test_serve_usage_mistakes_are_one_line(
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert cli.main(argv) == 2
     assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ("127.0.0.1", "ssh -L 8000:127.0.0.1:8000"),
+        ("0.0.0.0", "warning: exposed on 0.0.0.0:8000"),
+    ],
+)
+def test_serve_says_how_to_reach_it_or_that_it_is_exposed(
+    host: str, said: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    served: list[TokenServer] = []
+    monkeypatch.setattr(TokenServer, "serve", lambda self: served.append(self))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert cli.main(["serve", "--host", host]) == 0
+    out = capsys.readouterr()
+    assert said in out.out + out.err
+    (server,) = served
+    assert server.host == host and "--control" not in server.command
+    assert server.token not in server.command  # nor in any process list
