@@ -114,7 +114,8 @@ def serve(
     token = secrets.token_urlsafe(24)
     server = TokenServer(app_command(inventory, runs_root, run, control), host, port, token)
     if host in ("127.0.0.1", "localhost", "::1"):
-        print(f"from another machine: ssh -L {port}:127.0.0.1:{port} THIS-HOST, then the URL")
+        here = url_host(host)
+        print(f"from another machine: ssh -L {port}:{here}:{port} THIS-HOST, then the URL")
     else:
         print(
             f"ddptui serve: warning: exposed on {host}:{port}: anyone who can reach it and has "
