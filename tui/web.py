@@ -30,6 +30,12 @@ from textual_serve.server import Server
 
 from .dashboard.app import create_app
 
+# The page loads nothing from elsewhere (textual-serve's page asks Google for its font: refused,
+# the same font comes with it), and what it runs and draws comes from here.
+PAGE_POLICY = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"
+)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -64,19 +70,35 @@ class TokenServer(Server):
                          public_url=f"http://{url_host(host)}:{port}")  # fmt: skip
         self.token = token
         self.url = f"{self.public_url}/{token}/"
+        self.pages: set[asyncio.Task[object]] = set()  # each open page's socket handler
 
     async def _make_app(self) -> web.Application:
         outer = web.Application(middlewares=[self._guard])
         outer.add_subapp(f"/{self.token}", await super()._make_app())
+        outer.on_shutdown.append(self._end_pages)
         return outer
+
+    async def _end_pages(self, app: web.Application) -> None:
+        """Ctrl-C: each open page's handler is ended now (it ends the page's app, which
+        detaches from its run), not after aiohttp's graceful wait (20 s and more), and while
+        the loop runs: an app's process transport freed after it closed printed a traceback."""
+        for task in self.pages:
+            task.cancel()
+        if self.pages:
+            await asyncio.wait(self.pages, timeout=15)
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         first = request.path.split("/", 2)[1]
         if not hmac.compare_digest(first.encode(), self.token.encode()):
             raise web.HTTPForbidden(text="403: this page needs the URL `ddptui serve` printed\n")
+        page = asyncio.current_task()
+        if request.path.endswith("/ws") and page is not None:
+            self.pages.add(page)
+            page.add_done_callback(self.pages.discard)
         response = await handler(request)
         response.headers["Referrer-Policy"] = "no-referrer"  # the token stays on this page
+        response.headers["Content-Security-Policy"] = PAGE_POLICY
         return response
 
     def initialize_logging(self) -> None:

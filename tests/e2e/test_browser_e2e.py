@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, children, wait_for
 from testhosts import REPO, TestCluster
 
 from remote.host.netif import free_port
@@ -86,11 +86,6 @@ def ticks(text: str, rank: int) -> list[int]:
     words = [line.split(f"tick {rank} ", 1)[1].split() for line in text.splitlines()
              if f"tick {rank} " in line]  # fmt: skip
     return [int(w[0]) for w in words if w and w[0].isdigit()]
-
-
-def children(pid: int) -> list[int]:
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    return [int(p) for p in path.read_text().split()] if path.exists() else []
 
 
 def test_a_browser_watches_a_run_and_the_token_guards_it(

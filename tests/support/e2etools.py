@@ -105,6 +105,12 @@ def ns_pids(netns: str) -> list[int]:
     return [int(p) for p in out.split()]
 
 
+def children(pid: int) -> list[int]:
+    """The processes pid started that still run (Linux)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()

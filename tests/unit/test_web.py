@@ -3,15 +3,20 @@ command textual-serve runs for each browser quoted word by word."""
 
 from __future__ import annotations
 
+import asyncio
 import shlex
+import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from e2etools import children, wait_for
 
+from remote.host.netif import free_port
 from tui import cli
 from tui.web import TokenServer, app_command, url_host
 
@@ -53,6 +58,7 @@ async def test_the_page_and_its_assets_carry_the_token(client: TestClient) -> No
     page = await client.get(f"/{TOKEN}/")
     assert page.status == 200
     assert page.headers["Referrer-Policy"] == "no-referrer"
+    assert "default-src 'self'" in page.headers["Content-Security-Policy"]
     html = await page.text()
     assert f'data-session-websocket-url="ws://127.0.0.1:8000/{TOKEN}/ws"' in html
     assert f"http://127.0.0.1:8000/{TOKEN}/static/js/textual.js" in html
@@ -112,3 +118,43 @@ def test_serve_says_how_to_reach_it_or_that_it_is_exposed(
     (server,) = served
     assert server.host == host and "--control" not in server.command
     assert server.token not in server.command  # nor in any process list
+
+
+# An app that says it is one (textual-serve waits for this line), then ends when told anything
+# (the first thing a page with no size to tell sends is textual-serve's quit).
+FAKE_APP = "import sys; print('__GANGLION__', flush=True); sys.stdin.buffer.read(1)"
+SERVER = """
+import sys
+from tui.web import TokenServer
+TokenServer(sys.argv[1], "127.0.0.1", int(sys.argv[2]), "tok").serve()
+"""
+
+
+def test_stopping_with_a_page_open_ends_it_at_once_and_quietly(tmp_path: Path) -> None:
+    """SIGTERM while a page's app runs: the page's socket and app are ended at once (aiohttp
+    alone waited 20 s and more for the socket), and nothing of asyncio is printed."""
+    port = free_port()
+    command = shlex.join([sys.executable, "-c", FAKE_APP])
+    out = tmp_path / "serve.out"
+    with out.open("w") as sink:
+        server = subprocess.Popen([sys.executable, "-c", SERVER, command, str(port)],
+                                  stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_for(lambda: "/tok/" in out.read_text(), 30, "the server to listen")
+
+        async def open_page() -> None:
+            page = f"http://127.0.0.1:{port}/tok/ws"
+            async with aiohttp.ClientSession() as session, session.ws_connect(page) as ws:
+                wait_for(lambda: children(server.pid), 30, "the page's app to start")
+                server.terminate()
+                started = time.monotonic()
+                async for _ in ws:  # until the server closes it
+                    pass
+                assert await asyncio.to_thread(server.wait, 10) == 0
+                assert time.monotonic() - started < 10
+
+        asyncio.run(open_page())
+    finally:
+        server.kill()
+    said = out.read_text()
+    assert "Traceback" not in said and "Event loop is closed" not in said, said
