@@ -142,6 +142,7 @@ class _HostFields(_Strict):
     port: int | None = Field(default=None, ge=1, le=65535)
     identity_file: str | None = None
     known_hosts: str | None = None
+    ssh_config: str | None = None  # the cluster's own ssh_config, as `ssh -F PATH`
     python: str | None = None
     workdir: str | None = None
     env: dict[str, EnvValue] = Field(default_factory=dict)
@@ -283,6 +284,7 @@ class Host:
     env: dict[str, str]
     gpus: int | None
     container: Container | None = None
+    ssh_config: str | None = None  # `ssh -F`: this file instead of ~/.ssh/config and /etc/ssh's
     # The attempt this node's supervisor started at: a spare's, the one it joined in a lost
     # node's place (its private directory on the host is n<rank>-a<since>).
     since: int = 0
@@ -459,6 +461,7 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
                 env={k: env_text(v) for k, v in env.items()},
                 gpus=merged.get("gpus"),
                 container=_container(raw.defaults, entry, i, path, node),
+                ssh_config=_beside(path, merged.get("ssh_config")),
             )
         )
     if not hosts:
@@ -617,6 +620,11 @@ def _unfold_entry(
             f"{len(addresses)} hosts; write a range of as many names (or leave name out)",
         )
     return list(zip(addresses, names, strict=True))
+
+
+def _beside(path: Path, name: str | None) -> str | None:
+    """A file the inventory names: `~` expanded, a relative name beside the inventory."""
+    return str(path.parent / Path(name).expanduser()) if name else None
 
 
 def _default_python(transport: str | None) -> str:
