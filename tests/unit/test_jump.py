@@ -33,7 +33,7 @@ class FakeConn:
 def connects(monkeypatch: pytest.MonkeyPatch) -> list[FakeConn]:
     made: list[FakeConn] = []
 
-    async def connect(spec: str, notices: list[str], timeouts: Any) -> FakeConn:
+    async def connect(spec: str, notices: list[str], timeouts: Any, *_: Any) -> FakeConn:
         await asyncio.sleep(0)  # the others ask while the first connects
         made.append(FakeConn())
         return made[-1]
@@ -73,7 +73,7 @@ async def test_a_dead_jump_is_replaced(connects: list[FakeConn]) -> None:
 
 
 async def test_failure_names_the_jump_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def refused(spec: str, notices: list[str], timeouts: Any) -> None:
+    async def refused(spec: str, notices: list[str], timeouts: Any, *_: Any) -> None:
         raise ConnectionRefusedError(111, "Connection refused")
 
     monkeypatch.setattr(jump, "_connect", refused)
