@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from remote import inventory, jump, openssh
+from remote.sshlib import asyncssh
 from remote.transport import HostError, SSHTransport
 
 pytestmark = pytest.mark.skipif(openssh.client() is None, reason="no OpenSSH client")
@@ -48,6 +49,7 @@ class Conn:
 
     def set_tunnel(self, conn: Any) -> None: ...
     def close(self) -> None: ...
+    def abort(self) -> None: ...
     def is_closed(self) -> bool:
         return False
 
@@ -62,7 +64,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
         made.append(Call(host, options))
         return Conn()
 
-    monkeypatch.setattr(jump.asyncssh, "connect", connect)
+    monkeypatch.setattr(asyncssh, "connect", connect)
     monkeypatch.setattr(jump, "known_hosts", lambda files: list(files))
     return made
 
@@ -76,7 +78,10 @@ def host_for(config: Path, host: str, **keys: object) -> inventory.Host:
 def connect(h: inventory.Host) -> SSHTransport:
     async def go() -> SSHTransport:
         t = SSHTransport(h)
-        await t.connect()
+        try:
+            await t.connect()
+        finally:
+            t.drop()  # lets go of the jump host too
         return t
 
     return asyncio.run(go())
