@@ -42,11 +42,14 @@ def ssh_g_argv(
     port: int | None = None,
     identity_files: Sequence[str] = (),
     config_file: str | None = None,
+    known_hosts: str | None = None,
 ) -> list[str]:
     """The `ssh -G` command for host, with the inventory's values as the command line's."""
     argv = [client() or "ssh", "-G"]
     if config_file:
         argv += ["-F", config_file]
+    if known_hosts:
+        argv += ["-o", f'UserKnownHostsFile="{known_hosts}"']
     if user:
         argv += ["-l", user]
     if port:
@@ -150,8 +153,9 @@ class Target:
             "known_hosts": self.known_hosts,
             "host_key_alias": self.host_key_alias,
         }
-        if self.identities_only:
-            options["agent_identities"] = public + [p + ".pub" for p in private]
+        if self.identities_only:  # the agent's keys that these files name, and no others
+            named = [p + ".pub" for p in private if os.path.isfile(p + ".pub")]
+            options["agent_identities"] = public + named
         if self.agent is not None:
             options["agent_path"] = self.agent or None
         if self.proxy_command:  # run as ssh runs it: the user's shell, exec'd
@@ -310,10 +314,13 @@ async def resolve(
     OpenSSHError."""
     config_file = config_file or home_config()
     argv = ssh_g_argv(
-        host, user=user, port=port, identity_files=identity_files, config_file=config_file
+        host,
+        user=user,
+        port=port,
+        identity_files=identity_files,
+        config_file=config_file,
+        known_hosts=known_hosts,
     )
-    if known_hosts:
-        argv[-2:-2] = ["-o", f'UserKnownHostsFile="{known_hosts}"']
     per_loop = _cache.setdefault(asyncio.get_running_loop(), {})
     key = tuple(argv)
     known = per_loop.get(key)

@@ -191,3 +191,28 @@ async def test_a_hop_that_fails_is_named_and_the_hops_before_it_closed(
     assert chain[1][1]["tunnel"].closed and not jump._jumps
     with pytest.raises(jump.JumpError, match="loop: ProxyJump nested too deep"):
         await jump.lease("loop", [], {})
+
+
+async def test_without_openssh_asyncssh_reads_the_config_and_a_launch_says_so_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from remote import openssh, transport
+
+    async def connect(host: str, **options: Any) -> FakeConn:
+        assert "config" not in options  # asyncssh's own reading of ~/.ssh/config
+        return FakeConn(("10.0.0.5", 22))
+
+    monkeypatch.setattr(openssh, "client", lambda: None)
+    monkeypatch.setattr(jump, "read_config", lambda host, options: _config())
+    monkeypatch.setattr(jump.asyncssh, "connect", connect)
+    first, second = SSHTransport(HOST), SSHTransport(HOST)
+    await first.connect()
+    await second.connect()
+    assert first.notices == [transport.NO_OPENSSH] and second.notices == []
+
+
+async def _config() -> Any:
+    class Config:
+        host, tunnel, known_hosts = "node0", None, ()
+
+    return Config()

@@ -356,3 +356,17 @@ def test_system_wide_files_in_a_private_mount_namespace(tmp_path: Path) -> None:
     calls = json.loads(calls_text)
     assert calls == [["site-bastion", "siteuser", 22], [g["hostname"], g["user"], int(g["port"])]]
     assert Path("/etc/ssh/ssh_config").read_text() != (etc / "ssh_config").read_text()
+
+
+def test_a_home_elsewhere_than_the_passwd_entry_is_the_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ssh reads the passwd entry's ~/.ssh/config; ddptui's ~ is $HOME, as every other tool's
+    (and the tests' HOMEs): its config, then the system-wide files, and its known_hosts."""
+    home = tmp_path / "home"
+    write(home / ".ssh" / "config", "Host gpu1\n  User from-home\n  UserKnownHostsFile none\n")
+    monkeypatch.setenv("HOME", str(home))
+    t = asyncio.run(openssh.resolve("gpu1"))
+    assert t.user == "from-home"
+    assert t.known_hosts[:2] == tuple(f"{home}/.ssh/{f}" for f in DEFAULTS)
+    assert t.unverified_by == "UserKnownHostsFile none"
