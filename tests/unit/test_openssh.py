@@ -313,7 +313,7 @@ sys.path.insert(0, {repo!r})
 from remote import jump, openssh
 calls = []
 async def connect(host, **options):
-    calls.append([host, options["username"], options["port"]])
+    calls.append([host, options["username"], options["port"], options["known_hosts"]])
     class C:
         def get_extra_info(self, n): return None
         def set_tunnel(self, c): pass
@@ -331,31 +331,77 @@ print(json.dumps(calls))
 """
 
 
-@pytest.mark.skipif(
-    os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare"
-)
-def test_system_wide_files_in_a_private_mount_namespace(tmp_path: Path) -> None:
-    """ProxyJump and User from /etc/ssh/ssh_config.d/*.conf, where sites put them."""
-    etc = tmp_path / "etc"
-    write(etc / "ssh_config", "Include /etc/ssh/ssh_config.d/*.conf\nHost *\n  Port 22\n")
-    write(etc / "ssh_config.d" / "20-site.conf", "Host gpu*\n  ProxyJump site-bastion\n")
-    write(etc / "ssh_config.d" / "10-user.conf", "Host *\n  User siteuser\n")
+def in_namespace(tmp_path: Path, etc: dict[str, str]) -> tuple[dict[str, str], list[Any]]:
+    """`ssh -G gpu1`, and what ddptui would connect to for gpu1, with these files bound over
+    /etc's (a private mount namespace: the machine's own are never touched)."""
+    mounts = []
+    for name, text in etc.items():
+        if name.endswith(".d"):
+            folder = tmp_path / "etc" / name
+            folder.mkdir(parents=True)
+            for i, block in enumerate(text.split("\n\n")):  # one file each, in reverse order
+                write(folder / f"{90 - i}-site.conf", block + "\n")
+        else:
+            write(tmp_path / "etc" / name, text)
+        mounts.append(f"mount --bind {tmp_path / 'etc' / name} /etc/{name}")
     probe = write(tmp_path / "probe.py", PROBE.format(repo=str(Path(__file__).parents[2])))
-    script = (
-        f"mount --bind {etc / 'ssh_config'} /etc/ssh/ssh_config && "
-        f"mount --bind {etc / 'ssh_config.d'} /etc/ssh/ssh_config.d && "
-        f"ssh -G gpu1 && echo --- && {sys.executable} {probe}"
-    )
+    script = " && ".join([*mounts, "ssh -G gpu1", "echo ---", f"{sys.executable} {probe}"])
     res = subprocess.run(
         ["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60
     )
     assert res.returncode == 0, res.stderr
     g_text, _, calls_text = res.stdout.partition("---\n")
-    g = dict(line.split(" ", 1) for line in g_text.splitlines())
+    for name in etc:
+        assert Path("/etc", name).exists()  # the real ones, still there
+    return dict(line.split(" ", 1) for line in g_text.splitlines()), json.loads(calls_text)
+
+
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare"
+)
+
+
+@needs_root
+def test_system_wide_files_in_a_private_mount_namespace(tmp_path: Path) -> None:
+    """ProxyJump and User from /etc/ssh/ssh_config.d/*.conf, where sites put them."""
+    g, calls = in_namespace(
+        tmp_path,
+        {
+            "ssh/ssh_config": "Include /etc/ssh/ssh_config.d/*.conf\nHost *\n  Port 22\n",
+            "ssh/ssh_config.d": "Host gpu*\n  ProxyJump site-bastion\n\nHost *\n  User siteuser",
+        },
+    )
     assert (g["user"], g["proxyjump"]) == ("siteuser", "site-bastion")
-    calls = json.loads(calls_text)
-    assert calls == [["site-bastion", "siteuser", 22], [g["hostname"], g["user"], int(g["port"])]]
-    assert Path("/etc/ssh/ssh_config").read_text() != (etc / "ssh_config").read_text()
+    assert [c[:3] for c in calls] == [
+        ["site-bastion", "siteuser", 22],
+        [g["hostname"], g["user"], int(g["port"])],
+    ]
+
+
+@needs_root
+@pytest.mark.security
+def test_canonicalisation_its_jump_and_its_known_hosts(tmp_path: Path) -> None:
+    """A ProxyJump and `UserKnownHostsFile /dev/null` known only once the name is canonical
+    (gpu1 → gpu1.cluster.test, from /etc/hosts): the jump is the shared one, the key checked."""
+    g, calls = in_namespace(
+        tmp_path,
+        {
+            "hosts": "127.0.0.1 localhost\n10.9.9.9 gpu1.cluster.test gpu1.cluster.test.\n",
+            "ssh/ssh_config": "CanonicalizeHostname always\nCanonicalDomains cluster.test\n"
+            "Host *.cluster.test\n  User canon\n  UserKnownHostsFile /dev/null\n"
+            "  ProxyJump site-bastion\n",
+        },
+    )
+    assert (g["hostname"], g["user"], g["proxyjump"]) == (
+        "gpu1.cluster.test",
+        "canon",
+        "site-bastion",
+    )
+    assert [c[:3] for c in calls] == [
+        ["site-bastion", "root", 22],
+        ["gpu1.cluster.test", "canon", 22],
+    ]
+    assert "/dev/null" not in calls[1][3] and calls[1][3][0].endswith("/.ssh/known_hosts")
 
 
 def test_a_home_elsewhere_than_the_passwd_entry_is_the_one_read(
