@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import shlex
@@ -238,6 +239,7 @@ class SSHTransport(Transport):
     conn: asyncssh.SSHClientConnection | None = None
     _jump: jump.Lease | None = None
     _unverified_by: str | None = None  # the config's setting that would have turned checks off
+    _resolved_as: Host | None = None  # the host as OpenSSH resolved it, for the errors' words
 
     async def connect(self) -> float:
         h = self.host
@@ -248,6 +250,7 @@ class SSHTransport(Transport):
             "keepalive_count_max": 3,
         }
         self.notices = []
+        self._resolved_as = self._unverified_by = None
         try:
             find = self._resolved if openssh.client() else self._from_asyncssh_config
             hostname, options, via = await find()
@@ -262,7 +265,7 @@ class SSHTransport(Transport):
             raise HostError(h.name, ssh_reason(exc.cause, h, via=exc.spec)) from None
         except Exception as exc:  # every way a login can fail, worded per kind below
             self._release()
-            reason = ssh_reason(exc, h)
+            reason = ssh_reason(exc, self._resolved_as or h)
             if self._unverified_by and isinstance(exc, asyncssh.HostKeyNotVerifiable):
                 reason += f" (`{self._unverified_by}` in ssh_config does not turn it off)"
             raise HostError(h.name, reason) from None
@@ -283,6 +286,13 @@ class SSHTransport(Transport):
             known_hosts=known,
         )
         self._unverified_by = target.unverified_by
+        self._resolved_as = dataclasses.replace(
+            h,
+            host=target.host,
+            user=target.user,
+            port=target.port,
+            known_hosts=target.known_hosts[0] if target.known_hosts else None,
+        )
         hostname, options = jump.verified(target, self.notices)
         return hostname, options, target.proxy_jump
 
