@@ -14,6 +14,7 @@ said with the character it is at; an IPv6 address in brackets (`[fe80::1]`) is a
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -74,7 +75,7 @@ class _Range:
 
 def _parse(pattern: str) -> list[str | _Range]:
     """Text and ranges, in order; raises RangeError at the first character it cannot read."""
-    if pattern.startswith("[") and pattern.endswith("]") and ":" in pattern:
+    if pattern.startswith("[") and pattern.endswith("]") and _ipv6(pattern[1:-1]):
         return [pattern]  # an IPv6 address, as ssh_config writes one
     parts: list[str | _Range] = []
     i = 0
@@ -94,6 +95,13 @@ def _parse(pattern: str) -> list[str | _Range]:
         parts.append(_Range(opening, _items(pattern, opening)))
         i = closing + 1
     return parts
+
+
+def _ipv6(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0]).version == 6
+    except ValueError:
+        return False
 
 
 def _items(pattern: str, opening: int) -> list[tuple[int, int, int]]:

@@ -41,6 +41,7 @@ def test_unfold(pattern: str, names: list[str]) -> None:
         ("gpu[c-d]", 5, "ranges are numeric"),
         ("gpu[1,,3]", 7, "empty range"),
         ("gpu1]", 5, "']' closes no range"),
+        ("[/x:]", 2, "ranges are numeric"),  # not an IPv6 address
         ("n[5-1]", 3, "goes backwards"),
         ("n[0-100000]", 2, "more than 100,000 hosts"),
         ("a[1-1000]b[1-1000]", 11, "more than 100,000 hosts"),
