@@ -250,7 +250,7 @@ class SSHTransport(Transport):
             "keepalive_count_max": 3,
         }
         self.notices = []
-        self._resolved_as = self._unverified_by = None
+        self._forget_resolution()
         try:
             find = self._resolved if openssh.client() else self._from_asyncssh_config
             hostname, options, via = await find()
@@ -271,6 +271,10 @@ class SSHTransport(Transport):
             raise HostError(h.name, reason) from None
         self.address = self._own_address(hostname)
         return time.monotonic() - t0
+
+    def _forget_resolution(self) -> None:
+        """A reconnect says its own (a method: mypy would take them for None after it)."""
+        self._resolved_as = self._unverified_by = None
 
     async def _resolved(self) -> tuple[str, dict[str, Any], str | None]:
         """OpenSSH's answer for this host, the inventory's keys as ssh's -l, -p, -i, -F."""
