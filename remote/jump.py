@@ -81,7 +81,8 @@ def openssh_hop(config_file: str | None) -> FindHop:
     """Hops as `ssh -G` resolves them (with the host's `-F`, as ssh passes it on)."""
 
     async def find(user: str | None, host: str, port: int | None, notices: list[str]) -> Hop:
-        target = await openssh.resolve(host, user=user, port=port, config_file=config_file)
+        given = openssh.Given(user, port, config_file=config_file)
+        target = await openssh.resolve(host, given)
         to, options = verified(target, notices)
         return to, options, target.proxy_jump
 

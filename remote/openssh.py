@@ -300,26 +300,29 @@ _Answers = dict[tuple[str, ...], "asyncio.Future[Target]"]
 _cache: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Answers] = weakref.WeakKeyDictionary()
 
 
-async def resolve(
-    host: str,
-    *,
-    user: str | None = None,
-    port: int | None = None,
-    identity_files: Sequence[str] = (),
-    config_file: str | None = None,
-    known_hosts: str | None = None,
-) -> Target:
-    """Where `ssh HOST` connects, the inventory's values given as on ssh's command line
-    (known_hosts as `-o UserKnownHostsFile`); asked once per event loop; raises
-    OpenSSHError."""
-    config_file = config_file or home_config()
+@dataclass(frozen=True)
+class Given:
+    """The inventory's values for a host, as ssh's command line gives them (`-l`, `-p`, `-i`,
+    `-F`; known_hosts as `-o UserKnownHostsFile`)."""
+
+    user: str | None = None
+    port: int | None = None
+    identity_files: tuple[str, ...] = ()
+    config_file: str | None = None
+    known_hosts: str | None = None
+
+
+async def resolve(host: str, given: Given = Given()) -> Target:
+    """Where `ssh HOST` connects, given the inventory's values; asked once per event loop;
+    raises OpenSSHError."""
+    config_file = given.config_file or home_config()
     argv = ssh_g_argv(
         host,
-        user=user,
-        port=port,
-        identity_files=identity_files,
+        user=given.user,
+        port=given.port,
+        identity_files=given.identity_files,
         config_file=config_file,
-        known_hosts=known_hosts,
+        known_hosts=given.known_hosts,
     )
     per_loop = _cache.setdefault(asyncio.get_running_loop(), {})
     key = tuple(argv)

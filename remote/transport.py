@@ -279,16 +279,10 @@ class SSHTransport(Transport):
     async def _resolved(self) -> tuple[str, dict[str, Any], str | None]:
         """OpenSSH's answer for this host, the inventory's keys as ssh's -l, -p, -i, -F."""
         h = self.host
-        keys = [str(Path(h.identity_file).expanduser())] if h.identity_file else []
+        keys = (str(Path(h.identity_file).expanduser()),) if h.identity_file else ()
         known = str(Path(h.known_hosts).expanduser()) if h.known_hosts else None
-        target = await openssh.resolve(
-            h.host,
-            user=h.user,
-            port=h.port,
-            identity_files=keys,
-            config_file=h.ssh_config,
-            known_hosts=known,
-        )
+        given = openssh.Given(h.user, h.port, keys, h.ssh_config, known)
+        target = await openssh.resolve(h.host, given)
         self._unverified_by = target.unverified_by
         self._resolved_as = dataclasses.replace(
             h,
