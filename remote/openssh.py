@@ -83,3 +83,18 @@ async def ssh_g(
     if proc.returncode != 0:
         raise OpenSSHError(err.decode("utf-8", "replace").strip() or f"ssh -G {host} failed")
     return parse(out.decode("utf-8", "replace"))
+
+
+def home_config() -> str | None:
+    """~/.ssh/config by $HOME, where that is not the file OpenSSH reads by itself (it takes the
+    home of the user's passwd entry, never $HOME): what ssh must be told with -F so that it
+    reads the config ddptui's own connections read (asyncssh goes by $HOME). None: the same."""
+    import os
+    import pwd
+
+    mine = os.path.expanduser("~/.ssh/config")
+    try:
+        own = os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".ssh", "config")
+    except KeyError:  # a uid without a passwd entry: ssh has no home of its own
+        return mine
+    return None if os.path.realpath(mine) == os.path.realpath(own) else mine
