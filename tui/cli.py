@@ -44,6 +44,11 @@ if TYPE_CHECKING:
 
 Command = Callable[[argparse.Namespace, list[str]], int]
 SHELLS = ("bash", "zsh", "fish")
+INIT_HOSTS = (
+    "~/.ssh/config's hosts, patterns ('gpu-*') or names, or any host ssh reaches "
+    "(default: every host the config names)"
+)
+SSH_TARGET = "a host's name or address, a node rank, or rN: the host of global rank N"
 
 
 class UsageError(Exception):
@@ -101,29 +106,13 @@ def parser() -> argparse.ArgumentParser:
     stacks_p.add_argument("--json", action="store_true", help="print them as JSON")
     stacks_p.add_argument("--native", action="store_true", help="C/C++ frames too (py-spy)")
     init_p = _command(sub, "init", init, "write an inventory from ~/.ssh/config, then check it")
-    init_p.add_argument(
-        "hosts",
-        nargs="*",
-        metavar="PATTERN|HOST",
-        help="~/.ssh/config hosts (patterns: 'gpu-*'), or any host ssh reaches (default: "
-        "every host the config names)",
-    )
-    init_p.add_argument(
-        "--script", default="train.py", help="the job's script, in workdir (default train.py)"
-    )
-    init_p.add_argument(
-        "--workdir",
-        metavar="DIR",
-        help="the job's directory on the hosts (default: this directory's path)",
-    )
+    init_p.add_argument("hosts", nargs="*", metavar="PATTERN|HOST", help=INIT_HOSTS)
+    init_p.add_argument("--script", default="train.py", help="the job's script (train.py)")
+    init_p.add_argument("--workdir", metavar="DIR", help="the job's dir (default: this one's)")
     init_p.add_argument("--no-check", action="store_true", help="write it, check nothing")
     init_p.add_argument("--force", action="store_true", help="overwrite an existing inventory")
     ssh_p = _command(sub, "ssh", ssh, "a shell on a host, in the job's workdir (OpenSSH's ssh)")
-    ssh_p.add_argument(
-        "target",
-        metavar="HOST|NODE|rN",
-        help="a host's name or address, a node rank, or rN: the host of global rank N",
-    )
+    ssh_p.add_argument("target", metavar="HOST|NODE|rN", help=SSH_TARGET)
     schema_p = _command(sub, "schema", schema, "print the inventory's JSON Schema (for editors)")
     schema_p.add_argument(
         "--path", action="store_true", help="print where the installed schema file is instead"

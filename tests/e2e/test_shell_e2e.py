@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2etools import Cli
+from e2etools import Cli, ssh_home
 from test_bastion_e2e import home, private  # noqa: F401 (fixtures: the bastion's cluster)
 from testhosts import REPO, TestCluster
 from tmux import Tmux, wait_for
@@ -35,10 +35,7 @@ WHERE = 'echo "at $(hostname) in $(pwd)"'
 @pytest.fixture
 def cluster_home(cluster: TestCluster, tmp_path: Path) -> dict[str, str]:
     """A HOME whose ~/.ssh/config is the test hosts' (node0..node3 by alias)."""
-    ssh = tmp_path / "home" / ".ssh"
-    ssh.mkdir(parents=True)
-    (ssh / "config").write_text(cluster.ssh_config.read_text())
-    return {"HOME": str(ssh.parent)}
+    return ssh_home(cluster.ssh_config, tmp_path / "home")
 
 
 @pytest.fixture
