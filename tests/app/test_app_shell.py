@@ -27,12 +27,13 @@ async def test_the_host_in_view_and_a_terminal_it_cannot_have(tmp_path: Path) ->
         assert named(app) == "node1"
         await pilot.press("l")
         await settle(pilot)
-        app.pane.log_view.focus()
+        app.hosts.move_cursor(row=1)  # (the launch read the inventory again: row 0)
         while app.pane.logs.view.kind != "rank" or app.pane.logs.view.key != 0:
             await pilot.press("right_square_bracket")
-        assert named(app) == "node0"  # rank 0's host, whatever row is selected
+        assert named(app) == "node0"  # rank 0's host, though node1's row is selected
+        await pilot.press("a")  # all ranks: the selected row's
+        assert named(app) == "node1"
         app.hosts.focus()
-        app.hosts.move_cursor(row=1)  # (the launch read the inventory again: row 0)
         await pilot.press("enter")
         await settle(pilot)
         assert isinstance(app.screen, HostDetailScreen) and named(app) == "node1"

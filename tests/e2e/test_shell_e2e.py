@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -88,27 +89,44 @@ def test_ssh_lands_in_the_workdir_on_that_host(
     wait_for(lambda: not term.alive, "the shell to end, and ddptui with it", 30, term)
 
 
-def test_bang_in_the_dashboard_and_back(
+def test_bang_in_the_dashboard_and_back_with_the_run_going_on(
     cluster: TestCluster, tmp_path: Path, terminals: list[Tmux]
 ) -> None:
-    inv = cluster.write_inventory(tmp_path / "inv.yaml", {"script": "t.py"}, hosts=(0, 1))
+    """A shell twice as long as the run's lease: the dashboard's loop kept the run alive."""
+    job = {
+        "script": "tests/data/tick.py", "args": ["100000", "0.1"], "nproc_per_node": 1,
+        "master_port": 29653, "link_timeout": 3, "stop_grace": 2,
+    }  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1))
     env = {"XDG_DATA_HOME": str(tmp_path / "data"), "TERM": "xterm-256color"}
     term = Tmux([DDPTUI, "-i", str(inv)], env, (100, 30))
     terminals.append(term)
     wait_for(lambda: "l Launch" in term.screen(), "the dashboard", 60, term)
-    term.send("Down")
+    term.send("l")
+    wait_for(lambda: re.search(r"r1 node1 │ tick 1 \d+", term.screen()), "rank 1", 120, term)
+    shown = re.compile(r"rank (\d+) · (following|paused)")  # the log's title
+    while (m := shown.search(term.screen())) is None or m[1] != "1":
+        before = m[0] if m else ""
+        term.send("]")  # the next view, until rank 1's log: `!` goes to its host
+        wait_for(lambda b=before: (n := shown.search(term.screen())) is None or n[0] != b,
+                 "the next view", 10, term)  # fmt: skip
     term.send("!")
     wait_for(lambda: "ddptui: node1: " in term.screen(), "the dashboard to give way", 30, term)
-    term.send(WHERE, "Enter")
+    term.send(f"sleep 6; {WHERE}", "Enter")  # in the shell for twice link_timeout
     wait_for(lambda: f"at node1 in {REPO}" in term.screen(), "the shell on node1", 60, term)
     term.send("exit", "Enter")
-    wait_for(lambda: "l Launch" in term.screen(), "the dashboard back", 30, term)
-    assert "at node1" not in term.screen()
-    term.send("Enter")  # the row still selected: node1's details
-    wait_for(lambda: "node1 (node 1)" in term.screen(), "node1's details", 30, term)
+    wait_for(lambda: "│ running │" in term.screen(), "the dashboard back, running", 30, term)
+    before = max(map(int, re.findall(r"tick 1 (\d+)", term.screen())))
+    wait_for(
+        lambda: max(map(int, re.findall(r"tick 1 (\d+)", term.screen())), default=0) > before,
+        "rank 1's lines to go on",
+        30,
+        term,
+    )
     term.send("q")
-    term.send("q")
-    wait_for(lambda: not term.alive, "the dashboard to quit", 30, term)
+    wait_for(lambda: "A job is running on 2 hosts." in term.screen(), "the question", 30, term)
+    term.send("s")  # stop the job and quit
+    wait_for(lambda: not term.alive, "the dashboard to quit", 60, term)
 
 
 def test_ssh_and_init_behind_the_bastion(

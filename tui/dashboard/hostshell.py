@@ -1,7 +1,7 @@
 """`!` in the dashboard: a shell on the host in view, the app suspended meanwhile.
 
-Which host: the one whose details are open, else the host of the rank (or node) whose log is
-shown while the logs have the focus, else the hosts pane's selected row. The command is
+Which host: the one whose details are open; else the host of the rank (or node) whose log is
+shown; else (all ranks shown) the hosts pane's selected row. The command is
 remote/shell.py's, the one `ddptui ssh` runs. It runs while the app's loop goes on (the run's
 heartbeats and streams must not stop for a shell of an hour), its screen held still until the
 shell ends; then the dashboard is back as it was.
@@ -30,10 +30,10 @@ def target(app: Dashboard) -> Host | None:
     if inv is None:
         return None
     node: int | None = None
+    view = app.pane.logs.view
     if isinstance(app.screen, HostDetailScreen):
         node = app.screen.info.node_rank
-    elif app.focused is not None and app.pane in app.focused.ancestors_with_self:
-        view = app.pane.logs.view
+    else:  # a rank's (or a node's) log in view: its host
         node = app.pane.logs.rank_hosts.get(view.key) if view.kind == "rank" else None
         node = view.key if view.kind == "node" else node
     if node is None and app.hosts.row_count:
