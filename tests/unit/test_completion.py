@@ -73,14 +73,27 @@ def test_run_ids_newest_first_without_the_engine(home: dict[str, str]) -> None:
     assert "_run-ids" not in ddptui("--help").stdout
 
 
-@pytest.mark.parametrize("shell", ["zsh", "fish"])
-def test_zsh_and_fish_read_their_scripts(shell: str, home: dict[str, str], tmp_path: Path) -> None:
-    if shutil.which(shell) is None:
-        pytest.skip(f"no {shell} here")
-    script = tmp_path / f"ddptui.{shell}"
-    script.write_text(ddptui("completion", shell, env=home).stdout)
-    check = [shell, "-n", str(script)]
-    res = subprocess.run(check, capture_output=True, text=True, timeout=60)
+@pytest.mark.skipif(shutil.which("fish") is None, reason="no fish")
+def test_fish_completes_the_same(home: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "ddptui.fish"
+    script.write_text(ddptui("completion", "fish", env=home).stdout)
+
+    def complete(line: str) -> list[str]:
+        probe = f"source {script}; complete -C '{line}'"
+        out = subprocess.run(["fish", "-c", probe], capture_output=True, text=True, env=home,
+                             cwd=tmp_path, timeout=60)  # fmt: skip
+        return sorted(word.split("\t")[0] for word in out.stdout.splitlines())
+
+    assert complete("ddptui sc") == ["schema"]
+    assert complete("ddptui stacks 2026") == sorted(RUNS)
+    assert complete("ddptui -i clu") == ["cluster.yaml"]
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="no zsh")
+def test_zsh_reads_its_script(home: dict[str, str], tmp_path: Path) -> None:
+    script = tmp_path / "_ddptui"
+    script.write_text(ddptui("completion", "zsh", env=home).stdout)
+    res = subprocess.run(["zsh", "-n", str(script)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
 
 
