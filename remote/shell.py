@@ -10,6 +10,7 @@ The shell starts in the job's workdir, a login shell; `~` there is the login use
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -79,9 +80,26 @@ def remote_command(workdir: str | None) -> str:
     return f'cd {path} && exec "$SHELL" -l'
 
 
-def find(inv: Inventory, spec: str) -> Host:
-    """HOST (a name or address, spares too), NODE (a node rank), or rN (the host of global rank
-    N, as static rendezvous places it)."""
+def placed(events: Path) -> dict[int, str]:
+    """Each global rank's host (its name) as a run placed it: its events.jsonl's word, the
+    last one (a restart, a spare in a lost host's place)."""
+    out: dict[int, str] = {}
+    try:
+        with events.open(encoding="utf-8") as lines:
+            for line in lines:
+                if '"NodeStarted"' not in line and '"NodeRanks"' not in line:
+                    continue  # most lines, not parsed
+                event = json.loads(line)
+                if event.get("event") in ("NodeStarted", "NodeRanks"):
+                    out.update(dict.fromkeys(event["ranks"], str(event["host"])))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ShellError(f"cannot read where the run placed its ranks: {exc}") from None
+    return out
+
+
+def find(inv: Inventory, spec: str, ranks: dict[int, str] | None = None) -> Host:
+    """HOST (a name or address, spares too), NODE (a node rank), or rN: the host of global rank
+    N, from `ranks` (a run's placement), else as static rendezvous places it."""
     hosts = inv.everyone
     for h in hosts:
         if spec == h.name:
@@ -97,7 +115,11 @@ def find(inv: Inventory, spec: str) -> Host:
             return inv.hosts[int(spec)]
         raise ShellError(f"no node {spec}: the inventory has nodes 0-{len(inv.hosts) - 1}")
     if re.fullmatch(r"r\d+", spec):
-        return inv.hosts[_node_of_rank(inv, int(spec[1:]))]
+        if ranks is None:
+            return inv.hosts[_node_of_rank(inv, int(spec[1:]))]
+        if int(spec[1:]) not in ranks:
+            raise ShellError(f"the run placed no rank {spec[1:]}")
+        return find(inv, ranks[int(spec[1:])])
     raise ShellError(f"no host, node or rank {spec!r} in {inv.path}")
 
 
@@ -111,8 +133,8 @@ def _node_of_rank(inv: Inventory, rank: int) -> int:
     ):
         raise ShellError(
             f"where rank {rank} runs is learned during a run (nproc_per_node {per_node}, "
-            f"{job.launcher}, {job.rdzv_backend} rendezvous): name its host, or press ! on "
-            "its log in the dashboard"
+            f"{job.launcher}, {job.rdzv_backend} rendezvous): give --run RUN, name its host, "
+            "or press ! on its log in the dashboard"
         )
     node = rank // per_node
     if node >= len(inv.hosts):

@@ -113,6 +113,7 @@ def parser() -> argparse.ArgumentParser:
     init_p.add_argument("--force", action="store_true", help="overwrite an existing inventory")
     ssh_p = _command(sub, "ssh", ssh, "a shell on a host, in the job's workdir (OpenSSH's ssh)")
     ssh_p.add_argument("target", metavar="HOST|NODE|rN", help=SSH_TARGET)
+    ssh_p.add_argument("--run", metavar="RUN", help="rN as this run placed it, its inventory's")
     schema_p = _command(sub, "schema", schema, "print the inventory's JSON Schema (for editors)")
     schema_p.add_argument(
         "--path", action="store_true", help="print where the installed schema file is instead"
@@ -413,9 +414,19 @@ def ssh(args: argparse.Namespace, extra: list[str]) -> int:
 
     from remote import shell
 
-    inv = load_inventory(args.inventory)
+    ranks = None
+    if args.run:  # the run's own inventory, and its ranks where it placed them
+        from remote.runs import RunError, resolve
+
+        try:
+            record = resolve(args.run)
+            inv, ranks = record.inventory(), shell.placed(record.dir / "events.jsonl")
+        except (RunError, shell.ShellError) as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        inv = load_inventory(args.inventory)
     try:
-        command = shell.shell(shell.find(inv, args.target))
+        command = shell.shell(shell.find(inv, args.target, ranks))
         if command.cwd:
             os.chdir(command.cwd)
     except shell.ShellError as exc:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from remote import shell
+from remote.events import NodeRanks, NodeStarted, Notice
 from remote.inventory import parse
 
 INVENTORY = """\
@@ -128,3 +129,40 @@ def test_ddptui_ssh_becomes_that_shell(tmp_path: Path) -> None:
     )  # fmt: skip
     assert (bad.returncode, bad.stderr) == (2, f"ddptui: no host, node or rank 'nope' in {inv}\n")
     assert shlex.split(shell.remote_command("/x"))[0] == "cd"
+
+
+def test_a_run_s_placement_names_each_rank_s_host(tmp_path: Path) -> None:
+    """c10d or spawn: ranks learned in the run (events.jsonl), a spare's place taken later."""
+    events = tmp_path / "events.jsonl"
+    started = [NodeStarted("gpu1", 0, 1, "a", ()), NodeRanks("gpu1", 0, (4, 5, 6, 7)),
+               NodeStarted("gpu2", 1, 2, "b", (0, 1, 2, 3)), Notice("info", "NodeStarted"),
+               NodeStarted("spare", 1, 3, "c", (0, 1, 2, 3))]  # fmt: skip
+    events.write_text("".join(e.to_json() + "\n" for e in started))
+    ranks = shell.placed(events)
+    assert ranks == {0: "spare", 1: "spare", 2: "spare", 3: "spare", 4: "gpu1", 5: "gpu1",
+                     6: "gpu1", 7: "gpu1"}  # fmt: skip
+    assert shell.find(INV, "r6", ranks).name == "gpu1"
+    assert shell.find(INV, "r0", ranks).host == "10.0.0.9"
+    with pytest.raises(shell.ShellError, match="the run placed no rank 8"):
+        shell.find(INV, "r8", ranks)
+    with pytest.raises(shell.ShellError, match="cannot read where the run placed"):
+        shell.placed(tmp_path / "none.jsonl")
+
+
+def test_ddptui_ssh_to_a_rank_of_a_run(tmp_path: Path) -> None:
+    """`--run RUN`: the run's own inventory (no -i) and where it placed the rank."""
+    run = tmp_path / "data" / "ddptui" / "runs" / "20260101-000000-abcd"
+    run.mkdir(parents=True, mode=0o700)
+    (run / "run.json").write_text('{"run_id": "20260101-000000-abcd"}')
+    (run / "inventory.yaml").write_text(
+        f"hosts:\n  - {{host: localhost, name: a, transport: local, workdir: {tmp_path}}}\n"
+        "  - {host: localhost, name: b, transport: local, workdir: /}\n"
+        "job: {script: t.py, launcher: spawn}\n"
+    )
+    (run / "events.jsonl").write_text(NodeRanks("a", 0, (0, 1)).to_json() + "\n")
+    env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "SHELL": "/bin/sh", "ENV": ""}
+    res = subprocess.run(
+        [sys.executable, "-m", "tui.cli", "ssh", "--run", "20260101", "r1"],
+        input="pwd; exit 3\n", capture_output=True, text=True, env=env, timeout=30, cwd="/",
+    )  # fmt: skip
+    assert (res.returncode, res.stdout.strip()) == (3, str(tmp_path)), res.stderr
