@@ -397,7 +397,10 @@ def init(args: argparse.Namespace, extra: list[str]) -> int:
         text, found = asyncio.run(writer.inventory(args.hosts, script=args.script, workdir=workdir))
     except writer.InitError as exc:
         raise UsageError(str(exc)) from None
-    path.write_text(text, encoding="utf-8")
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
     print(f"ddptui: wrote {path}: {found}", file=sys.stderr)
     if args.no_check:
         return 0

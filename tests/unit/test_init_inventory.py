@@ -185,6 +185,8 @@ def test_ddptui_init_writes_once_and_refuses_to_overwrite(tmp_path: Path) -> Non
         2, f"ddptui: {inv} exists: give another -i, or --force to overwrite it\n",
     )  # fmt: skip
     assert ddptui("a1", "--force").returncode == 0 and "host: a1 " in inv.read_text()
+    inv = tmp_path / "no such dir" / "inv.yaml"
+    assert ddptui("a1").stderr == f"ddptui: cannot write {inv}: No such file or directory\n"
     none = ddptui("--force", "b*")
     assert (none.returncode, none.stderr) == (
         2, "ddptui: no host in ~/.ssh/config matches 'b*' (its hosts: a1, a2)\n",
