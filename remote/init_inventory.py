@@ -228,9 +228,10 @@ def render(
     command = shlex.join(["ddptui", "init", *asked])
     lines = [
         schema.modeline(),
-        f"# Written by `{command}`. Each host is its {CONFIG} alias, so OpenSSH's settings",
-        "# for it (HostName, User, Port, IdentityFile, ProxyJump) go on applying; beside each,",
-        '# what `ssh -G` resolved. Every key: `ddptui schema`, or the README\'s "The inventory".',
+        f"# Written by `{command}`.",
+        f"# Each host is its {CONFIG} alias, so that OpenSSH's settings for it (HostName,",
+        "# User, Port, IdentityFile, ProxyJump) go on applying; beside each, what `ssh -G`",
+        '# resolved. Every key: `ddptui schema`, or the README\'s "The inventory".',
         "defaults:",
         _line("  workdir", workdir, "the job's directory on every host"),
         "  # python: python3        # the hosts' interpreter, with torch (~ allowed)",
