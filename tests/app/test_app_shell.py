@@ -41,3 +41,8 @@ async def test_the_host_in_view_and_a_terminal_it_cannot_have(tmp_path: Path) ->
         await settle(pilot)
         said = [n.message for n in app._notifications]
         assert "a shell needs the dashboard's own terminal" in said
+        await pilot.press("s")  # on a host's details, s is the shell too, as k9s's s
+        await settle(pilot)
+        said = [n.message for n in app._notifications]
+        assert said.count("a shell needs the dashboard's own terminal") == 2
+        assert isinstance(app.screen, HostDetailScreen)  # no stop's question came

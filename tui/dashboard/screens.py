@@ -138,8 +138,8 @@ class HostDetailScreen(ModalScreen[None]):
     BINDINGS = [
         Binding("escape,enter,q", "dismiss", "Close", id="host-close", tooltip="Back"),
         Binding(
-            "exclamation_mark", "app.shell", "Shell", id="host-shell", key_display="!",
-            tooltip="ssh to this host, in the job's workdir",
+            "s,exclamation_mark", "app.shell", "Shell", id="host-shell", key_display="s",
+            tooltip="ssh to this host, in the job's workdir (here s is no stop: a host is chosen)",
         ),
     ]  # fmt: skip
 
