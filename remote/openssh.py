@@ -332,6 +332,13 @@ async def resolve(host: str, given: Given = Given()) -> Target:
     return await asyncio.shield(per_loop[key])
 
 
+def forget() -> None:
+    """Drop this event loop's answers: a dashboard outlives launches, and ssh_config may have
+    changed since the last one (each launch re-reads the inventory, and asks ssh again)."""
+    with contextlib.suppress(RuntimeError):  # no loop running: nothing kept for it
+        _cache.pop(asyncio.get_running_loop(), None)
+
+
 RUNNING = 16  # `ssh -G`s at once: each is ~6 ms of CPU; 512 at once would be 2,048 fds
 
 _slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (

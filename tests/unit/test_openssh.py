@@ -416,3 +416,15 @@ def test_a_home_elsewhere_than_the_passwd_entry_is_the_one_read(
     assert t.user == "from-home"
     assert t.known_hosts[:2] == tuple(f"{home}/.ssh/{f}" for f in DEFAULTS)
     assert t.unverified_by == "UserKnownHostsFile none"
+
+
+async def test_a_launch_after_forget_asks_ssh_again(tmp_path: Path) -> None:
+    """A dashboard outlives launches: its next launch reads an edited ssh_config."""
+    config = tmp_path / "config"
+    given = openssh.Given(config_file=str(config))
+    config.write_text("Host gpu1\n  HostName 10.0.0.1\n")
+    assert (await openssh.resolve("gpu1", given)).host == "10.0.0.1"
+    config.write_text("Host gpu1\n  HostName 10.0.0.2\n")
+    assert (await openssh.resolve("gpu1", given)).host == "10.0.0.1"  # once per launch
+    openssh.forget()
+    assert (await openssh.resolve("gpu1", given)).host == "10.0.0.2"

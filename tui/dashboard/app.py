@@ -26,7 +26,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from remote import inventory, runs
+from remote import inventory, openssh, runs
 from remote.events import (
     Alert,
     ChecksDone,
@@ -261,7 +261,9 @@ class Dashboard(App[int]):
         self.refresh_bindings()
 
     def reload_inventory(self) -> inventory.Inventory | None:
-        """The inventory read afresh (edits since count); a mistake opens its screen."""
+        """The inventory read afresh (edits since count, ssh_config's too); a mistake opens its
+        screen."""
+        openssh.forget()
         try:
             inv = inventory.load(self.inventory_path)
         except inventory.InventoryError as exc:
