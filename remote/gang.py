@@ -41,6 +41,7 @@ from .failures import FailureTracker
 from .fleet import Fleet
 from .host import protocol
 from .link import Item, NodeLink, Record
+from .progress import Watch
 from .transport import HostError
 from .verdict import Attempts, Verdict
 
@@ -77,6 +78,7 @@ class Gang:
     names: tuple[str, ...] = ()  # every node's host, as the run began
     nnodes: int = 0
     tracker: FailureTracker = field(default_factory=FailureTracker)
+    progress: Watch | None = None  # the training's progress, read from the lines
     attempts: Attempts = field(default_factory=Attempts)
     detached: bool = False
     user_stop: bool = False  # a user's stop: never followed by a restart
@@ -428,6 +430,8 @@ class Gang:
         lines = untag(data)
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
+        if self.progress is not None:
+            self.progress.feed(data, node.attempt, at)
         self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay, stored))
 
     # -- endings --------------------------------------------------------------------------------

@@ -242,6 +242,24 @@ class Job(_Strict):
     nccl: Nccl = Field(default_factory=Nccl)
     spawn_args: SpawnArgs = Field(default_factory=lambda: SpawnArgs())
     sync: Sync | None = None  # push the code to every host before launch; null/false: off
+    # A regex on each line with named groups (step, total, any metric): the training's progress
+    progress: str | None = None
+
+    @field_validator("progress")
+    @classmethod
+    def _progress_regex(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        if not compiled.groupindex:
+            raise ValueError(
+                "the regex names no group: name them, e.g. "
+                "`step (?P<step>\\d+) loss (?P<loss>\\S+)`"
+            )
+        return value
 
     @field_validator("sync", mode="before")
     @classmethod

@@ -3,7 +3,8 @@
 rank-<N>.log   every line global rank N printed (stdout and stderr, in arrival order)
 node-<K>.log   lines of node K that carry no rank (the launcher's own, or untagged styles)
 events.jsonl   the event stream, less the log batches
-summary.json   status, exit code, first failure, times
+summary.json   status, exit code, first failure, times, the training's last values and links
+series.json    the training's curves: each metric's points, thinned, across attempts
 offsets.json   how far into each host's spool the logs go (an attach resumes there)
 
 A run directory holds one run, and only its owner reads it: directories ddptui creates are
@@ -39,6 +40,7 @@ from .events import (
     LogBatch,
     NodeRanks,
     NodeStarted,
+    Progress,
     RunFinished,
     RunStarted,
 )
@@ -47,6 +49,7 @@ from .events import (
 # they came, and anything else the encoding cannot carry (a lone surrogate, or a console that
 # is not UTF-8) as a backslash escape, never an exception in the middle of a run.
 BYTES_BACK = "ddptui-bytes"
+SERIES = "series.json"
 WAITING_MAX = 4 << 20  # characters of lines that may wait for the logs (see Recorder.waiting)
 
 
@@ -241,6 +244,8 @@ class Recorder:
         self.t0 = started_at or time.time()
         # The streams the run's end left unread (a host lost): remote/late.py reads them later.
         self.unread: list[dict[str, Any]] = []
+        # The training's curves and last values (remote/progress.py), kept at the end.
+        self.series: dict[str, Any] | None = None
 
     def __call__(self, event: Event) -> None:
         if self.events is None:  # passive: the other writer stores it all; the end, both
@@ -252,7 +257,7 @@ class Recorder:
         if isinstance(event, LogBatch):
             self._write_lines(event)
             return
-        if isinstance(event, GpuStats):
+        if isinstance(event, GpuStats | Progress):  # Progress: series.json keeps it
             return
         if isinstance(event, RunStarted):
             self.started = event
@@ -418,8 +423,17 @@ class Recorder:
             "reason": fin.reason,
             "attempts": [_attempt(a) for a in fin.attempts],
             "unread": self.unread,
+            "progress": self.series["last"] if self.series else None,
+            "links": self.series["links"] if self.series else [],
         }
+        if self.series is not None:
+            self.write_series(self.series)
         replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)
+
+    def write_series(self, series: dict[str, Any]) -> None:
+        """series.json: the training's curves, thinned, across attempts (`ddptui plot`)."""
+        if not self.passive:
+            replace_private(self.dir / SERIES, json.dumps(series) + "\n", self.fd)
 
     def close(self) -> None:
         if any(self.waiting.values()):

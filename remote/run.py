@@ -33,9 +33,11 @@ from .gang import Gang, Node
 from .host import protocol
 from .inventory import Inventory
 from .preflight import Preflight
+from .progress import Watch
 from .record import Recorder
 from .transport import HostError, Transport
 
+SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui plot`)
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
 
 Emit = Callable[[Event], None]
@@ -98,6 +100,8 @@ class Run:
             names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),
         )  # fmt: skip
         self.gang.on_replace = self._replace
+        self.progress = self.gang.progress = Watch(job.progress, self.emit)
+        self._series_at = 0.0  # when series.json was last written
         self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
         # What a spare in a lost node's place is planned with: as the run began.
         self.nprocs_planned: list[int] = []
@@ -300,6 +304,7 @@ class Run:
             asyncio.ensure_future(gang.keep_leases()),
             asyncio.ensure_future(self._guard_hangs()),
             asyncio.ensure_future(self._checkpoints()),
+            asyncio.ensure_future(self.progress.run()),
         ]
         for node, op, args in starts:
             gang.begin(node, op, args)
@@ -337,6 +342,9 @@ class Run:
             offsets = {k: link.offset for k, link in self.gang.links.items()}
             since = {k: node.since for k, node in self.gang.nodes.items()}
             self.recorder.checkpoint(offsets, since)
+            if time.monotonic() - self._series_at > SERIES_S and self.progress.tracker.attempts:
+                self._series_at = time.monotonic()
+                self.recorder.write_series(self.progress.dump())
 
     async def _detach_once_running(self, nodes: Sequence[asyncio.Future[None]]) -> None:
         running: asyncio.Future[Any] = asyncio.ensure_future(self.gang.running.wait())
@@ -395,8 +403,11 @@ class Run:
             detached=self.gang.detached,
         )
         reason = self.gang.reason if status == "lost" else ""
+        self.progress.tell()  # the last word before the end
         if self.recorder is not None:
             self.recorder.unread = self.gang.unread()
+            if self.progress.tracker.attempts or self.progress.tracker.links:
+                self.recorder.series = self.progress.dump()
         fin = RunFinished(status, code, elapsed, root, ordered, attempts, reason)
         self.emit(fin)
         return fin
