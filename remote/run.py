@@ -388,6 +388,7 @@ class Run:
                 "restart_delay": job.restart_delay,
                 "spares": len(self.inv.usable_spares),
                 "notify": notify,
+                "progress": job.progress,
             }
         )
 

@@ -36,6 +36,7 @@ import time
 from . import container, linebuf, netif, procs, protocol, state, wire
 from . import hub as hubs
 from .notify import Notifier
+from .progress import Keeper
 from .protocol import beat_interval
 from .spool import Spool, Trimmed
 from .state import STATE
@@ -216,6 +217,7 @@ class Daemon:
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
+        self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
 
@@ -257,6 +259,7 @@ class Daemon:
             self.notifier = Notifier(
                 spec["notify"], spec["run_id"], self._notify_failed, self._wait_child
             )
+            self.progress = Keeper(spec["progress"], self.dir, self.notifier.said_links)
         else:
             self.link = hubs.HubLink(
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
@@ -389,6 +392,8 @@ class Daemon:
 
     def _spool_lines(self, stream, data):
         self._append(wire.record(stream, now_ms(), data))
+        if self.progress is not None:
+            self.progress.feed(data, self.att.number)
 
     def _in_container(self, box, argv, env, cwd, att):
         """The runtime's argv and environment for the node's command: one attached container,
@@ -533,6 +538,8 @@ class Daemon:
     def _end(self):
         """The run is over here: word goes out, then the viewers get the last bytes."""
         self.over = True
+        if self.progress is not None:
+            self.progress.flush()
         if self.notifier is not None:  # its failures are said in the spool: before it closes
             self.notifier.close(protocol.NOTIFY_TIMEOUT + 5)
         self.spool.close()
@@ -760,6 +767,8 @@ class Daemon:
             rest = data[cut:]
             if cut:
                 self._append(wire.record(stream, now_ms(), data[:cut]))
+                if self.progress is not None:
+                    self.progress.feed(data[:cut], att.number)
             if len(rest) >= wire.RECORD_MAX:  # a runaway line: pass it on in pieces
                 pieces = split_line(rest)
                 rest = pieces.pop()

@@ -16,6 +16,7 @@ are parsed. Both ends use it: the launcher as `remote.host.progress`, node 0's s
 import json
 import os
 import re
+import threading
 import time
 
 # A line worth parsing holds one of these; most lines of a job hold none.
@@ -339,9 +340,52 @@ class Tracker:
         }
 
 
-def write_series(tracker, path):
-    """The series file, replaced whole (readers never see half of it)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(tracker.dump(), f)
-    os.replace(tmp, path)
+SERIES = "series.json"
+WRITE_EVERY_S = 10.0
+
+
+class Keeper:
+    """Node 0's supervisor: its own ranks' lines parsed as they are spooled, the curve kept in
+    its node directory (series.json), so a detached run's `runs` and `ddptui plot` have it
+    from the host. Fed from the job's reader threads: one at a time."""
+
+    def __init__(self, pattern, ndir, on_link=None):
+        self.tracker = Tracker(pattern)
+        self.path = os.path.join(ndir, SERIES)
+        self.on_link = on_link  # called with every link, space-separated, when one is new
+        self.lock = threading.Lock()
+        self.written = 0.0
+
+    def feed(self, data, attempt):
+        with self.lock:
+            links = len(self.tracker.links)
+            self.tracker.feed_bytes(data, attempt)
+            if len(self.tracker.links) != links and self.on_link is not None:
+                self.on_link(" ".join(self.tracker.links))
+            if self.tracker.changed and time.monotonic() - self.written > WRITE_EVERY_S:
+                self._write()
+
+    def flush(self):
+        with self.lock:
+            if self.tracker.changed:
+                self._write()
+
+    def _write(self):
+        self.written, self.tracker.changed = time.monotonic(), False
+        tmp = self.path + ".tmp"
+        try:
+            with open(tmp, "w") as f:
+                json.dump(self.tracker.dump(), f)
+            os.replace(tmp, self.path)
+        except OSError:
+            pass  # a full disk: the launcher's copy still has it
+
+
+def read_series(ndir):
+    """A node directory's series.json, or None."""
+    try:
+        with open(os.path.join(ndir, SERIES)) as f:
+            found = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None

@@ -18,7 +18,8 @@ serves ops, each on a channel the launcher opens with a JSON request `{"op": OP,
   stacks     every rank's stack and flight-recorder traces (JSON)  one answer
   flight     the run's traces analysed by torch, on this host     data in, one answer
   sweep      stop what is left of a node by its tags               one answer
-  status     the state of some runs' nodes on this host            one answer
+  status     the state of some runs' nodes on this host (node 0's    one answer
+             training curve too, with {"series": true})
   port       a free TCP port on this host (job.master_port: auto)  one answer
 
 Channel 0 carries the agent's own words: HELLO first, PONG to each PING, and LEASE from the
@@ -145,6 +146,7 @@ SPEC_DEFAULTS = {
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
     "notify": None,  # node 0: {command, events} (job.notify)
+    "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
 }
 
 

@@ -188,3 +188,35 @@ def test_watch_emits_progress_once_per_news_and_each_link_once() -> None:
 def test_progress_text() -> None:
     text = progress_text(1200, 5000, 7.2, {"lr": 1e-4, "loss": 0.41}, 540)
     assert text == "step 1200/5000 · 7.2 it/s · loss 0.41 · lr 0.0001 · 9 min left"
+
+
+def test_the_run_dir_keeps_the_curve_and_plot_draws_it(tmp_path: Path) -> None:
+    import asyncio
+    import io
+    import json
+
+    from remote.events import RunFinished, RunStarted
+    from remote.record import Recorder
+    from tui.headless.plot import plot
+
+    watch = Watch(None, lambda event: None)
+    for attempt, steps in ((0, range(0, 50)), (1, range(40, 100))):
+        lines = "".join(f"[0]:step {s}/100 loss {2 - s / 100:.3f} acc {s / 100}\n" for s in steps)
+        watch.feed(lines, attempt, 1.0)
+    run_dir = tmp_path / "r1"
+    recorder = Recorder(run_dir)
+    (run_dir / "run.json").write_text(json.dumps({"run_id": "r1", "hosts": ["node0"]}))
+    recorder(RunStarted("r1", str(run_dir), ("node0",), 1, "torchrun"))
+    recorder.series = watch.dump()
+    recorder(RunFinished("succeeded", 0, 1.0))
+    recorder.close()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["progress"]["step"] == 99 and summary["progress"]["metrics"]["loss"] == 1.01
+    series = json.loads((run_dir / "series.json").read_text())
+    assert [a["step"] for a in series["attempts"]] == [0, 40]
+    out = io.StringIO()
+    assert asyncio.run(plot(str(run_dir), None, out)) == 0
+    drawn = out.getvalue()
+    assert "loss" in drawn and "attempt 2" in drawn and "│" in drawn
+    assert drawn.endswith("last: step 99/100 · loss 1.01 · acc 0.99\n")
+    assert asyncio.run(plot(str(run_dir), "nope", io.StringIO())) == 2
