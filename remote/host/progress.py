@@ -20,7 +20,7 @@ import threading
 import time
 
 # A line worth parsing holds one of these; most lines of a job hold none.
-_HINTS = r"it/s|s/it|[Ss]tep|STEP|[Ii]ter|ITER|\{'|://"
+_HINTS = r"it/s|s/it|[Ss]tep|STEP|[Ii]ter|ITER|[Ee]poch|EPOCH|\{'|://"
 HINT = re.compile(_HINTS)
 HINT_BYTES = re.compile(_HINTS.encode())
 # The launcher's and the supervisor's tag: `[3]:text`; a node's own lines have none.
@@ -44,6 +44,8 @@ _STEP = re.compile(
     r"\b(?:global[_ ]step|step|iter(?:ation)?)s?\b[\s:=#\[(]*(\d+)(?:\s*/\s*(\d+))?",
     re.IGNORECASE,
 )
+# A loop that says only its epochs (`epoch 3: loss 0.41`): the epoch is its step.
+_EPOCH_STEP = re.compile(r"\bepoch\b[\s:=#\[(]*(\d+)(?:\s*/\s*(\d+))?", re.IGNORECASE)
 # After the step: `loss=0.41`, `loss: 0.41`, `loss 0.41`; a number with a unit (3s) is no value.
 _PAIR = re.compile(r"([A-Za-z_][\w./-]*)\s*(?:=|:|\s)\s*(" + _NUM + r")(?![\w.%])")
 _NOT_METRICS = frozenset(("step", "steps", "iter", "iters", "iteration", "of", "global_step"))
@@ -159,7 +161,7 @@ def _rich(line):
 
 
 def _stepped(line):
-    m = _STEP.search(line)
+    m = _STEP.search(line) or _EPOCH_STEP.search(line)
     if m is None:
         return None
     total = int(m.group(2)) if m.group(2) else None

@@ -220,3 +220,9 @@ def test_the_run_dir_keeps_the_curve_and_plot_draws_it(tmp_path: Path) -> None:
     assert "loss" in drawn and "attempt 2" in drawn and "│" in drawn
     assert drawn.endswith("last: step 99/100 · loss 1.01 · acc 0.99\n")
     assert asyncio.run(plot(str(run_dir), "nope", io.StringIO())) == 2
+
+
+def test_a_loop_that_says_only_its_epochs() -> None:
+    assert parse("epoch 3: loss 0.4100")[:4] == (3, None, None, {"loss": 0.41})  # examples/train.py
+    assert parse("Epoch 2 | Step 300 | loss: 0.52")[0] == 300  # a step, where said, first
+    assert parse("epoch 3 done") is None

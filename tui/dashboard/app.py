@@ -57,6 +57,7 @@ from .logpane import LogPane
 from .messages import ClusterEvent, EngineEvent, JumpToFailure
 from .screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
 from .stacks_screen import StacksScreen
+from .training import TrainingPanel
 from .widgets import FailureBanner, FindInput, Status, StatusBar
 
 SEVERITY: dict[str, SeverityLevel] = {"info": "information", "warning": "warning", "error": "error"}
@@ -193,12 +194,14 @@ class Dashboard(App[int]):
         self.pane = LogPane(clock, id="logs")
         self.find_box = FindInput(id="find")
         self.status_bar = StatusBar(id="status")
+        self.training = TrainingPanel(id="training")
 
     # -- layout -----------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield self.hosts
         yield self.banner
+        yield self.training
         yield self.pane
         yield self.find_box
         yield self.status_bar
@@ -433,6 +436,7 @@ class Dashboard(App[int]):
         """Each widget takes what it shows of the event; the run's course is the app's."""
         self.hosts.apply(event)
         self.pane.apply(event)
+        self.training.apply(event)
         handler = self._handlers.get(type(event))
         if handler is not None:
             handler(self, event)
