@@ -431,7 +431,7 @@ class Gang:
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
         if self.progress is not None:
-            self.progress.feed(data, node.attempt, at)
+            self.progress.feed(data, node.attempt, at, len(lines), node.node_rank)
         self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay, stored))
 
     # -- endings --------------------------------------------------------------------------------

@@ -242,14 +242,17 @@ class Job(_Strict):
     nccl: Nccl = Field(default_factory=Nccl)
     spawn_args: SpawnArgs = Field(default_factory=lambda: SpawnArgs())
     sync: Sync | None = None  # push the code to every host before launch; null/false: off
-    # A regex on each line with named groups (step, total, any metric): the training's progress
-    progress: str | None = None
+    # A regex on each line with named groups (step, total, any metric): the training's progress;
+    # false: no line is read for progress at all
+    progress: str | bool | None = None
 
     @field_validator("progress")
     @classmethod
-    def _progress_regex(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
+    def _progress_regex(cls, value: str | bool | None) -> str | bool | None:
+        if value is None or value is True:
+            return None  # the forms ddptui knows
+        if value is False:
+            return False
         try:
             compiled = re.compile(value)
         except re.error as exc:

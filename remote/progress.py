@@ -26,10 +26,18 @@ class Watch:
         self.emit = emit
         self.told: set[str] = set()  # links said
 
-    def feed(self, data: str, attempt: int, at: float | None = None) -> None:
-        """A chunk of a node's whole lines, tagged `[rank]:` as the supervisor sends them."""
+    def feed(
+        self,
+        data: str,
+        attempt: int,
+        at: float | None = None,
+        lines: int | None = None,
+        source: int = 0,
+    ) -> None:
+        """A chunk of a node's (`source`) whole lines, tagged `[rank]:` as the supervisor
+        sends them; `lines`: how many, where counted already."""
         tracker = self.tracker
-        tracker.feed_text(data, attempt, at)  # type: ignore[no-untyped-call]
+        tracker.feed_text(data, attempt, at, lines, source)  # type: ignore[no-untyped-call]
         if len(tracker.links) > len(self.told):
             for url, (name, title, rank) in list(tracker.links.items()):
                 if url not in self.told:
@@ -39,6 +47,7 @@ class Watch:
     def progress(self) -> Progress | None:
         """The news since the last call, or None."""
         tracker = self.tracker
+        tracker.flush()  # type: ignore[no-untyped-call]
         if not tracker.changed:
             return None
         tracker.changed = False
@@ -67,6 +76,7 @@ class Watch:
 
     def dump(self) -> dict[str, Any]:
         """series.json: each metric's points, each attempt's start, the last values, links."""
+        self.tracker.flush()  # type: ignore[no-untyped-call]
         out: dict[str, Any] = self.tracker.dump()  # type: ignore[no-untyped-call]
         out["written_at"] = time.time()
         return out

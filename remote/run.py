@@ -100,7 +100,9 @@ class Run:
             names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),
         )  # fmt: skip
         self.gang.on_replace = self._replace
-        self.progress = self.gang.progress = Watch(job.progress, self.emit)
+        self.progress = Watch(job.progress if isinstance(job.progress, str) else None, self.emit)
+        if job.progress is not False:  # false: no line is read for progress
+            self.gang.progress = self.progress
         self._series_at = 0.0  # when series.json was last written
         self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
         # What a spare in a lost node's place is planned with: as the run began.

@@ -259,7 +259,8 @@ class Daemon:
             self.notifier = Notifier(
                 spec["notify"], spec["run_id"], self._notify_failed, self._wait_child
             )
-            self.progress = Keeper(spec["progress"], self.dir, self.notifier.said_links)
+            if spec["progress"] is not False:  # job.progress: false reads no line for it
+                self.progress = Keeper(spec["progress"], self.dir, self.notifier.said_links)
         else:
             self.link = hubs.HubLink(
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,

@@ -19,10 +19,10 @@ import re
 import threading
 import time
 
-# A line worth parsing holds one of these; most lines of a job hold none.
-_HINTS = r"it/s|s/it|[Ss]tep|STEP|[Ii]ter|ITER|[Ee]poch|EPOCH|\{'|://"
-HINT = re.compile(_HINTS)
-HINT_BYTES = re.compile(_HINTS.encode())
+# A line worth parsing holds one of these (it/s, step, iter, epoch, a dict, a link); most lines
+# of a job hold none. Each alternative starts with a character rare in text, so the scan in C
+# seldom stops to try one.
+HINT = re.compile(r"/s|/it|te[pr]|TE[PR]|poch|POCH|\{'|:/")
 # The launcher's and the supervisor's tag: `[3]:text`; a node's own lines have none.
 TAGGED = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)$", re.MULTILINE)
 
@@ -184,6 +184,9 @@ def _link(line):
 
 # -- what a run's lines said, kept -------------------------------------------------------------
 
+# Lines a second read in full (a run's steps and metrics, even at thousands of ranks); past
+# that, a flood: its news now and then, so the relay's lines hardly pay for it.
+READ_LINES = 4096
 SERIES_MAX = 400  # points kept per metric, evenly thinned over the whole run
 RATE_WINDOW_S = 30.0  # steps/s from the steps seen over about this long, where no bar says it
 
@@ -253,14 +256,37 @@ class Tracker:
         self.attempts = []  # [attempt, first step seen, time] as each attempt began
         self.attempt = None
         self.changed = False  # something new since the last `take`
+        self.window = 0.0  # when this second of reading ends
+        self.read = 0  # lines read in this second
+        self.pending = {}  # source -> its last chunk unread (text, attempt, at), in a flood
 
     def feed_bytes(self, data, attempt, at=None):
         """A chunk of whole tagged lines as spooled (node 0's supervisor)."""
-        if HINT_BYTES.search(data) is None and self.parser.user is None:
-            return
-        self.feed_text(data.decode("utf-8", "replace"), attempt, at)
+        self.feed_text(data.decode("utf-8", "replace"), attempt, at, data.count(b"\n"))
 
-    def feed_text(self, text, attempt, at=None):
+    def feed_text(self, text, attempt, at=None, lines=None, source=0):
+        """A chunk of whole tagged lines from `source` (a node). Up to READ_LINES lines a
+        second are all read; past that (a flood), each source's last chunk is kept for
+        `flush` (once a second) to read: its links, and its last line (the news). A link
+        printed amid a flood is caught only so (W&B says its link again as its run ends)."""
+        now = time.monotonic()
+        if now >= self.window:
+            self.window, self.read = now + 1.0, 0
+        if self.read < READ_LINES:
+            self.read += text.count("\n") if lines is None else lines
+            self._lines(text, attempt, at)
+            return
+        self.pending[source] = (text, attempt, at)
+
+    def flush(self):
+        """Read the last chunk a flood left unread, of each source: its links, its last line."""
+        pending, self.pending = self.pending, {}
+        for text, attempt, at in pending.values():
+            if "://" in text:
+                self._lines("\n".join(x for x in text.split("\n") if "://" in x), attempt, at)
+            self._lines(text[text.rfind("\n", 0, len(text) - 1) + 1 :], attempt, at)
+
+    def _lines(self, text, attempt, at):
         if not self.parser.hinted(text):
             return
         for tag, line in TAGGED.findall(text):
@@ -364,11 +390,14 @@ class Keeper:
             self.tracker.feed_bytes(data, attempt)
             if len(self.tracker.links) != links and self.on_link is not None:
                 self.on_link(" ".join(self.tracker.links))
-            if self.tracker.changed and time.monotonic() - self.written > WRITE_EVERY_S:
-                self._write()
+            if time.monotonic() - self.written > WRITE_EVERY_S:
+                self.tracker.flush()
+                if self.tracker.changed:
+                    self._write()
 
     def flush(self):
         with self.lock:
+            self.tracker.flush()
             if self.tracker.changed:
                 self._write()
 

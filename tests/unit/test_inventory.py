@@ -480,3 +480,5 @@ def test_job_progress_must_be_a_regex_with_named_groups() -> None:
     bad = str(error(base + "'it (?P<step>\\d+'\n"))
     assert "inventory.yaml:5" in bad and "job.progress" in bad and "not a regular expression" in bad
     assert "names no group" in str(error(base + "'it \\d+'\n"))
+    assert parse(base + "false\n").job.progress is False  # no line read for progress
+    assert parse(base + "true\n").job.progress is None

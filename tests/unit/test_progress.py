@@ -226,3 +226,22 @@ def test_a_loop_that_says_only_its_epochs() -> None:
     assert parse("epoch 3: loss 0.4100")[:4] == (3, None, None, {"loss": 0.41})  # examples/train.py
     assert parse("Epoch 2 | Step 300 | loss: 0.52")[0] == 300  # a step, where said, first
     assert parse("epoch 3 done") is None
+
+
+def test_a_flood_is_read_in_full_up_to_a_budget_then_its_news_once_a_second() -> None:
+    from remote.host import progress
+
+    t = Tracker()  # type: ignore[no-untyped-call]
+    chunk = "".join(f"[0]:step {i}/10 loss 1\n" for i in range(progress.READ_LINES))
+    t.feed_text(chunk, 0, 1.0)
+    assert len(t.series["loss"].points) > 1  # every line read
+    count = t.series["loss"].count
+    t.feed_text("[0]:step 7/9 loss 0.5\n[1]:wandb: View run at https://wandb.ai/x\n", 0, 2.0)
+    t.feed_text("[2]:step 8/9 loss 0.25\n", 0, 2.0, 1, 1)  # another node's
+    t.feed_text("[0]:step 9/9 loss 0.125\n", 0, 2.0)  # past the budget: kept, not read
+    assert t.series["loss"].count == count and not t.links
+    t.flush()  # type: ignore[no-untyped-call]
+    assert t.last()["step"] == 9  # type: ignore[no-untyped-call]
+    assert t.series["loss"].points[-1][:2] == [9, 0.125]  # rank 0's: rank 2's is not drawn
+    assert t.ranks[2].step == 8  # each source's last line
+    assert not t.links  # only the last chunk of each source is read for links
