@@ -25,24 +25,10 @@ class Watch:
         self.tracker = Tracker(pattern)  # type: ignore[no-untyped-call]
         self.emit = emit
         self.told: set[str] = set()  # links said
-
-    def feed(
-        self,
-        data: str,
-        attempt: int,
-        at: float | None = None,
-        lines: int | None = None,
-        source: int = 0,
-    ) -> None:
-        """A chunk of a node's (`source`) whole lines, tagged `[rank]:` as the supervisor
-        sends them; `lines`: how many, where counted already."""
-        tracker = self.tracker
-        tracker.feed_text(data, attempt, at, lines, source)  # type: ignore[no-untyped-call]
-        if len(tracker.links) > len(self.told):
-            for url, (name, title, rank) in list(tracker.links.items()):
-                if url not in self.told:
-                    self.told.add(url)
-                    self.emit(TrackerLink(name, url, title, rank))
+        # A chunk of a node's whole lines, tagged `[rank]:` as the supervisor sends them:
+        # feed(text, attempt, at, lines, node). The tracker's own, called as is: the relay
+        # pays no call more a chunk (links and progress are told once a second, by tell).
+        self.feed: Callable[..., None] = self.tracker.feed_text
 
     def progress(self) -> Progress | None:
         """The news since the last call, or None."""
@@ -70,7 +56,12 @@ class Watch:
             self.tell()
 
     def tell(self) -> None:
+        """The news: each new tracker's link, then the progress."""
         news = self.progress()
+        for url, (name, title, rank) in list(self.tracker.links.items()):
+            if url not in self.told:
+                self.told.add(url)
+                self.emit(TrackerLink(name, url, title, rank))
         if news is not None:
             self.emit(news)
 
