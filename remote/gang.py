@@ -335,6 +335,10 @@ class Gang:
 
     def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
         k, name = node.node_rank, node.name
+        if isinstance(msg, nodemsg.Redrawn):
+            if self.progress is not None:
+                self.progress.feed(f"[{msg.rank}]:{msg.text}\n", node.attempt, at, 1, k)
+            return
         if isinstance(msg, nodemsg.Started):
             self.attempts.seen(msg.attempt, at)
             if msg.attempt > node.attempt:  # its lines of the last attempt tell nothing now

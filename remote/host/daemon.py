@@ -386,10 +386,19 @@ class Daemon:
             _thread(self._pump, att.job.stderr, b"2", att),
         ]
         if spec["tail_ranks"]:  # torchrun's --redirects: each rank's own files
-            tail = RankTail(self.scratch(att), spec["ranks"], self.tags, self._spool_lines)
+            tail = RankTail(
+                self.scratch(att), spec["ranks"], self.tags, self._spool_lines, self._redrawn
+            )
             threads.append(_thread(tail.run, att.done))
         threads.append(_thread(self._watch_ranks, att))
         return threads
+
+    def _redrawn(self, rank, shown):
+        """A rank's bar being redrawn: told for its progress (never a log line)."""
+        text = shown.decode("utf-8", "replace")
+        self.note(t=protocol.REDRAWN, rank=rank, text=text)
+        if self.progress is not None:
+            self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.att.number)
 
     def _spool_lines(self, stream, data):
         self._append(wire.record(stream, now_ms(), data))

@@ -87,6 +87,25 @@ class Parser:
     def parse(self, line):
         if "\x1b" in line:  # W&B colours its words even into a file
             line = _SGR.sub("", line)
+        if "\r" in line.rstrip("\r"):
+            return self._redrawn(line)
+        return self._parse(line)
+
+    def _redrawn(self, line):
+        """A line redrawn with \r: what shows last (a Trainer dict tqdm.write put over its
+        bar), with the step of the last bar drawn before it."""
+        shown = next((p for p in reversed(line.split("\r")) if p.strip()), "")
+        found = self._parse(shown)
+        if found is not None and found[0] is not None:
+            return found
+        bar = _tqdm(line) if ("it/s" in line or "s/it" in line) else None
+        if bar is None:
+            return found
+        if found is None:
+            return bar
+        return (*bar[:3], {**bar[3], **found[3]}, found[4])
+
+    def _parse(self, line):
         found = self._user(line) if self.user is not None else None
         if found is not None:
             return found

@@ -75,6 +75,9 @@ NOTIFY = "notify"  # {event, status, message, wanted}: something happened (job.n
 NOTIFY_FAILED = "notify-failed"  # {event, error}: the notify command failed (nothing changes)
 TRIMMED = "trimmed"  # meta {bytes, max}; control {missed, at}
 MODE = "mode"  # {mode}: attached or detached
+# {rank, text}: the last drawing of a rank's line still redrawn with \r (a tqdm bar), at most
+# once a second a rank: read for progress only (remote/host/progress.py), never a log line
+REDRAWN = "redrawn"
 # control frames only
 STREAM_HELLO = "hello"  # {node, run_id, mode, live, spool_start, spool_end, state}
 HEARTBEAT = "hb"

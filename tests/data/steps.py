@@ -15,6 +15,7 @@ p = argparse.ArgumentParser()
 p.add_argument("steps", type=int)
 p.add_argument("--fail-rank", type=int, default=-1)
 p.add_argument("--step-time", type=float, default=0.02)
+p.add_argument("--bar", action="store_true", help="a tqdm-style bar on stderr instead of lines")
 args = p.parse_args()
 rank, attempt = int(os.environ.get("RANK", "0")), int(os.environ.get("DDPTUI_ATTEMPT", "0"))
 names = ("WANDB_RUN_ID", "WANDB_RESUME", "WANDB_RUN_GROUP")
@@ -22,6 +23,14 @@ print("wandb env attempt {}: {}".format(attempt, " ".join(os.environ.get(n, "-")
 if rank == 0:
     print("wandb: 🚀 View run fancy-sun-1 at: https://wandb.ai/team/proj/runs/x1", flush=True)
 first = 10 if attempt else 1  # a second attempt resumes from a checkpoint at step 10
+if args.bar:  # redrawn with \r, no newline until it closes, as tqdm does into a file
+    for step in range(1, args.steps + 1):
+        sys.stderr.write(f"\r{step * 100 // args.steps:3d}%|#| {step}/{args.steps} [00:01<00:02, ")
+        sys.stderr.write(f"{1 / args.step_time:.2f}it/s]")
+        sys.stderr.flush()
+        time.sleep(args.step_time)
+    sys.stderr.write("\n")
+    sys.exit(0)
 for step in range(first, args.steps + 1):
     if rank == args.fail_rank and attempt == 0 and step == 5:
         sys.exit(f"rank {rank} failed on purpose at step {step}")

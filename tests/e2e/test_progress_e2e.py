@@ -84,3 +84,18 @@ def test_a_detached_runs_curve_comes_from_node_0s_host(
     listed = Cmd(["runs"], tmp_path / "runs", data_home)
     assert listed.wait(60) == 0, listed.stderr
     assert f"step {STEPS}/{STEPS} · loss {4 / STEPS:.4g}" in listed.stdout
+
+
+def test_a_bar_redrawn_in_place_shows_its_progress_while_it_runs(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """tqdm writes no newline until its bar closes: its progress still shows as it goes."""
+    job = {**JOB, "args": ["20", "--bar", "--step-time", "0.25"], "restarts": 0}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run", env=data_home)
+    assert cli.wait() == 0, cli.stderr
+    said = [line for line in cli.stderr.splitlines() if line.startswith("ddptui: step ")]
+    assert said and not said[0].startswith("ddptui: step 20/20"), cli.stderr  # before its end
+    assert cli.summary()["progress"]["step"] == 20
+    log = (cli.run_dir / "rank-0.log").read_bytes()  # the line as the bar wrote it
+    assert log.count(b"\r") == 20 and log.endswith(b"20/20 [00:01<00:02, 4.00it/s]\n")

@@ -245,3 +245,19 @@ def test_a_flood_is_read_in_full_up_to_a_budget_then_its_news_once_a_second() ->
     assert t.series["loss"].points[-1][:2] == [9, 0.125]  # rank 0's: rank 2's is not drawn
     assert t.ranks[2].step == 8  # each source's last line
     assert not t.links  # only the last chunk of each source is read for links
+
+
+def test_a_trainer_dict_written_over_its_bar() -> None:
+    # transformers' Trainer logs through tqdm.write: the bar cleared, the dict, the bar again
+    line = (
+        "\r 10%|█         | 50/500 [00:07<01:03,  7.09it/s]\r 10%|█         | 51/500 [00:07<01:03,"
+        "  7.11it/s]\r                                                  \r"
+        "{'loss': 0.4123, 'grad_norm': 3.2, 'learning_rate': 2e-05, 'epoch': 0.1}"
+    )
+    assert parse(line) == (
+        51,
+        500,
+        7.11,
+        {"loss": 0.4123, "grad_norm": 3.2, "learning_rate": 2e-05, "epoch": 0.1},
+        None,
+    )
