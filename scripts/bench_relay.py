@@ -30,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from bench_common import (
     HOST_IFNAME,
     REPO,
@@ -93,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     header = ["transport", "variant", "wall s", "lines/s", "CPU s", "wall / torchrun"]
     print(f"\n{args.lines} lines from one rank, median of {args.reps} runs")
     print(table(header, rows))
+    for transport in args.transport:
+        got = {row[1]: float(row[2]) for row in rows if row[0] == transport}
+        if "ddptui-off" in got:
+            cost = 100 * (got["ddptui"] - got["ddptui-off"]) / got["ddptui-off"]
+            print(f"{transport}: parsing progress costs {cost:+.1f} % wall (target <= 5 %)")
     over_ssh = [row for row in rows if row[:2] == ["ssh", "ddptui"]]
     if over_ssh:
         ratio = float(over_ssh[0][-1])
@@ -291,20 +297,32 @@ def run_variants(
     rows: list[list[str]],
 ) -> bool:
     ddptui = ddptui_command()
-    variants: dict[str, Callable[[int], tuple[list[str], dict[str, str] | None]]] = {
-        "torchrun": lambda run: torchrun,
-        "ddptui": lambda run: (
+    off = work / "inv-progress-off.yaml"  # job.progress: false, no line read for progress
+    doc = yaml.safe_load(inv.path.read_text())
+    off.write_text(yaml.safe_dump({**doc, "job": {**doc["job"], "progress": False}}))
+    invs = (
+        {"on": [("ddptui", inv.path)], "off": [("ddptui", off)]}[args.progress]
+        if (args.progress != "both")
+        else [("ddptui", inv.path), ("ddptui-off", off)]
+    )
+
+    def launch(path: Path) -> Callable[[int], tuple[list[str], dict[str, str] | None]]:
+        return lambda run: (
             [
                 *ddptui,
                 "--headless",
                 "launch",
                 "-i",
-                str(inv.path),
+                str(path),
                 "--run-dir",
                 str(work / f"run-{run}"),
             ],
             None,
-        ),
+        )
+
+    variants: dict[str, Callable[[int], tuple[list[str], dict[str, str] | None]]] = {
+        "torchrun": lambda run: torchrun,
+        **{name: launch(path) for name, path in invs},
     }
     if transport == "local":
         variants = {
