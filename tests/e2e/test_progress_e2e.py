@@ -4,11 +4,14 @@ printing `step N/T loss X` that fails once and is restarted (job.restarts)."""
 from __future__ import annotations
 
 import json
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
 from e2etools import Cli, Cmd, assert_nothing_left
 from testhosts import TestCluster
+from tmux import Tmux, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -99,3 +102,27 @@ def test_a_bar_redrawn_in_place_shows_its_progress_while_it_runs(
     assert cli.summary()["progress"]["step"] == 20
     log = (cli.run_dir / "rank-0.log").read_bytes()  # the line as the bar wrote it
     assert log.count(b"\r") == 20 and log.endswith(b"20/20 [00:01<00:02, 4.00it/s]\n")
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_the_dashboard_in_a_terminal_shows_the_panel_and_the_curve(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    job = {**JOB, "args": ["40", "--step-time", "0.25"], "restarts": 0}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    env = {**data_home, "TERM": "xterm-256color"}
+    term = Tmux([str(Path(sys.executable).parent / "ddptui"), "-i", str(inv)], env, (120, 40))
+    try:
+        wait_for(lambda: "l Launch" in term.screen(), "the dashboard", 30, term)
+        term.send("l")
+        wait_for(lambda: "╭─ training" in term.screen(), "the training panel", 120, term)
+        wait_for(lambda: "· loss " in term.screen() and "it/s" in term.screen(), "speed", 30, term)
+        screen = term.screen()
+        assert "W&B (fancy-sun-1):" in screen  # the link, shown once
+        assert "┤" in screen and "step" in screen  # the plot's axes
+        wait_for(lambda: "│ succeeded │" in term.screen(), "the run's end", 60, term)
+        assert "step 40/40 · " in term.screen()
+        term.send("q")
+        wait_for(lambda: not term.alive, "ddptui to exit", 30, term)
+    finally:
+        term.kill()
