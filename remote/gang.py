@@ -79,6 +79,7 @@ class Gang:
     nnodes: int = 0
     tracker: FailureTracker = field(default_factory=FailureTracker)
     progress: Watch | None = None  # the training's progress, read from the lines
+    replayed_progress: bool = True  # False: an attach's replay is not read for it (seeded)
     attempts: Attempts = field(default_factory=Attempts)
     detached: bool = False
     user_stop: bool = False  # a user's stop: never followed by a restart
@@ -434,7 +435,7 @@ class Gang:
         lines = untag(data)
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
-        if self.progress is not None:
+        if self.progress is not None and (self.replayed_progress or not replay):
             self.progress.feed(data, node.attempt, at, len(lines), node.node_rank)
         self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay, stored))
 

@@ -30,6 +30,10 @@ class Watch:
         # pays no call more a chunk (links and progress are told once a second, by tell).
         self.feed: Callable[..., None] = self.tracker.feed_text
 
+    def seed(self, series: dict[str, Any]) -> bool:
+        """Go on from node 0's host's curve (an attach): True if it held one."""
+        return bool(self.tracker.seed(series))  # type: ignore[no-untyped-call]
+
     def progress(self) -> Progress | None:
         """The news since the last call, or None."""
         tracker = self.tracker

@@ -243,6 +243,7 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
+        await self._seed_progress()
         self.gang.master_addr = str(info.get("master_addr") or "")
         self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]
         self.extra_args = tuple(str(a) for a in info.get("extra_args") or ())
@@ -268,6 +269,23 @@ class Run:
         if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
             await self._sweep_all()
         return self._finish()
+
+    async def _seed_progress(self) -> None:
+        """An attach replays the run from its first line, faster than lines are read for
+        progress (remote/host/progress.py): node 0's host's curve stands in for the replay."""
+        if 0 in self.preflight.unreachable or self.gang.progress is None:
+            return
+        ask = {"nodes": [[self.run_id, 0, 0]], "series": True}
+        try:
+            agent = await self.fleet.agent(0, self.emit)
+            got = await agent.request(protocol.STATUS, ask)
+        except HostError:
+            return
+        series: Any = got
+        for key in ("runs", self.run_id, "0", "series"):  # what a host sends is data: checked
+            series = series.get(key) if isinstance(series, dict) else None
+        if isinstance(series, dict) and self.progress.seed(series):
+            self.gang.replayed_progress = False
 
     async def _sweep_all(self) -> None:
         async def one(k: int) -> list[str]:

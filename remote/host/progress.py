@@ -348,6 +348,37 @@ class Tracker:
             self.series[key].add(step, value, attempt)
         self.changed = True
 
+    def seed(self, dump):
+        """Go on from a series file (node 0's host's, for an attach whose replay comes faster
+        than it is read): True if it held a curve. What a host sends is checked first."""
+        try:
+            series = {
+                str(k): [[float(s), float(v), int(a)] for s, v, a in points][-SERIES_MAX:]
+                for k, points in (dump.get("metrics") or {}).items()
+            }
+            attempts = [[int(a["attempt"]), a.get("step"), float(a["at"])]
+                        for a in dump.get("attempts") or ()]  # fmt: skip
+            links = {str(x["url"]): [str(x["tracker"]), x.get("name"), x.get("rank")]
+                     for x in dump.get("links") or ()}  # fmt: skip
+            last = dump.get("last") or {}
+            step, total, rate = last.get("step"), last.get("total"), last.get("rate")
+            metrics = {str(k): float(v) for k, v in (last.get("metrics") or {}).items()}
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return False
+        if not series:
+            return False
+        for key, points in series.items():
+            self.series[key], self.owner[key] = Series(points, 1, len(points)), 0
+        self.attempts, self.links = attempts, {**links, **self.links}
+        self.attempt = attempts[-1][0] if attempts else None
+        lead = self.ranks[0] = Rank()
+        lead.step = int(step) if isinstance(step, (int, float)) else None
+        lead.total = int(total) if isinstance(total, (int, float)) else None
+        lead.rate = float(rate) if isinstance(rate, (int, float)) else None
+        lead.metrics = metrics
+        self.changed = True
+        return True
+
     # -- the run's view ------------------------------------------------------------------------
 
     def lead(self):

@@ -87,6 +87,12 @@ def test_a_detached_runs_curve_comes_from_node_0s_host(
     listed = Cmd(["runs"], tmp_path / "runs", data_home)
     assert listed.wait(60) == 0, listed.stderr
     assert f"step {STEPS}/{STEPS} · loss {4 / STEPS:.4g}" in listed.stdout
+    # an attach replays it all at once: node 0's curve stands in for the replay's
+    attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
+    assert attach.wait(60) == 0, attach.stderr
+    series = json.loads((cli.run_dir / "series.json").read_text())
+    assert [p[0] for p in series["metrics"]["loss"]] == list(range(1, STEPS + 1))
+    assert json.loads((cli.run_dir / "summary.json").read_text())["progress"]["step"] == STEPS
 
 
 def test_a_bar_redrawn_in_place_shows_its_progress_while_it_runs(

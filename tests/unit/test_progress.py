@@ -261,3 +261,22 @@ def test_a_trainer_dict_written_over_its_bar() -> None:
         {"loss": 0.4123, "grad_norm": 3.2, "learning_rate": 2e-05, "epoch": 0.1},
         None,
     )
+
+
+def test_an_attach_goes_on_from_node_0s_curve_and_refuses_garbage() -> None:
+    t = Tracker()  # type: ignore[no-untyped-call]
+    t.feed_text("[0]:step 1/9 loss 2\n[0]:step 5/9 loss 1\n", 0, 1.0)
+    t.feed_text("[0]:wandb: View run at https://wandb.ai/x\n", 0, 1.0)
+    seeded = Tracker()  # type: ignore[no-untyped-call]
+    assert seeded.seed(json_round_trip(t.dump()))  # type: ignore[no-untyped-call]
+    seeded.feed_text("[0]:step 6/9 loss 0.5\n", 0, 2.0)
+    assert seeded.dump()["metrics"]["loss"] == [[1, 2, 0], [5, 1, 0], [6, 0.5, 0]]  # type: ignore[no-untyped-call]
+    assert seeded.last()["step"] == 6 and seeded.link_list()[0]["url"] == "https://wandb.ai/x"  # type: ignore[no-untyped-call]
+    for bad in ({"metrics": {"loss": [["x", 1, 0]]}}, {"metrics": []}, {"metrics": {}}, {}):
+        assert not Tracker().seed(bad)  # type: ignore[no-untyped-call]
+
+
+def json_round_trip(data: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(data))
