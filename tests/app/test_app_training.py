@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from apptools import fake_app, local_inventory, screen_text, settle, two_node_script, wait_for
+from apptools import fake_app, local_inventory, screen_text, settle, two_node_script
 
 from remote.events import Event
 from remote.progress import Watch
-from tui.dashboard.app import Dashboard, create_app
 
 SIZE = (120, 40)
 
@@ -49,17 +48,3 @@ async def test_the_panel_shows_the_run_and_the_curve_across_attempts(inv: Path) 
         app.training.focus()
         await pilot.press("m")  # the one metric: still loss
         assert app.training.metric == "loss"
-
-
-async def test_the_real_engine_feeds_the_panel(tmp_path: Path) -> None:
-    """examples/train.py says `epoch N: loss X`: the panel shows it, nothing parsed in the app."""
-    args = ["--epochs", "3", "--samples", "64"]
-    app: Dashboard = create_app(local_inventory(tmp_path, args), runs_dir=tmp_path / "runs")
-    async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("l")
-        assert app.worker is not None
-        fin = await app.worker.wait()
-        await settle(pilot)
-        assert fin.status == "succeeded", screen_text(app)
-        await wait_for(pilot, lambda: app.training.has_class("-shown"), "the training panel")
-        assert "step 2 · loss " in screen_text(app)
