@@ -324,10 +324,10 @@ class Tracker:
                 self.links[link[2]] = [link[0], link[1], rank]
                 self.changed = True
             return
-        if attempt != self.attempt:
-            self.attempt = attempt
+        if self.attempt is None or attempt > self.attempt:  # nodes' streams interleave: a
+            self.attempt = attempt  # late line of the last attempt starts none again
             self.attempts.append([attempt, step, at])
-        elif self.attempts and self.attempts[-1][1] is None and step is not None:
+        elif attempt == self.attempt and self.attempts[-1][1] is None and step is not None:
             self.attempts[-1][1] = step
         state = self.ranks.get(rank)
         if state is None:

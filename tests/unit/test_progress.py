@@ -159,6 +159,7 @@ def test_tracker_series_spans_attempts_and_follows_the_lowest_rank() -> None:
     t.feed_text("[1]:step 1/4 loss 9\n[0]:step 1/4 loss 2.0\n[0]:step 2/4 loss 1.5\n", 0, 10.0)
     t.feed_text("[0]:wandb: 🚀 View run at https://wandb.ai/t/p/runs/x\n", 0, 10.5)
     t.feed_text("[0]:step 2/4 loss 1.4\n[0]:step 3/4 loss 1.0\n", 1, 20.0)
+    t.feed_text("[1]:step 2/4 loss 8\n", 0, 20.0)  # another node's, late: no attempt again
     dump = t.dump()
     assert dump["metrics"]["loss"] == [[1, 2.0, 0], [2, 1.5, 0], [2, 1.4, 1], [3, 1.0, 1]]
     assert [a["attempt"] for a in dump["attempts"]] == [0, 1]
