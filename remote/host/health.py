@@ -79,7 +79,7 @@ def read(smi: str | None, kmsg: str = KMSG, journalctl: str | None = "journalctl
         rows = _gpu_rows(smi, timeout, issues)
         out["gpus"] = None if rows is None else len(rows)
         out["kernel_log"], lines, out["kernel_log_error"] = kernel_log(kmsg, journalctl)
-        issues.extend(xid_issues(lines, {_bus_key(b): i for i, b in (rows or {}).items()}))
+        issues.extend(xid_issues(lines, rows or {}))
     out["ib"] = ib_ports(ib_root)
     issues.extend(ib_issues(out["ib"]))
     del issues[ISSUES_MAX:]
@@ -252,8 +252,10 @@ def _kmsg_lines(path: str) -> list[str]:
 _KMSG_HEAD = re.compile(r"^\d+,\d+,\d+,[^;]*;")
 
 
-def xid_issues(lines: list[str], gpu_of_bus: dict[tuple[int, int, int], int]) -> list[Any]:
-    """One issue per GPU and Xid, with how many times it came and its last words."""
+def xid_issues(lines: list[str], gpus: dict[int, str]) -> list[Any]:
+    """One issue per GPU and Xid, with how many times it came and its last words. gpus:
+    {index: nvidia-smi's bus id}, which names the GPU the kernel names by its own bus id."""
+    known = {_bus_key(bus): (index, bus) for index, bus in gpus.items()}
     seen: dict[tuple[str, int], list[Any]] = {}
     for line in lines:
         m = _XID.search(line)
@@ -268,7 +270,8 @@ def xid_issues(lines: list[str], gpu_of_bus: dict[tuple[int, int, int], int]) ->
         level = "failure" if xid in XID_FAILURES else "warning"
         what = "Xid {}{}{}".format(xid, " ({} times)".format(times) if times > 1 else "",
                                    ": " + words if words else "")  # fmt: skip
-        issues.append(_issue(level, "kernel", what, gpu_of_bus.get(_bus_key(bus)), bus))
+        index, named = known.get(_bus_key(bus), (None, bus))
+        issues.append(_issue(level, "kernel", what, index, named))
     return issues
 
 

@@ -94,9 +94,9 @@ def test_xids_from_the_kernel_log(tmp_path: Path, log: str) -> None:
     found = read(tmp_path, H100_BUSY, LOGS / log)
     assert found["kernel_log"] == str(LOGS / log)
     assert issues(found) == [
-        ("warning", 0, "0000:18:00", "Xid 13: Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): "
-         "Out Of Range Address"),
-        ("failure", 2, "0000:3a:00", "Xid 79: GPU has fallen off the bus."),
+        ("warning", 0, "00000000:18:00.0",
+         "Xid 13: Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address"),
+        ("failure", 2, "00000000:3A:00.0", "Xid 79: GPU has fallen off the bus."),
     ]  # fmt: skip
 
 
@@ -151,9 +151,9 @@ def test_check_names_the_gpu_its_bus_and_the_xid(tmp_path: Path) -> None:
     assert findings(found) == [
         ("failure", "gpu-health", "GPU 3 (00000000:5D:00.0): 2 uncorrectable ECC errors"),
         ("warning", "gpu-health", "GPU 6 (00000000:BA:00.0): 12 correctable ECC errors"),
-        ("warning", "gpu-health", "GPU 0 (0000:18:00): Xid 13: Graphics SM Warp Exception on "
+        ("warning", "gpu-health", "GPU 0 (00000000:18:00.0): Xid 13: Graphics SM Warp Exception on "
          "(GPC 0, TPC 1, SM 0): Out Of Range Address"),
-        ("failure", "gpu-health", "GPU 2 (0000:3a:00): Xid 79: GPU has fallen off the bus."),
+        ("failure", "gpu-health", "GPU 2 (00000000:3A:00.0): Xid 79: GPU has fallen off the bus."),
     ]  # fmt: skip
 
 
