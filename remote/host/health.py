@@ -82,7 +82,8 @@ def read(smi: str | None, kmsg: str = KMSG, journalctl: str | None = "journalctl
         issues.extend(xid_issues(lines, rows or {}))
     out["ib"] = ib_ports(ib_root)
     issues.extend(ib_issues(out["ib"]))
-    del issues[ISSUES_MAX:]
+    if len(issues) > ISSUES_MAX:  # bounded, the failures kept first
+        issues[:] = sorted(issues, key=lambda i: i["level"] != "failure")[:ISSUES_MAX]
     return out
 
 
@@ -217,7 +218,8 @@ def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl"
         lines = out[-LOG_MAX:].splitlines()
         if code == 0 and lines and "not seeing messages" not in err:
             return "journalctl -k", [ln for ln in lines if "Xid" in ln], None
-        why.append("journalctl -k: " + (_said("", err) or "nothing read"))
+        silent = "no answer in {:g} s".format(LOG_TIMEOUT) if code is None else "nothing read"
+        why.append("journalctl -k: " + (_said("", err) or silent))
     try:
         return kmsg, [ln for ln in _kmsg_lines(kmsg) if "Xid" in ln], None
     except OSError as exc:
