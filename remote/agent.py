@@ -2,7 +2,7 @@
 
 `start()` opens the exec (remote/shipper.py), sends the code if the host asks for it, and waits
 for the agent's HELLO. Until then the host is *starting*, not silent: a login shell may take
-minutes on a busy network home (design.md §10). That wait is bounded by `start_timeout`, and the
+minutes on a busy network home. That wait is bounded by `start_timeout`, and the
 connection's SSH keepalives, which sshd answers even while the shell starts, tell a silent sshd
 (lost) from a slow command. After HELLO, `request()` asks an op for its one answer and `open()`
 follows a stream (a node's, the GPU monitor's); one reader task hands each frame to its channel

@@ -4,8 +4,8 @@ With `--redirects 3 --log-dir D`, torchrun sends each worker's stdout and stderr
 `D/<run>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log` and does nothing per line. The
 supervisor reads those files as they grow, keeps a half line until its newline, and spools each
 batch of whole lines as `[<global rank>]:line` (what the launcher files by rank). So the rank
-writes at full speed with no wrapper around its print(), and no line is ever cut or glued:
-design.md §10. Standard library only.
+writes at full speed with no wrapper around its print(), and no line is ever cut or glued.
+Standard library only.
 
 The global rank of a local rank is the plan's under static rendezvous; under c10d only the run
 knows it, so it is read from the worker's environment (RANK beside LOCAL_RANK and the attempt's
