@@ -214,6 +214,7 @@ class Dashboard(App[int]):
         yield Footer(show_command_palette=False)  # ctrl+p still opens it: room for the keys
 
     def on_mount(self) -> None:
+        pace.install()  # keys before lines: the hosts' line work yields to them in slices
         self.hosts.focus()
         self.set_interval(1.0, self.tick)
         try:
@@ -226,7 +227,6 @@ class Dashboard(App[int]):
         # ~20 ms instead of ~85 ms (the stalls a keypress waits behind).
         gc.freeze()
         gc.set_threshold(YOUNG_GC, *GC_DEFAULT[1:])
-        pace.install()  # keys before lines: a run's line work yields to them in slices
         if self.start == "launch" and self.inventory is not None:
             self.action_launch()
         elif self.start == "runs":
