@@ -3,10 +3,11 @@
 Every host's reader runs on one event loop, the dashboard's, whose keys and frames wait behind
 whatever is ready before them: asyncio runs every ready callback of a turn of the loop in order,
 and a key goes through several turns (each hop through Textual's widgets is one). Under a flood
-of 4,096 ranks a turn was 512 readers decoding frames and 512 timers handing lines on, tens of
-ms, so a key waited for several of those. With a `Pacer` installed on the loop (the dashboard
-does it), line work shares one budget: once it has held the loop SLICE_S, the rest waits until
-the loop has come round, after what was queued meanwhile (a key's next hop, a redraw).
+from thousands of ranks a turn was every host's reader decoding frames and every node's timer
+handing lines on, so a key waited for several of those (docs/benchmarks.md). With a `Pacer`
+installed on the loop (the dashboard does it), line work shares one budget: once it has held the
+loop SLICE_S, the rest waits until the loop has come round, after what was queued meanwhile (a
+key's next hop, a redraw).
 
 Without one (the console, the tests of the engine) line work runs as it comes.
 """

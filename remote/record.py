@@ -229,7 +229,7 @@ class Recorder:
         # The writes handed over and not seen done. The loop waits for the oldest only when
         # WRITES_QUEUED are: while it is busy the writer gets the GIL back only every switch
         # interval, a write a log, so the last writes were now and then unfinished at the
-        # next checkpoint, and waiting for them held the loop (54 ms at 4,096 ranks).
+        # next checkpoint, and waiting for them held the loop (the dashboard's keys).
         self.written: deque[Future[None]] = deque()
         if resume and not self.passive:
             self._resume()
