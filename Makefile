@@ -5,6 +5,8 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 TEST_TOOLS := sshd:openssh-server ssh:openssh-client ip:iproute2 tmux:tmux pdsh:pdsh dockerd:docker.io
+# `ddptui completion zsh|fish` read by those shells (tests/unit/test_completion.py)
+TEST_TOOLS += zsh:zsh fish:fish
 # Containers on the test hosts (tests/support/containerhosts.py): podman with runc (crun fails
 # on this kind of machine) and catatonit for `run --init`.
 TEST_TOOLS += podman:podman runc:runc catatonit:catatonit

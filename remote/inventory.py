@@ -89,23 +89,34 @@ Ulimit = Literal[
 ]  # fmt: skip
 
 
+# The rules below, as the JSON Schema says them to editors (remote/schema.py): regexes that
+# both Python and JavaScript read the same way.
+ULIMIT = r"^(-1|[0-9]+)(:(-1|[0-9]+))?$"
+SIZE = r"^[1-9][0-9]*[bkmgBKMG]?$"
+CAPABILITY = r"^[A-Za-z_]+$"
+MOUNT = r"^[/~][^:]*(:/[^:]*(:[^:]*)?)?$"
+DEVICE = r"^/[^:]*(:[^:]*){0,2}$"
+NOT_OURS = r"^(?!(--network|--net|--name|--detach|-d)(=|$))"
+ENV_NAME = r"^[^=\u0000]+$"
+
+
 def _ulimit(value: int | str) -> str:
     """-1 (unlimited), a number, or `soft:hard`: as `--ulimit name=soft:hard` takes it."""
     text = str(value)
-    soft, _, hard = text.partition(":")
-    if not all(re.fullmatch(r"-1|\d+", v) for v in (soft, hard or soft)):
+    if not re.fullmatch(ULIMIT, text):
         raise ValueError(f"{value!r} is not a limit like -1 (unlimited), 65536 or 1024:65536")
+    soft, _, hard = text.partition(":")
     return f"{soft}:{hard or soft}"
 
 
 def _size(value: int | str) -> str:
-    if not re.fullmatch(r"[1-9][0-9]*[bkmgBKMG]?", str(value)):
+    if not re.fullmatch(SIZE, str(value)):
         raise ValueError(f"{value!r} is not a size like 16g, 512m or a number of bytes")
     return str(value)
 
 
 def _capability(name: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_]+", name):
+    if not re.fullmatch(CAPABILITY, name):
         raise ValueError(f"{name!r} is not a capability like SYS_PTRACE or IPC_LOCK")
     return name
 
@@ -113,41 +124,129 @@ def _capability(name: str) -> str:
 Runtime = Literal["docker", "podman", "apptainer", "enroot"]
 
 
+def _shown(pattern: str | None = None, **keywords: Any) -> Any:
+    """A rule a validator enforces, said to the JSON Schema too, so that an editor checks it
+    as it is typed; the validator keeps its own wording for ddptui's error. (A pattern binds
+    strings only, a minimum numbers only: both may sit on a union of the two.)"""
+    return Field(json_schema_extra={**({"pattern": pattern} if pattern else {}), **keywords})
+
+
+def _names_checked(schema: dict[str, Any]) -> None:
+    """env's names as JSON Schema checks names: pydantic writes a pattern on a key as
+    patternProperties, which lets any other name through."""
+    [(pattern, values)] = schema.pop("patternProperties").items()
+    schema.update(propertyNames={"pattern": pattern}, additionalProperties=values)
+
+
+def _or_a_switch(schema: dict[str, Any]) -> None:
+    """`sync: true` / `false` stand for the mapping and for off (Job._sync_switch)."""
+    schema["anyOf"] = [*schema.get("anyOf", ()), {"type": "boolean"}]
+
+
 class ContainerFields(_Strict):
-    """`container:` in defaults or on a host: a key set on a host overrides defaults' (as env).
+    """The job runs in a container on each host; keys set on a host override defaults' one by
+    one (as env)."""
 
-    None is "not said here"; Container holds the merged keys with their defaults.
-    """
-
-    runtime: Runtime | None = None
-    image: str | None = Field(default=None, min_length=1)
-    pull: Literal["never", "missing", "always"] | None = None
-    python: str | None = Field(default=None, min_length=1)
-    mounts: list[Annotated[str, AfterValidator(_mount)]] | None = None
-    gpus: Literal["auto", "all", "none"] | None = None
-    ipc: Literal["host", "private"] | None = None
-    shm_size: Annotated[str | int, AfterValidator(_size)] | None = None
-    ulimits: dict[Ulimit, Annotated[int | str, AfterValidator(_ulimit)]] | None = None
-    devices: list[Annotated[str, AfterValidator(_device)]] | None = None
-    cap_add: list[Annotated[str, AfterValidator(_capability)]] | None = None
-    user: Literal["login", "image"] | None = None
-    args: list[Annotated[str, AfterValidator(_not_ours)]] | None = None
-    network: Annotated[str, AfterValidator(_host_network)] | None = None
+    # None is "not said here"; Container holds the merged keys with their defaults.
+    runtime: Runtime | None = Field(
+        default=None, description="The container runtime (no default; required with container:)"
+    )
+    image: str | None = Field(
+        default=None, min_length=1, description="The image (required with container:)"
+    )
+    pull: Literal["never", "missing", "always"] | None = Field(
+        default=None, description="When the checks pull the image (default never)"
+    )
+    python: str | None = Field(
+        default=None, min_length=1, description="The interpreter inside the image (default python3)"
+    )
+    mounts: list[Annotated[str, AfterValidator(_mount), _shown(MOUNT)]] | None = Field(
+        default=None,
+        description="`path` (the same path inside) or `host_path:container_path[:ro]`; "
+        "workdir is always mounted",
+    )
+    gpus: Literal["auto", "all", "none"] | None = Field(
+        default=None,
+        description="auto (default): the GPUs the job would see on the host (CUDA_VISIBLE_DEVICES)",
+    )
+    ipc: Literal["host", "private"] | None = Field(
+        default=None,
+        description="host (default), or private with shm_size: NCCL needs a large /dev/shm",
+    )
+    shm_size: Annotated[str | int, AfterValidator(_size), _shown(SIZE, minimum=1)] | None = Field(
+        default=None, description="/dev/shm's size with `ipc: private`, e.g. 16g"
+    )
+    ulimits: (
+        dict[Ulimit, Annotated[int | str, AfterValidator(_ulimit), _shown(ULIMIT, minimum=-1)]]
+        | None
+    ) = Field(
+        default=None,
+        description="--ulimit name=soft:hard (-1: unlimited); default {memlock: -1} for "
+        "docker and podman, `{}` for none",
+    )
+    devices: list[Annotated[str, AfterValidator(_device), _shown(DEVICE)]] | None = Field(
+        default=None,
+        description="Devices passed in (default: /dev/infiniband where the host has it)",
+    )
+    cap_add: list[Annotated[str, AfterValidator(_capability), _shown(CAPABILITY)]] | None = Field(
+        default=None, description="Capabilities added, e.g. IPC_LOCK"
+    )
+    user: Literal["login", "image"] | None = Field(
+        default=None,
+        description="login (default): your uid:gid, outputs are yours; image: the image's user",
+    )
+    args: list[Annotated[str, AfterValidator(_not_ours), _shown(NOT_OURS)]] | None = Field(
+        default=None,
+        description="Passed to the runtime as-is, before the image (not --network, --name, -d)",
+    )
+    network: Annotated[str, AfterValidator(_host_network), _shown("^host$")] | None = Field(
+        default=None, description="Always the host's network: `host` may be said, nothing else"
+    )
 
 
 class _HostFields(_Strict):
     """Keys that `defaults` sets for every host and any host may override."""
 
-    user: str | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
-    identity_file: str | None = None
-    known_hosts: str | None = None
-    python: str | None = None
-    workdir: str | None = None
-    env: dict[str, EnvValue] = Field(default_factory=dict)
-    transport: Literal["ssh", "local"] | None = None
-    gpus: int | None = Field(default=None, ge=0)
-    container: ContainerFields | None = None  # the job runs in a container (design §11)
+    user: str | None = Field(
+        default=None, description="SSH login (default: ~/.ssh/config's User, else yours)"
+    )
+    port: int | None = Field(
+        default=None, ge=1, le=65535, description="SSH port (default: ~/.ssh/config's, else 22)"
+    )
+    identity_file: str | None = Field(
+        default=None, description="SSH key (default: ssh-agent and ~/.ssh/config, as ssh does)"
+    )
+    known_hosts: str | None = Field(
+        default=None,
+        description="known_hosts file (default ~/.ssh/known_hosts); host keys are always verified",
+    )
+    ssh_config: str | None = Field(
+        default=None,
+        description="The cluster's ssh_config, as `ssh -F PATH` (relative: beside the inventory)",
+    )
+    python: str | None = Field(
+        default=None,
+        description="The interpreter on the host, with torch (default python3; ~ allowed)",
+    )
+    workdir: str | None = Field(
+        default=None,
+        description="The job's directory on the host (default: the login dir; ~ allowed)",
+    )
+    env: dict[Annotated[str, _shown(ENV_NAME)], EnvValue] = Field(
+        default_factory=dict,
+        description="Exported to the job, byte for byte; a host's merged over defaults'",
+        json_schema_extra=_names_checked,
+    )
+    transport: Literal["ssh", "local"] | None = Field(
+        default=None, description="ssh (default), or local: run on this machine, without SSH"
+    )
+    gpus: int | None = Field(
+        default=None,
+        ge=0,
+        description="Processes for `nproc_per_node: auto` where the host has no GPU found",
+    )
+    # the job runs in a container (design §11)
+    container: ContainerFields | None = Field(default=None, description=ContainerFields.__doc__)
 
     @field_validator("env")
     @classmethod
@@ -158,11 +257,36 @@ class _HostFields(_Strict):
         return env
 
 
+# A name with ranges as an editor can check it: brackets hold numeric range lists, or the whole
+# name is a bracketed IPv6 address; the loader's own error says which character is wrong.
+_N = r" *[0-9]{1,12} *"
+_RANGES = rf"(?:[^@\[\]]|\[{_N}(?:-{_N})?(?:,{_N}(?:-{_N})?)*\])+"
+RANGED_NAME = rf"^(?:\[[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(?:%[^\]]+)?\]|{_RANGES})$"
+
+
 class _HostEntry(_HostFields):
-    host: str = Field(min_length=1)
-    name: str | None = None
-    spare: bool = False  # out of the run until a host is lost: then in its node rank
-    skip: bool = False  # out of every launch: node ranks close up as if it were not listed
+    """One host, or a range of hosts (gpu[01-64]); listed in node rank order, the first is
+    the master. Any key of defaults may be set here to override it."""
+
+    host: str = Field(
+        min_length=1,
+        description="Address or ~/.ssh/config alias, or a range of them: gpu[01-64], "
+        "10.0.0.[11-138] (the login goes in user:, not user@)",
+        json_schema_extra={"pattern": RANGED_NAME},
+    )
+    name: str | None = Field(
+        default=None,
+        description="Display name (default: host); a range names a host range's hosts alongside",
+        json_schema_extra={"pattern": RANGED_NAME.replace("@", "")},
+    )
+    spare: bool = Field(
+        default=False,
+        description="Out of the run until a host is lost: then it takes that node rank",
+    )
+    skip: bool = Field(
+        default=False,
+        description="Out of every launch: node ranks close up as if it were not listed",
+    )
 
     @field_validator("host")
     @classmethod
@@ -174,28 +298,45 @@ class _HostEntry(_HostFields):
 
 
 class Nccl(_Strict):
-    socket_ifname: str | None = "auto"  # auto: the interface that routes to the master
-    ib_disable: bool = False
-    debug: str | None = None  # NCCL_DEBUG, e.g. INFO
-    flight_recorder: bool = False  # NCCL's flight recorder: a trace of collectives per rank
+    """NCCL and gloo settings, exported to every process of the job."""
+
+    socket_ifname: str | None = Field(
+        default="auto",
+        description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME: auto (each host's interface "
+        "that routes to the master), a name (eth0), or null for neither",
+    )
+    ib_disable: bool = Field(default=False, description="NCCL_IB_DISABLE")
+    debug: str | None = Field(default=None, description="NCCL_DEBUG, e.g. INFO")
+    flight_recorder: bool = Field(
+        default=False,
+        description="NCCL's flight recorder: each rank's trace of collectives, kept after a hang",
+    )
 
 
 class SpawnArgs(_Strict):
     """spawn style: the names of the arguments the script takes."""
 
-    world_size: str = "--world_size"
-    rank: str = "--rank"
-    init_method: str = "--init_method"
+    world_size: str = Field(default="--world_size", description="Takes the number of nodes")
+    rank: str = Field(default="--rank", description="Takes the node rank")
+    init_method: str = Field(default="--init_method", description="Takes tcp://MASTER:PORT")
 
 
 class Sync(_Strict):
-    """`job.sync`: push a local directory to every host's workdir before launch (remote/sync.py).
+    """Push a local directory to every host's workdir before each launch (only what changed;
+    nothing deleted)."""
 
-    `sync: true` is `sync: {}`: the inventory's own directory. `exclude` adds to DEFAULT_EXCLUDE.
-    """
-
-    source: str = Field(default=".", alias="from", min_length=1)  # relative to the inventory
-    exclude: list[str] = Field(default_factory=list)
+    # `sync: true` is `sync: {}`: the inventory's own directory (remote/sync.py).
+    source: str = Field(
+        default=".",
+        alias="from",
+        min_length=1,
+        description="The directory pushed, relative to the inventory",
+    )
+    exclude: list[Annotated[str, _shown("[^/]")]] = Field(
+        default_factory=list,
+        description="More patterns left out (data/, *.ckpt), beyond VCS dirs, caches, venvs, "
+        "trainer outputs and secrets",
+    )
 
     @field_validator("exclude")
     @classmethod
@@ -207,10 +348,17 @@ class Sync(_Strict):
 
 
 class Notify(_Strict):
-    """`job.notify`: a command node 0's host runs when something happens to the run."""
+    """A command node 0's host runs when something happens to the run."""
 
-    command: str = Field(min_length=1)  # through sh -c, DDPTUI_EVENT etc. in its environment
-    events: list[NotifyEvent] = Field(default_factory=lambda: list(NOTIFY_DEFAULT))
+    command: str = Field(
+        min_length=1,
+        description="Run through sh -c with DDPTUI_EVENT, DDPTUI_RUN_ID, DDPTUI_STATUS and "
+        "DDPTUI_MESSAGE in its environment; killed after 30 s",
+    )
+    events: list[NotifyEvent] = Field(
+        default_factory=lambda: list(NOTIFY_DEFAULT),
+        description="The events that run it (default: all but succeeded)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -221,27 +369,69 @@ class Notify(_Strict):
 
 
 class Job(_Strict):
-    script: str = Field(min_length=1)
-    args: list[str] = Field(default_factory=list)
-    launcher: Literal["torchrun", "launch", "spawn", "env"] = "torchrun"
-    nproc_per_node: int | Literal["auto"] = 1
-    master_port: Port | Literal["auto"] = 29500  # auto: node 0 picks a free one at check time
-    master_addr: str | None = None  # else the first host's address
-    rdzv_backend: Literal["static", "c10d"] = "static"
-    max_restarts: int = Field(default=0, ge=0)  # torchrun's own: one node's workers
-    restarts: int = Field(default=0, ge=0)  # the whole job again, on every node, after a failure
-    restart_delay: NonNegative = 10.0  # seconds before the first restart, doubling (at most 5 min)
-    notify: Notify | None = None
-    # seconds between TERM and KILL
-    stop_grace: NonNegative = 5.0
-    link_timeout: Positive = 60.0  # launcher <-> supervisor lease, seconds
-    # seconds a host may take from its login to its agent's first word (a slow login shell)
-    start_timeout: Positive = 300.0
-    spool_max_mb: Positive = 1024.0  # MB of output each host keeps for replay
-    hang_after: Positive | None = 600.0  # seconds without progress before a hang; null: off
-    nccl: Nccl = Field(default_factory=Nccl)
-    spawn_args: SpawnArgs = Field(default_factory=lambda: SpawnArgs())
-    sync: Sync | None = None  # push the code to every host before launch; null/false: off
+    """What runs, and how it is started, watched, stopped and restarted."""
+
+    script: str = Field(
+        min_length=1, description="The training script, relative to workdir (or ~/..., absolute)"
+    )
+    args: list[str] = Field(
+        default_factory=list,
+        description="The script's arguments; numbers and flags reach it as written (3, 0.0010, on)",
+        # Numbers and booleans are taken, as written (_args_as_written), null is not.
+        json_schema_extra={"items": {"type": ["string", "number", "boolean"]}},
+    )
+    launcher: Literal["torchrun", "launch", "spawn", "env"] = Field(
+        default="torchrun", description="How each node starts its part (see Launch styles)"
+    )
+    nproc_per_node: Annotated[int, _shown(minimum=1)] | Literal["auto"] = Field(
+        default=1, description="Processes per host, or auto: one per GPU the job will see"
+    )
+    master_port: Port | Literal["auto"] = Field(
+        default=29500, description="The rendezvous port, or auto: node 0 picks a free one"
+    )
+    master_addr: str | None = Field(
+        default=None, description="Default: the first host's address, as the others reach it"
+    )
+    rdzv_backend: Literal["static", "c10d"] = Field(
+        default="static", description="torchrun's rendezvous: static (fixed node ranks) or c10d"
+    )
+    max_restarts: int = Field(
+        default=0, ge=0, description="torchrun's own: one node's workers again, not the job's"
+    )
+    restarts: int = Field(
+        default=0, ge=0, description="The whole job again, on every node, after a failure"
+    )
+    restart_delay: NonNegative = Field(
+        default=10.0, description="Seconds before the first restart, doubling, at most 5 min"
+    )
+    notify: Notify | None = Field(default=None, description=Notify.__doc__)
+    stop_grace: NonNegative = Field(
+        default=5.0, description="Seconds between TERM and KILL when stopping"
+    )
+    link_timeout: Positive = Field(
+        default=60.0, description="Seconds a host's part runs on without word from ddptui"
+    )
+    start_timeout: Positive = Field(
+        default=300.0,
+        description="Seconds a host's login shell may take to start ddptui's agent",
+    )
+    spool_max_mb: Positive = Field(
+        default=1024.0, description="MB of output each host keeps, per node, for replay"
+    )
+    hang_after: Positive | None = Field(
+        default=600.0,
+        description="Seconds of silence (or idle GPUs) before a hang is reported; null: off",
+    )
+    nccl: Nccl = Field(default_factory=Nccl, description=Nccl.__doc__)
+    spawn_args: SpawnArgs = Field(
+        default_factory=lambda: SpawnArgs(), description=SpawnArgs.__doc__
+    )
+    sync: Sync | None = Field(
+        default=None,
+        json_schema_extra=_or_a_switch,
+        description="true, or {from: ., exclude: [data/]}: push the code to every host's "
+        "workdir before launch; null or false: off",
+    )
 
     @field_validator("sync", mode="before")
     @classmethod
@@ -261,9 +451,17 @@ class Job(_Strict):
 
 
 class _File(_Strict):
-    defaults: _HostFields = Field(default_factory=_HostFields)
-    hosts: list[_HostEntry] = Field(min_length=1)
-    job: Job
+    """An inventory.yaml: the hosts, what they share, and the job."""
+
+    model_config = ConfigDict(title="ddptui inventory")
+
+    defaults: _HostFields = Field(
+        default_factory=_HostFields, description="Every host, unless it overrides"
+    )
+    hosts: list[_HostEntry] = Field(
+        min_length=1, description="In order: node rank 0, 1, ...; the first is the master"
+    )
+    job: Job = Field(description=Job.__doc__)
 
 
 @dataclass(frozen=True)
@@ -283,6 +481,7 @@ class Host:
     env: dict[str, str]
     gpus: int | None
     container: Container | None = None
+    ssh_config: str | None = None  # `ssh -F`: this file instead of ~/.ssh/config and /etc/ssh's
     # The attempt this node's supervisor started at: a spare's, the one it joined in a lost
     # node's place (its private directory on the host is n<rank>-a<since>).
     since: int = 0
@@ -459,6 +658,7 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
                 env={k: env_text(v) for k, v in env.items()},
                 gpus=merged.get("gpus"),
                 container=_container(raw.defaults, entry, i, path, node),
+                ssh_config=_beside(path, merged.get("ssh_config")),
             )
         )
     if not hosts:
@@ -617,6 +817,11 @@ def _unfold_entry(
             f"{len(addresses)} hosts; write a range of as many names (or leave name out)",
         )
     return list(zip(addresses, names, strict=True))
+
+
+def _beside(path: Path, name: str | None) -> str | None:
+    """A file the inventory names: `~` expanded, a relative name beside the inventory."""
+    return str(path.parent / Path(name).expanduser()) if name else None
 
 
 def _default_python(transport: str | None) -> str:

@@ -1,4 +1,4 @@
-"""Hosts behind a bastion (ProxyJump in ~/.ssh/config): one connection to it carries them all.
+"""Hosts behind a bastion (ProxyJump in ssh_config): one connection to it carries them all.
 
 asyncssh, left to itself, opens a new connection to the jump host for every host behind it; a
 bastion's sshd drops unauthenticated connections beyond `MaxStartups` (10 by default), so a
@@ -7,19 +7,29 @@ loop and handed to every host's connection as its `tunnel`; the last host to let
 A chain (`ProxyJump a,b`, or a hop with a ProxyJump of its own) is connected hop by hop here,
 each through the last: asyncssh, left a chain, connects the earlier hops itself with their
 ~/.ssh/config as is, so a hop under `UserKnownHostsFile none` was trusted unverified. Every
-hop's host key is checked like any host's (known_hosts from ~/.ssh/config, else the default).
+hop is resolved like any host (`ssh -G`, remote/openssh.py; asyncssh's reading of
+~/.ssh/config where there is no OpenSSH client) and its host key checked like any host's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from . import openssh
 from .inventory import Host
 from .sshlib import asyncssh
+
+# One hop, found: (the host to connect to, asyncssh's options for it, its own ProxyJump).
+Hop = tuple[str, dict[str, Any], str | None]
+# How a hop `user@host:port` is found; notices collects what a person should hear.
+FindHop = Callable[[str | None, str, int | None, list[str]], Awaitable[Hop]]
 
 
 class JumpError(Exception):
@@ -53,6 +63,58 @@ def keep_verifying(
         "host key, against ~/.ssh/known_hosts (known_hosts: in the inventory names another file)"
     )
     return {"known_hosts": []}  # [] is asyncssh's "the default file"
+
+
+async def asyncssh_hop(user: str | None, host: str, port: int | None, notices: list[str]) -> Hop:
+    """A hop as asyncssh reads ~/.ssh/config (no OpenSSH client here)."""
+    options: dict[str, Any] = {}
+    if user:
+        options["username"] = user
+    if port:
+        options["port"] = port
+    config = await read_config(host, options)
+    options.update(keep_verifying(config, notices, host))
+    return host, options, str(config.tunnel) if config.tunnel else None
+
+
+def openssh_hop(config_file: str | None) -> FindHop:
+    """Hops as `ssh -G` resolves them (with the host's `-F`, as ssh passes it on)."""
+
+    async def find(user: str | None, host: str, port: int | None, notices: list[str]) -> Hop:
+        given = openssh.Given(user, port, config_file=config_file)
+        target = await openssh.resolve(host, given)
+        to, options = verified(target, notices)
+        return to, options, target.proxy_jump
+
+    return find
+
+
+def verified(target: openssh.Target, notices: list[str]) -> tuple[str, dict[str, Any]]:
+    """asyncssh.connect's host and options for an OpenSSH target, its host key checked
+    against its known_hosts files whatever the config said (a notice where it said off)."""
+    options = target.client_options()
+    host = options.pop("host")
+    options["known_hosts"] = known_hosts(target.known_hosts)
+    if target.unverified_by:
+        notices.append(
+            f"ssh_config sets `{target.unverified_by}` for {target.alias}: ddptui still "
+            f"verifies its host key, against {' '.join(target.known_hosts)}"
+        )
+    return host, options
+
+
+_known: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, ...], asyncssh.SSHKnownHosts]
+] = weakref.WeakKeyDictionary()
+
+
+def known_hosts(files: tuple[str, ...]) -> asyncssh.SSHKnownHosts:
+    """The keys of those files that exist (none: every key is refused), read once per
+    launch rather than once per host."""
+    per_loop = _known.setdefault(asyncio.get_running_loop(), {})
+    if files not in per_loop:
+        per_loop[files] = asyncssh.read_known_hosts([f for f in files if os.path.isfile(f)])
+    return per_loop[files]
 
 
 @dataclass
@@ -96,14 +158,22 @@ class Lease:
             fut.result().close()
 
 
-async def lease(spec: str, notices: list[str], timeouts: dict[str, Any]) -> Lease:
+async def lease(
+    spec: str,
+    notices: list[str],
+    timeouts: dict[str, Any],
+    find: FindHop = asyncssh_hop,
+    config_file: str | None = None,
+) -> Lease:
     """The connection to the jump host `spec` ([user@]host[:port], a chain a,b allowed), made
     by the first host to ask and shared with the rest; raises JumpError. timeouts: asyncssh's
-    connect_timeout and keepalive options, as for the hosts."""
-    key = (id(asyncio.get_running_loop()), spec)
+    connect_timeout and keepalive options, as for the hosts; find: how a hop is resolved
+    (config_file: the `-F` it resolves under, part of what makes two jumps the same)."""
+    key = (id(asyncio.get_running_loop()), f"{spec} {config_file or ''}")
     jump = _jumps.get(key)
     if jump is None or jump.dead():  # a jump host whose link died is connected to afresh
-        jump = _jumps[key] = _Jump(asyncio.ensure_future(_connect(spec, notices, timeouts)))
+        connecting = _connect(spec, notices, timeouts, find)
+        jump = _jumps[key] = _Jump(asyncio.ensure_future(connecting))
     jump.users += 1
     held = Lease(key, jump)
     try:
@@ -124,15 +194,15 @@ MAX_NESTING = 8  # hops with ProxyJumps of their own, deeper than this: a loop i
 
 
 async def _connect(
-    spec: str, notices: list[str], timeouts: dict[str, Any]
+    spec: str, notices: list[str], timeouts: dict[str, Any], find: FindHop = asyncssh_hop
 ) -> asyncssh.SSHClientConnection:
     """The chain `spec` (a,b,...), each hop through the one before it, each hop's host key
     verified; raises JumpError naming the hop that failed."""
     conn: asyncssh.SSHClientConnection | None = None
     try:
-        for hop, host, options in await _chain(spec, notices, timeouts):
+        for hop, host, options in await _chain(spec, notices, find):
             try:
-                nxt = await asyncssh.connect(host, **options, tunnel=conn)
+                nxt = await asyncssh.connect(host, **timeouts, **options, tunnel=conn)
             except Exception as exc:
                 raise JumpError(hop, exc) from None
             nxt.set_tunnel(conn)  # closing a hop closes those it went through, as asyncssh does
@@ -146,30 +216,29 @@ async def _connect(
 
 
 async def _chain(
-    spec: str, notices: list[str], timeouts: dict[str, Any], nesting: int = 0
+    spec: str, notices: list[str], find: FindHop, nesting: int = 0
 ) -> list[tuple[str, str, dict[str, Any]]]:
     """Every hop of `spec` in order, (hop, host, asyncssh options); the first hop's own
-    ProxyJump in ~/.ssh/config goes before it, as OpenSSH does."""
+    ProxyJump goes before it, as OpenSSH does (the others' own are the chain's to say)."""
     chain = []
     for k, hop in enumerate(spec.split(",")):
         user, host, port = split(hop)
-        options: dict[str, Any] = dict(timeouts)
-        if user:
-            options["username"] = user
-        if port:
-            options["port"] = port
-        config = await read_config(host, options)
-        if k == 0 and config.tunnel:
+        try:
+            to, options, own = await find(user, host, port, notices)
+        except openssh.OpenSSHError as exc:
+            raise JumpError(hop, exc) from None
+        if k == 0 and own:
             if nesting >= MAX_NESTING:
                 raise JumpError(hop, ValueError("ProxyJump nested too deep (a loop?)"))
-            chain += await _chain(str(config.tunnel), notices, timeouts, nesting + 1)
-        options.update(keep_verifying(config, notices, host))
-        chain.append((hop, host, options))
+            chain += await _chain(own, notices, find, nesting + 1)
+        chain.append((hop, to, options))
     return chain
 
 
 def split(spec: str) -> tuple[str | None, str, int | None]:
-    """`user@host:port` → (user, host, port), as OpenSSH's ProxyJump writes one hop."""
+    """`user@host:port` or `ssh://user@host:port` → (user, host, port), as OpenSSH's
+    ProxyJump writes one hop."""
+    spec = spec.removeprefix("ssh://").removesuffix("/")
     user, _, rest = spec.rpartition("@")
     host, port = rest, ""
     if rest.startswith("["):  # [v6] or [v6]:port

@@ -17,26 +17,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from . import inventory
 from .fleet import Fleet
 from .host import protocol
 from .inventory import Host, Inventory
 from .record import RunDirError, check_private, private_dir, replace_private, write_private
+from .runlist import RUN_JSON, root
 from .transport import HostError
 
-RUN_JSON, INVENTORY, SUMMARY = "run.json", "inventory.yaml", "summary.json"
+INVENTORY, SUMMARY = "inventory.yaml", "summary.json"
 # A run's status: from its summary, else from its hosts' supervisors.
 STATUSES = ("running", "succeeded", "failed", "stopped", "lost")
 
 
 class RunError(Exception):
     """RUN names no run, several, or one whose files are unreadable: for a person."""
-
-
-def root() -> Path:
-    return platformdirs.user_data_path("ddptui") / "runs"
 
 
 def default_dir(run_id: str) -> Path:

@@ -8,19 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import shlex
 import signal
 import socket
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import jump
+from . import jump, openssh
 from .inventory import Host
 from .sshlib import asyncssh
 
@@ -226,7 +228,9 @@ class _SSHProcess:
 
 
 class SSHTransport(Transport):
-    """One asyncssh connection per host; ~/.ssh/config, ssh-agent and known_hosts honoured.
+    """One asyncssh connection per host, to the host `ssh HOST` reaches: OpenSSH resolves it
+    (`ssh -G`, remote/openssh.py) and asyncssh is handed every value; ssh-agent and
+    known_hosts honoured, host keys always verified.
 
     A host behind a ProxyJump is reached through one connection to the jump host, shared by
     every host behind it (remote/jump.py): a bastion's MaxStartups drops a login per host.
@@ -234,6 +238,8 @@ class SSHTransport(Transport):
 
     conn: asyncssh.SSHClientConnection | None = None
     _jump: jump.Lease | None = None
+    _unverified_by: str | None = None  # the config's setting that would have turned checks off
+    _resolved_as: Host | None = None  # the host as OpenSSH resolved it, for the errors' words
 
     async def connect(self) -> float:
         h = self.host
@@ -243,7 +249,56 @@ class SSHTransport(Transport):
             "keepalive_interval": KEEPALIVE,
             "keepalive_count_max": 3,
         }
-        options: dict[str, Any] = dict(timeouts)
+        self.notices = []
+        self._forget_resolution()
+        try:
+            find = self._resolved if openssh.client() else self._from_asyncssh_config
+            hostname, options, via = await find()
+            if via:
+                self._jump = await jump.lease(
+                    via, self.notices, timeouts, self._find_hop(), h.ssh_config
+                )
+                options["tunnel"] = self._jump.conn
+            self.conn = await asyncssh.connect(hostname, **timeouts, **options)
+        except jump.JumpError as exc:
+            self._release()
+            raise HostError(h.name, ssh_reason(exc.cause, h, via=exc.spec)) from None
+        except Exception as exc:  # every way a login can fail, worded per kind below
+            self._release()
+            reason = ssh_reason(exc, self._resolved_as or h)
+            if self._unverified_by and isinstance(exc, asyncssh.HostKeyNotVerifiable):
+                reason += f" (`{self._unverified_by}` in ssh_config does not turn it off)"
+            raise HostError(h.name, reason) from None
+        self.address = self._own_address(hostname)
+        return time.monotonic() - t0
+
+    def _forget_resolution(self) -> None:
+        """A reconnect says its own (a method: mypy would take them for None after it)."""
+        self._resolved_as = self._unverified_by = None
+
+    async def _resolved(self) -> tuple[str, dict[str, Any], str | None]:
+        """OpenSSH's answer for this host, the inventory's keys as ssh's -l, -p, -i, -F."""
+        h = self.host
+        keys = (str(Path(h.identity_file).expanduser()),) if h.identity_file else ()
+        known = str(Path(h.known_hosts).expanduser()) if h.known_hosts else None
+        given = openssh.Given(h.user, h.port, keys, h.ssh_config, known)
+        target = await openssh.resolve(h.host, given)
+        self._unverified_by = target.unverified_by
+        self._resolved_as = dataclasses.replace(
+            h,
+            host=target.host,
+            user=target.user,
+            port=target.port,
+            known_hosts=target.known_hosts[0] if target.known_hosts else None,
+        )
+        hostname, options = jump.verified(target, self.notices)
+        return hostname, options, target.proxy_jump
+
+    async def _from_asyncssh_config(self) -> tuple[str, dict[str, Any], str | None]:
+        """No OpenSSH client: asyncssh reads ~/.ssh/config (no /etc/ssh, Match or tokens of
+        its own), as ddptui did before it asked OpenSSH; said once per launch."""
+        h = self.host
+        options: dict[str, Any] = {}
         if h.port:
             options["port"] = h.port
         if h.user:
@@ -252,25 +307,15 @@ class SSHTransport(Transport):
             options["client_keys"] = [str(Path(h.identity_file).expanduser())]
         if h.known_hosts:  # host keys are always checked; this only says where they are
             options["known_hosts"] = str(Path(h.known_hosts).expanduser())
-        self.notices = []
-        try:
-            config = await jump.read_config(h.host, options)
-            options.update(jump.keep_verifying(config, self.notices, h.host))
-            if config.tunnel:
-                self._jump = await jump.lease(str(config.tunnel), self.notices, timeouts)
-                options["tunnel"] = self._jump.conn
-            self.conn = await asyncssh.connect(h.host, **options)
-        except jump.JumpError as exc:
-            self._release()
-            raise HostError(h.name, ssh_reason(exc.cause, h, via=exc.spec)) from None
-        except Exception as exc:  # every way a login can fail, worded per kind below
-            self._release()
-            reason = ssh_reason(exc, h)
-            if self.notices and isinstance(exc, asyncssh.HostKeyNotVerifiable):
-                reason += " (`UserKnownHostsFile none` in ~/.ssh/config does not turn it off)"
-            raise HostError(h.name, reason) from None
-        self.address = self._own_address(config.host)
-        return time.monotonic() - t0
+        if say_once(asyncio.get_running_loop()):
+            self.notices.append(NO_OPENSSH)
+        config = await jump.read_config(h.host, options)
+        kept = jump.keep_verifying(config, self.notices, h.host)
+        self._unverified_by = "UserKnownHostsFile none" if kept else None
+        return config.host, {**options, **kept}, str(config.tunnel) if config.tunnel else None
+
+    def _find_hop(self) -> jump.FindHop:
+        return jump.openssh_hop(self.host.ssh_config) if openssh.client() else jump.asyncssh_hop
 
     def _own_address(self, hostname: str) -> str:
         """Where the peers reach this host: the address we reached it at when that is one
@@ -328,6 +373,21 @@ class SSHTransport(Transport):
             self._jump = None
 
 
+NO_OPENSSH = (
+    "no OpenSSH client (ssh) here: ssh_config is read by asyncssh, ~/.ssh/config alone "
+    "(no /etc/ssh/ssh_config, and some rules read otherwise than by ssh)"
+)
+_said: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+
+
+def say_once(loop: asyncio.AbstractEventLoop) -> bool:
+    """True the first time a launch (its event loop) asks."""
+    if loop in _said:
+        return False
+    _said.add(loop)
+    return True
+
+
 def routable(addr: str) -> bool:
     """An address other hosts may reach: an IP, neither loopback nor unspecified."""
     try:
@@ -342,6 +402,8 @@ def ssh_reason(exc: BaseException, host: Host, via: str | None = None) -> str:
     target = f"{host.user + '@' if host.user else ''}{host.host}:{host.port or 22}"
     if via is not None:
         return f"jump host {via} (ProxyJump): {ssh_reason(exc, jump.as_host(via, host))}"
+    if isinstance(exc, openssh.OpenSSHError):
+        return f"ssh_config, as `ssh -G` reads it: {exc}"
     if isinstance(exc, asyncssh.HostKeyNotVerifiable):
         where = host.known_hosts or "~/.ssh/known_hosts"
         return (

@@ -19,6 +19,9 @@ on a busy network home does (design.md §10). pdsh runs with -f 32, its default 
   the same environment, `%n` as NODE_RANK (how DeepSpeed's pdsh runner starts a job). Targets
   (issue "One host agent"): on quick logins ddptui / pdsh <= 0.8, on the slow home <= 1.3.
 - logins: every host logged into over asyncssh through remote/fanout.py, at several fan-outs.
+- resolve (no test hosts; --resolve N runs just this): what asking OpenSSH costs a launch,
+  `ssh -G` for N names at once (remote/openssh.py, as the hosts' logins ask it), the machine's
+  ssh_config as it is; its wall time and CPU per launch, against a 128-host launch's.
 - dashboard (no test hosts; --dashboard alone runs just this): 256 hosts and 2,048 ranks from
   the tests' scripted fakes (tests/support/apptools.py) under Textual's Pilot at 120x40; each key's
   latency is from the key event to the app idle again with its result drawn (scrolling the
@@ -36,6 +39,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import resource
 import sys
 import time
 from collections.abc import Sequence
@@ -66,7 +70,7 @@ from bench_common import (
 )
 from testhosts import FIRST_HOST_OCTET, TestCluster
 
-from remote import fanout, inventory
+from remote import fanout, inventory, openssh
 from remote.transport import SSHTransport
 
 SCRIPT = REPO / "tests" / "data" / "light_job.py"
@@ -90,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--keep", action="store_true", help="keep logs and outputs")
     p.add_argument("--dashboard", action="store_true", help="the dashboard's keys alone")
+    p.add_argument("--resolve", type=int, metavar="N", help="ssh -G for N hosts at once, alone")
     p.add_argument("--only", choices=["check", "launch"], help="this variant alone")
     p.add_argument("--home", choices=["quick", "slow"], help="these logins alone")
     p.add_argument("--timeline", action="store_true", help="each launch's events timed (--keep)")
@@ -100,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.dashboard:
         return dashboard()
+    if args.resolve:
+        return resolve(args.resolve, args.reps)
     require_pdsh()
     prefix, _, subnet = args.testhosts.partition(":")
     with (
@@ -183,6 +190,32 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
     if not args.no_dashboard:
         dashboard()
     return 1 if missed else 0
+
+
+def resolve(n: int, reps: int) -> int:
+    """Seconds and CPU to resolve n hosts through `ssh -G`, each rep in a fresh event loop (a
+    launch's: nothing cached); fails unless every name got its own answer."""
+    walls, cpus = [], []
+    for rep in range(reps + 1):  # the first warms the page cache: not counted
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        targets = asyncio.run(resolve_all([f"bench-node{i}" for i in range(n)]))
+        wall = time.monotonic() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if sorted(t.host for t in targets) != sorted(f"bench-node{i}" for i in range(n)):
+            print(f"resolve: {n} names did not get {n} answers")
+            return 1
+        if rep:
+            walls.append(wall)
+            cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    print(f"ssh -G for {n} hosts at once, {reps} reps; {load()}")
+    print(f"  median {median(walls):.2f} s wall, {median(cpus):.2f} s CPU of the ssh -G runs")
+    print(f"  runs: {' '.join(f'{w:.2f}' for w in walls)}")
+    return 0
+
+
+async def resolve_all(names: list[str]) -> list[openssh.Target]:
+    return await asyncio.gather(*(openssh.resolve(name) for name in names))
 
 
 def dashboard() -> int:

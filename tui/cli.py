@@ -21,7 +21,8 @@ ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
                                   [--exclude HOSTS] [-- SCRIPT ARGS...]
        ddptui [--headless] check [--json] [--exclude HOSTS]
        ddptui attach RUN [--tail N] | stop RUN | runs [--json]
-       ddptui stacks RUN [--json] [--native]"""
+       ddptui stacks RUN [--json] [--native]
+       ddptui init [PATTERN|HOST ...] | ssh HOST|NODE|rN | schema | completion SHELL"""
 DESCRIPTION = """\
 Launch multi-node PyTorch training over SSH and watch every rank.
 
@@ -42,6 +43,12 @@ if TYPE_CHECKING:
     from remote.inventory import Inventory
 
 Command = Callable[[argparse.Namespace, list[str]], int]
+SHELLS = ("bash", "zsh", "fish")
+INIT_HOSTS = (
+    "~/.ssh/config's hosts, patterns ('gpu-*') or names, or any host ssh reaches "
+    "(default: every host the config names)"
+)
+SSH_TARGET = "a host's name or address, a node rank, or rN: the host of global rank N"
 
 
 class UsageError(Exception):
@@ -98,6 +105,25 @@ def parser() -> argparse.ArgumentParser:
     stacks_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     stacks_p.add_argument("--json", action="store_true", help="print them as JSON")
     stacks_p.add_argument("--native", action="store_true", help="C/C++ frames too (py-spy)")
+    init_p = _command(sub, "init", init, "write an inventory from ~/.ssh/config, then check it")
+    init_p.add_argument("hosts", nargs="*", metavar="PATTERN|HOST", help=INIT_HOSTS)
+    init_p.add_argument("--script", default="train.py", help="the job's script (train.py)")
+    init_p.add_argument("--workdir", metavar="DIR", help="the job's dir (default: this one's)")
+    init_p.add_argument("--no-check", action="store_true", help="write it, check nothing")
+    init_p.add_argument("--force", action="store_true", help="overwrite an existing inventory")
+    ssh_p = _command(sub, "ssh", ssh, "a shell on a host, in the job's workdir (OpenSSH's ssh)")
+    ssh_p.add_argument("target", metavar="HOST|NODE|rN", help=SSH_TARGET)
+    ssh_p.add_argument("--run", metavar="RUN", help="rN as this run placed it, its inventory's")
+    schema_p = _command(sub, "schema", schema, "print the inventory's JSON Schema (for editors)")
+    schema_p.add_argument(
+        "--path", action="store_true", help="print where the installed schema file is instead"
+    )
+    completion_p = _command(
+        sub, "completion", completion, "print tab completion for a shell (source it)"
+    )
+    completion_p.add_argument("shell", choices=SHELLS, help="the shell: " + ", ".join(SHELLS))
+    # Hidden: what tab completion asks for RUN (tui/completion.py), fast.
+    sub.add_parser("_run-ids").set_defaults(handler=run_ids, command="_run-ids")
     return p
 
 
@@ -355,6 +381,94 @@ def _on_run(
         raise UsageError(str(exc)) from None
 
 
+def init(args: argparse.Namespace, extra: list[str]) -> int:
+    """`init [PATTERN|HOST ...]`: an inventory of ~/.ssh/config's hosts written as -i names it
+    (never over one, unless --force), then checked (exit as `check`) unless --no-check."""
+    _no_extra(args, extra)
+    import asyncio
+
+    from remote import init_inventory as writer
+
+    path: Path = args.inventory
+    if path.exists() and not args.force:
+        raise UsageError(f"{path} exists: give another -i, or --force to overwrite it")
+    workdir = args.workdir or str(Path.cwd())
+    try:
+        text, found = asyncio.run(writer.inventory(args.hosts, script=args.script, workdir=workdir))
+    except writer.InitError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}") from None
+    print(f"ddptui: wrote {path}: {found}", file=sys.stderr)
+    if args.no_check:
+        return 0
+    print(f"ddptui: checking it (ddptui --headless check -i {path})", file=sys.stderr)
+    args.headless, args.json, args.exclude, args.deep = True, False, None, False
+    return check(args, [])
+
+
+def ssh(args: argparse.Namespace, extra: list[str]) -> int:
+    """`ssh HOST|NODE|rN`: OpenSSH's ssh to that host with the inventory's settings, a login
+    shell in the job's workdir; this process becomes it (its exit status is ssh's)."""
+    _no_extra(args, extra)
+    import os
+
+    from remote import shell
+
+    ranks = None
+    if args.run:  # the run's own inventory, and its ranks where it placed them
+        from remote.runs import RunError, resolve
+
+        try:
+            record = resolve(args.run)
+            inv, ranks = record.inventory(), shell.placed(record.dir / "events.jsonl")
+        except (RunError, shell.ShellError) as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        inv = load_inventory(args.inventory)
+    try:
+        command = shell.shell(shell.find(inv, args.target, ranks))
+        if command.cwd:
+            os.chdir(command.cwd)
+    except shell.ShellError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"{command.cwd}: {exc.strerror}") from None
+    os.execvp(command.argv[0], command.argv)
+
+
+def _no_extra(args: argparse.Namespace, extra: list[str]) -> None:
+    if extra:
+        raise UsageError(f"{args.command} takes no script arguments (after --)")
+
+
+def schema(args: argparse.Namespace, extra: list[str]) -> int:
+    """`schema`: the inventory's JSON Schema, from the model (or --path: the shipped file's)."""
+    from remote import schema as inventory_schema
+
+    sys.stdout.write(f"{inventory_schema.FILE}\n" if args.path else inventory_schema.text())
+    return 0
+
+
+def completion(args: argparse.Namespace, extra: list[str]) -> int:
+    """`completion SHELL`: the script that completes ddptui's commands, options, inventory
+    files and run ids in that shell."""
+    from .completion import script
+
+    sys.stdout.write(script(parser(), args.shell))
+    return 0
+
+
+def run_ids(args: argparse.Namespace, extra: list[str]) -> int:
+    """`_run-ids`: every run's id, newest first, one a line (for tab completion)."""
+    from remote.runlist import ids
+
+    sys.stdout.write("".join(f"{run_id}\n" for run_id in ids()))
+    return 0
+
+
 # -- shared ------------------------------------------------------------------------------------
 
 
@@ -379,7 +493,7 @@ def _with_sync(inv: Inventory, on: bool) -> Inventory:
 
 
 def runs_root(args: argparse.Namespace) -> Path:
-    from remote.runs import root as default_root
+    from remote.runlist import root as default_root
 
     return usable(args.runs_root or default_root(), "runs root", empty=False)
 

@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -158,7 +158,61 @@ def test_every_hop_of_a_proxyjump_chain_is_verified(
     out = res.stdout + res.stderr
     if known:
         assert res.returncode == 0, out
-        assert "warn node1 ssh: ~/.ssh/config sets `UserKnownHostsFile none` for bastion" in out
+        assert "warn node1 ssh: ssh_config sets `UserKnownHostsFile none` for bastion" in out
     else:
         assert res.returncode == 3, out
         assert "jump host bastion (ProxyJump): host key not verified" in out, out
+
+
+def site_config(private: TestCluster) -> str:
+    """The cluster's ProxyJump and bastion, as a site puts them in /etc/ssh/ssh_config.d/."""
+    assert private.bastion is not None
+    return (
+        "Host node*\n    ProxyJump bastion\n"
+        f"Host bastion\n    HostName {private.bastion.addr}\n    User root\n"
+        f"    IdentityFile {private.identity_file}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {private.known_hosts}\n    BatchMode yes\n"
+    )
+
+
+def launch_meet(
+    private: TestCluster, tmp_path: Path, env: dict[str, str], wrap: Sequence[str] = ()
+) -> str:
+    """Launch the three hosts' gloo meeting (`wrap` runs the command); its run's rank-0 log.
+    The inventory names no ProxyJump: ssh_config alone says the way in."""
+    (tmp_path / "meet.py").write_text(SCRIPT)
+    job = {"script": "meet.py", "nproc_per_node": 1, "master_port": 29645}
+    inv = private.write_inventory(tmp_path / "inv.yaml", job, workdir=str(tmp_path))
+    launch = ["-m", "tui.cli", "--headless", "launch", "-i", str(inv)]
+    argv = [*wrap, sys.executable, *launch, "--run-dir", str(tmp_path / "run")]
+    res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return (tmp_path / "run" / "rank-0.log").read_text()
+
+
+def test_a_proxyjump_set_only_in_the_system_wide_files(
+    private: TestCluster, tmp_path: Path
+) -> None:
+    """/etc/ssh/ssh_config.d/ (in a private mount namespace of the launcher's: the machine's
+    own /etc is never touched), a HOME with no ~/.ssh/config."""
+    site = tmp_path / "ssh_config.d"
+    site.mkdir()
+    (site / "50-cluster.conf").write_text(site_config(private))
+    (tmp_path / "home").mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    before = private.bastion_logins()
+    mount = f'mount --bind {site} /etc/ssh/ssh_config.d && exec "$0" "$@"'
+    log = launch_meet(private, tmp_path, env, wrap=["unshare", "-m", "sh", "-c", mount])
+    assert f"MASTER_ADDR={private.hosts[0].addr} sum=3" in log
+    assert private.bastion_logins() - before == 1  # the shared jump connection, as ever
+    assert "50-cluster.conf" not in " ".join(os.listdir("/etc/ssh/ssh_config.d"))
+
+
+def test_a_proxyjump_from_an_included_file(private: TestCluster, tmp_path: Path) -> None:
+    conf = tmp_path / "home" / ".ssh" / "conf.d"
+    conf.mkdir(parents=True)
+    (conf / "cluster.conf").write_text(site_config(private))
+    (conf.parent / "config").write_text(f"Include {conf}/*.conf\n")
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    log = launch_meet(private, tmp_path, env)
+    assert f"MASTER_ADDR={private.hosts[0].addr} sum=3" in log

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -87,6 +88,13 @@ class Cli(Cmd):
             return True
 
         wait_for(started, timeout, f"{world} ranks to start")
+
+
+def ssh_home(config: Path, home: Path) -> dict[str, str]:
+    """The environment of a user whose ~/.ssh/config is `config` (a cluster's ssh_config)."""
+    (home / ".ssh").mkdir(parents=True)
+    shutil.copyfile(config, home / ".ssh" / "config")
+    return {"HOME": str(home)}
 
 
 def assert_nothing_left(cluster: TestCluster, run_id: str, timeout: float = 20) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import io
 import os
 import stat
@@ -120,8 +121,9 @@ def test_check_and_launch_agree_on_an_unreachable_host(inv: Path, tmp_path: Path
     check = ddptui("--headless", "check", "-i", str(inv))
     launch = ddptui("--headless", "launch", "-i", str(inv), "--run-dir", str(tmp_path / "run"))
     assert (check.returncode, launch.returncode) == (3, 3), (check.stderr, launch.stderr)
-    assert "connection refused by 127.0.0.1:1" in check.stdout
-    assert "refused: unreachable (connection refused by 127.0.0.1:1" in launch.stderr
+    user = f"{getpass.getuser()}@"  # the login ssh would use, as OpenSSH resolved it
+    assert f"connection refused by {user}127.0.0.1:1" in check.stdout
+    assert f"refused: unreachable (connection refused by {user}127.0.0.1:1" in launch.stderr
 
 
 def test_help_imports_nothing_heavy() -> None:

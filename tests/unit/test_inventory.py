@@ -235,6 +235,15 @@ def test_128_hosts_as_one_line() -> None:
         ("gpu[01-03]", "gpu[03-01]", "host", ["hosts[0].host", "3-01 goes backwards"]),
         ("gpu[01-03]", "gpu[1-9999999]", "host", ["hosts[0].host", "more than 100,000"]),
         ("local[1-2]", "n[9-10]", "name", ["'n9' appears twice", "hosts[1]"]),
+        ("gpu[01-03]", "gpu[01-08", "host", ["hosts[0].host", "unclosed range", "character 4"]),
+        ("gpu[01-03]", "gpu[c-d]", "host", ["hosts[0].host", "numeric", "character 5"]),
+        ("gpu[01-03]", "node[]", "host", ["hosts[0].host", "empty range"]),
+        ("gpu[01-03]", "node[1-]", "host", ["hosts[0].host", "no end"]),
+        ("gpu[01-03]", "node[1-9/2]", "host", ["hosts[0].host", "numeric", "character 9"]),
+        ("gpu[01-03]", "node[[1-2]]", "host", ["hosts[0].host", "a range inside a range"]),
+        ("gpu[01-03]", "n[1-1000000000]", "host", ["hosts[0].host", "more than 100,000"]),
+        ("gpu[01-03]", "n[1-" + "9" * 5000 + "]", "host", ["hosts[0].host", "12 digits"]),
+        ("n[8-9]", "n[x]", "name", ["hosts[1].name", "numeric", "character 3"]),
     ],
 )
 def test_range_mistakes_name_the_line(old: str, new: str, key: str, words: list[str]) -> None:
@@ -243,6 +252,13 @@ def test_range_mistakes_name_the_line(old: str, new: str, key: str, words: list[
     assert err.line == line_of(text, new), str(err)
     for word in words:
         assert word in str(err)
+
+
+def test_ssh_config_is_a_path_beside_the_inventory(tmp_path: Path) -> None:
+    text = "defaults: {ssh_config: cluster.conf}\nhosts:\n  - host: a\n  - host: b\n"
+    text += "    ssh_config: /etc/other.conf\njob: {script: t}\n"
+    inv = inventory.parse(text, tmp_path / "inv.yaml")
+    assert [h.ssh_config for h in inv.hosts] == [str(tmp_path / "cluster.conf"), "/etc/other.conf"]
 
 
 # -- containers (design §11) -------------------------------------------------------------------

@@ -33,7 +33,7 @@ class FakeConn:
 def connects(monkeypatch: pytest.MonkeyPatch) -> list[FakeConn]:
     made: list[FakeConn] = []
 
-    async def connect(spec: str, notices: list[str], timeouts: Any) -> FakeConn:
+    async def connect(spec: str, notices: list[str], timeouts: Any, *_: Any) -> FakeConn:
         await asyncio.sleep(0)  # the others ask while the first connects
         made.append(FakeConn())
         return made[-1]
@@ -73,7 +73,7 @@ async def test_a_dead_jump_is_replaced(connects: list[FakeConn]) -> None:
 
 
 async def test_failure_names_the_jump_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def refused(spec: str, notices: list[str], timeouts: Any) -> None:
+    async def refused(spec: str, notices: list[str], timeouts: Any, *_: Any) -> None:
         raise ConnectionRefusedError(111, "Connection refused")
 
     monkeypatch.setattr(jump, "_connect", refused)
@@ -191,3 +191,28 @@ async def test_a_hop_that_fails_is_named_and_the_hops_before_it_closed(
     assert chain[1][1]["tunnel"].closed and not jump._jumps
     with pytest.raises(jump.JumpError, match="loop: ProxyJump nested too deep"):
         await jump.lease("loop", [], {})
+
+
+async def test_without_openssh_asyncssh_reads_the_config_and_a_launch_says_so_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from remote import openssh, transport
+
+    async def connect(host: str, **options: Any) -> FakeConn:
+        assert "config" not in options  # asyncssh's own reading of ~/.ssh/config
+        return FakeConn(("10.0.0.5", 22))
+
+    monkeypatch.setattr(openssh, "client", lambda: None)
+    monkeypatch.setattr(jump, "read_config", lambda host, options: _config())
+    monkeypatch.setattr(jump.asyncssh, "connect", connect)
+    first, second = SSHTransport(HOST), SSHTransport(HOST)
+    await first.connect()
+    await second.connect()
+    assert first.notices == [transport.NO_OPENSSH] and second.notices == []
+
+
+async def _config() -> Any:
+    class Config:
+        host, tunnel, known_hosts = "node0", None, ()
+
+    return Config()

@@ -27,7 +27,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from remote import inventory, pace, runs
+from remote import inventory, openssh, pace, runs
 from remote.events import (
     Alert,
     ChecksDone,
@@ -50,6 +50,7 @@ from remote.fleet import Fleet
 from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
 from ..text import run_ended
+from . import hostshell
 from .glance import ClusterFactory, Glance, engine_cluster
 from .history import HistoryScreen
 from .hosts import HostsTable
@@ -159,6 +160,10 @@ class Dashboard(App[int]):
             "d", "stacks", "Stacks", id="stacks",
             tooltip="Every rank's Python stack, grouped: the odd ones out first",
         ),
+        Binding(
+            "exclamation_mark", "shell", "Shell", id="shell", key_display="!", show=False,
+            tooltip="ssh to the selected host (or the shown rank's), in the job's workdir",
+        ),
     ]  # fmt: skip
 
     def __init__(
@@ -267,7 +272,9 @@ class Dashboard(App[int]):
         self.refresh_bindings()
 
     def reload_inventory(self) -> inventory.Inventory | None:
-        """The inventory read afresh (edits since count); a mistake opens its screen."""
+        """The inventory read afresh (edits since count, ssh_config's too); a mistake opens its
+        screen."""
+        openssh.forget()
         try:
             inv = inventory.load(self.inventory_path)
         except inventory.InventoryError as exc:
@@ -647,6 +654,12 @@ class Dashboard(App[int]):
         flight = self.inventory.job.nccl.flight_recorder
         self.glance.stacks(self.run_id, Path(self.run_dir or "."), flight=flight)
 
+    async def action_shell(self) -> None:
+        """A shell on the host in view (tui/dashboard/hostshell.py), the app suspended."""
+        host = hostshell.target(self)
+        if host is not None:
+            await hostshell.open_shell(self, host)
+
     @on(DataTable.RowSelected, "#hosts")
     def _host_chosen(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value
@@ -697,6 +710,11 @@ class Dashboard(App[int]):
             return None if self.inventory is None else True
         if action == "jump":
             return self.failure is not None
+        if action == "shell":  # on the cluster view, or a host's details
+            on_host = self.screen is self.screen_stack[0] or isinstance(
+                self.screen, HostDetailScreen
+            )
+            return on_host and self.inventory is not None
         if action in ("check", "deep"):
             return None if self.running or self.inventory is None else True
         if action == "stacks":

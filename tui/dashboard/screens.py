@@ -137,7 +137,11 @@ class HostDetailScreen(ModalScreen[None]):
 
     BINDINGS = [
         Binding("escape,enter,q", "dismiss", "Close", id="host-close", tooltip="Back"),
-    ]
+        Binding(
+            "s,exclamation_mark", "app.shell", "Shell", id="host-shell", key_display="s",
+            tooltip="ssh to this host, in the job's workdir (here s is no stop: a host is chosen)",
+        ),
+    ]  # fmt: skip
 
     def __init__(self, info: HostInfo) -> None:
         super().__init__()
