@@ -177,7 +177,9 @@ async def test_log_keys_are_letters_in_a_text_box(inv: Path) -> None:
         keys = ("left_square_bracket", "right_square_bracket", "a", "e", "f", "j")
         await pilot.press("slash", *keys)
         assert app.query_one("#filter", Input).value == "[]aefj"
-        await pilot.press("escape", "f")  # the box closed: f is follow again
+        await pilot.press("escape")
+        await settle(pilot)  # the box closed, the log has the focus: f is follow again
+        await pilot.press("f")
         assert app.pane.logs.view == ALL and not app.pane.logs.errors_only
         assert not following(app)
 
