@@ -25,7 +25,7 @@ import resource
 import secrets
 import stat
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -51,6 +51,7 @@ from .events import (
 BYTES_BACK = "ddptui-bytes"
 SERIES = "series.json"
 WAITING_MAX = 4 << 20  # characters of lines that may wait for the logs (see Recorder.waiting)
+WRITES_QUEUED = 2  # hand-overs that may wait for the writer thread (see Recorder.written)
 
 
 def _bytes_back(exc: UnicodeError) -> tuple[bytes | str, int]:
@@ -228,7 +229,11 @@ class Recorder:
         # keys) would otherwise wait for every second. Only that thread touches `logs` and
         # `sizes` once it runs.
         self.writer: ThreadPoolExecutor | None = None
-        self.written: Future[None] | None = None  # the last writes handed over
+        # The writes handed over and not seen done. The loop waits for the oldest only when
+        # WRITES_QUEUED are: while it is busy the writer gets the GIL back only every switch
+        # interval, a write a log, so the last writes were now and then unfinished at the
+        # next checkpoint, and waiting for them held the loop (the dashboard's keys).
+        self.written: deque[Future[None]] = deque()
         if resume and not self.passive:
             self._resume()
         self.events: IO[str] | None = None
@@ -313,17 +318,19 @@ class Recorder:
         return got
 
     def _hand_over(self, then: Callable[[], None] | None = None) -> None:
-        """Every log's waiting lines to the writer, then `then` there. Waits for the writes
-        handed over before (raising their error): the disk sets the pace, memory stays bounded."""
+        """Every log's waiting lines to the writer, then `then` there. Waits for the oldest
+        writes handed over before only when WRITES_QUEUED wait (raising their error): the disk
+        sets the pace, memory stays bounded."""
         lines = [(self.names[key], texts) for key, texts in self.waiting.items() if texts]
         for key in self.waiting:
             self.waiting[key] = []
         self.chars = 0
-        if self.written is not None:
-            self.written.result()
+        written = self.written
+        while written and (written[0].done() or len(written) >= WRITES_QUEUED):
+            written.popleft().result()  # its error raised here
         if self.writer is None:
             self.writer = ThreadPoolExecutor(1, thread_name_prefix="ddptui-logs")
-        self.written = self.writer.submit(self._write, lines, then)
+        written.append(self.writer.submit(self._write, lines, then))
 
     def _write(self, lines: list[tuple[str, list[str]]], then: Callable[[], None] | None) -> None:
         """The writer thread: one write a log."""
@@ -441,9 +448,8 @@ class Recorder:
         if self.writer is not None:
             self.writer.shutdown()  # after what was handed over
             self.writer = None
-        written, self.written = self.written, None
-        if written is not None:
-            written.result()
+        while self.written:
+            self.written.popleft().result()
         for fd in self.logs.values():
             os.close(fd)
         self.logs.clear()
