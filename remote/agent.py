@@ -2,7 +2,7 @@
 
 `start()` opens the exec (remote/shipper.py), sends the code if the host asks for it, and waits
 for the agent's HELLO. Until then the host is *starting*, not silent: a login shell may take
-minutes on a busy network home (design.md §10). That wait is bounded by `start_timeout`, and the
+minutes on a busy network home. That wait is bounded by `start_timeout`, and the
 connection's SSH keepalives, which sshd answers even while the shell starts, tell a silent sshd
 (lost) from a slow command. After HELLO, `request()` asks an op for its one answer and `open()`
 follows a stream (a node's, the GPU monitor's); one reader task hands each frame to its channel
@@ -18,13 +18,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from . import shipper
+from . import pace, shipper
 from .host import protocol, wire
 from .transport import HostError, Process, Transport
 
 READ = 1 << 18
+PACED_READ = 1 << 14  # a read's frames are one unit of paced line work (remote/pace.py)
 YIELD_EVERY = 64  # reads between giving the loop to the others (read() does not suspend)
 NOISE_KEPT = 50  # lines a host printed before its agent, kept to show with its node's output
 NOISE_MAX = 1 << 20  # bytes a host may print before its agent starts: more is not a login
@@ -202,16 +204,18 @@ class Agent:
         assert proc is not None
         items, reads = self._pending, 0
         self._pending = []
+        pacer = pace.current()  # the dashboard's: its keys go before a flood of lines
         try:
+            self._take(items)
             while True:
-                for item in items:
-                    if isinstance(item, wire.Frame):
-                        self._dispatch(item)
-                data = await proc.read(READ)
+                data = await proc.read(READ if pacer is None else PACED_READ)
                 if not data:
                     break
                 self.heard = time.monotonic()
-                items = self._reader.feed(data)
+                if pacer is None:
+                    self._take(self._reader.feed(data))
+                else:
+                    await pacer.run(partial(self._feed, data))
                 reads += 1
                 if reads % YIELD_EVERY == 0:
                     await asyncio.sleep(0)
@@ -219,6 +223,14 @@ class Agent:
         except wire.Garbage as exc:
             why = f"sent what is not ddptui's protocol: {exc}"
         self._lose(why)
+
+    def _feed(self, data: bytes) -> None:
+        self._take(self._reader.feed(data))
+
+    def _take(self, items: list[wire.Noise | wire.Need | wire.Frame]) -> None:
+        for item in items:
+            if isinstance(item, wire.Frame):
+                self._dispatch(item)
 
     def _dispatch(self, f: wire.Frame) -> None:
         ch = self.channels.get(f.chan)

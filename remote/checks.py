@@ -45,6 +45,7 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
         return tuple(found)
     _software(add, facts, gpus)
     _gpus(add, facts, gpus)
+    _health(add, facts)
     _workdir(add, facts)
     _network(add, facts)
     _stacks(add, facts)
@@ -107,6 +108,38 @@ def _gpus(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
     busy = [busy_text(g) for g in gpus if is_busy(g)]
     if busy:
         add("warning", "gpu-busy", "; ".join(busy))
+
+
+def _health(add: Add, f: Mapping[str, Any]) -> None:
+    """GPU and network health (remote/host/health.py): a failure is a sick or unreadable GPU,
+    a warning a GPU held down or an InfiniBand port to look at."""
+    health = f.get("health")
+    if not health:
+        return
+    issues = health["issues"]
+    if f.get("nvidia_smi") == "error":  # failed already, in nvidia-smi's own words
+        issues = [i for i in issues if i["source"] != "nvidia-smi" or i["gpu"] is not None]
+    for i in issues:
+        add(i["level"], "ib" if i["source"] == "infiniband" else "gpu-health", health_text(i))
+    if health["gpus"] and not any(i["source"] != "infiniband" for i in issues):
+        log = health["kernel_log"]
+        xids = f"no Xid in {log}" if log else f"Xids not read ({health['kernel_log_error']})"
+        add(
+            "ok",
+            "gpu-health",
+            f"no ECC error, row remap or slowdown on {health['gpus']} GPUs; {xids}",
+        )
+    if health["ib_ports"] and not any(i["source"] == "infiniband" for i in issues):
+        add("ok", "ib", f"{health['ib_ports']} InfiniBand ports ACTIVE, no link down")
+
+
+def health_text(issue: Mapping[str, Any]) -> str:
+    """`GPU 3 (00000000:3B:00.0): Xid 79: GPU has fallen off the bus.`"""
+    gpu, bus = issue["gpu"], issue["bus_id"]
+    who = f"GPU {gpu}" if gpu is not None else f"GPU {bus}" if bus else ""
+    if gpu is not None and bus:
+        who += f" ({bus})"
+    return f"{who}: {issue['what']}" if who else issue["what"]
 
 
 def is_busy(gpu: Gpu) -> bool:

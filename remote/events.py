@@ -290,6 +290,79 @@ class CodeSynced(Event):
         return f"code synced to {self.dest}: {pushed}, {took}"
 
 
+@dataclass(frozen=True, slots=True)
+class RankProgress:
+    """One rank's last word on its training: its step, steps per second, metrics."""
+
+    rank: int
+    step: int | None
+    rate: float | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress(Event):
+    """The training as its lines tell it (remote/progress.py), at most once a second: the run's
+    step (its lowest rank's), speed, seconds left where a total is known, the metrics' last
+    values, every rank's word, and each metric's points (step, value, attempt) for a plot."""
+
+    step: int | None
+    total: int | None
+    rate: float | None
+    left: float | None
+    metrics: dict[str, float]
+    attempt: int | None = None
+    ranks: tuple[RankProgress, ...] = ()
+    series: dict[str, tuple[tuple[float, float, int], ...]] = field(default_factory=dict)
+    starts: tuple[tuple[int, float], ...] = ()  # (attempt, its first step) after the first
+
+    def text(self) -> str:
+        """`step 1200/5000 · 7.2 it/s · loss 0.41 · 9 min left`."""
+        return progress_text(self.step, self.total, self.rate, self.metrics, self.left)
+
+
+def progress_text(
+    step: int | None,
+    total: int | None,
+    rate: float | None,
+    metrics: dict[str, float],
+    left: float | None = None,
+) -> str:
+    """The training in a line; `loss` first among the metrics, at most three of them."""
+    parts = []
+    if step is not None:
+        parts.append(f"step {step}/{total}" if total else f"step {step}")
+    if rate:
+        parts.append(f"{rate:.3g} it/s" if rate >= 1 else f"{1 / rate:.3g} s/it")
+    keys = sorted(metrics, key=lambda k: (not k.endswith("loss"), k != "loss", k))[:3]
+    parts += [f"{k} {metrics[k]:.4g}" for k in keys]
+    if left is not None:
+        parts.append(f"{_duration(left)} left")
+    return " · ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True, slots=True)
+class TrackerLink(Event):
+    """A tracker's link a rank printed (W&B, TensorBoard, MLflow, Comet, Aim), once each."""
+
+    tracker: str
+    url: str
+    name: str | None = None
+    rank: int | None = None
+
+    def text(self) -> str:
+        name = f" ({self.name})" if self.name else ""
+        return f"{self.tracker}{name}: {self.url}"
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -311,6 +384,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CodeSynced,
         RunRestarting,
         Alert,
+        Progress,
+        TrackerLink,
     )
 }
 

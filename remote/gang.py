@@ -41,6 +41,7 @@ from .failures import FailureTracker
 from .fleet import Fleet
 from .host import protocol
 from .link import Item, NodeLink, Record
+from .progress import Watch
 from .transport import HostError
 from .verdict import Attempts, Verdict
 
@@ -77,6 +78,8 @@ class Gang:
     names: tuple[str, ...] = ()  # every node's host, as the run began
     nnodes: int = 0
     tracker: FailureTracker = field(default_factory=FailureTracker)
+    progress: Watch | None = None  # the training's progress, read from the lines
+    replayed_progress: bool = True  # False: an attach's replay is not read for it (seeded)
     attempts: Attempts = field(default_factory=Attempts)
     detached: bool = False
     user_stop: bool = False  # a user's stop: never followed by a restart
@@ -333,6 +336,10 @@ class Gang:
 
     def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
         k, name = node.node_rank, node.name
+        if isinstance(msg, nodemsg.Redrawn):
+            if self.progress is not None:
+                self.progress.feed(f"[{msg.rank}]:{msg.text}\n", node.attempt, at, 1, k)
+            return
         if isinstance(msg, nodemsg.Started):
             self.attempts.seen(msg.attempt, at)
             if msg.attempt > node.attempt:  # its lines of the last attempt tell nothing now
@@ -428,6 +435,8 @@ class Gang:
         lines = untag(data)
         if stream == "stderr":
             self.tracker.feed(node.name, lines, at)
+        if self.progress is not None and (self.replayed_progress or not replay):
+            self.progress.feed(data, node.attempt, at, len(lines), node.node_rank)
         self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay, stored))
 
     # -- endings --------------------------------------------------------------------------------

@@ -432,6 +432,29 @@ class Job(_Strict):
         description="true, or {from: ., exclude: [data/]}: push the code to every host's "
         "workdir before launch; null or false: off",
     )
+    progress: str | bool | None = Field(
+        default=None,
+        description="A regex with named groups (step, total, any metric) for the training's "
+        "progress, tried first on every line; false: no line is read for progress",
+    )
+
+    @field_validator("progress")
+    @classmethod
+    def _progress_regex(cls, value: str | bool | None) -> str | bool | None:
+        if value is None or value is True:
+            return None  # the forms ddptui knows
+        if value is False:
+            return False
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        if not compiled.groupindex:
+            raise ValueError(
+                "the regex names no group: name them, e.g. "
+                "`step (?P<step>\\d+) loss (?P<loss>\\S+)`"
+            )
+        return value
 
     @field_validator("sync", mode="before")
     @classmethod

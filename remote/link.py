@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from . import pace
 from .agent import Agent, Channel
 from .host import protocol, wire
 
@@ -137,7 +138,7 @@ class NodeLink:
         held = self._held
         if not held:
             self._held_from = start
-            self._timer = asyncio.get_running_loop().call_later(COALESCE_S, self.hand_on)
+            self._timer = asyncio.get_running_loop().call_later(COALESCE_S, self._held_due)
         self._held_bytes += size
         for it in items:
             assert isinstance(it, Record)
@@ -146,6 +147,15 @@ class NodeLink:
                 held[-1] = Record(it.kind, last.at, last.data + it.data, it.end)
             else:
                 held.append(it)
+
+    def _held_due(self) -> None:
+        """The timer: what waits goes on, in the loop's next slice of line work if it is paced."""
+        self._timer = None
+        pacer = pace.current()
+        if pacer is None:
+            self.hand_on()
+        else:
+            pacer.call(self.hand_on)
 
     def hand_on(self) -> None:
         """The lines waiting, handed on now."""

@@ -116,6 +116,14 @@ class Mode:
     mode: str
 
 
+@dataclass(frozen=True, slots=True)
+class Redrawn:
+    """A rank's line still being redrawn (a tqdm bar): its last drawing, for progress only."""
+
+    rank: int
+    text: str
+
+
 Message = (
     Started
     | HubPort
@@ -128,6 +136,7 @@ Message = (
     | Restart
     | Notify
     | NotifyFailed
+    | Redrawn
 )
 
 
@@ -216,4 +225,5 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         bool(m.get("wanted")),
     ),
     protocol.NOTIFY_FAILED: lambda m: NotifyFailed(_text(m["event"]), _text(m.get("error", ""))),
+    protocol.REDRAWN: lambda m: Redrawn(_int(m["rank"]), _text(m["text"])),
 }  # fmt: skip

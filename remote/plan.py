@@ -10,6 +10,7 @@ Every launch style from the field is planned here (job.launcher):
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -79,7 +80,7 @@ def build(
             NodePlan(
                 host=host,
                 argv=argv,
-                env={**recorder, **_env(inv, host, (master_addr, port), world)},
+                env={**recorder, **_env(inv, host, (master_addr, port), world, run_id)},
                 ranks=ranks,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
                 expand=(0, argv.index(job.script, 1)),
@@ -213,10 +214,19 @@ def _argv(
     return (host.job_python, "-m", *module, *common, *rdzv, *script)
 
 
-def _env(inv: Inventory, host: Host, rendezvous: tuple[str, int], world: int) -> dict[str, str]:
+def tracker_env(run_id: str) -> dict[str, str]:
+    """Every attempt of a run goes on in the same W&B run (W&B's "resume a run"): its id from
+    the run's (W&B refuses / \\ # ? % : in one), resumed if it exists, grouped by run."""
+    wandb_id = re.sub(r"[/\\#?%:]", "-", run_id)[:64]
+    return {"WANDB_RUN_ID": wandb_id, "WANDB_RESUME": "allow", "WANDB_RUN_GROUP": run_id}
+
+
+def _env(
+    inv: Inventory, host: Host, rendezvous: tuple[str, int], world: int, run_id: str
+) -> dict[str, str]:
     job = inv.job
     master, port = rendezvous
-    env = {"PYTHONUNBUFFERED": "1"}
+    env = {"PYTHONUNBUFFERED": "1", **tracker_env(run_id)}
     nccl = job.nccl
     if nccl.socket_ifname and nccl.socket_ifname != "auto":
         env.update(dict.fromkeys(IFNAME_VARS, nccl.socket_ifname))

@@ -238,6 +238,34 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         "port_auto": bool(port.get("auto")),
         **_py_spy(found),
         **_code(found),
+        "health": _health(found.get("health")),
+    }
+
+
+def _health(found: Any) -> dict[str, Any] | None:
+    """The host's health (remote/host/health.py), as checks.py reads it: issues of the wrong
+    shape are dropped, texts bounded."""
+    if not isinstance(found, dict):
+        return None
+    issues = [
+        {
+            "level": "failure" if i.get("level") == "failure" else "warning",
+            "source": str(i.get("source"))[:40],
+            "gpu": i["gpu"] if isinstance(i.get("gpu"), int) else None,
+            "bus_id": str(i["bus_id"])[:40] if i.get("bus_id") else None,
+            "what": str(i.get("what"))[:FACTS_MAX],
+        }
+        for i in found.get("issues") or ()
+        if isinstance(i, dict)
+    ]
+    gpus = found.get("gpus")
+    return {
+        "gpus": gpus if isinstance(gpus, int) else None,
+        "issues": issues,
+        "kernel_log": found.get("kernel_log") and str(found["kernel_log"])[:FACTS_MAX],
+        "kernel_log_error": found.get("kernel_log_error")
+        and str(found["kernel_log_error"])[:FACTS_MAX],
+        "ib_ports": len(found.get("ib") or ()),
     }
 
 

@@ -3,7 +3,8 @@
 rank-<N>.log   every line global rank N printed (stdout and stderr, in arrival order)
 node-<K>.log   lines of node K that carry no rank (the launcher's own, or untagged styles)
 events.jsonl   the event stream, less the log batches
-summary.json   status, exit code, first failure, times
+summary.json   status, exit code, first failure, times, the training's last values and links
+series.json    the training's curves: each metric's points, thinned, across attempts
 offsets.json   how far into each host's spool the logs go (an attach resumes there)
 
 A run directory holds one run, and only its owner reads it: directories ddptui creates are
@@ -24,7 +25,7 @@ import resource
 import secrets
 import stat
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -39,6 +40,7 @@ from .events import (
     LogBatch,
     NodeRanks,
     NodeStarted,
+    Progress,
     RunFinished,
     RunStarted,
 )
@@ -47,7 +49,9 @@ from .events import (
 # they came, and anything else the encoding cannot carry (a lone surrogate, or a console that
 # is not UTF-8) as a backslash escape, never an exception in the middle of a run.
 BYTES_BACK = "ddptui-bytes"
+SERIES = "series.json"
 WAITING_MAX = 4 << 20  # characters of lines that may wait for the logs (see Recorder.waiting)
+WRITES_QUEUED = 2  # hand-overs that may wait for the writer thread (see Recorder.written)
 
 
 def _bytes_back(exc: UnicodeError) -> tuple[bytes | str, int]:
@@ -225,7 +229,11 @@ class Recorder:
         # keys) would otherwise wait for every second. Only that thread touches `logs` and
         # `sizes` once it runs.
         self.writer: ThreadPoolExecutor | None = None
-        self.written: Future[None] | None = None  # the last writes handed over
+        # The writes handed over and not seen done. The loop waits for the oldest only when
+        # WRITES_QUEUED are: while it is busy the writer gets the GIL back only every switch
+        # interval, a write a log, so the last writes were now and then unfinished at the
+        # next checkpoint, and waiting for them held the loop (the dashboard's keys).
+        self.written: deque[Future[None]] = deque()
         if resume and not self.passive:
             self._resume()
         self.events: IO[str] | None = None
@@ -241,6 +249,8 @@ class Recorder:
         self.t0 = started_at or time.time()
         # The streams the run's end left unread (a host lost): remote/late.py reads them later.
         self.unread: list[dict[str, Any]] = []
+        # The training's curves and last values (remote/progress.py), kept at the end.
+        self.series: dict[str, Any] | None = None
 
     def __call__(self, event: Event) -> None:
         if self.events is None:  # passive: the other writer stores it all; the end, both
@@ -252,7 +262,7 @@ class Recorder:
         if isinstance(event, LogBatch):
             self._write_lines(event)
             return
-        if isinstance(event, GpuStats):
+        if isinstance(event, GpuStats | Progress):  # Progress: series.json keeps it
             return
         if isinstance(event, RunStarted):
             self.started = event
@@ -308,17 +318,19 @@ class Recorder:
         return got
 
     def _hand_over(self, then: Callable[[], None] | None = None) -> None:
-        """Every log's waiting lines to the writer, then `then` there. Waits for the writes
-        handed over before (raising their error): the disk sets the pace, memory stays bounded."""
+        """Every log's waiting lines to the writer, then `then` there. Waits for the oldest
+        writes handed over before only when WRITES_QUEUED wait (raising their error): the disk
+        sets the pace, memory stays bounded."""
         lines = [(self.names[key], texts) for key, texts in self.waiting.items() if texts]
         for key in self.waiting:
             self.waiting[key] = []
         self.chars = 0
-        if self.written is not None:
-            self.written.result()
+        written = self.written
+        while written and (written[0].done() or len(written) >= WRITES_QUEUED):
+            written.popleft().result()  # its error raised here
         if self.writer is None:
             self.writer = ThreadPoolExecutor(1, thread_name_prefix="ddptui-logs")
-        self.written = self.writer.submit(self._write, lines, then)
+        written.append(self.writer.submit(self._write, lines, then))
 
     def _write(self, lines: list[tuple[str, list[str]]], then: Callable[[], None] | None) -> None:
         """The writer thread: one write a log."""
@@ -418,8 +430,17 @@ class Recorder:
             "reason": fin.reason,
             "attempts": [_attempt(a) for a in fin.attempts],
             "unread": self.unread,
+            "progress": self.series["last"] if self.series else None,
+            "links": self.series["links"] if self.series else [],
         }
+        if self.series is not None:
+            self.write_series(self.series)
         replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)
+
+    def write_series(self, series: dict[str, Any]) -> None:
+        """series.json: the training's curves, thinned, across attempts (`ddptui plot`)."""
+        if not self.passive:
+            replace_private(self.dir / SERIES, json.dumps(series) + "\n", self.fd)
 
     def close(self) -> None:
         if any(self.waiting.values()):
@@ -427,9 +448,8 @@ class Recorder:
         if self.writer is not None:
             self.writer.shutdown()  # after what was handed over
             self.writer = None
-        written, self.written = self.written, None
-        if written is not None:
-            written.result()
+        while self.written:
+            self.written.popleft().result()
         for fd in self.logs.values():
             os.close(fd)
         self.logs.clear()

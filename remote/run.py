@@ -33,9 +33,11 @@ from .gang import Gang, Node
 from .host import protocol
 from .inventory import Inventory
 from .preflight import Preflight
+from .progress import Watch
 from .record import Recorder
 from .transport import HostError, Transport
 
+SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui plot`)
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
 
 Emit = Callable[[Event], None]
@@ -98,6 +100,10 @@ class Run:
             names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),
         )  # fmt: skip
         self.gang.on_replace = self._replace
+        self.progress = Watch(job.progress if isinstance(job.progress, str) else None, self.emit)
+        if job.progress is not False:  # false: no line is read for progress
+            self.gang.progress = self.progress
+        self._series_at = 0.0  # when series.json was last written
         self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
         # What a spare in a lost node's place is planned with: as the run began.
         self.nprocs_planned: list[int] = []
@@ -237,6 +243,7 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
+        await self._seed_progress()
         self.gang.master_addr = str(info.get("master_addr") or "")
         self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]
         self.extra_args = tuple(str(a) for a in info.get("extra_args") or ())
@@ -262,6 +269,23 @@ class Run:
         if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
             await self._sweep_all()
         return self._finish()
+
+    async def _seed_progress(self) -> None:
+        """An attach replays the run from its first line, faster than lines are read for
+        progress (remote/host/progress.py): node 0's host's curve stands in for the replay."""
+        if 0 in self.preflight.unreachable or self.gang.progress is None:
+            return
+        ask = {"nodes": [[self.run_id, 0, 0]], "series": True}
+        try:
+            agent = await self.fleet.agent(0, self.emit)
+            got = await agent.request(protocol.STATUS, ask)
+        except HostError:
+            return
+        series: Any = got
+        for key in ("runs", self.run_id, "0", "series"):  # what a host sends is data: checked
+            series = series.get(key) if isinstance(series, dict) else None
+        if isinstance(series, dict) and self.progress.seed(series):
+            self.gang.replayed_progress = False
 
     async def _sweep_all(self) -> None:
         async def one(k: int) -> list[str]:
@@ -300,6 +324,7 @@ class Run:
             asyncio.ensure_future(gang.keep_leases()),
             asyncio.ensure_future(self._guard_hangs()),
             asyncio.ensure_future(self._checkpoints()),
+            asyncio.ensure_future(self.progress.run()),
         ]
         for node, op, args in starts:
             gang.begin(node, op, args)
@@ -337,6 +362,9 @@ class Run:
             offsets = {k: link.offset for k, link in self.gang.links.items()}
             since = {k: node.since for k, node in self.gang.nodes.items()}
             self.recorder.checkpoint(offsets, since)
+            if time.monotonic() - self._series_at > SERIES_S and self.progress.tracker.attempts:
+                self._series_at = time.monotonic()
+                self.recorder.write_series(self.progress.dump())
 
     async def _detach_once_running(self, nodes: Sequence[asyncio.Future[None]]) -> None:
         running: asyncio.Future[Any] = asyncio.ensure_future(self.gang.running.wait())
@@ -380,6 +408,7 @@ class Run:
                 "restart_delay": job.restart_delay,
                 "spares": len(self.inv.usable_spares),
                 "notify": notify,
+                "progress": job.progress,
             }
         )
 
@@ -395,8 +424,11 @@ class Run:
             detached=self.gang.detached,
         )
         reason = self.gang.reason if status == "lost" else ""
+        self.progress.tell()  # the last word before the end
         if self.recorder is not None:
             self.recorder.unread = self.gang.unread()
+            if self.progress.tracker.attempts or self.progress.tracker.links:
+                self.recorder.series = self.progress.dump()
         fin = RunFinished(status, code, elapsed, root, ordered, attempts, reason)
         self.emit(fin)
         return fin

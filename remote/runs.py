@@ -21,7 +21,7 @@ from . import inventory
 from .fleet import Fleet
 from .host import protocol
 from .inventory import Host, Inventory
-from .record import RunDirError, check_private, private_dir, replace_private, write_private
+from .record import SERIES, RunDirError, check_private, private_dir, replace_private, write_private
 from .runlist import RUN_JSON, root
 from .transport import HostError
 
@@ -213,17 +213,41 @@ def _reach(h: Host) -> tuple[Any, ...]:
 
 
 async def _ask(host: Host, nodes: list[tuple[str, int, int]]) -> dict[str, Any] | str:
-    """{run_id: {node: state or None}} from the host's agent (one login), or why not."""
+    """{run_id: {node: state or None}} from the host's agent (one login), or why not; node 0's
+    state holds its training curve (`series`)."""
     fleet = Fleet([host])
     try:
         agent = await fleet.agent(0, lambda event: None)
-        got = await agent.request(protocol.STATUS, {"nodes": [list(n) for n in nodes]})
+        ask = {"nodes": [list(n) for n in nodes], "series": True}
+        got = await agent.request(protocol.STATUS, ask)
     except HostError as exc:
         return exc.reason
     finally:
         await fleet.close()
     found = got.get("runs", {})
     return found if isinstance(found, dict) else "its agent's answer is not understood"
+
+
+def training(r: RunRecord) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The run's training as last known, and its trackers' links: its summary's, else node 0's
+    host's word (a run going on, detached too), else series.json (its launcher's last)."""
+    s = r.summary or {}
+    if s.get("progress") or s.get("links"):
+        return s.get("progress"), list(s.get("links") or [])
+    hub = r.states.get(0) or {}
+    series = hub.get("series") if isinstance(hub.get("series"), dict) else None
+    if series is None:
+        series = read_series(r.dir)
+    return (series.get("last"), list(series.get("links") or [])) if series else (None, [])
+
+
+def read_series(run_dir: Path) -> dict[str, Any] | None:
+    """The run dir's series.json (remote/progress.py), or None."""
+    try:
+        found = json.loads((run_dir / SERIES).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def age(seconds: float) -> str:

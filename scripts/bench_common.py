@@ -125,7 +125,7 @@ def shell_line(node: planner.NodePlan, ifname: str, workdir: str) -> str:
 def login_delay(c: TestCluster, seconds: float, hosts: Sequence[int] | None = None,
                 lock: Path | None = None) -> None:  # fmt: skip
     """Every login shell on these hosts takes `seconds` more, as conda or pyenv init in .bashrc
-    does on a network home (design.md §10). With `lock`, they all queue on one lock for it:
+    does on a network home. With `lock`, they all queue on one lock for it:
     a busy shared home. 0 takes the delay away."""
     for i in hosts if hosts is not None else range(len(c.hosts)):
         rc = c.hosts[i].home / ".bashrc"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 import time
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from bench_common import (
     HOST_IFNAME,
     REPO,
@@ -73,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         default=True,
         help="first measure the engine alone, fed by a fake supervisor (default: on)",
     )
+    p.add_argument(
+        "--progress",
+        choices=["on", "off", "both"],
+        default="on",
+        help="read the lines for training progress (job.progress), or not, or both alternating"
+        " (the cost of parsing; the engine alone also measures lines that all say a step)",
+    )
     args = p.parse_args(argv)
     os.chdir(REPO)  # the printer and torchrun take the script's path from here
     rows: list[list[str]] = []
@@ -85,6 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     header = ["transport", "variant", "wall s", "lines/s", "CPU s", "wall / torchrun"]
     print(f"\n{args.lines} lines from one rank, median of {args.reps} runs")
     print(table(header, rows))
+    for transport in args.transport:
+        got = {row[1]: float(row[2]) for row in rows if row[0] == transport}
+        if "ddptui-off" in got:
+            cost = 100 * (got["ddptui"] - got["ddptui-off"]) / got["ddptui-off"]
+            print(f"{transport}: parsing progress costs {cost:+.1f} % wall (target <= 5 %)")
     over_ssh = [row for row in rows if row[:2] == ["ssh", "ddptui"]]
     if over_ssh:
         ratio = float(over_ssh[0][-1])
@@ -132,30 +146,57 @@ def engine_only(args: argparse.Namespace, work: Path) -> None:
     job = {"script": PRINTER, "args": [str(args.lines)], "nproc_per_node": 1}
     defaults = {"transport": "local", "workdir": str(REPO)}
     hosts = [{"host": "localhost", "name": "node0"}]
-    inv = write_inventory(work / "inv.yaml", hosts, defaults, job)
+    invs = {
+        on: write_inventory(work / f"inv-{on}.yaml", hosts, defaults, {**job, "progress": on})
+        for on in (True, False)
+    }
     print(f"engine alone, {args.lines} lines, CPU of the launcher process (median of {args.reps})")
-    for per_msg in (64, 1000):
-        msgs = supervisor_messages(args.lines, per_msg)
-        cpus = []
+    settings = {"on": [True], "off": [False], "both": [True, False]}[args.progress]
+    forms = ["line", "step"] if args.progress != "off" else ["line"]
+    for form, per_msg in [(f, n) for f in forms for n in (64, 1000)]:
+        msgs = supervisor_messages(args.lines, per_msg, form)
+        cpus: dict[bool, list[float]] = {setting: [] for setting in settings}
         for rep in range(args.reps):
-            run_dir = work / f"run-{per_msg}-{rep}"
-            with open(os.devnull, "w") as null:
-                cpus.append(relay_cpu(inv, msgs, run_dir, Printer(null, null)))
-            problem = compare((run_dir / "rank-0.log").read_bytes(), expected(args.lines), "log")
-            if problem:
-                sys.exit(f"bench: engine alone: {problem}")
-        cpu = median(cpus)
-        print(f"  {per_msg:5d} lines/message: {cpu:5.2f} s CPU, {args.lines / cpu:>10,.0f} lines/s")
+            for setting in settings:  # alternating: the machine's load falls on both alike
+                run_dir = work / f"run-{form}-{per_msg}-{rep}-{setting}"
+                with open(os.devnull, "w") as null:
+                    printer = Printer(null, null)
+                    cpus[setting].append(relay_cpu(invs[setting], msgs, run_dir, printer))
+                problem = compare(
+                    (run_dir / "rank-0.log").read_bytes(), expected(args.lines, form), "log"
+                )
+                if problem:
+                    sys.exit(f"bench: engine alone: {problem}")
+                if setting:
+                    check_parsed(run_dir, form, args.lines)
+        for setting, got in cpus.items():
+            cpu = median(got)
+            what = f"{form} lines, {per_msg:4d}/message, progress {'on' if setting else 'off'}"
+            print(f"  {what}: {cpu:5.2f} s CPU, {args.lines / cpu:>10,.0f} lines/s")
+        if len(cpus) == 2:
+            on, off = median(cpus[True]), median(cpus[False])
+            cost = 100 * (on - off) / off
+            print(f"  parsing costs {cost:+.1f} % CPU ({form} lines; target <= 5 %)")
 
 
-def supervisor_messages(n: int, per_msg: int) -> list[bytes]:
+def check_parsed(run_dir: Path, form: str, n: int) -> None:
+    """With progress on, lines that say a step were all read: the last is in series.json."""
+    if form != "step":
+        return
+    series = json.loads((run_dir / "series.json").read_text())
+    if series["last"]["step"] != n - 1:
+        sys.exit(f"bench: engine alone: the progress read ends at {series['last']}, not {n - 1}")
+
+
+def supervisor_messages(n: int, per_msg: int, form: str = "line") -> list[bytes]:
     """What a node's supervisor sends for a torchrun rank printing n lines, one read each (see
-    remote/host/daemon.py: records in the spool, spool bytes in D frames)."""
+    remote/host/daemon.py: records in the spool, spool bytes in D frames). form: `line i from
+    rank 0`, or `step i/n loss x` (every line a step to parse)."""
     started = {"t": "started", "pid": 1, "hostname": "node0", "ifname": "lo"}
     records = [wire.meta(0, **started)]
     for start in range(0, n, per_msg):
         chunk = "".join(
-            f"[0]:line {i} from rank 0\n" for i in range(start, min(n, start + per_msg))
+            f"[0]:{text}\n" for text in lines_of(form, n, range(start, min(n, start + per_msg)))
         )
         records.append(wire.record(b"1", 0, chunk.encode()))
     records.append(wire.meta(0, t="exit", code=0, stopped=False))
@@ -256,20 +297,32 @@ def run_variants(
     rows: list[list[str]],
 ) -> bool:
     ddptui = ddptui_command()
-    variants: dict[str, Callable[[int], tuple[list[str], dict[str, str] | None]]] = {
-        "torchrun": lambda run: torchrun,
-        "ddptui": lambda run: (
+    off = work / "inv-progress-off.yaml"  # job.progress: false, no line read for progress
+    doc = yaml.safe_load(inv.path.read_text())
+    off.write_text(yaml.safe_dump({**doc, "job": {**doc["job"], "progress": False}}))
+    invs = (
+        {"on": [("ddptui", inv.path)], "off": [("ddptui", off)]}[args.progress]
+        if (args.progress != "both")
+        else [("ddptui", inv.path), ("ddptui-off", off)]
+    )
+
+    def launch(path: Path) -> Callable[[int], tuple[list[str], dict[str, str] | None]]:
+        return lambda run: (
             [
                 *ddptui,
                 "--headless",
                 "launch",
                 "-i",
-                str(inv.path),
+                str(path),
                 "--run-dir",
                 str(work / f"run-{run}"),
             ],
             None,
-        ),
+        )
+
+    variants: dict[str, Callable[[int], tuple[list[str], dict[str, str] | None]]] = {
+        "torchrun": lambda run: torchrun,
+        **{name: launch(path) for name, path in invs},
     }
     if transport == "local":
         variants = {
@@ -333,8 +386,14 @@ def check(name: str, res: Timed, run_dir: Path, n: int) -> str | None:
     )
 
 
-def expected(n: int) -> bytes:
-    return b"".join(b"line %d from rank 0\n" % i for i in range(n))
+def lines_of(form: str, n: int, numbers: range) -> list[str]:
+    if form == "step":
+        return [f"step {i}/{n} loss {1 / (i + 1):.4f}" for i in numbers]
+    return [f"line {i} from rank 0" for i in numbers]
+
+
+def expected(n: int, form: str = "line") -> bytes:
+    return "".join(f"{text}\n" for text in lines_of(form, n, range(n))).encode()
 
 
 def tagged(out: bytes, prefix: bytes) -> bytes:

@@ -8,9 +8,9 @@ logins and on a slow shared home; and the logins alone at several fan-outs.
 Brings up ssh test hosts (by default the benchmarks' own prefix; DDPTUI_TESTHOSTS or
 --testhosts pick another), written in the inventory as one range (`host: "10.x.y.[11-138]"`).
 Each host has its own HOME, so root's ~/.bashrc here (pyenv init, which queues every command
-on one lock: design.md §9) is not what is measured; the slow home is made on purpose instead:
+on one lock) is not what is measured; the slow home is made on purpose instead:
 every host's .bashrc holds one lock shared by all of them for --slow-home seconds, as conda init
-on a busy network home does (design.md §10). pdsh runs with -f 32, its default fan-out.
+on a busy network home does. pdsh runs with -f 32, its default fan-out.
 
 - check: `ddptui --headless check` against pdsh running, on every host, the very probe the
   agent's `probe` op runs (the host code as ddptui keeps it there).

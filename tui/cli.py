@@ -20,7 +20,8 @@ ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
        ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--[no-]sync] [--detach]
                                   [--exclude HOSTS] [-- SCRIPT ARGS...]
        ddptui [--headless] check [--json] [--exclude HOSTS]
-       ddptui attach RUN [--tail N] | stop RUN | runs [--json]
+       ddptui attach RUN [--tail N] [--quiet] | stop RUN | runs [--json]
+       ddptui plot RUN [METRIC]
        ddptui stacks RUN [--json] [--native]
        ddptui serve [RUN] [--host ADDR] [--port N] [--control]
        ddptui init [PATTERN|HOST ...] | ssh HOST|NODE|rN | schema | completion SHELL"""
@@ -89,6 +90,7 @@ def parser() -> argparse.ArgumentParser:
     launch_p.add_argument(
         "--detach", action="store_true", help="--headless: print the run id, leave it running"
     )
+    _quiet(launch_p)
     _exclude(launch_p)
     _deep(launch_p, "--headless: the deep check first; its failures refuse the launch")
     check_p = _command(sub, "check", check, "check every host: nothing starts")
@@ -98,10 +100,14 @@ def parser() -> argparse.ArgumentParser:
     attach_p = _command(sub, "attach", attach, "replay and follow a run (Ctrl-C detaches)")
     attach_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     attach_p.add_argument("--tail", type=int, metavar="N", help="replay only the last N lines")
+    _quiet(attach_p)
     stop_p = _command(sub, "stop", stop, "stop a run on every host, and prove nothing is left")
     stop_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     runs_p = _command(sub, "runs", runs, "every run, newest first, with its status")
     runs_p.add_argument("--json", action="store_true", help="print them as JSON")
+    plot_p = _command(sub, "plot", plot, "a metric's curve over the steps, in the terminal")
+    plot_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
+    plot_p.add_argument("metric", metavar="METRIC", nargs="?", help="default: loss")
     stacks_p = _command(sub, "stacks", stacks, "every rank's Python stack, grouped (py-spy)")
     stacks_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     stacks_p.add_argument("--json", action="store_true", help="print them as JSON")
@@ -138,6 +144,14 @@ def parser() -> argparse.ArgumentParser:
     # Hidden: what tab completion asks for RUN (tui/completion.py), fast.
     sub.add_parser("_run-ids").set_defaults(handler=run_ids, command="_run-ids")
     return p
+
+
+def _quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="--headless: no training progress line in a pipe (a terminal's live line stays)",
+    )
 
 
 def _exclude(p: argparse.ArgumentParser) -> None:
@@ -311,7 +325,7 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
         run_dir = runs_root(args) / run_id
     launching = headless.launch(
         inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id,
-        deep=_deep_seconds(args), verbose=args.verbose,
+        deep=_deep_seconds(args), verbose=args.verbose, quiet=args.quiet,
     )  # fmt: skip
     return asyncio.run(launching)
 
@@ -348,7 +362,11 @@ def attach(args: argparse.Namespace, extra: list[str]) -> int:
     """`attach RUN`: its lines from the first, then live; its exit status (130: detached)."""
     from .headless import lifecycle
 
-    return _on_run(args, extra, lambda: lifecycle.attach(args.run, args.tail, verbose=args.verbose))
+    return _on_run(
+        args,
+        extra,
+        lambda: lifecycle.attach(args.run, args.tail, verbose=args.verbose, quiet=args.quiet),
+    )
 
 
 def stop(args: argparse.Namespace, extra: list[str]) -> int:
@@ -363,6 +381,14 @@ def runs(args: argparse.Namespace, extra: list[str]) -> int:
     from .headless import lifecycle
 
     return _on_run(args, extra, lambda: lifecycle.history(args.json))
+
+
+def plot(args: argparse.Namespace, extra: list[str]) -> int:
+    """`plot RUN [METRIC]`: the curve in the terminal (always: there is no dashboard view)."""
+    from .headless.plot import plot as draw
+
+    args.headless = True
+    return _on_run(args, extra, lambda: draw(args.run, args.metric))
 
 
 def stacks(args: argparse.Namespace, extra: list[str]) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from remote import fold, runs
-from remote.events import Failure, RunFinished
+from remote.events import Failure, RunFinished, progress_text
 from remote.failures import describe_exit
 
 
@@ -84,7 +84,7 @@ def _placeholders(text: str, name: str, address: str | None) -> str:
 
 # -- the run history (`ddptui runs`, the dashboard's `h`) ----------------------------------------
 
-RUN_COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank")
+RUN_COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank", "training")
 
 
 def run_row(r: runs.RunRecord) -> dict[str, Any]:
@@ -96,6 +96,7 @@ def run_row(r: runs.RunRecord) -> dict[str, Any]:
         elapsed = time.time() - started
     else:
         elapsed = None
+    progress, links = runs.training(r)
     return {
         "id": r.run_id,
         "status": r.status,
@@ -106,6 +107,8 @@ def run_row(r: runs.RunRecord) -> dict[str, Any]:
         "failing_rank": s.get("failing_rank"),
         "failing_host": s.get("failing_host"),
         "attempts": attempts(r),
+        "progress": progress,
+        "links": links,
         "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
         "run_dir": str(r.dir),
     }
@@ -140,4 +143,15 @@ def run_cells(r: dict[str, Any]) -> tuple[str, ...]:
         started,
         "" if r["elapsed"] is None else runs.age(r["elapsed"]),
         failing or (r["failing_host"] or ""),
+        _training(r.get("progress")),
     )
+
+
+def _training(last: dict[str, Any] | None) -> str:
+    """`step 1200/5000 · loss 0.41`: the last step and loss (or the first metric)."""
+    if not last:
+        return ""
+    metrics = last.get("metrics") or {}
+    loss = [k for k in metrics if k == "loss"] or [k for k in metrics if "loss" in k]
+    shown = {k: metrics[k] for k in (loss or list(metrics))[:1]}
+    return progress_text(last.get("step"), last.get("total"), None, shown)

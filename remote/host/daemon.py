@@ -36,6 +36,7 @@ import time
 from . import container, linebuf, netif, procs, protocol, state, wire
 from . import hub as hubs
 from .notify import Notifier
+from .progress import Keeper
 from .protocol import beat_interval
 from .spool import Spool, Trimmed
 from .state import STATE
@@ -216,6 +217,7 @@ class Daemon:
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
+        self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
 
@@ -257,6 +259,8 @@ class Daemon:
             self.notifier = Notifier(
                 spec["notify"], spec["run_id"], self._notify_failed, self._wait_child
             )
+            if spec["progress"] is not False:  # job.progress: false reads no line for it
+                self.progress = Keeper(spec["progress"], self.dir, self.notifier.said_links)
         else:
             self.link = hubs.HubLink(
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
@@ -382,13 +386,24 @@ class Daemon:
             _thread(self._pump, att.job.stderr, b"2", att),
         ]
         if spec["tail_ranks"]:  # torchrun's --redirects: each rank's own files
-            tail = RankTail(self.scratch(att), spec["ranks"], self.tags, self._spool_lines)
+            tail = RankTail(
+                self.scratch(att), spec["ranks"], self.tags, self._spool_lines, self._redrawn
+            )
             threads.append(_thread(tail.run, att.done))
         threads.append(_thread(self._watch_ranks, att))
         return threads
 
+    def _redrawn(self, rank, shown):
+        """A rank's bar being redrawn: told for its progress (never a log line)."""
+        text = shown.decode("utf-8", "replace")
+        self.note(t=protocol.REDRAWN, rank=rank, text=text)
+        if self.progress is not None:
+            self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.att.number)
+
     def _spool_lines(self, stream, data):
         self._append(wire.record(stream, now_ms(), data))
+        if self.progress is not None:
+            self.progress.feed(data, self.att.number)
 
     def _in_container(self, box, argv, env, cwd, att):
         """The runtime's argv and environment for the node's command: one attached container,
@@ -533,6 +548,8 @@ class Daemon:
     def _end(self):
         """The run is over here: word goes out, then the viewers get the last bytes."""
         self.over = True
+        if self.progress is not None:
+            self.progress.flush()
         if self.notifier is not None:  # its failures are said in the spool: before it closes
             self.notifier.close(protocol.NOTIFY_TIMEOUT + 5)
         self.spool.close()
@@ -760,6 +777,8 @@ class Daemon:
             rest = data[cut:]
             if cut:
                 self._append(wire.record(stream, now_ms(), data[:cut]))
+                if self.progress is not None:
+                    self.progress.feed(data[:cut], att.number)
             if len(rest) >= wire.RECORD_MAX:  # a runaway line: pass it on in pieces
                 pieces = split_line(rest)
                 rest = pieces.pop()

@@ -287,6 +287,10 @@ def status(ch, req, *_):
             got["alive"] = sock is not None
             if sock is not None:
                 sock.close()
+            if node == 0 and req.get("series"):  # the training's curve (remote/host/progress.py)
+                from .progress import read_series
+
+                got["series"] = read_series(ndir)
         found.setdefault(run_id, {})[str(node)] = got or None
     ch.answer({"t": "status", "runs": found})
 

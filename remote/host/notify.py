@@ -2,7 +2,8 @@
 
 Node 0's supervisor holds the run (its hub decides restarts), so word goes out from there, with
 or without a launcher attached. The command runs through `sh -c` with DDPTUI_EVENT,
-DDPTUI_RUN_ID, DDPTUI_STATUS and DDPTUI_MESSAGE in its environment, one at a time and in order,
+DDPTUI_RUN_ID, DDPTUI_STATUS, DDPTUI_MESSAGE and DDPTUI_LINKS in its environment, one at a time
+and in order,
 each bounded to protocol.NOTIFY_TIMEOUT (its process group killed past that). A command that
 fails is logged and said in the stream; it never changes anything about the run.
 """
@@ -36,6 +37,10 @@ class Notifier:
         self.running = set()  # pids of commands under way: never the job's to sweep
         self.todo = queue.Queue()
         self.thread = None
+        self.links = ""  # DDPTUI_LINKS: the trackers' links seen so far (remote/host/progress.py)
+
+    def said_links(self, links):
+        self.links = links
 
     def wanted(self, event):
         """Is word of `event` asked for (whether or not a command is set: the dashboard rings)?"""
@@ -71,6 +76,7 @@ class Notifier:
         env.update(
             DDPTUI_EVENT=event, DDPTUI_RUN_ID=self.run_id, DDPTUI_STATUS=status,
             DDPTUI_MESSAGE=" ".join(message.split()),  # one line
+            DDPTUI_LINKS=self.links,  # trackers' links node 0's ranks printed, space-separated
         )  # fmt: skip
         try:
             proc = subprocess.Popen(

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 
+from . import health
 from .netif import bind_error, free_port, route_ifname
 from .sync import file_sha256
 
@@ -38,6 +39,7 @@ def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, 
     running = {name: _start([smi, *argv]) for name, argv in spec["smi"].items()} if smi else {}
     workdir = workdir_info(spec.get("workdir"), spec["script"])
     box = spec.get("container")
+    healthy = health.read(smi)  # its nvidia-smi runs while the queries above do
     return {
         "container": _container(box, spec, workdir) if box else None,
         "hostname": socket.gethostname(),
@@ -53,6 +55,7 @@ def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, 
         "ifname": route_ifname(spec["master_addr"]),
         "port": port_info(spec["master_port"]) if spec.get("master_port") else None,
         "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,
+        "health": healthy,
         "py_spy": {"path": find_py_spy(), "ptrace": ptrace_rights()},
     }
 

@@ -18,7 +18,8 @@ serves ops, each on a channel the launcher opens with a JSON request `{"op": OP,
   stacks     every rank's stack and flight-recorder traces (JSON)  one answer
   flight     the run's traces analysed by torch, on this host     data in, one answer
   sweep      stop what is left of a node by its tags               one answer
-  status     the state of some runs' nodes on this host            one answer
+  status     the state of some runs' nodes on this host (node 0's    one answer
+             training curve too, with {"series": true})
   port       a free TCP port on this host (job.master_port: auto)  one answer
 
 Channel 0 carries the agent's own words: HELLO first, PONG to each PING, and LEASE from the
@@ -74,6 +75,9 @@ NOTIFY = "notify"  # {event, status, message, wanted}: something happened (job.n
 NOTIFY_FAILED = "notify-failed"  # {event, error}: the notify command failed (nothing changes)
 TRIMMED = "trimmed"  # meta {bytes, max}; control {missed, at}
 MODE = "mode"  # {mode}: attached or detached
+# {rank, text}: the last drawing of a rank's line still redrawn with \r (a tqdm bar), at most
+# once a second a rank: read for progress only (remote/host/progress.py), never a log line
+REDRAWN = "redrawn"
 # control frames only
 STREAM_HELLO = "hello"  # {node, run_id, mode, live, spool_start, spool_end, state}
 HEARTBEAT = "hb"
@@ -145,6 +149,7 @@ SPEC_DEFAULTS = {
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
     "notify": None,  # node 0: {command, events} (job.notify)
+    "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
 }
 
 

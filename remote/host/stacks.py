@@ -114,14 +114,28 @@ def _dumped(proc: Any) -> dict[str, Any]:
 
 
 def _thread(t: dict[str, Any]) -> dict[str, Any]:
-    """What the launcher groups by, less py-spy's extras (locals, ids)."""
+    """What the launcher groups by, less py-spy's extras (locals, ids) and the frames of the
+    interpreter's own entry machinery (runpy, for `python -m`). py-spy's `is_shim_entry` is no
+    such mark: py-spy 0.4 sets it on the script's own `<module>` frame, where a loop written at
+    module level waits."""
     frames = [
         {"function": f.get("name"), "file": f.get("short_filename"), "path": f.get("filename"),
          "line": f.get("line")}
-        for f in t.get("frames", ()) if not f.get("is_shim_entry")
+        for f in t.get("frames", ()) if not _entry_machinery(f)
     ]  # fmt: skip
     main = t.get("thread_name") == "MainThread" or t.get("os_thread_id") == t.get("pid")
     return {"name": t.get("thread_name"), "main": main, "frames": frames}
+
+
+def _entry_machinery(frame: dict[str, Any]) -> bool:
+    """A frame of the standard library's runpy, which runs `python -m module` (torchrun's
+    `--module`, a launcher run as `-m`): the interpreter's, never the job's. Python >= 3.11
+    freezes it; before, it is lib/pythonX.Y/runpy.py."""
+    path = frame.get("filename") or ""
+    if path == "<frozen runpy>":
+        return True
+    where, name = os.path.split(path)
+    return name == "runpy.py" and os.path.basename(where).startswith("python")
 
 
 # -- the flight recorder -------------------------------------------------------------------------

@@ -4,8 +4,8 @@ With `--redirects 3 --log-dir D`, torchrun sends each worker's stdout and stderr
 `D/<run>_<random>/attempt_<n>/<local rank>/{stdout,stderr}.log` and does nothing per line. The
 supervisor reads those files as they grow, keeps a half line until its newline, and spools each
 batch of whole lines as `[<global rank>]:line` (what the launcher files by rank). So the rank
-writes at full speed with no wrapper around its print(), and no line is ever cut or glued:
-design.md §10. Standard library only.
+writes at full speed with no wrapper around its print(), and no line is ever cut or glued.
+Standard library only.
 
 The global rank of a local rank is the plan's under static rendezvous; under c10d only the run
 knows it, so it is read from the worker's environment (RANK beside LOCAL_RANK and the attempt's
@@ -24,6 +24,8 @@ CHUNK = 1 << 18
 SCAN_S = 0.25  # how often new attempt and rank directories are looked for
 IDLE_S = (0.005, 0.1)  # the pause after a read that found lines, growing to this when idle
 UNKNOWN_S = 10.0
+REDRAWN_S = 1.0  # a line redrawn with \r: its last drawing told at most this often
+REDRAWN_MAX = 1024  # bytes of a drawing told
 STREAMS = (("stdout.log", b"1"), ("stderr.log", b"2"))
 
 
@@ -33,6 +35,7 @@ class RankFile:
         self.fd = None
         self.rest = b""
         self.rank = None  # its global rank, once known
+        self.redrawn = 0.0  # when its line being redrawn (\r) was last told
         self.anonymous = False  # its rank could not be learned: its lines go as the node's
         self.seen = time.monotonic()
 
@@ -54,8 +57,9 @@ class RankTail:
     """ranks: the plan's global ranks by local rank ([] under c10d); tags: the job's; emit(kind,
     data) spools whole lines."""
 
-    def __init__(self, root, ranks, tags, emit):
+    def __init__(self, root, ranks, tags, emit, redrawn=None):
         self.root, self.ranks, self.tags, self.emit = root, list(ranks), tags, emit
+        self.redrawn = redrawn  # (rank, text): a line still redrawn with \r, its last drawing
         self.files = {}  # path -> RankFile
         self.learned = {}  # (attempt, local) -> global rank, from the workers' environment
         self.scanned = self.asked = 0.0
@@ -92,9 +96,23 @@ class RankTail:
         f.rest = data[cut:]
         if cut:
             self._lines(f, data[:cut])
+        if self.redrawn is not None and b"\r" in f.rest and f.rank is not None:
+            self._redrawn(f)
         while len(f.rest) >= wire.RECORD_MAX:  # a runaway line: on in pieces
             piece, f.rest = f.rest[: wire.RECORD_MAX], f.rest[wire.RECORD_MAX :]
             self._lines(f, piece + b"\n")
+
+    def _redrawn(self, f):
+        """A tqdm bar goes to its file redrawn with \r and no newline until it closes: its
+        last whole drawing, at most once a second, so its progress shows meanwhile."""
+        now = time.monotonic()
+        end = f.rest.rfind(b"\r")
+        if now - f.redrawn < REDRAWN_S or end <= 0:
+            return
+        f.redrawn = now
+        shown = f.rest[max(0, end - REDRAWN_MAX) : end].rpartition(b"\r")[2]
+        if shown.strip():
+            self.redrawn(f.rank, shown)
 
     def _lines(self, f, data):
         tag = b"[local rank %d] " % f.local if f.rank is None else b"[%d]:" % f.rank

@@ -167,6 +167,23 @@ async def test_filter_regex_smart_case_and_invalid(inv: Path) -> None:
         assert len(app.pane.log_view.lines) == app.pane.logs.received
 
 
+async def test_log_keys_are_letters_in_a_text_box(inv: Path) -> None:
+    """The log's keys act as they reach the app (priority bindings), but not while a text box
+    has the focus: there they are what is typed."""
+    app, _ = fake_app(inv, two_node_script)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await settle(pilot)
+        keys = ("left_square_bracket", "right_square_bracket", "a", "e", "f", "j")
+        await pilot.press("slash", *keys)
+        assert app.query_one("#filter", Input).value == "[]aefj"
+        await pilot.press("escape")
+        await settle(pilot)  # the box closed, the log has the focus: f is follow again
+        await pilot.press("f")
+        assert app.pane.logs.view == ALL and not app.pane.logs.errors_only
+        assert not following(app)
+
+
 async def test_errors_only_shows_stderr_and_tracebacks(inv: Path) -> None:
     app, _ = fake_app(inv, failing_script, finish=True)
     async with app.run_test(size=SIZE) as pilot:

@@ -62,6 +62,9 @@ async def test_launch_streams_every_rank_then_views_and_filter(tmp_path: Path, r
         assert any(ln.startswith("r0 node0 │ rank 0/2 on") for ln in lines)
         assert any(ln.startswith("r1 node1 │ rank 1/2 on") for ln in lines)
         assert "r0 node0 │ done" in lines
+        # the training panel, from the engine's Progress: `epoch 0: loss X` (examples/train.py)
+        await wait_for(pilot, lambda: app.training.has_class("-shown"), "the training panel")
+        assert "step 0 · loss " in screen_text(app)
         # one rank's view, by key
         await pilot.press("right_square_bracket", "right_square_bracket")
         assert app.pane.logs.view == View("rank", 1)

@@ -233,3 +233,32 @@ def test_recorded_traces_are_read_plainly_and_analysed_here(
     host_stacks.analyse(ch, {"run_id": "r1", "node": 0})
     [said] = ch.answers
     assert "missing ranks: {1}" in str(said["verdict"]), said
+
+
+# -- module-level code ---------------------------------------------------------------------------
+
+LOOP = """import time
+print("ready", flush=True)
+for step in range(10**9):
+    time.sleep(0.05)
+"""
+
+
+@needs_py_spy
+@pytest.mark.parametrize("as_module", [False, True], ids=["script", "python -m"])
+def test_a_loop_at_module_level_keeps_its_frame(tmp_path: Path, as_module: bool) -> None:
+    """py-spy marks a script's `<module>` frame is_shim_entry: it is the job's own and stays;
+    runpy's frames (python -m) are the interpreter's and go."""
+    (tmp_path / "train_loop.py").write_text(LOOP)
+    argv = ["-m", "train_loop"] if as_module else [str(tmp_path / "train_loop.py")]
+    loop = subprocess.Popen([sys.executable, *argv], cwd=tmp_path, stdout=subprocess.PIPE)
+    try:
+        assert loop.stdout is not None and loop.stdout.readline() == b"ready\n"
+        dumped = host_stacks.dump_all(SPY, {loop.pid: 0}, native=False)["0"]
+    finally:
+        loop.kill()
+        loop.wait()
+    [main] = [t for t in dumped["threads"] if t["main"]]
+    [frame] = main["frames"]
+    assert (frame["function"], frame["file"]) == ("<module>", "train_loop.py")
+    assert frame["line"] in (3, 4)  # in the loop, mostly asleep on its line 4

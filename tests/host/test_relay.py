@@ -55,3 +55,26 @@ async def test_every_line_reaches_console_and_rank_log(tmp_path: Path) -> None:
         assert [line[len(tag) :] for line in console if line.startswith(tag)] == want
         log = (tmp_path / "run" / f"rank-{rank}.log").read_text()
         assert log == "".join(f"{line}\n" for line in want)
+
+
+def test_a_bar_redrawn_with_carriage_returns_is_told_before_its_line_ends(tmp_path: Path) -> None:
+    """tqdm writes no newline until its bar closes: its last drawing goes meanwhile, once a
+    second, for progress only; the line itself waits whole."""
+    from remote.host.tail import RankFile, RankTail
+
+    spooled: list[bytes] = []
+    told: list[tuple[int, bytes]] = []
+    tail = RankTail(str(tmp_path), [0], {}, lambda s, d: spooled.append(d),
+                    lambda r, t: told.append((r, t)))  # fmt: skip
+    f = RankFile(str(tmp_path / "x"), b"2", 0, 0)
+    f.rank = 0
+    tail._feed(f, b"\r 10%|#  | 50/500 [00:07<01:03,  7.09it/s]\r 11%|#  | 51/500 [00:07<01:03,")
+    tail._feed(f, b"  7.11it/s]\r 12%|#  | 52/5")
+    assert told == [(0, b" 10%|#  | 50/500 [00:07<01:03,  7.09it/s]")]  # then once a second
+    assert spooled == []
+    f.redrawn = 0.0
+    tail._feed(f, b"00 [00:07<01:03,  7.12it/s]\r")
+    assert told[-1] == (0, b" 12%|#  | 52/500 [00:07<01:03,  7.12it/s]")
+    tail._feed(f, b"done\n")  # the line, whole, as the bar wrote it
+    assert len(spooled) == 1 and spooled[0].startswith(b"[0]:\r 10%|#  | 50/500")
+    assert spooled[0].endswith(b"7.12it/s]\rdone\n")

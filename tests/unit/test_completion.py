@@ -54,7 +54,8 @@ def complete_bash(env: dict[str, str], cwd: Path, *words: str) -> list[str]:
 def test_bash_completes_commands_options_inventories_and_runs(
     home: dict[str, str], tmp_path: Path
 ) -> None:
-    assert complete_bash(home, tmp_path, "ddptui", "s") == ["schema", "serve", "ssh", "stacks", "stop"]
+    s_commands = ["schema", "serve", "ssh", "stacks", "stop"]
+    assert complete_bash(home, tmp_path, "ddptui", "s") == s_commands
     assert complete_bash(home, tmp_path, "ddptui", "check", "--de") == ["--deep", "--deep-seconds"]
     assert complete_bash(home, tmp_path, "ddptui", "-i", "") == ["cluster.yaml", "data"]
     assert complete_bash(home, tmp_path, "ddptui", "attach", "2026") == sorted(RUNS)

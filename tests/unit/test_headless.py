@@ -330,3 +330,25 @@ def _on_a_terminal(argv: Sequence[str]) -> bytes:
     os.close(main)
     assert proc.wait(timeout=60) == 0, shown
     return shown
+
+
+def test_training_progress_live_on_a_terminal_and_once_a_minute_in_a_pipe() -> None:
+    from remote.events import Progress, TrackerLink
+
+    def news(step: int) -> Progress:
+        return Progress(step, 5000, 7.2, (5000 - step) / 7.2, {"loss": 0.41})
+
+    err, clock = Terminal(), Clock()
+    printer = Printer(io.StringIO(), err, clock=clock)
+    printer(news(1200))
+    assert err.getvalue().endswith("\r\x1b[2Kstep 1200/5000 · 7.2 it/s · loss 0.41 · 9 min left")
+    for quiet, want in ((False, 2), (True, 0)):
+        pipe, clock = io.StringIO(), Clock()
+        printer = Printer(io.StringIO(), pipe, clock=clock, quiet=quiet)
+        for t in range(0, 120, 5):  # every 5 s for 2 min: a line at 0 s and at 60 s
+            clock.now = float(t)
+            printer(news(1200 + t))
+        printer(TrackerLink("W&B", "https://wandb.ai/t/p/runs/x", "fancy-sun-1", 0))
+        lines = pipe.getvalue().splitlines()
+        assert sum(line.startswith("ddptui: step ") for line in lines) == want
+        assert lines[-1] == "ddptui: W&B (fancy-sun-1): https://wandb.ai/t/p/runs/x"

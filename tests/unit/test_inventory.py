@@ -488,3 +488,13 @@ def test_a_synced_spare_needs_a_workdir() -> None:
     assert parse(text).spares
     with pytest.raises(InventoryError, match=r"hosts\[4\] \(gpu05\) has none"):
         parse(text.replace("job:\n", "job:\n  sync: true\n"))
+
+
+def test_job_progress_must_be_a_regex_with_named_groups() -> None:
+    base = "hosts:\n  - host: a\njob:\n  script: t.py\n  progress: "
+    assert parse(base + "'it (?P<step>\\d+)'\n").job.progress == "it (?P<step>\\d+)"
+    bad = str(error(base + "'it (?P<step>\\d+'\n"))
+    assert "inventory.yaml:5" in bad and "job.progress" in bad and "not a regular expression" in bad
+    assert "names no group" in str(error(base + "'it \\d+'\n"))
+    assert parse(base + "false\n").job.progress is False  # no line read for progress
+    assert parse(base + "true\n").job.progress is None

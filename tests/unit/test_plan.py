@@ -204,3 +204,13 @@ def test_master_address_must_reach_the_other_hosts() -> None:
     # every node on this machine (the bundled inventory), or a single host: loopback is right
     assert plan.master_problem("127.0.0.1", ["127.0.0.1", "127.0.0.1"]) is None
     assert plan.master_problem("", [""]) is None
+
+
+def test_every_attempt_has_the_same_wandb_run_and_the_inventory_env_wins() -> None:
+    env = build(make("  script: t.py\n")).nodes[1].env
+    assert env["WANDB_RUN_ID"] == RUN and env["WANDB_RUN_GROUP"] == RUN
+    assert env["WANDB_RESUME"] == "allow"
+    mine = make("  script: t.py\n", defaults="  env: {WANDB_RESUME: never, WANDB_RUN_ID: x}\n")
+    assert build(mine).nodes[0].env["WANDB_RUN_ID"] == "x"
+    assert build(mine).nodes[0].env["WANDB_RESUME"] == "never"
+    assert plan.tracker_env("a/b:c")["WANDB_RUN_ID"] == "a-b-c"

@@ -144,6 +144,7 @@ def test_probe_a_gpu_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     assert f["disk"] > 0
     found = levels(checked)
     assert found["gpu"] == "ok" and found["gpu-busy"] == "warning"
+    assert found["gpu-health"] == "ok"  # its recorded health: no error, no Xid in this log
     assert found["port"] == found["route"] == found["script"] == found["torch"] == "ok"
     json.dumps(f)  # facts stay plain JSON
 

@@ -311,3 +311,17 @@ def test_the_history_counts_attempts_and_names_a_run_waiting_for_a_spare(tmp_pat
     record = runs.RunRecord("r2", tmp_path, {"hosts": ["node0"]}, done, "succeeded")
     assert run_row(record)["attempts"] == 2
     assert run_cells(run_row(record))[1] == "succeeded (2 attempts)"
+
+
+def test_the_history_shows_the_last_step_and_loss(tmp_path: Path) -> None:
+    from tui.text import run_cells, run_row
+
+    last = {"step": 1200, "total": 5000, "metrics": {"lr": 1e-4, "loss": 0.41}}
+    link = {"tracker": "W&B", "name": None, "url": "https://wandb.ai/x", "rank": 0}
+    done = {"status": "succeeded", "progress": last, "links": [link]}
+    row = run_row(runs.RunRecord("r1", tmp_path, {"hosts": ["node0"]}, done, "succeeded"))
+    assert row["progress"] == last and row["links"] == [link]
+    assert run_cells(row)[-1] == "step 1200/5000 · loss 0.41"
+    hub = {0: {"series": {"last": {"step": 7, "metrics": {}}}}}
+    going = runs.RunRecord("r2", tmp_path, {"hosts": ["node0"]}, None, "running", states=hub)
+    assert run_cells(run_row(going))[-1] == "step 7"

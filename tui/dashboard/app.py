@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from textual import on
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.notifications import SeverityLevel
@@ -26,7 +27,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from remote import inventory, openssh, runs
+from remote import inventory, openssh, pace, runs
 from remote.events import (
     Alert,
     ChecksDone,
@@ -58,6 +59,7 @@ from .logpane import LogPane
 from .messages import ClusterEvent, EngineEvent, JumpToFailure
 from .screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
 from .stacks_screen import StacksScreen
+from .training import TrainingPanel
 from .widgets import FailureBanner, FindInput, Status, StatusBar
 
 SEVERITY: dict[str, SeverityLevel] = {"info": "information", "warning": "warning", "error": "error"}
@@ -124,19 +126,25 @@ class Dashboard(App[int]):
             "slash", "filter", "Filter", id="filter", key_display="/",
             tooltip="Show only lines matching a regex (lowercase: any case)",
         ),
-        Binding("e", "errors", "Errors", id="errors-only", tooltip="Only stderr and tracebacks"),
-        Binding("f", "follow", "Follow", id="follow", tooltip="Stick to the newest line"),
         Binding(
-            "a", "view_all", "All ranks", id="all-ranks", show=False,
+            "e", "errors", "Errors", id="errors-only", priority=True,
+            tooltip="Only stderr and tracebacks",
+        ),
+        Binding(
+            "f", "follow", "Follow", id="follow", priority=True,
+            tooltip="Stick to the newest line",
+        ),
+        Binding(
+            "a", "view_all", "All ranks", id="all-ranks", show=False, priority=True,
             tooltip="Every rank's lines together",
         ),
         Binding(
             "right_square_bracket", "view_next", "Next view", id="next-view",
-            key_display="]", show=False, tooltip="The next rank's log",
+            key_display="]", show=False, priority=True, tooltip="The next rank's log",
         ),
         Binding(
             "left_square_bracket", "view_prev", "Previous view", id="previous-view",
-            key_display="[", show=False, tooltip="The previous rank's log",
+            key_display="[", show=False, priority=True, tooltip="The previous rank's log",
         ),
         Binding("q", "quit", "Quit", id="quit", tooltip="Quit (asks first if a job runs)"),
         Binding(
@@ -144,7 +152,9 @@ class Dashboard(App[int]):
             tooltip="Quit and leave the job running on its hosts (ddptui attach comes back)",
         ),
         Binding("h", "history", "Runs", id="history", tooltip="Every run: open one"),
-        Binding("j", "jump", "Failure", id="jump-to-failure", tooltip="Show its log"),
+        Binding(
+            "j", "jump", "Failure", id="jump-to-failure", priority=True, tooltip="Show its log"
+        ),
         Binding("c", "check", "Check", id="check", tooltip="Check every host again"),
         Binding(
             "D", "deep", "Deep check", id="deep-check", show=False,
@@ -206,6 +216,7 @@ class Dashboard(App[int]):
         self.pane = LogPane(clock, id="logs")
         self.find_box = FindInput(id="find")
         self.status_bar = StatusBar(id="status")
+        self.training = TrainingPanel(id="training")
         if read_only:  # the hints name no key it refuses
             self.status.no_run = "no run yet (read-only)"
             self.pane.findings.keys = "c checks again · h runs · Enter on a host: its facts"
@@ -215,12 +226,14 @@ class Dashboard(App[int]):
     def compose(self) -> ComposeResult:
         yield self.hosts
         yield self.banner
+        yield self.training
         yield self.pane
         yield self.find_box
         yield self.status_bar
         yield Footer(show_command_palette=False)  # ctrl+p still opens it: room for the keys
 
     def on_mount(self) -> None:
+        pace.install()  # keys before lines: the hosts' line work yields to them in slices
         self.hosts.focus()
         self.set_interval(1.0, self.tick)
         try:
@@ -242,6 +255,7 @@ class Dashboard(App[int]):
 
     async def on_unmount(self) -> None:
         await self.glance.close()
+        pace.uninstall()
         gc.unfreeze()  # the next app in this process (tests) starts from a clean slate
         gc.set_threshold(*GC_DEFAULT)
 
@@ -460,6 +474,7 @@ class Dashboard(App[int]):
         """Each widget takes what it shows of the event; the run's course is the app's."""
         self.hosts.apply(event)
         self.pane.apply(event)
+        self.training.apply(event)
         handler = self._handlers.get(type(event))
         if handler is not None:
             handler(self, event)
@@ -591,7 +606,16 @@ class Dashboard(App[int]):
 
     # -- keys: each to the widget it concerns ------------------------------------------------
 
+    # The log's keys are priority bindings: taken as the key reaches the app, not once it has
+    # gone through each widget from the focused one up (a turn of the loop each, behind the
+    # line work of each under a flood). In a text box they are its letters.
+
+    def _log_key(self) -> None:
+        if isinstance(self.focused, Input):
+            raise SkipAction
+
     def action_jump(self) -> None:
+        self._log_key()
         f = self.failure
         if f is None:
             return
@@ -606,18 +630,23 @@ class Dashboard(App[int]):
         self.action_jump()
 
     def action_view_all(self) -> None:
+        self._log_key()
         self.pane.show_all()
 
     def action_view_next(self) -> None:
+        self._log_key()
         self.pane.step_view(1)
 
     def action_view_prev(self) -> None:
+        self._log_key()
         self.pane.step_view(-1)
 
     def action_errors(self) -> None:
+        self._log_key()
         self.pane.toggle_errors()
 
     def action_follow(self) -> None:
+        self._log_key()
         self.pane.toggle_follow()
 
     def action_filter(self) -> None:

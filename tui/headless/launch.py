@@ -29,6 +29,7 @@ async def launch(
     run_id: str | None = None,
     deep: float | None = None,
     verbose: bool = False,
+    quiet: bool = False,
 ) -> int:
     stopping = False
 
@@ -47,7 +48,9 @@ async def launch(
             os._exit(EXIT_INTERRUPTED)
         stop()
 
-    printer = Printer(on_closed=lambda: stop("output closed"), verbose=verbose, hosts=inv.hosts)
+    printer = Printer(
+        on_closed=lambda: stop("output closed"), verbose=verbose, quiet=quiet, hosts=inv.hosts
+    )
     run = Run(
         inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks,
         detach=detach, deep=deep,

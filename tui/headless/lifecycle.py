@@ -75,19 +75,21 @@ def _on_signals(action: Callable[[], None]) -> None:
         loop.add_signal_handler(sig, action)
 
 
-def _printer(record: runs.RunRecord, verbose: bool) -> Printer:
+def _printer(record: runs.RunRecord, verbose: bool, quiet: bool = False) -> Printer:
     """The run's printer, knowing its hosts (their words fold by name and address)."""
     try:
         hosts = record.inventory().hosts
     except runs.RunError:
         hosts = ()
-    return Printer(verbose=verbose, hosts=hosts)
+    return Printer(verbose=verbose, quiet=quiet, hosts=hosts)
 
 
-async def attach(spec: str, tail: int | None = None, *, verbose: bool = False) -> int:
+async def attach(
+    spec: str, tail: int | None = None, *, verbose: bool = False, quiet: bool = False
+) -> int:
     """`ddptui --headless attach RUN`: the run's exit status; 130 when Ctrl-C detached."""
     record = runs.resolve(spec)
-    printer = _printer(record, verbose)
+    printer = _printer(record, verbose, quiet)
     if record.summary is not None:  # it ended while we watched: the run dir has it all
         await late.fetch(record, printer)  # but for what a lost host printed meanwhile
         return show_finished(record, printer, tail)

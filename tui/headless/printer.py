@@ -28,9 +28,11 @@ from remote.events import (
     NodeRanks,
     NodeStarted,
     Notice,
+    Progress,
     RunFinished,
     RunRestarting,
     RunStarted,
+    TrackerLink,
 )
 from remote.inventory import Host
 
@@ -42,6 +44,7 @@ from .phases import Phases
 QUIET_STATES = {"connecting", "starting", "disconnected"}  # --verbose: a notice says it better
 HOLD_S = 0.3  # a host's words wait this long for the same from others (outside a phase)
 TRACEBACK_SHOWN = 10
+PROGRESS_EVERY_S = 60.0  # in a pipe, the training's progress as a line at most this often
 
 
 class Printer:
@@ -52,12 +55,16 @@ class Printer:
         on_closed: Callable[[], None] | None = None,
         *,
         verbose: bool = False,
+        quiet: bool = False,
         hosts: Sequence[Host] = (),
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.console = Console(out, err, on_closed)
         self.out, self.err = out, err
         self.verbose = verbose
+        self.quiet = quiet  # no progress lines in a pipe
+        self.clock = clock
+        self._progress_said = -PROGRESS_EVERY_S  # when a progress line was said (a pipe)
         self.held = Fold({h.name: h.host for h in hosts})  # hosts' words, folded when said
         self._flush_due = False
         self._pushed: set[str] = set()  # hosts whose code sync was said
@@ -95,6 +102,21 @@ class Printer:
         elif isinstance(event, DeepChecked):  # `launch --deep`: its verdict before the start
             for line in deep_lines(event, self.held.addresses):
                 self.say(line)
+        elif isinstance(event, Progress):
+            self._progress(event)
+        elif isinstance(event, TrackerLink):
+            self.say(event.text())
+
+    def _progress(self, progress: Progress) -> None:
+        """The live line on a terminal; in a pipe, a line at most once a minute."""
+        text = progress.text()
+        if not text or self.phases.open:
+            return
+        if self.console.live:
+            self.console.show(text)
+        elif not self.quiet and self.clock() - self._progress_said >= PROGRESS_EVERY_S:
+            self._progress_said = self.clock()
+            self.say(text)
 
     def _lines(self, batch: LogBatch) -> None:
         host = batch.host
@@ -144,6 +166,7 @@ class Printer:
     def _finished(self, fin: RunFinished) -> None:
         self.flush()
         self.phases.end()
+        self.console.show("")  # the training's live line goes with the run
         if fin.failure is not None:
             self.say(f"run failed: {failure_line(fin.failure)}")
             tail = fin.failure.traceback[-TRACEBACK_SHOWN:]

@@ -1,0 +1,50 @@
+"""The training panel under Pilot: step, speed, time left, links, the curve across attempts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from apptools import fake_app, local_inventory, screen_text, settle, two_node_script
+
+from remote.events import Event
+from remote.progress import Watch
+
+SIZE = (120, 40)
+
+
+def training_script(run_id: str) -> list[Event]:
+    """Two nodes running; rank 0 prints steps and loss, fails, and a second attempt goes on."""
+    out = two_node_script(run_id)
+    watch = Watch(None, out.append)
+    watch.feed("[0]:wandb: 🚀 View run fancy-sun-1 at: https://wandb.ai/t/p/runs/abc\n", 0)
+    for attempt, steps in ((0, range(1, 60)), (1, range(50, 121))):
+        for s in steps:  # 4 steps/s by the hosts' clock
+            watch.feed(f"[0]:step {s}/500 loss {3 / (1 + s / 20):.3f}\n", attempt, s / 4)
+        watch.feed("[1]:step 40/500 loss 9.0\n", attempt, steps[-1] / 4)
+    watch.tell()
+    return out
+
+
+@pytest.fixture
+def inv(tmp_path: Path) -> Path:
+    return local_inventory(tmp_path, ["--epochs", "1"])
+
+
+async def test_the_panel_shows_the_run_and_the_curve_across_attempts(inv: Path) -> None:
+    app, _ = fake_app(inv, training_script)
+    async with app.run_test(size=SIZE) as pilot:
+        assert not app.training.has_class("-shown")  # no progress yet: no room taken
+        await pilot.press("l")
+        await settle(pilot)
+        assert app.training.has_class("-shown")
+        text = screen_text(app)
+        assert "step 120/500 · 4 it/s · loss 0.429 · 2 min left" in text
+        assert "attempt 2" in text and "slowest: r1 40, r0 120" in text
+        assert "W&B (fancy-sun-1): https://wandb.ai/t/p/runs/abc" in text
+        plot = app.training.plot  # the curve, a line per attempt, the restart a mark
+        assert "⢕⢕ attempt 1" in text and "⢕⢕ attempt 2" in text and "step" in text
+        assert plot.size.width > 40 and plot.size.height >= 8
+        app.training.focus()
+        await pilot.press("m")  # the one metric: still loss
+        assert app.training.metric == "loss"
