@@ -1,4 +1,4 @@
-"""ddptui's exit statuses (README: "exit status"), apart so the CLI needs nothing heavier."""
+"""ddptui's exit statuses (docs/usage.md: "exit status"), apart so the CLI needs nothing heavier."""
 
 EXIT_OK = 0  # every rank succeeded; check: nothing failed
 EXIT_FAILED = 1  # a rank failed, a check failed, or the checks refused the launch

@@ -231,7 +231,7 @@ def render(
         f"# Written by `{command}`.",
         f"# Each host is its {CONFIG} alias, so that OpenSSH's settings for it (HostName,",
         "# User, Port, IdentityFile, ProxyJump) go on applying; beside each, what `ssh -G`",
-        '# resolved. Every key: `ddptui schema`, or the README\'s "The inventory".',
+        "# resolved. Every key: `ddptui schema`, or docs/inventory.md.",
         "defaults:",
         _line("  workdir", workdir, "the job's directory on every host"),
         "  # python: python3        # the hosts' interpreter, with torch (~ allowed)",

@@ -9,7 +9,7 @@ from typing import Any
 
 DATA = Path(__file__).parents[1] / "data" / "nvidia-smi"
 H100_BUSY, A100, DRIVER_ERROR = "h100x8-busy", "a100x4", "driver-error"
-A100_MIG = "a100x2-mig"  # written from the documented formats, not captured (see the README)
+A100_MIG = "a100x2-mig"  # written from the documented formats, not captured (see docs/checks.md)
 # captured on a lent H200 by scripts/gpu_check.sh (idle; one process holding 24 GiB)
 H200, H200_BUSY = "h200x1", "h200x1-busy"
 
