@@ -78,6 +78,23 @@ class Relay:
     done: bool = False
 
 
+def step_line(rank: int, step: int, loss: int) -> str:
+    return f"[{rank}]:step {step} loss 0.{loss:04d} ok\n"
+
+
+def tqdm_line(rank: int, step: int, loss: int) -> str:
+    """A tqdm bar as Lightning prints one into a log (the flood's counts need its newline)."""
+    n = step % 1000
+    bar = "\u2588" * (n // 100)
+    return (
+        f"[{rank}]:Epoch 0: {n // 10:3d}%|{bar:<10}| {n}/1000 "
+        f"[00:{n % 60:02d}<01:18, 7.20it/s, v_num=0, loss=0.{loss:04d}]\n"
+    )
+
+
+LINE = {"step": step_line, "tqdm": tqdm_line}  # --lines: what every rank prints
+
+
 def produce(spec: dict[str, Any]) -> None:
     """A stand-in for the agents and supervisors of several nodes (its own process, as hosts
     would be): says each agent's HELLO at once; "open K CHAN" on stdin (the launcher started
@@ -200,23 +217,6 @@ KEYS = (
     ("f", "f", "action_follow"),
     ("f", "f", "action_follow"),
 )
-
-
-def step_line(rank: int, step: int, loss: int) -> str:
-    return f"[{rank}]:step {step} loss 0.{loss:04d} ok\n"
-
-
-def tqdm_line(rank: int, step: int, loss: int) -> str:
-    """A tqdm bar as Lightning prints one into a log (the flood's counts need its newline)."""
-    n = step % 1000
-    bar = "\u2588" * (n // 100)
-    return (
-        f"[{rank}]:Epoch 0: {n // 10:3d}%|{bar:<10}| {n}/1000 "
-        f"[00:{n % 60:02d}<01:18, 7.20it/s, v_num=0, loss=0.{loss:04d}]\n"
-    )
-
-
-LINE = {"step": step_line, "tqdm": tqdm_line}  # --lines: what every rank prints
 
 
 def expected_lines(first: int, count: int, total: int) -> dict[int, int]:
