@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_dashboard.py [--seconds 20] [--rate 50000] [--nodes 256]
                                                 [--ranks-per-node 8] [--producers 4] [--json FILE]
-                                                [--runs N] [--max-cpu-wait S]
+                                                [--runs N] [--max-cpu-wait S] [--lines tqdm]
 
 The lines take the app's real path from the pipes on. Each node is a local-transport node
 whose host agent is replaced by a pipe from a stand-in process (this script with --produce)
@@ -78,6 +78,23 @@ class Relay:
     done: bool = False
 
 
+def step_line(rank: int, step: int, loss: int) -> str:
+    return f"[{rank}]:step {step} loss 0.{loss:04d} ok\n"
+
+
+def tqdm_line(rank: int, step: int, loss: int) -> str:
+    """A tqdm bar as Lightning prints one into a log (the flood's counts need its newline)."""
+    n = step % 1000
+    bar = "\u2588" * (n // 100)
+    return (
+        f"[{rank}]:Epoch 0: {n // 10:3d}%|{bar:<10}| {n}/1000 "
+        f"[00:{n % 60:02d}<01:18, 7.20it/s, v_num=0, loss=0.{loss:04d}]\n"
+    )
+
+
+LINE = {"step": step_line, "tqdm": tqdm_line}  # --lines: what every rank prints
+
+
 def produce(spec: dict[str, Any]) -> None:
     """A stand-in for the agents and supervisors of several nodes (its own process, as hosts
     would be): says each agent's HELLO at once; "open K CHAN" on stdin (the launcher started
@@ -139,7 +156,7 @@ def produce(spec: dict[str, Any]) -> None:
         lines: list[str] = []
         errors: list[str] = []
         for i in range(r.sent, due_total):
-            text = f"[{r.first + i % r.count}]:step {i // r.count} loss 0.{i % 9973:04d} ok\n"
+            text = LINE[spec["lines"]](r.first + i % r.count, i // r.count, i % 9973)
             (errors if i % STDERR_EVERY == STDERR_EVERY - 1 else lines).append(text)
         r.sent = due_total
         stream = b""
@@ -224,7 +241,12 @@ class Producers:
                 self.reads[k] = r
                 relays.append({"node": k, "first": k * per_node, "count": per_node, "fd": w})
                 fds.append(w)
-            spec = {"relays": relays, "rate": args.rate / n, "seconds": args.seconds}
+            spec = {
+                "relays": relays,
+                "rate": args.rate / n,
+                "seconds": args.seconds,
+                "lines": args.lines,
+            }
             proc = subprocess.Popen(
                 [*me, json.dumps(spec)], stdin=subprocess.PIPE, text=True, pass_fds=fds
             )
@@ -515,6 +537,7 @@ async def bench(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "ranks": nodes * per_node,
         "nodes": nodes,
+        "lines": args.lines,
         "producers": len(producers.procs),
         "rate_target": args.rate,
         "seconds_target": args.seconds,
@@ -573,7 +596,8 @@ def verdict(result: dict[str, Any], args: argparse.Namespace) -> list[str]:
 def one_run(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     """One run in a process of its own: its figures (from its --json)."""
     argv = [sys.executable, str(Path(__file__).resolve()), "--json", str(out)]
-    for name in ("seconds", "rate", "nodes", "ranks_per_node", "producers", "width", "height"):
+    names = ("seconds", "rate", "nodes", "ranks_per_node", "producers", "width", "height", "lines")
+    for name in names:
         argv += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
     subprocess.run(argv, stdout=subprocess.DEVNULL, check=False)  # its line goes to stderr
     if not out.exists():
@@ -644,6 +668,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--producers", type=int, default=4, help="stand-in processes (default 4)")
     p.add_argument("--width", type=int, default=120)
     p.add_argument("--height", type=int, default=40)
+    p.add_argument(
+        "--lines", choices=sorted(LINE), default="step", help="what ranks print (default step)"
+    )
     p.add_argument("--json", type=Path, help="also write the figures here")
     p.add_argument("--runs", type=int, default=1, help="runs, each in a process of its own")
     p.add_argument(
