@@ -89,6 +89,15 @@ def test_ssh_lands_in_the_workdir_on_that_host(
     wait_for(lambda: not term.alive, "the shell to end, and ddptui with it", 30, term)
 
 
+TITLE = re.compile(r"─ ?([^─│]+?) · (?:following|paused)")  # the log pane's border title
+
+
+def log_title(term: Tmux) -> str | None:
+    """The view the log pane's title names (`all ranks`, `rank 1`...), None before it shows."""
+    m = TITLE.search(term.screen())
+    return m[1].strip() if m else None
+
+
 def test_bang_in_the_dashboard_and_back_with_the_run_going_on(
     cluster: TestCluster, tmp_path: Path, terminals: list[Tmux]
 ) -> None:
@@ -104,12 +113,10 @@ def test_bang_in_the_dashboard_and_back_with_the_run_going_on(
     wait_for(lambda: "l Launch" in term.screen(), "the dashboard", 60, term)
     term.send("l")
     wait_for(lambda: re.search(r"r1 node1 │ tick 1 \d+", term.screen()), "rank 1", 120, term)
-    shown = re.compile(r"rank (\d+) · (following|paused)")  # the log's title
-    while (m := shown.search(term.screen())) is None or m[1] != "1":
-        before = m[0] if m else ""
+    while (shown := log_title(term)) != "rank 1":
         term.send("]")  # the next view, until rank 1's log: `!` goes to its host
-        wait_for(lambda b=before: (n := shown.search(term.screen())) is None or n[0] != b,
-                 "the next view", 10, term)  # fmt: skip
+        # one key at a time: a key sent before the last one's view is drawn would run past
+        wait_for(lambda b=shown: log_title(term) not in (b, None), "the next view", 10, term)
     term.send("!")
     wait_for(lambda: "ddptui: node1: " in term.screen(), "the dashboard to give way", 30, term)
     term.send(f"sleep 6; {WHERE}", "Enter")  # in the shell for twice link_timeout
