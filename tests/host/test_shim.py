@@ -79,7 +79,12 @@ def test_stdin_closing_ends_the_job_with_term() -> None:
 def test_a_job_that_ignores_term_is_killed_with_its_group_after_the_grace() -> None:
     proc = shim("--grace", "0.5", "--", sys.executable, "-c", STUBBORN, tag="stubborn")
     started(proc)
-    assert len(pids_with_env("SHIM_TEST", "stubborn")) == 3  # the shim, the job, its child
+    # the shim, the job, its child: the child's /proc/PID/environ may read empty for a moment
+    # while its exec settles (CI once saw 2 of 3 right after "ready")
+    deadline = time.monotonic() + 10
+    while len(pids_with_env("SHIM_TEST", "stubborn")) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(pids_with_env("SHIM_TEST", "stubborn")) == 3
     assert proc.stdin is not None
     proc.stdin.close()
     assert proc.wait(timeout=30) == -signal.SIGKILL  # it dies as its job did
