@@ -407,6 +407,7 @@ class Run:
                 "restarts": job.restarts,
                 "restart_delay": job.restart_delay,
                 "spares": len(self.inv.usable_spares),
+                "restart_on": job.restart_on,
                 "notify": notify,
                 "progress": job.progress,
             }

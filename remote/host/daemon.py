@@ -26,6 +26,7 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 
-from . import container, linebuf, netif, procs, protocol, state, wire
+from . import container, healthwatch, linebuf, netif, procs, protocol, state, wire
 from . import hub as hubs
 from .notify import Notifier
 from .progress import Keeper
@@ -184,6 +185,8 @@ class Attempt:
         self.scratch = None  # torchrun's --log-dir: fresh for each attempt
         self.err = b""  # the end of the job's own stderr: torchrun's report names the rank
         self.died = None  # (rank, exit code or None, time): the first rank process to end
+        self.sick = None  # why this host's GPUs or NICs failed during the attempt
+        self.lines = 0  # the lines its ranks printed: how far it got (remote/host/retry.py)
 
 
 class Daemon:
@@ -218,6 +221,9 @@ class Daemon:
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
         self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
+        self.last_out = None  # node 0: the last failed attempt's outcome (remote/host/retry.py)
+        self.smi = shutil.which("nvidia-smi")
+        self.watch_health = healthwatch.worth_watching(self.smi)  # a CPU host watches nothing
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
 
@@ -391,6 +397,8 @@ class Daemon:
             )
             threads.append(_thread(tail.run, att.done))
         threads.append(_thread(self._watch_ranks, att))
+        if self.watch_health:
+            _thread(self._watch_health, att)  # not joined: a hung read must not hold the end
         return threads
 
     def _redrawn(self, rank, shown):
@@ -401,6 +409,7 @@ class Daemon:
             self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.att.number)
 
     def _spool_lines(self, stream, data):
+        self.att.lines += data.count(b"\n")
         self._append(wire.record(stream, now_ms(), data))
         if self.progress is not None:
             self.progress.feed(data, self.att.number)
@@ -473,11 +482,13 @@ class Daemon:
         if att.error:  # said already (ERROR): the launcher takes that as this attempt's end
             status, reason = "failed", f"{self.name} could not start its job: {att.error}"
         else:
-            if stopped:
+            if att.sick:  # its GPUs or NICs failed: the cause, whatever its ranks then did
+                status, att.reason = "failed", att.sick
+            elif stopped:
                 status = "lost" if att.by == protocol.BY_LEASE else "stopped"
             else:
                 status = "succeeded" if code == 0 else "failed"
-            if not stopped and code != 0:
+            if not stopped and code != 0 and not att.sick:
                 att.reason, echo = self._failed_text(att)
             reason = att.reason
             died = att.died and {"rank": att.died[0], "code": att.died[1], "at": att.died[2]}
@@ -488,17 +499,35 @@ class Daemon:
         self.save_state(status=status, exit_code=code, by=att.by, reason=reason,
                         survivors=att.survivors, ended=time.time())  # fmt: skip
         said = (status, reason)
-        if stopped and att.by == protocol.BY_PEER and code:
+        if stopped and att.by == protocol.BY_PEER and code and not att.sick:
             # A peer's echo (its rank lost ours) may have stopped us after our own failure:
             # the hub hears of ours, the cause.
             own = self._own_failure(att)
             said = ("failed", own) if own else said
         if att.scratch:
             _rmtree(att.scratch)
+        facts = self._failure_facts(att, said[1], code)
         if self.link is not None:
-            self.link.end(*said, echo)
+            self.link.end(*said, echo, facts)
         else:
-            self.hub.own_end(*said, echo)
+            self.hub.own_end(*said, echo, facts)
+
+    def _failure_facts(self, att, reason, code):
+        """What the run's hub weighs a failure by (remote/host/retry.py): its cause, the
+        failing rank and its exit code, how far this node got; bad: this host may not run
+        the job again."""
+        m = re.match(r"rank (\d+) failed", reason or "")
+        codes = [c for _, _, c in failed_ranks(att.err) if c is not None]
+        if att.died and att.died[1] is not None:
+            codes.append(att.died[1])
+        return {
+            "cause": "gpu" if att.sick else "failed",
+            "rank": int(m.group(1)) if m else None,
+            "code": codes[0] if codes else code,
+            "lines": att.lines,
+            "bad": bool(att.sick),
+            "host": self.name,
+        }
 
     def _failed_text(self, att):
         """`rank 3 failed on node1 (killed by SIGKILL)` where the first rank to end was killed,
@@ -581,12 +610,16 @@ class Daemon:
         after the delay and once a spare took each lost node's place; or end the run."""
         hub, spec = self.hub, self.spec
         out = hub.settle()
-        over = hubs.next_step(out, number, spec["restarts"], spec["spares"] - hub.replaced)
+        self._bad_hosts(out["bad"])
+        spares = spec["spares"] - hub.replaced
+        over = hubs.next_step(out, number, spec["restarts"], spares, spec["restart_on"],
+                              self.last_out)  # fmt: skip
+        self.last_out = out
         if over is not None:
             return self._over(out, *over)
         after, nxt, of = out["reason"], number + 1, spec["restarts"] + 1
         delay = protocol.restart_delay(spec["restart_delay"], nxt)
-        event = "lost" if out["node"] in out["lost"] else "failed"
+        event = "lost" if out["cause"] == "lost" else "failed"
         wait = ", once a spare host takes its place" if out["lost"] else ""
         plan = f"restarting in {delay:g} s{wait} (attempt {nxt + 1} of {of})"
         self._word(event, "restarting", f"{after}; {plan}")
@@ -612,6 +645,16 @@ class Daemon:
         self._word("restarted", "running", f"attempt {nxt + 1} of {of} (after {after})")
         return nxt, after
 
+    def _bad_hosts(self, bad):
+        """Hosts newly found bad: said in the stream (runs, summary.json, the dashboard list
+        them) and kept in the node's state, for a later launch to warn of."""
+        told = self.state.get("bad_hosts", {})
+        new = {str(k): list(v) for k, v in bad.items() if str(k) not in told}
+        for k, (name, why) in new.items():
+            self.note(t=protocol.BAD_HOST, node=int(k), name=name, why=why)
+        if new:
+            self.save_state(bad_hosts={**told, **new})
+
     def _over(self, out, status, why):
         """The run ends: word of how, and every peer told."""
         halted = self.hub.halted
@@ -623,7 +666,7 @@ class Daemon:
         elif out["status"] == "succeeded":
             event, message = "succeeded", "every rank succeeded"
         else:
-            event = "lost" if out["node"] in out["lost"] else "failed"
+            event = "lost" if out["cause"] == "lost" else "failed"
             message = out["reason"] + (f"; {why}" if why else "")
         self._word(event, status, message)
         self.save_state(run_status=status, run_reason=message, waiting=[])
@@ -672,6 +715,25 @@ class Daemon:
             self.hub.halt(status, reason)
         else:
             self.link.halt(status, reason)
+
+    def _watch_health(self, att):
+        """This host's GPUs and NICs, all along the attempt (remote/host/healthwatch.py): a
+        warning is told, a failure ends the attempt at once, naming the GPU, and the host is
+        bad for the rest of the run."""
+        watch = healthwatch.Watch(self.smi)
+        watch.begin()
+        while not att.done.wait(healthwatch.INTERVAL_S):
+            failures, warnings = watch.poll()
+            for issue in failures + warnings:
+                text = healthwatch.describe(self.name, issue)
+                self.note(t=protocol.HEALTH, level=issue["level"], text=text, attempt=att.number)
+            if failures:
+                why = healthwatch.describe(self.name, failures[0])
+                log(why)
+                with self.stop_once:
+                    att.sick = why
+                self.stop(protocol.BY_HEALTH, why, self.node, att.number)
+                return
 
     def _told_stop(self, reason, node, by=None):
         """The run's hub says stop (a peer failed or was lost; a halt elsewhere)."""
@@ -776,6 +838,7 @@ class Daemon:
             cut = data.rfind(b"\n") + 1
             rest = data[cut:]
             if cut:
+                att.lines += data.count(b"\n", 0, cut)
                 self._append(wire.record(stream, now_ms(), data[:cut]))
                 if self.progress is not None:
                     self.progress.feed(data[:cut], att.number)

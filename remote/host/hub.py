@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 
-from . import protocol
+from . import protocol, retry
 
 CHALLENGE = b"ddptui-hub "
 HANDSHAKE_S = 10.0  # the whole handshake, from connect to the hub's proof
@@ -146,6 +146,8 @@ class Hub:
         self.ended = {}  # node -> (status, reason) of this attempt's job; 0 is node 0's
         self.stopping = None  # the reason every node was told to stop, this attempt
         self.failure = None  # (reason, node): the first failure of this attempt (its own)
+        self.facts = {}  # that failure's cause, rank, exit code and lines (remote/host/retry.py)
+        self.bad = {}  # node -> (its host, why): no attempt of this run may use that host again
         self.echo = False  # the failure is a rank that died of a peer's failure
         self.lost = {}  # node -> the attempt it was lost in: a spare must take its place
         self.isolated = False  # node 0 heard from no peer: its own network, not theirs
@@ -170,10 +172,11 @@ class Hub:
 
     # -- node 0's supervisor ------------------------------------------------------------------
 
-    def own_end(self, status, reason, echo=False):
+    def own_end(self, status, reason, echo=False, facts=None):
         """Node 0's job ended; a failure of its own stops the others. echo: its failing rank
-        died of a peer's failure (a failure of another's own is the cause)."""
-        self._ended(0, self.attempt, status, reason, echo)
+        died of a peer's failure (a failure of another's own is the cause). facts: the
+        failure's, as Daemon._failure_facts gives them."""
+        self._ended(0, self.attempt, status, reason, echo, facts)
 
     def halt(self, status, reason):
         """No attempt follows this one: a user's stop, or a lease (no launcher heard from).
@@ -206,12 +209,16 @@ class Hub:
         with self.cond:
             self.cond.wait_for(self._all_ended)
             out = {"status": "succeeded", "reason": None, "node": None, "lost": sorted(self.lost),
-                   "halted": self.halted is not None, "isolated": self.isolated}  # fmt: skip
+                   "halted": self.halted is not None, "isolated": self.isolated,
+                   "bad": dict(self.bad), "cause": "failed", "code": None, "rank": None,
+                   "lines": 0}  # fmt: skip
             stopped = [(r, k) for k, (s, r) in sorted(self.ended.items()) if s != "succeeded"]
             if self.halted is not None:
                 out["status"], out["reason"] = self.halted
             elif self.failure is not None:
                 out["status"], (out["reason"], out["node"]) = "failed", self.failure
+                out.update((k, self.facts[k]) for k in ("cause", "code", "rank", "lines")
+                           if k in self.facts)  # fmt: skip
             elif stopped:  # stopped, without a failure of its own: a launcher saw one
                 out["status"], (out["reason"], out["node"]) = "failed", stopped[0]
             return out
@@ -250,6 +257,7 @@ class Hub:
         with self.cond:
             self.attempt, self.go = attempt, (attempt, after)
             self.ended, self.stopping, self.failure, self.echo = {}, None, None, False
+            self.facts = {}
             if len(self.names) > 1:
                 self.all_ended.clear()
             peers = list(self.peers.values())
@@ -336,14 +344,16 @@ class Hub:
             self.heard[node] = time.monotonic()
             kind = msg.get("t")
             if kind == "end":
-                echo = msg.get("echo") is True
-                self._ended(node, msg.get("attempt"), msg.get("status"), msg.get("reason"), echo)
+                echo, facts = msg.get("echo") is True, msg.get("facts")
+                self._ended(node, msg.get("attempt"), msg.get("status"), msg.get("reason"), echo,
+                            facts if isinstance(facts, dict) else None)  # fmt: skip
             elif kind == "halt" and msg.get("status") in protocol.HALT_BY:
                 self.halt(msg["status"], str(msg.get("reason")))
             elif kind == "hb":
                 chan.send(t="hb")
 
-    def _ended(self, node, attempt, status, reason, echo=False):
+    def _ended(self, node, attempt, status, reason, echo=False, facts=None):
+        facts = facts or {}
         with self.cond:
             if attempt != self.attempt or node in self.ended or node in self.lost:
                 return  # the end of an earlier attempt, or of a node given up for lost
@@ -351,9 +361,18 @@ class Hub:
             failed = status == "failed"
             if failed and (self.failure is None or (self.echo and not echo)):
                 self.failure, self.echo = (reason or f"{self.names[node]} failed", node), echo
+                self.facts = facts
+            bad = facts.get("bad") is True
+            if bad:
+                self.bad[node] = (str(facts.get("host") or self.names[node]), str(reason))
+                if node:  # a spare must take its place, as a lost node's
+                    self.lost[node] = self.attempt
+            chan = self.peers.get(node) if bad else None
             if node and all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
                 self.all_ended.set()
             self.cond.notify_all()
+        if chan is not None:  # its supervisor leaves: no attempt of this run is its again
+            chan.send(t="over", reason=f"this host is bad for the run: {reason}")
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
@@ -424,7 +443,7 @@ class Hub:
             for k in nodes:
                 self.lost[k] = self.attempt
             if running and self.failure is None:
-                self.failure = (short, culprit)
+                self.failure, self.facts = (short, culprit), {"cause": "lost"}
             if all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
                 self.all_ended.set()
             self.cond.notify_all()
@@ -432,16 +451,22 @@ class Hub:
             self.stop_all(why, culprit)
 
 
-def next_step(outcome, attempt, restarts, spares):
+def next_step(outcome, attempt, restarts, spares, restart_on=None, last=None):
     """What follows an attempt's end (Hub.settle's outcome): None for another attempt, else
     (the run's status, why it ends here: "" where the status says it all). spares: how many
-    spare hosts are left to take lost nodes' places."""
+    spare hosts are left to take lost nodes' places; restart_on: job.restart_on; last: the
+    outcome of the attempt before, if it failed (remote/host/retry.py)."""
     if outcome["status"] != "failed" or outcome["halted"]:
         return outcome["status"], ""
     if attempt >= restarts:
         return "failed", "no restarts left" if restarts else ""
     if outcome.get("isolated"):
         return "failed", "the run's hub was cut off: no restart"
+    if 0 in outcome.get("bad", {}):
+        return "failed", "node 0's host is bad, and no spare takes the hub's place"
+    why = retry.why_not(restart_on, last, outcome)
+    if why is not None:
+        return "failed", why
     if len(outcome["lost"]) > spares:
         return "failed", "no spare host left to take its place"
     return None
@@ -602,12 +627,12 @@ class HubLink:
             self.attempt, self.ending = attempt, None
             self.delivered.clear()
 
-    def end(self, status, reason, echo=False):
+    def end(self, status, reason, echo=False, facts=None):
         """Our job ended: say so (now, or once connected), so the hub need not wait for us."""
         if self.addr is None:  # the hub's address may still come: a lease from now
             self.heard = time.monotonic()
         self.ending = {"t": "end", "attempt": self.attempt, "status": status, "reason": reason,
-                       "echo": echo}  # fmt: skip
+                       "echo": echo, "facts": facts}  # fmt: skip
         self._say(self.ending, self.delivered)
 
     def halt(self, status, reason):

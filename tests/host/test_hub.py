@@ -277,6 +277,44 @@ def test_what_follows_an_attempt(
     assert hubmod.next_step(out, attempt, restarts, spares) == want
 
 
+def test_restart_on_and_no_progress_end_the_chain() -> None:
+    """job.restart_on and an attempt that got no further (remote/host/retry.py) end it."""
+    out = {**outcome(), "cause": "failed", "code": 7, "rank": 3, "lines": 40}
+    assert hubmod.next_step(out, 0, 3, 0, [137]) == (
+        "failed", "job.restart_on does not name exit 7",
+    )  # fmt: skip
+    assert hubmod.next_step(out, 0, 3, 0, [7]) is None
+    assert hubmod.next_step(out, 1, 3, 0, None, {**out, "lines": 40}) == (
+        "failed", "no progress: it failed as the last attempt did, no further",
+    )  # fmt: skip
+    assert hubmod.next_step(out, 1, 3, 0, None, {**out, "lines": 39}) is None
+    bad0 = {**out, "bad": {0: ("node0", "GPU 1 on node0: Xid 79")}}
+    assert hubmod.next_step(bad0, 0, 3, 3) == (
+        "failed", "node 0's host is bad, and no spare takes the hub's place",
+    )  # fmt: skip
+
+
+def test_a_bad_host_is_told_it_is_over_and_needs_a_spare() -> None:
+    """Its GPU failed: the others stop, its supervisor leaves, a spare must take its place."""
+    h, stops = hub(3)
+    links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    joined(h, *links)
+    why = "GPU 3 (00000000:5D:00.0) on node1: Xid 79: GPU has fallen off the bus."
+    facts = {"cause": "gpu", "rank": None, "code": None, "lines": 12, "bad": True, "host": "node1"}
+    links[0].end("failed", why, facts=facts)
+    assert stops.event.wait(3) and stops.said == [(why, 1)]
+    assert links[0].word() is None and links[0].over == f"this host is bad for the run: {why}"
+    links[1].end("stopped", why)
+    h.own_end("stopped", why)
+    out = h.settle()
+    assert (out["reason"], out["cause"], out["lost"]) == (why, "gpu", [1])
+    assert out["bad"] == {1: ("node1", why)}
+    assert hubmod.next_step(out, 0, 1, 0) == ("failed", "no spare host left to take its place")
+    assert hubmod.next_step(out, 0, 1, 1) is None
+
+
 def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
     h, _ = hub(3)
     links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]

@@ -140,3 +140,25 @@ async def test_a_hang_the_launcher_sees_is_word_from_node_0(tmp_path: Path) -> N
     (alert,) = [e for e in events if isinstance(e, Alert) and e.event == "hang"]
     assert alert.wanted and "no rank printed a line for" in alert.message
     assert notified.read_text().startswith("hang: no rank printed a line for")
+
+
+async def test_restart_on_ends_the_run_for_an_exit_it_does_not_name(tmp_path: Path) -> None:
+    """Node 1 exits 3; job.restart_on names only 5 and hangs: no restart, said why."""
+    inv = write(tmp_path, 2, "0", 0.2, restarts=2, restart_on=[5, "hang"])
+    fin, events = await run(inv, tmp_path)
+    assert (fin.status, [a.status for a in fin.attempts]) == ("failed", ["failed"])
+    [alert] = [e for e in events if isinstance(e, Alert)]
+    assert alert.message == "node1 failed (exit 3); job.restart_on does not name exit 3"
+    assert not [e for e in events if isinstance(e, RunRestarting)]
+
+
+async def test_an_attempt_that_gets_no_further_stops_the_chain(tmp_path: Path) -> None:
+    """Node 1 fails the same way after the same line every attempt: the second such failure
+    ends the run, two restarts left unused."""
+    inv = write(tmp_path, 2, "0,1,2,3", 0.2, restarts=3)
+    fin, events = await run(inv, tmp_path)
+    assert [a.status for a in fin.attempts] == ["failed", "failed"]
+    last = [e for e in events if isinstance(e, Alert)][-1]
+    assert last.message == (
+        "node1 failed (exit 3); no progress: it failed as the last attempt did, no further"
+    )
