@@ -159,6 +159,16 @@ class RunRestarting(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class BadHost(Event):
+    """The run's hub will not use this host again (its GPUs or NICs failed): a spare takes
+    its node rank."""
+
+    host: str
+    node_rank: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Alert(Event):
     """Something happened that job.notify tells of (its command runs on node 0's host):
     failed, succeeded, lost, stopped, restarted or hang. wanted: one of the events asked for
@@ -367,6 +377,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
         RunStarted,
+        BadHost,
         HostState,
         NodeStarted,
         NodeRanks,

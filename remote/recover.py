@@ -63,7 +63,8 @@ class Recovery:
                 await self._start(k, attempt, lost.name)
                 return True
             lost = dataclasses.replace(lost, name=f"node {k}")
-        run.emit(Notice("warning", f"{lost.name} was lost: a spare host takes node {k}'s place"))
+        state = "is bad for the run" if lost.name in run.bad else "was lost"
+        run.emit(Notice("warning", f"{lost.name} {state}: a spare host takes node {k}'s place"))
         for j, spare in self._candidates():
             why = await self._check(j, spare, k)
             if run.gang.user_stop:  # stopped meanwhile: the hub ends the run, no spare needed

@@ -22,7 +22,16 @@ from typing import Any
 
 from . import flight, hang, nodemsg, recover, runs
 from . import plan as planner
-from .events import ChecksDone, Event, Failure, HangDetected, Notice, RunFinished, RunStarted
+from .events import (
+    BadHost,
+    ChecksDone,
+    Event,
+    Failure,
+    HangDetected,
+    Notice,
+    RunFinished,
+    RunStarted,
+)
 from .exits import EXIT_FAILED as EXIT_FAILED  # re-exported: callers take them from here
 from .exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from .exits import EXIT_OK as EXIT_OK
@@ -94,6 +103,7 @@ class Run:
         self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
         self.stop_now = False
         self.leftovers: list[str] = []  # what a stop could not kill
+        self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
         job = inv.job
         self.gang = Gang(
             self.run_id, self.fleet, self.emit, job.link_timeout, job.stop_grace,
@@ -438,6 +448,10 @@ class Run:
         if isinstance(event, HangDetected):  # job.notify's command runs on node 0's host
             self.gang.say(0, f"{protocol.SAY_NOTIFY} hang {hang.describe(event)}")
         self._hang.feed(event)
+        if isinstance(event, BadHost) and event.host not in self.bad:
+            self.bad[event.host] = event.why
+            if self.recorder is not None and not self.recorder.passive:  # a later launch warns
+                runs.write_info(self.run_dir, bad_hosts=self.bad)
         if self.recorder is not None:
             self.recorder(event)
         self._emit_to(event)

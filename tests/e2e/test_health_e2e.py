@@ -7,11 +7,13 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import nvidia_smi
 import pytest
+from e2etools import Cli, assert_nothing_left, wait_for
 from testhosts import REPO, TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -52,3 +54,54 @@ def test_a_sick_gpu_fails_its_hosts_checks(sick_node0: TestCluster, tmp_path: Pa
     [row] = [line for line in lines if line.startswith("node0 ")]
     assert row.rstrip().endswith("FAILED")
     assert not any(line.startswith("FAIL node1") for line in lines)  # a CPU host: nothing read
+
+
+@pytest.fixture
+def gpu_node1(cluster: TestCluster, tmp_path: Path) -> Iterator[tuple[TestCluster, Path, Path]]:
+    """node1 with a healthy H100 recording it can be made sick in, and a journal of its own."""
+    machine = tmp_path / "h100"
+    shutil.copytree(nvidia_smi.DATA / nvidia_smi.H100_BUSY, machine)
+    journal = tmp_path / "journal.txt"
+    journal.write_text("kernel: Linux version 6.8.0-49-generic\n")
+    cluster.put_tool(1, "nvidia-smi", nvidia_smi.stand_in(str(machine)))
+    cluster.put_tool(1, "journalctl", f"#!/bin/sh\ncat {journal}\n")
+    try:
+        yield cluster, machine, journal
+    finally:
+        for tool in ("nvidia-smi", "journalctl"):
+            (cluster.hosts[1].bin_dir / tool).unlink(missing_ok=True)
+
+
+def test_a_gpu_failing_mid_run_ends_the_attempt_and_a_spare_takes_its_node(
+    gpu_node1: tuple[TestCluster, Path, Path], tmp_path: Path
+) -> None:
+    """Mid-run, node1's GPU 3 counts an uncorrectable ECC error and the kernel logs an Xid 79:
+    the attempt ends within 15 s naming the GPU, node1 is bad, and spare node2 takes node 1."""
+    cluster, machine, journal = gpu_node1
+    job = {"script": "examples/train.py", "nproc_per_node": 2, "master_port": 29634,
+           "args": ["--epochs", "40", "--step-time", "0.05"], "restarts": 1,
+           "restart_delay": 0.5}  # fmt: skip
+    spare = {"host": cluster.hosts[2].addr, "name": "node2", "spare": True}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1, spare])
+    cli = Cli(inv, tmp_path / "run")
+    run_id = cli.run_id()
+    wait_for(lambda: "[r0 node0] epoch 1:" in cli.stdout, 180, "the second epoch")
+    shutil.copy(nvidia_smi.DATA / "health" / "ecc" / "health.csv", machine / "health.csv")
+    with journal.open("a") as f:
+        f.write("kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=4242, name=python3, "
+                "GPU has fallen off the bus.\n")  # fmt: skip
+    began = time.monotonic()
+    cause = "GPU 3 (00000000:5D:00.0) on node1: 2 uncorrectable ECC errors"
+    wait_for(lambda: cause in cli.stderr, 30, "the attempt to end for the GPU")
+    took = time.monotonic() - began
+    assert took < 15, f"{took:.1f} s"
+    assert cli.wait(240) == 0, cli.stderr
+    summary = cli.summary()
+    first, second = summary["attempts"]
+    assert (first["status"], first["failure"]["host"]) == ("failed", "node1")
+    assert first["failure"]["message"] == cause
+    assert second["status"] == "succeeded"
+    assert "node1 is bad for the run: a spare host takes node 1's place" in cli.stderr
+    assert "node2 takes node1's place as node 1 from attempt 2" in cli.stderr
+    assert summary["bad_hosts"] == [{"host": "node1", "node": 1, "why": cause}]
+    assert_nothing_left(cluster, run_id, timeout=30)
