@@ -173,6 +173,8 @@ class Run:
         # auto: known once the GPUs are counted; spawn: the script decides
         world = None if auto or inv.job.launcher == "spawn" else sum(self.nprocs())
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
+        for text in runs.bad_before(inv, self.run_id):
+            self.emit(Notice("warning", text))
         if not await self._until_stopped(self.preflight.run()) or self.stopping:
             return self._finish()
         if self.deep is not None and not await self._until_stopped(self._deep_check()):
