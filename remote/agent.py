@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import pace, shipper
-from .host import protocol, wire
-from .transport import HostError, Process, Transport
+from ddptui.remote import pace, shipper
+from ddptui.remote.host import protocol, wire
+from ddptui.remote.transport import HostError, Process, Transport
 
 READ = 1 << 18
 PACED_READ = 1 << 14  # a read's frames are one unit of paced line work (remote/pace.py)

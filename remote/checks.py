@@ -11,10 +11,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from . import container_checks
-from .events import ChecksDone, Finding, Gpu, HostChecked
-from .inventory import Inventory
-from .plan import NO_MASTER, is_loopback
+from ddptui.remote import container_checks
+from ddptui.remote.events import ChecksDone, Finding, Gpu, HostChecked
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.plan import NO_MASTER, is_loopback
 
 BUSY_MIB = 1024  # memory in use with no process in sight: a job of another container or user
 LOW_DISK_GIB = 5.0

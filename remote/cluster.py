@@ -16,13 +16,13 @@ import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import deepcheck, stacks
-from .events import ChecksDone, DeepChecked, Event, HostState
-from .fleet import Fleet
-from .inventory import Inventory
-from .preflight import Preflight
-from .run import fleet_for
-from .transport import Transport
+from ddptui.remote import deepcheck, stacks
+from ddptui.remote.events import ChecksDone, DeepChecked, Event, HostState
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.preflight import Preflight
+from ddptui.remote.run import fleet_for
+from ddptui.remote.transport import Transport
 
 LOST = "connection lost (c checks again)"
 WATCH_AFTER_S = 0.5  # after the checks, before the monitors start: the table is drawn

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .events import Finding
+from ddptui.remote.events import Finding
 
 if TYPE_CHECKING:  # checks.py calls judge(): no import cycle at run time
-    from .checks import Add, Level
+    from ddptui.remote.checks import Add, Level
 
 SHM_LOW = 1 << 30  # NCCL's shared-memory transport in a 64 MiB /dev/shm: "Bus error"
 GPU_HELP = {

@@ -19,13 +19,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import fabric
-from .events import DeepChecked, DeepProgress, Event, Finding, LogBatch, Notice, RunFinished
-from .fleet import Fleet
-from .host import protocol
-from .host.fabric import MARK, PROGRESS
-from .inventory import Inventory
-from .run import Run, new_run_id
+from ddptui.remote import fabric
+from ddptui.remote.events import (
+    DeepChecked,
+    DeepProgress,
+    Event,
+    Finding,
+    LogBatch,
+    Notice,
+    RunFinished,
+)
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.host import protocol
+from ddptui.remote.host.fabric import MARK, PROGRESS
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.run import Run, new_run_id
 
 SECONDS = 60.0  # --deep-seconds: the whole deep check, start to verdict
 STARTUP_S = 15.0  # of it, what torchrun and `import torch` take before the worker's clock

@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from .events import Finding
-from .host.fabric import DCGM_ARGV, MARK, VERSION, bus_factor, rate_text, size_text
+from ddptui.remote.events import Finding
+from ddptui.remote.host.fabric import DCGM_ARGV, MARK, VERSION, bus_factor, rate_text, size_text
 
 MAX_LINE = 8 << 20  # characters: ~200 bytes a rank, 16 KiB of dcgmi a host, at 2,048 GPUs
 MAX_TEXT = 200  # a name or a message, as shown

@@ -13,8 +13,8 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from operator import itemgetter
 
-from .events import Failure
-from .nodemsg import RankEnd
+from ddptui.remote.events import Failure
+from ddptui.remote.nodemsg import RankEnd
 
 TRACEBACK_START = "Traceback (most recent call last):"
 TAIL = 60  # stderr lines kept per rank, enough for the end of a traceback

@@ -20,8 +20,8 @@ import random
 import weakref
 from collections.abc import AsyncIterator
 
-from .sshlib import asyncssh
-from .transport import HostError, Transport
+from ddptui.remote.sshlib import asyncssh
+from ddptui.remote.transport import HostError, Transport
 
 FANOUT = 64
 PER_SSHD = 8

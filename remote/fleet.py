@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from . import fanout
-from .agent import Agent
-from .events import Event, HostState
-from .inventory import Host
-from .monitor import Monitor
-from .transport import HostError, Transport, for_host, routable
+from ddptui.remote import fanout
+from ddptui.remote.agent import Agent
+from ddptui.remote.events import Event, HostState
+from ddptui.remote.inventory import Host
+from ddptui.remote.monitor import Monitor
+from ddptui.remote.transport import HostError, Transport, for_host, routable
 
 Emit = Callable[[Event], None]
 T = TypeVar("T")

@@ -22,9 +22,9 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from . import nodemsg
-from .agent import Channel
-from .events import (
+from ddptui.remote import nodemsg
+from ddptui.remote.agent import Channel
+from ddptui.remote.events import (
     Alert,
     Event,
     Failure,
@@ -37,13 +37,13 @@ from .events import (
     RunRestarting,
     Stream,
 )
-from .failures import FailureTracker
-from .fleet import Fleet
-from .host import protocol
-from .link import Item, NodeLink, Record
-from .progress import Watch
-from .transport import HostError
-from .verdict import Attempts, Verdict
+from ddptui.remote.failures import FailureTracker
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.host import protocol
+from ddptui.remote.link import Item, NodeLink, Record
+from ddptui.remote.progress import Watch
+from ddptui.remote.transport import HostError
+from ddptui.remote.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
 # A line as a rank's is spooled, `[<global rank>]:text`; \d is what int() reads.

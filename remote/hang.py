@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from . import fold
-from .events import (
+from ddptui.remote import fold
+from ddptui.remote.events import (
     Event,
     GpuStats,
     HangDetected,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from . import fold, openssh, schema
+from ddptui.remote import fold, openssh, schema
 
 CONFIG = "~/.ssh/config"
 MAX_DEPTH = 16  # Include within Include: OpenSSH's own limit

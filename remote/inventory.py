@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import fold
+from ddptui.remote import fold
 
 EnvValue = str | int | float | bool
 # Durations and sizes: numbers only (`yes` is not 1 second), finite, and above zero.

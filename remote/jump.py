@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from . import openssh
-from .inventory import Host
-from .sshlib import asyncssh
+from ddptui.remote import openssh
+from ddptui.remote.inventory import Host
+from ddptui.remote.sshlib import asyncssh
 
 # One hop, found: (the host to connect to, asyncssh's options for it, its own ProxyJump).
 Hop = tuple[str, dict[str, Any], str | None]

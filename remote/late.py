@@ -18,16 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .agent import Agent
-from .events import Event, LogBatch, Notice
-from .fleet import Fleet
-from .gang import STREAMS, untag
-from .host import protocol
-from .inventory import Host
-from .link import Item, NodeLink, Record
-from .record import Recorder, replace_private
-from .runs import SUMMARY, RunError, RunRecord
-from .transport import HostError
+from ddptui.remote.agent import Agent
+from ddptui.remote.events import Event, LogBatch, Notice
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.gang import STREAMS, untag
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Host
+from ddptui.remote.link import Item, NodeLink, Record
+from ddptui.remote.record import Recorder, replace_private
+from ddptui.remote.runs import SUMMARY, RunError, RunRecord
+from ddptui.remote.transport import HostError
 
 READ_TIMEOUT = 120.0  # one host's spool, from where the logs stop to its end
 

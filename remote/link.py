@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import pace
-from .agent import Agent, Channel
-from .host import protocol, wire
+from ddptui.remote import pace
+from ddptui.remote.agent import Agent, Channel
+from ddptui.remote.host import protocol, wire
 
 # How long lines may wait for the node's next ones: half the dashboard's frame (it draws at
 # 5 Hz). 50 ms made 10k batches a second at 4,096 ranks, the dashboard's process at a whole

@@ -14,12 +14,12 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import probe
-from .events import Event, Gpu, GpuStats
-from .host import protocol
+from ddptui.remote import probe
+from ddptui.remote.events import Event, Gpu, GpuStats
+from ddptui.remote.host import protocol
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from ddptui.remote.agent import Agent
 
 INTERVAL = 2.0  # seconds between samples
 

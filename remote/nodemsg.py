@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .host import protocol, wire
+from ddptui.remote.host import protocol, wire
 
 TEXT_MAX = 4096  # characters of any one reason or message kept
 

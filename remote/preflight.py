@@ -17,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import checks as checker
-from . import flight, probe, sync
-from .agent import AgentError
-from .events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
-from .fleet import Fleet
-from .inventory import Host, Inventory
-from .transport import HostError
+from ddptui.remote import checks as checker
+from ddptui.remote import flight, probe, sync
+from ddptui.remote.agent import AgentError
+from ddptui.remote.events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.transport import HostError
 
 Emit = Callable[[Event], None]
 

@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import checks, visible
-from .events import Gpu, GpuProcess, HostChecked
-from .host import protocol
-from .inventory import Host, Job
-from .transport import HostError
+from ddptui.remote import checks, visible
+from ddptui.remote.events import Gpu, GpuProcess, HostChecked
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Host, Job
+from ddptui.remote.transport import HostError
 
 if TYPE_CHECKING:
-    from .agent import Agent
+    from ddptui.remote.agent import Agent
 
 GPU_FIELDS = (
     "index",

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .events import Event, Progress, RankProgress, TrackerLink
-from .host.progress import Tracker
+from ddptui.remote.events import Event, Progress, RankProgress, TrackerLink
+from ddptui.remote.host.progress import Tracker
 
 EVERY_S = 1.0  # Progress at most this often
 

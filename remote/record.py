@@ -33,7 +33,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
-from .events import (
+from ddptui.remote.events import (
     AttemptResult,
     Event,
     GpuStats,

@@ -18,16 +18,16 @@ import dataclasses
 import secrets
 from typing import TYPE_CHECKING
 
-from . import inventory, probe, runs, sync
-from .events import Notice
-from .gang import Node
-from .host import protocol
-from .inventory import Host
-from .transport import HostError
+from ddptui.remote import inventory, probe, runs, sync
+from ddptui.remote.events import Notice
+from ddptui.remote.gang import Node
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Host
+from ddptui.remote.transport import HostError
 
 if TYPE_CHECKING:
-    from .nodemsg import Restart
-    from .run import Run
+    from ddptui.remote.nodemsg import Restart
+    from ddptui.remote.run import Run
 
 DETACHED = (
     "a lost host's place goes to a spare only while ddptui is attached (a spare needs a "

@@ -20,22 +20,32 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import flight, hang, nodemsg, recover, runs
-from . import plan as planner
-from .events import ChecksDone, Event, Failure, HangDetected, Notice, RunFinished, RunStarted
-from .exits import EXIT_FAILED as EXIT_FAILED  # re-exported: callers take them from here
-from .exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from .exits import EXIT_OK as EXIT_OK
-from .exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
-from .exits import EXIT_USAGE as EXIT_USAGE
-from .fleet import Fleet
-from .gang import Gang, Node
-from .host import protocol
-from .inventory import Inventory
-from .preflight import Preflight
-from .progress import Watch
-from .record import Recorder
-from .transport import HostError, Transport
+from ddptui.remote import flight, hang, nodemsg, recover, runs
+from ddptui.remote import plan as planner
+from ddptui.remote.events import (
+    ChecksDone,
+    Event,
+    Failure,
+    HangDetected,
+    Notice,
+    RunFinished,
+    RunStarted,
+)
+from ddptui.remote.exits import (
+    EXIT_FAILED as EXIT_FAILED,  # re-exported: callers take them from here
+)
+from ddptui.remote.exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from ddptui.remote.exits import EXIT_OK as EXIT_OK
+from ddptui.remote.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from ddptui.remote.exits import EXIT_USAGE as EXIT_USAGE
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.gang import Gang, Node
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.preflight import Preflight
+from ddptui.remote.progress import Watch
+from ddptui.remote.record import Recorder
+from ddptui.remote.transport import HostError, Transport
 
 SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui plot`)
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
@@ -220,7 +230,7 @@ class Run:
 
     async def _deep_check(self) -> bool:
         """The fabric measured first; a failure refuses the launch, as a failed check does."""
-        from . import deepcheck
+        from ddptui.remote import deepcheck
 
         assert self.deep is not None
         done = await deepcheck.run(
@@ -346,7 +356,7 @@ class Run:
         await hang.guard(self._hang, self.emit, self._capture_stacks)
 
     async def _capture_stacks(self) -> object:
-        from . import stacks  # at a stall only: not part of every launch's start
+        from ddptui.remote import stacks  # at a stall only: not part of every launch's start
 
         flight = self.inv.job.nccl.flight_recorder
         return await stacks.capture(self.fleet, self.run_id, self.run_dir, self.emit, flight=flight)

@@ -17,13 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import inventory
-from .fleet import Fleet
-from .host import protocol
-from .inventory import Host, Inventory
-from .record import SERIES, RunDirError, check_private, private_dir, replace_private, write_private
-from .runlist import RUN_JSON, root
-from .transport import HostError
+from ddptui.remote import inventory
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.record import (
+    SERIES,
+    RunDirError,
+    check_private,
+    private_dir,
+    replace_private,
+    write_private,
+)
+from ddptui.remote.runlist import RUN_JSON, root
+from ddptui.remote.transport import HostError
 
 INVENTORY, SUMMARY = "inventory.yaml", "summary.json"
 # A run's status: from its summary, else from its hosts' supervisors.
@@ -146,7 +153,7 @@ async def statuses(records: Sequence[RunRecord]) -> None:
     """Fill each record's status: its summary's, or what its hosts' supervisors say. A run
     that ended with a host lost has the lines that host printed meanwhile read now, if it
     can be reached (remote/late.py)."""
-    from . import late  # it reads run records: imported here, not at the top
+    from ddptui.remote import late  # it reads run records: imported here, not at the top
 
     unread = [r for r in records if r.summary is not None and r.summary.get("unread")]
     await asyncio.gather(*(late.fetch(r) for r in unread))

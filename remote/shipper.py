@@ -20,7 +20,7 @@ import zlib
 from functools import cache
 from pathlib import Path
 
-from .host import wire
+from ddptui.remote.host import wire
 
 HOST = Path(__file__).parent / "host"
 

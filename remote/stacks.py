@@ -20,14 +20,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import flight as recorder
-from . import fold
-from .checks import PTRACE_NEEDED
-from .events import Event, Notice, StacksCaptured
-from .fleet import Fleet
-from .host import protocol
-from .record import private_dir, replace_private
-from .transport import HostError
+from ddptui.remote import flight as recorder
+from ddptui.remote import fold
+from ddptui.remote.checks import PTRACE_NEEDED
+from ddptui.remote.events import Event, Notice, StacksCaptured
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.host import protocol
+from ddptui.remote.record import private_dir, replace_private
+from ddptui.remote.transport import HostError
 
 TIMEOUT = 60.0
 FLIGHT_WAIT = 15.0  # seconds the ranks have to write their traces (a first dump: ~5 s here)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import jump, openssh
-from .inventory import Host
-from .sshlib import asyncssh
+from ddptui.remote import jump, openssh
+from ddptui.remote.inventory import Host
+from ddptui.remote.sshlib import asyncssh
 
 CONNECT_TIMEOUT = 10.0
 KEEPALIVE = 5.0  # a silent host is declared lost after KEEPALIVE * 3 seconds

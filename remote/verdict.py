@@ -23,11 +23,11 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .events import AttemptResult, Failure, HostStatus, RunStatus
-from .exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
-from .failures import describe_exit, first
-from .host import protocol
-from .nodemsg import Exit, StartError
+from ddptui.remote.events import AttemptResult, Failure, HostStatus, RunStatus
+from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
+from ddptui.remote.failures import describe_exit, first
+from ddptui.remote.host import protocol
+from ddptui.remote.nodemsg import Exit, StartError
 
 # Why a node stopped that the launcher did not stop: a `ddptui stop` (another launcher), the
 # run's hub (another node failed or was lost), or its lease (no launcher heard from).

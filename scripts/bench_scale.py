@@ -70,8 +70,8 @@ from bench_common import (
 )
 from testhosts import FIRST_HOST_OCTET, TestCluster
 
-from remote import fanout, inventory, openssh
-from remote.transport import SSHTransport
+from ddptui.remote import fanout, inventory, openssh
+from ddptui.remote.transport import SSHTransport
 
 SCRIPT = REPO / "tests" / "data" / "light_job.py"
 HELLO = b"hello from node"
@@ -244,7 +244,7 @@ def dashboard() -> int:
 async def dashboard_keys(work: Path, n: int) -> dict[str, list[float]]:
     from apptools import H100, FakeClusters, fake_app, settle
 
-    from remote.events import Event, GpuStats, HostState, NodeStarted, RunStarted
+    from ddptui.remote.events import Event, GpuStats, HostState, NodeStarted, RunStarted
 
     names = [f"n{k:03d}" for k in range(n)]
 

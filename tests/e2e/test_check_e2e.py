@@ -16,9 +16,9 @@ import pytest
 from probetools import preflight
 from testhosts import REPO, TestCluster
 
-from remote import inventory, monitor
-from remote.events import Event, GpuStats, HostChecked
-from remote.run import Run
+from ddptui.remote import inventory, monitor
+from ddptui.remote.events import Event, GpuStats, HostChecked
+from ddptui.remote.run import Run
 
 JOB = {"script": "examples/train.py", "master_port": 29631}
 
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 
 def ddptui(*args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=180)
 
 

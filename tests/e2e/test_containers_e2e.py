@@ -18,7 +18,7 @@ import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, wait_for
 from testhosts import TestCluster
 
-from remote.host import container
+from ddptui.remote.host import container
 
 pytestmark = pytest.mark.e2e
 HOSTS = (0, 1, 2)
@@ -105,7 +105,7 @@ def test_stacks_read_every_rank_inside_its_container(podman: TestCluster, tmp_pa
            "stop_grace": 2}  # fmt: skip
     inv = inventory(podman, tmp_path / "inv.yaml", job, hosts=(0, 1))
     launch = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--headless", "launch", "-i", str(inv), "--detach",
+        [sys.executable, "-m", "ddptui.tui.cli", "--headless", "launch", "-i", str(inv), "--detach",
          "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip

@@ -17,7 +17,7 @@ import pytest
 from e2etools import Cli, wait_for
 from testhosts import REPO, pids_with_env
 
-from remote.host import container
+from ddptui.remote.host import container
 
 pytestmark = pytest.mark.e2e
 

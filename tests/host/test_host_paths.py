@@ -17,9 +17,9 @@ import pytest
 from probetools import free_port, levels, local_inventory, run_probe, with_agent
 from probetools import message as _message
 
-from remote import inventory, shipper
-from remote.agent import Agent
-from remote.host import daemon, protocol
+from ddptui.remote import inventory, shipper
+from ddptui.remote.agent import Agent
+from ddptui.remote.host import daemon, protocol
 
 
 def tilde(word: str, home: str) -> str:

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from apptools import write_inventory
 
-from remote import inventory, stacks
-from remote.events import Event, LogBatch, Notice, StacksCaptured
-from remote.host import stacks as host_stacks
-from remote.run import Run, fleet_for
+from ddptui.remote import inventory, stacks
+from ddptui.remote.events import Event, LogBatch, Notice, StacksCaptured
+from ddptui.remote.host import stacks as host_stacks
+from ddptui.remote.run import Run, fleet_for
 
 DATA = Path(__file__).parents[1] / "data"
 SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))

@@ -13,11 +13,11 @@ import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
 
-from remote import monitor
-from remote.agent import Agent
-from remote.events import Event, GpuStats
-from remote.inventory import Host
-from remote.transport import LocalTransport
+from ddptui.remote import monitor
+from ddptui.remote.agent import Agent
+from ddptui.remote.events import Event, GpuStats
+from ddptui.remote.inventory import Host
+from ddptui.remote.transport import LocalTransport
 
 HOST = Host(
     0, "localhost", "gpu-a", "local", None, None, None, None, sys.executable, None, {}, None

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remote.host import daemon, wire
-from remote.host.spool import Spool, Trimmed
+from ddptui.remote.host import daemon, wire
+from ddptui.remote.host.spool import Spool, Trimmed
 
 
 def feed_in_pieces(reader: Any, data: bytes, cuts: list[int]) -> list[Any]:
@@ -156,7 +156,7 @@ class FakeAgent:
 
 
 async def test_a_new_channel_resumes_at_the_last_whole_record() -> None:
-    from remote.link import NodeLink, Record
+    from ddptui.remote.link import NodeLink, Record
 
     a, b, c = (wire.record(b"1", i, f"line {i}\n".encode()) for i in range(3))
     got: list[object] = []

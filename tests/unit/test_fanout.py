@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import fanout, inventory
-from remote.transport import HostError, Transport
+from ddptui.remote import fanout, inventory
+from ddptui.remote.transport import HostError, Transport
 
 
 @pytest.fixture(autouse=True)

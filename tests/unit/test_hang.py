@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from remote import fold, hang
-from remote.events import (
+from ddptui.remote import fold, hang
+from ddptui.remote.events import (
     Event,
     Gpu,
     GpuStats,

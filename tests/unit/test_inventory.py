@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import inventory, plan
-from remote.inventory import Container, InventoryError
+from ddptui.remote import inventory, plan
+from ddptui.remote.inventory import Container, InventoryError
 
 GOOD = """\
 defaults:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from remote.late import Unread, _store
-from remote.record import Recorder
+from ddptui.remote.late import Unread, _store
+from ddptui.remote.record import Recorder
 
 
 def test_each_log_gets_one_line_saying_its_lines_came_late(tmp_path: Path) -> None:

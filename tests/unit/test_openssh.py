@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from remote import inventory, jump, openssh
-from remote.sshlib import asyncssh
-from remote.transport import HostError, SSHTransport
+from ddptui.remote import inventory, jump, openssh
+from ddptui.remote.sshlib import asyncssh
+from ddptui.remote.transport import HostError, SSHTransport
 
 pytestmark = pytest.mark.skipif(openssh.client() is None, reason="no OpenSSH client")
 
@@ -310,7 +310,7 @@ DEFAULTS = ("known_hosts", "known_hosts2")
 PROBE = """
 import asyncio, json, sys
 sys.path.insert(0, {repo!r})
-from remote import jump, openssh
+from ddptui.remote import jump, openssh
 calls = []
 async def connect(host, **options):
     calls.append([host, options["username"], options["port"], options["known_hosts"]])
@@ -322,8 +322,8 @@ async def connect(host, **options):
     return C()
 jump.asyncssh.connect = connect
 jump.known_hosts = lambda files: list(files)
-from remote.inventory import parse
-from remote.transport import SSHTransport
+from ddptui.remote.inventory import parse
+from ddptui.remote.transport import SSHTransport
 from pathlib import Path
 h = parse('hosts: [{{host: gpu1}}]\\njob: {{script: t}}\\n', Path("i.yaml")).hosts[0]
 asyncio.run(SSHTransport(h).connect())

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from remote import pace
+from ddptui.remote import pace
 
 
 async def test_no_pacer_unless_installed() -> None:

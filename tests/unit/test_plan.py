@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import inventory, plan
-from remote.plan import SCRATCH
+from ddptui.remote import inventory, plan
+from ddptui.remote.plan import SCRATCH
 
 RUN = "20260101-000000-abcd"
 

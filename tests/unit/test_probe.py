@@ -19,12 +19,12 @@ from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200_BUSY
 from probetools import levels, local_inventory, preflight, run_probe, with_gpus
 from probetools import message as _message
 
-from remote import events, inventory, probe
-from remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
-from remote.host import probe as host_probe
-from remote.run import Run
-from remote.run import check as run_checks
-from remote.transport import HostError, LocalTransport
+from ddptui.remote import events, inventory, probe
+from ddptui.remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
+from ddptui.remote.host import probe as host_probe
+from ddptui.remote.run import Run
+from ddptui.remote.run import check as run_checks
+from ddptui.remote.transport import HostError, LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -282,7 +282,7 @@ def test_check_events_survive_json() -> None:
 def test_a_prepared_node_is_the_one_its_start_asks_for(tmp_path: Path) -> None:
     """The early spec a probe carries (a supervisor prepared meanwhile) is the start's own: else
     every host would boot a fresh one at the start."""
-    from remote.host import protocol
+    from ddptui.remote.host import protocol
 
     run = Run(local_inventory(tmp_path), lambda e: None)
     for k, node in enumerate(run.plan(run.nprocs()).nodes):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from remote.runs import judge
+from ddptui.remote.runs import judge
 
 HUB_LOST = "lost the run's hub (node 0's supervisor): not heard from for 60 s"
 PEER_LOST = "node 1 (node1) lost: its supervisor was not heard from for 60 s"

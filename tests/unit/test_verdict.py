@@ -3,9 +3,9 @@ outcome, from what the nodes said. Pure: no hosts."""
 
 from __future__ import annotations
 
-from remote.events import AttemptResult, Failure
-from remote.nodemsg import Exit, StartError
-from remote.verdict import Attempts, NodeEnding, Tracebacks, Verdict
+from ddptui.remote.events import AttemptResult, Failure
+from ddptui.remote.nodemsg import Exit, StartError
+from ddptui.remote.verdict import Attempts, NodeEnding, Tracebacks, Verdict
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
 

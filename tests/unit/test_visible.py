@@ -13,11 +13,11 @@ import pytest
 from nvidia_smi import A100, A100_MIG, DRIVER_ERROR, H100_BUSY
 from probetools import levels, local_inventory, preflight, run_probe, with_agent, with_gpus
 
-from remote import probe, visible
-from remote.fleet import Fleet
-from remote.inventory import Inventory
-from remote.preflight import Preflight
-from tui.headless.check import print_table
+from ddptui.remote import probe, visible
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.preflight import Preflight
+from ddptui.tui.headless.check import print_table
 
 
 def gpus_of(machine: str) -> list[visible.Gpu]:

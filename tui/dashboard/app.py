@@ -1,7 +1,7 @@
 """The dashboard: the cluster at a glance from the moment it opens, every rank's log live,
 launch / stop / restart, the first failure, every rank's stack when a job stalls.
 
-It renders the engine's events only: `remote.run.Run(inv, emit=...)` runs in a worker (group
+It renders the engine's events only: `ddptui.remote.run.Run(inv, emit=...)` runs in a worker (group
 "run") on the app's own loop. The app routes each event to the widgets that own what it
 changes (the hosts table, the log pane, the banner, the status bar) and each key to its
 action; the dashboard's own connections are Glance's (tui/dashboard/glance.py). Log lines go
@@ -27,8 +27,8 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from remote import inventory, openssh, pace, runs
-from remote.events import (
+from ddptui.remote import inventory, openssh, pace, runs
+from ddptui.remote.events import (
     Alert,
     ChecksDone,
     CodeSynced,
@@ -45,9 +45,9 @@ from remote.events import (
     RunRestarting,
     RunStarted,
 )
-from remote.failures import first
-from remote.fleet import Fleet
-from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
+from ddptui.remote.failures import first
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
 from ..text import run_ended
 from . import hostshell
@@ -81,7 +81,7 @@ FIND_HINTS = {"hosts": "find hosts: name or address", "views": "find views: r12,
 
 
 class RunLike(Protocol):
-    """What the app needs of a run (`remote.run.Run`; tests and the benchmark may fake it)."""
+    """What the app needs of a run (`Run`; tests and the benchmark may fake it)."""
 
     run_id: str
 

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from remote.events import Gpu
+from ddptui.remote.events import Gpu
 
 HISTORY = 150  # samples kept: 5 minutes at one every 2 s
 BARS = "▁▂▃▄▅▆▇█"

@@ -20,13 +20,13 @@ from typing import Any, Protocol
 from textual.app import App
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from remote.cluster import Cluster
-from remote.deepcheck import SECONDS as DEEP_SECONDS
-from remote.events import ChecksDone, DeepChecked, Event
-from remote.fleet import Fleet
-from remote.inventory import Host, Inventory
-from remote.monitor import Emit
-from remote.stacks import Report
+from ddptui.remote.cluster import Cluster
+from ddptui.remote.deepcheck import SECONDS as DEEP_SECONDS
+from ddptui.remote.events import ChecksDone, DeepChecked, Event
+from ddptui.remote.fleet import Fleet
+from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.monitor import Emit
+from ddptui.remote.stacks import Report
 
 from ..text import tilde
 from .messages import ClusterEvent
@@ -34,7 +34,7 @@ from .stacks_screen import StacksScreen
 
 
 class ClusterLike(Protocol):
-    """What the dashboard needs of its connections (`remote.cluster.Cluster`; tests fake it)."""
+    """What the dashboard needs of its connections (a `Cluster`; tests fake it)."""
 
     @property
     def fleet(self) -> Fleet | None: ...  # None: runs open their own

@@ -18,8 +18,8 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from remote import fold
-from remote.events import (
+from ddptui.remote import fold
+from ddptui.remote.events import (
     Event,
     Finding,
     Gpu,
@@ -29,7 +29,7 @@ from remote.events import (
     NodeRanks,
     NodeStarted,
 )
-from remote.inventory import Host
+from ddptui.remote.inventory import Host
 
 from .colours import theme_colour
 from .figures import GpuHistory, bars

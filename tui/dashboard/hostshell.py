@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from textual.app import SuspendNotSupported
 
-from remote import shell
-from remote.inventory import Host
+from ddptui.remote import shell
+from ddptui.remote.inventory import Host
 
 from .screens import HostDetailScreen
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from remote import late, runs
-from remote.events import (
+from ddptui.remote import late, runs
+from ddptui.remote.events import (
     Event,
     HostState,
     LogBatch,
@@ -27,7 +27,7 @@ from remote.events import (
     attempt_from,
     failure_from,
 )
-from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
 
 from ..text import RUN_COLUMNS, run_cells, run_row
 from .printer import Printer

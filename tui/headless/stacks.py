@@ -15,10 +15,10 @@ import json
 import sys
 from typing import TextIO
 
-from remote import runs
-from remote import stacks as dumper
-from remote.exits import EXIT_FAILED, EXIT_OK
-from remote.run import fleet_for
+from ddptui.remote import runs
+from ddptui.remote import stacks as dumper
+from ddptui.remote.exits import EXIT_FAILED, EXIT_OK
+from ddptui.remote.run import fleet_for
 
 from ..text import Fold
 from .console import isatty, terminal_safe
