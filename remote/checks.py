@@ -8,13 +8,14 @@ dict remote/probe.py builds; the `check` ids are what front-ends group and filte
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from ddptui.remote import container_checks
 from ddptui.remote.events import ChecksDone, Finding, Gpu, HostChecked
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.plan import NO_MASTER, is_loopback
+from ddptui.remote.stacks import PTRACE_NEEDED
 
 BUSY_MIB = 1024  # memory in use with no process in sight: a job of another container or user
 LOW_DISK_GIB = 5.0
@@ -224,11 +225,6 @@ def _stacks(add: Add, f: Mapping[str, Any]) -> None:
         add("ok", "py-spy", f"py-spy at {f['py_spy']} (ptrace allowed: {f['ptrace']})")
 
 
-PTRACE_NEEDED = (
-    "ptrace needs root, kernel.yama.ptrace_scope 0 or CAP_SYS_PTRACE (docker: --cap-add SYS_PTRACE)"
-)
-
-
 # -- across hosts ------------------------------------------------------------------------------
 
 
@@ -333,3 +329,30 @@ def nprocs(inv: Inventory, gpu_counts: Mapping[int, int]) -> list[int]:
     if isinstance(n, int):
         return [n] * len(inv.hosts)
     return [gpu_counts.get(h.node_rank) or h.gpus or 1 for h in inv.hosts]
+
+
+# -- node 0's address ---------------------------------------------------------------------------
+
+NO_MASTER = "node 0's address is not known; set job.master_addr"
+
+
+def master_problem(master: str, addrs: Sequence[str]) -> str | None:
+    """Why the other hosts cannot reach node 0 at `master`, if that is plain already: no
+    address at all, or a loopback one while they are elsewhere. None: the route check decides."""
+    if len(addrs) < 2:
+        return None
+    if not master:
+        return NO_MASTER
+    if is_loopback(master) and not all(is_loopback(a) for a in addrs[1:]):
+        return (
+            f"the master address {master} is a loopback address, which the other hosts "
+            "cannot reach node 0 at; set job.master_addr"
+        )
+    return None
+
+
+def is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return addr == "localhost"

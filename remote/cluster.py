@@ -18,10 +18,9 @@ from pathlib import Path
 
 from ddptui.remote import deepcheck, stacks
 from ddptui.remote.events import ChecksDone, DeepChecked, Event, HostState
-from ddptui.remote.fleet import Fleet
+from ddptui.remote.fleet import Fleet, fleet_for
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.preflight import Preflight
-from ddptui.remote.run import fleet_for
 from ddptui.remote.transport import Transport
 
 LOST = "connection lost (c checks again)"

@@ -21,7 +21,7 @@ from typing import TypeVar
 from ddptui.remote import fanout
 from ddptui.remote.agent import Agent
 from ddptui.remote.events import Event, HostState
-from ddptui.remote.inventory import Host
+from ddptui.remote.inventory import Host, Inventory
 from ddptui.remote.monitor import Monitor
 from ddptui.remote.transport import HostError, Transport, for_host, routable
 
@@ -180,3 +180,15 @@ async def connect_all(fleet: Fleet, emit: Emit) -> dict[int, str]:
 
     whys = await asyncio.gather(*(one(k) for k in range(len(fleet.transports))))
     return {k: why for k, why in enumerate(whys) if why is not None}
+
+
+def fleet_for(inv: Inventory, transports: Sequence[Transport] | None = None) -> Fleet:
+    """An agent per host: the nodes', then the spares' (those log in only when asked)."""
+    job = inv.job
+    return Fleet(
+        inv.everyone,
+        start_timeout=job.start_timeout,
+        lease=job.link_timeout,
+        transports=transports,
+        nnodes=len(inv.hosts),
+    )

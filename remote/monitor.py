@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ddptui.remote import probe
+from ddptui.remote import smi
 from ddptui.remote.events import Event, Gpu, GpuStats
 from ddptui.remote.host import protocol
 
@@ -37,7 +37,7 @@ class Monitor:
         self.host, self.node_rank = host.name, host.node_rank
         spec = {
             "interval": INTERVAL,
-            "smi": {"gpus": list(probe.GPU_QUERY[1:]), "apps": list(probe.APPS_QUERY[1:])},
+            "smi": {"gpus": list(smi.GPU_QUERY[1:]), "apps": list(smi.APPS_QUERY[1:])},
         }
         self._closed = asyncio.Event()
         self.channel = agent.open(protocol.MONITOR, spec, self._sample, self._end)
@@ -67,11 +67,11 @@ class Monitor:
 def parse(host: str, node_rank: int, msg: dict[str, Any]) -> GpuStats | None:
     """One sample → GpuStats, each GPU process with its owner; None if nvidia-smi failed."""
     smi = msg["smi"]
-    if probe.smi_error(smi["gpus"]) is not None:
+    if smi.smi_error(smi["gpus"]) is not None:
         return None  # the checks report a broken nvidia-smi; the figures just stay away
-    rows = probe.parse_gpus(smi["gpus"]["out"])
+    rows = smi.parse_gpus(smi["gpus"]["out"])
     apps = smi.get("apps") or {}
-    gpus = probe.attach_processes(rows, apps.get("out", "") if apps.get("code") == 0 else "")
+    gpus = smi.attach_processes(rows, apps.get("out", "") if apps.get("code") == 0 else "")
     return GpuStats(host, node_rank, _with_owners(gpus, msg.get("owners") or {}))
 
 

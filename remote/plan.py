@@ -9,7 +9,6 @@ Every launch style from the field is planned here (job.launcher):
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ from ddptui.remote.inventory import Host, Inventory
 SCRATCH = "{ddptui-scratch}"
 # The interface variables `nccl.socket_ifname` sets; gloo needs a concrete name (design §2).
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-NO_MASTER = "node 0's address is not known; set job.master_addr"
 
 
 @dataclass(frozen=True)
@@ -108,28 +106,6 @@ def build(
         master_addr=master_addr,
         notices=tuple(notices),
     )
-
-
-def master_problem(master: str, addrs: Sequence[str]) -> str | None:
-    """Why the other hosts cannot reach node 0 at `master`, if that is plain already: no
-    address at all, or a loopback one while they are elsewhere. None: the route check decides."""
-    if len(addrs) < 2:
-        return None
-    if not master:
-        return NO_MASTER
-    if is_loopback(master) and not all(is_loopback(a) for a in addrs[1:]):
-        return (
-            f"the master address {master} is a loopback address, which the other hosts "
-            "cannot reach node 0 at; set job.master_addr"
-        )
-    return None
-
-
-def is_loopback(addr: str) -> bool:
-    try:
-        return ipaddress.ip_address(addr.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return addr == "localhost"
 
 
 def _ranks_known(inv: Inventory) -> bool:

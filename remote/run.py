@@ -22,6 +22,7 @@ from typing import Any
 
 from ddptui.remote import flight, hang, nodemsg, recover, runs
 from ddptui.remote import plan as planner
+from ddptui.remote.checks import master_problem
 from ddptui.remote.events import (
     ChecksDone,
     Event,
@@ -38,7 +39,7 @@ from ddptui.remote.exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from ddptui.remote.exits import EXIT_OK as EXIT_OK
 from ddptui.remote.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
 from ddptui.remote.exits import EXIT_USAGE as EXIT_USAGE
-from ddptui.remote.fleet import Fleet
+from ddptui.remote.fleet import Fleet, fleet_for
 from ddptui.remote.gang import Gang, Node
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
@@ -55,18 +56,6 @@ Emit = Callable[[Event], None]
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-
-
-def fleet_for(inv: Inventory, transports: Sequence[Transport] | None = None) -> Fleet:
-    """An agent per host: the nodes', then the spares' (those log in only when asked)."""
-    job = inv.job
-    return Fleet(
-        inv.everyone,
-        start_timeout=job.start_timeout,
-        lease=job.link_timeout,
-        transports=transports,
-        nnodes=len(inv.hosts),
-    )
 
 
 class Run:
@@ -182,7 +171,7 @@ class Run:
             per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
             self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
         addrs = self.addresses()
-        why = planner.master_problem(inv.job.master_addr or addrs[0], addrs)
+        why = master_problem(inv.job.master_addr or addrs[0], addrs)
         if why is None and self.master_port is None:
             self.master_port = self.preflight.master_port or await self._pick_port()
             why = None if self.master_port else "node 0 could not pick a free port (master_port)"

@@ -22,7 +22,6 @@ from typing import Any
 
 from ddptui.remote import flight as recorder
 from ddptui.remote import fold
-from ddptui.remote.checks import PTRACE_NEEDED
 from ddptui.remote.events import Event, Notice, StacksCaptured
 from ddptui.remote.fleet import Fleet
 from ddptui.remote.host import protocol
@@ -35,6 +34,10 @@ ANALYSE_S = 150.0  # the analyser on node 0's host (its own timeout is 120 s)
 SHOWN_FRAMES = 8  # frames of a group on its text line; the JSON and the file have them all
 
 Emit = Callable[[Event], None]
+
+PTRACE_NEEDED = (
+    "ptrace needs root, kernel.yama.ptrace_scope 0 or CAP_SYS_PTRACE (docker: --cap-add SYS_PTRACE)"
+)
 
 
 @dataclass(frozen=True)

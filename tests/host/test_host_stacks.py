@@ -21,8 +21,9 @@ from apptools import write_inventory
 
 from ddptui.remote import inventory, stacks
 from ddptui.remote.events import Event, LogBatch, Notice, StacksCaptured
+from ddptui.remote.fleet import fleet_for
 from ddptui.remote.host import stacks as host_stacks
-from ddptui.remote.run import Run, fleet_for
+from ddptui.remote.run import Run
 
 DATA = Path(__file__).parents[1] / "data"
 SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))

@@ -13,7 +13,7 @@ import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
 
-from ddptui.remote import monitor
+from ddptui.remote import monitor, smi
 from ddptui.remote.agent import Agent
 from ddptui.remote.events import Event, GpuStats
 from ddptui.remote.inventory import Host
@@ -34,7 +34,7 @@ def smi_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def sample(machine: str, owners: dict[str, str] | None = None) -> dict[str, object]:
-    queries = {"gpus": monitor.probe.GPU_QUERY[1:], "apps": monitor.probe.APPS_QUERY[1:]}
+    queries = {"gpus": smi.GPU_QUERY[1:], "apps": smi.APPS_QUERY[1:]}
     runs = {name: nvidia_smi.run(machine, args) for name, args in queries.items()}
     return {"smi": runs, "owners": owners or {}}
 

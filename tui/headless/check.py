@@ -24,9 +24,9 @@ from ddptui.remote.events import (
     Notice,
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from ddptui.remote.fleet import fleet_for
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.preflight import Preflight
-from ddptui.remote.run import fleet_for
 
 from ..text import Fold
 from .console import isatty, silence, terminal_safe

@@ -18,7 +18,7 @@ from typing import TextIO
 from ddptui.remote import runs
 from ddptui.remote import stacks as dumper
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK
-from ddptui.remote.run import fleet_for
+from ddptui.remote.fleet import fleet_for
 
 from ..text import Fold
 from .console import isatty, terminal_safe
