@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ddptui.remote import fabric
+from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.events import (
     DeepChecked,
     DeepProgress,
@@ -29,7 +30,6 @@ from ddptui.remote.events import (
     Notice,
     RunFinished,
 )
-from ddptui.remote.fleet import Fleet
 from ddptui.remote.host import protocol
 from ddptui.remote.host.fabric import MARK, PROGRESS
 from ddptui.remote.inventory import Inventory

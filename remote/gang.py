@@ -1,8 +1,8 @@
 """Every node's supervisor, followed to the end: lines in, stops out, leases both ways.
 
-One NodeLink per node (remote/link.py) on its host's agent (remote/fleet.py). A stream that
-ends early is taken up again where it stopped, on the same agent or, if the host's link went, on
-a new one; a host not heard from for `link_timeout` is lost, which fails the run and stops the
+One NodeLink per node (remote/agents/link.py) on its host's agent (remote/agents/fleet.py). A stream
+that ends early is taken up again where it stopped, on the same agent or, if the host's link went,
+on a new one; a host not heard from for `link_timeout` is lost, which fails the run and stops the
 others. A node that fails stops the rest (the supervisors also tell each other through the run's
 hub, so this holds with nobody attached). `detach()` leaves the run to its supervisors. What each
 ending means for the run is remote/verdict.py's to say. With job.restarts a node's stream goes on
@@ -23,7 +23,10 @@ from operator import itemgetter
 from typing import Any
 
 from ddptui.remote import nodemsg
-from ddptui.remote.agent import Channel
+from ddptui.remote.agents.agent import Channel
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.link import Item, NodeLink, Record
+from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import (
     Alert,
     Event,
@@ -38,11 +41,8 @@ from ddptui.remote.events import (
     Stream,
 )
 from ddptui.remote.failures import FailureTracker
-from ddptui.remote.fleet import Fleet
 from ddptui.remote.host import protocol
-from ddptui.remote.link import Item, NodeLink, Record
 from ddptui.remote.progress import Watch
-from ddptui.remote.transport import HostError
 from ddptui.remote.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}

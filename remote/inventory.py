@@ -325,7 +325,7 @@ class Sync(_Strict):
     """Push a local directory to every host's workdir before each launch (only what changed;
     nothing deleted)."""
 
-    # `sync: true` is `sync: {}`: the inventory's own directory (remote/sync.py).
+    # `sync: true` is `sync: {}`: the inventory's own directory (remote/agents/sync.py).
     source: str = Field(
         default=".",
         alias="from",

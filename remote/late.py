@@ -18,16 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.remote.agent import Agent
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.link import Item, NodeLink, Record
+from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, LogBatch, Notice
-from ddptui.remote.fleet import Fleet
 from ddptui.remote.gang import STREAMS, untag
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
-from ddptui.remote.link import Item, NodeLink, Record
 from ddptui.remote.record import Recorder, replace_private
 from ddptui.remote.runs import SUMMARY, RunError, RunRecord
-from ddptui.remote.transport import HostError
 
 READ_TIMEOUT = 120.0  # one host's spool, from where the logs stop to its end
 

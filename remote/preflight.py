@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.remote import checks as checker
-from ddptui.remote import flight, probe, sync
-from ddptui.remote.agent import AgentError
+from ddptui.remote import flight, probe
+from ddptui.remote.agents import sync
+from ddptui.remote.agents.agent import AgentError
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
-from ddptui.remote.fleet import Fleet
 from ddptui.remote.inventory import Host, Inventory
-from ddptui.remote.transport import HostError
 
 Emit = Callable[[Event], None]
 
@@ -204,7 +205,7 @@ class Preflight:
     # -- the code -------------------------------------------------------------------------------
 
     async def _sync(self) -> bool:
-        """job.sync: the local code pushed to every host's workdir first (remote/sync.py)."""
+        """job.sync: the local code pushed to every host's workdir first (remote/agents/sync.py)."""
         agents = [self.fleet.ready(k) for k in range(len(self.inv.hosts))]
         dests = [self.workdir(h) for h in self.inv.hosts]
         results = await sync.push(self.inv, agents, dests, self.emit)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ddptui.remote import checks, visible
+from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Gpu, HostChecked
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host, Job
@@ -22,10 +23,9 @@ from ddptui.remote.smi import (
     parse_gpus,
     smi_error,
 )
-from ddptui.remote.transport import HostError
 
 if TYPE_CHECKING:
-    from ddptui.remote.agent import Agent
+    from ddptui.remote.agents.agent import Agent
 
 PROBE_TIMEOUT = 90.0  # importing torch and waking 8 GPUs can take a while on a busy host
 REFRESH_TIMEOUT = 10.0
@@ -115,7 +115,7 @@ def parse(
     run_id: str | None = None,
 ) -> HostChecked:
     """The host's answer → its facts, GPUs and findings. address: where the launcher learned
-    the peers reach this host (remote/fleet.py). The answer is data from a host: a field of
+    the peers reach this host (remote/agents/fleet.py). The answer is data from a host: a field of
     the wrong shape is a probe error, never a crash."""
     facts = _base(host, connect_s, master_addr, address)
     if ssh_notices:

@@ -18,12 +18,13 @@ import dataclasses
 import secrets
 from typing import TYPE_CHECKING
 
-from ddptui.remote import inventory, probe, runs, sync
+from ddptui.remote import inventory, probe, runs
+from ddptui.remote.agents import sync
+from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Notice
 from ddptui.remote.gang import Node
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
-from ddptui.remote.transport import HostError
 
 if TYPE_CHECKING:
     from ddptui.remote.nodemsg import Restart

@@ -22,6 +22,8 @@ from typing import Any
 
 from ddptui.remote import flight, hang, nodemsg, recover, runs
 from ddptui.remote import plan as planner
+from ddptui.remote.agents.fleet import Fleet, fleet_for
+from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.checks import master_problem
 from ddptui.remote.events import (
     ChecksDone,
@@ -39,14 +41,12 @@ from ddptui.remote.exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from ddptui.remote.exits import EXIT_OK as EXIT_OK
 from ddptui.remote.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
 from ddptui.remote.exits import EXIT_USAGE as EXIT_USAGE
-from ddptui.remote.fleet import Fleet, fleet_for
 from ddptui.remote.gang import Gang, Node
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.preflight import Preflight
 from ddptui.remote.progress import Watch
 from ddptui.remote.record import Recorder
-from ddptui.remote.transport import HostError, Transport
 
 SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui plot`)
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.remote import inventory
-from ddptui.remote.fleet import Fleet
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.transport import HostError
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host, Inventory
 from ddptui.remote.record import (
@@ -30,7 +31,6 @@ from ddptui.remote.record import (
     write_private,
 )
 from ddptui.remote.runlist import RUN_JSON, root
-from ddptui.remote.transport import HostError
 
 INVENTORY, SUMMARY = "inventory.yaml", "summary.json"
 # A run's status: from its summary, else from its hosts' supervisors.

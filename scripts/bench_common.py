@@ -140,7 +140,8 @@ def login_delay(c: TestCluster, seconds: float, hosts: Sequence[int] | None = No
 def probe_line(inv: inventory.Inventory, master: str, workdir: str) -> str:
     """The checks' probe as pdsh can run it: the very host code ddptui's agent runs for its
     `probe` op (remote/host/probe.py), kept on each host (install_code), one answer line."""
-    from ddptui.remote import probe, shipper
+    from ddptui.remote import probe
+    from ddptui.remote.agents import shipper
 
     spec = probe.spec(inv.job, master, workdir, is_master=True)
     code = (
@@ -156,7 +157,7 @@ PROBE_MARK = b"DDPTUI-PROBE "
 
 def install_code(c: TestCluster) -> None:
     """The host code kept in every test host's home, as an agent's first start leaves it."""
-    from ddptui.remote import shipper
+    from ddptui.remote.agents import shipper
 
     for host in c.hosts:
         pkg = host.home / ".local" / "state" / "ddptui" / "code" / shipper.digest() / "ddph"

@@ -203,10 +203,10 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--produce"]:  # before the heav
 from textual import events  # noqa: E402
 
 from ddptui.remote import inventory  # noqa: E402
+from ddptui.remote.agents.transport import HostError, LocalTransport, Process  # noqa: E402
 from ddptui.remote.events import ChecksDone  # noqa: E402
 from ddptui.remote.host import protocol, wire  # noqa: E402
 from ddptui.remote.run import Emit, Run  # noqa: E402
-from ddptui.remote.transport import HostError, LocalTransport, Process  # noqa: E402
 from ddptui.tui.dashboard.app import Dashboard, RunLike  # noqa: E402
 from ddptui.tui.dashboard.logbuffer import LogBuffer  # noqa: E402
 from ddptui.tui.dashboard.logview import RankLog  # noqa: E402

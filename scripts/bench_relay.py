@@ -51,10 +51,10 @@ from bench_common import (
 )
 
 from ddptui.remote import inventory
+from ddptui.remote.agents.transport import Process, Result, Transport
 from ddptui.remote.host import wire
 from ddptui.remote.inventory import Host
 from ddptui.remote.run import Run
-from ddptui.remote.transport import Process, Result, Transport
 from ddptui.tui.headless.printer import Printer
 
 PRINTER = "scripts/print_lines.py"

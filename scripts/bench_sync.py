@@ -31,8 +31,9 @@ from pathlib import Path
 import yaml
 from bench_common import REPO, TestCluster, median, table, workspace
 
-from ddptui.remote import inventory, sync
-from ddptui.remote.transport import SSHTransport
+from ddptui.remote import inventory
+from ddptui.remote.agents import sync
+from ddptui.remote.agents.transport import SSHTransport
 
 CASES = ("cold", "warm", "one")
 

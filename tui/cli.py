@@ -478,7 +478,7 @@ def ssh(args: argparse.Namespace, extra: list[str]) -> int:
     _no_extra(args, extra)
     import os
 
-    from ddptui.remote import shell
+    from ddptui.remote.agents import shell
 
     ranks = None
     if args.run:  # the run's own inventory, and its ranks where it placed them

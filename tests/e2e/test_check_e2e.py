@@ -16,7 +16,8 @@ import pytest
 from probetools import preflight
 from testhosts import REPO, TestCluster
 
-from ddptui.remote import inventory, monitor
+from ddptui.remote import inventory
+from ddptui.remote.agents import monitor
 from ddptui.remote.events import Event, GpuStats, HostChecked
 from ddptui.remote.run import Run
 
@@ -81,7 +82,7 @@ def test_json_with_an_unreachable_host(gpu_cluster: TestCluster, tmp_path: Path)
     assert [g["index"] for g in h100["gpus"] if g["processes"]] == [2, 5]
     assert h100["gpus"][2]["processes"] == [
         {"pid": 48211, "memory_mib": 71746, "name": "/usr/bin/python3", "user": ""}
-    ]  # user: known to the live figures (remote/monitor.py), not to the check
+    ]  # user: known to the live figures (remote/agents/monitor.py), not to the check
     assert len(hosts["node1"]["gpus"]) == 4 and hosts["node1"]["facts"]["driver"] == "535.104.05"
     assert hosts["node2"]["facts"]["nvidia_smi"] == "missing" and hosts["node2"]["gpus"] == []
     assert hosts["node3"]["facts"]["nvidia_smi"] == "error"

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import shipper
-from ddptui.remote.agent import Agent, AgentError
+from ddptui.remote.agents import shipper
+from ddptui.remote.agents.agent import Agent, AgentError
+from ddptui.remote.agents.transport import HostError, LocalTransport
 from ddptui.remote.host import protocol, state
 from ddptui.remote.inventory import Host
-from ddptui.remote.transport import HostError, LocalTransport
 
 
 def host(python: str = sys.executable) -> Host:

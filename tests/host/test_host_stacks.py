@@ -20,8 +20,8 @@ import pytest
 from apptools import write_inventory
 
 from ddptui.remote import inventory, stacks
+from ddptui.remote.agents.fleet import fleet_for
 from ddptui.remote.events import Event, LogBatch, Notice, StacksCaptured
-from ddptui.remote.fleet import fleet_for
 from ddptui.remote.host import stacks as host_stacks
 from ddptui.remote.run import Run
 

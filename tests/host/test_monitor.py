@@ -13,11 +13,12 @@ import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
 
-from ddptui.remote import monitor, smi
-from ddptui.remote.agent import Agent
+from ddptui.remote import smi
+from ddptui.remote.agents import monitor
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.transport import LocalTransport
 from ddptui.remote.events import Event, GpuStats
 from ddptui.remote.inventory import Host
-from ddptui.remote.transport import LocalTransport
 
 HOST = Host(
     0, "localhost", "gpu-a", "local", None, None, None, None, sys.executable, None, {}, None

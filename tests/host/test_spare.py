@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import shipper
-from ddptui.remote.agent import Agent
+from ddptui.remote.agents import shipper
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.transport import LocalTransport
 from ddptui.remote.host import nodes, procs, protocol, state
 from ddptui.remote.inventory import Host
-from ddptui.remote.transport import LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]
 EARLY = {"run_id": "run-s", "node": 0, "attempt": 0, "grace": 1.0, "container": None}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import shipper
+from ddptui.remote.agents import shipper
 from ddptui.remote.host import nodes, procs, protocol, state
 
 EARLY = {"run_id": "run-a", "node": 1, "attempt": 0, "grace": 1.0, "container": None}

@@ -13,9 +13,9 @@ import nvidia_smi
 import pytest
 
 from ddptui.remote import inventory
-from ddptui.remote.agent import Agent
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.events import ChecksDone, Event, HostChecked
-from ddptui.remote.fleet import Fleet
 from ddptui.remote.host.netif import free_port as free_port  # a port no outgoing connection takes
 from ddptui.remote.preflight import Preflight
 

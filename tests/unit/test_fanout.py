@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import fanout, inventory
-from ddptui.remote.transport import HostError, Transport
+from ddptui.remote import inventory
+from ddptui.remote.agents import fanout
+from ddptui.remote.agents.transport import HostError, Transport
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from ddptui.remote import init_inventory as init
-from ddptui.remote import inventory, openssh, schema
+from ddptui.remote import inventory, schema
+from ddptui.remote.agents import openssh
 
 CONFIG = """\
 Include {dir}/conf.d/*.conf

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ddptui.remote import link as link_mod
+from ddptui.remote.agents import link as link_mod
+from ddptui.remote.agents.link import Item, NodeLink, Record
 from ddptui.remote.host import wire
-from ddptui.remote.link import Item, NodeLink, Record
 
 
 class FakeAgent:

@@ -21,11 +21,11 @@ from probetools import message as _message
 
 from ddptui.remote import events, inventory, probe
 from ddptui.remote import smi as smi_parse
+from ddptui.remote.agents.transport import HostError, LocalTransport
 from ddptui.remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
 from ddptui.remote.host import probe as host_probe
 from ddptui.remote.run import Run
 from ddptui.remote.run import check as run_checks
-from ddptui.remote.transport import HostError, LocalTransport
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import shell
+from ddptui.remote.agents import shell
 from ddptui.remote.events import NodeRanks, NodeStarted, Notice
 from ddptui.remote.inventory import parse
 

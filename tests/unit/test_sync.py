@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import inventory, sync
+from ddptui.remote import inventory
+from ddptui.remote.agents import sync
+from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.events import CodeSynced, Event, from_json
-from ddptui.remote.fleet import Fleet
 from ddptui.remote.inventory import Inventory
 
 REPO = Path(__file__).resolve().parents[2]

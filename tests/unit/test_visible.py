@@ -14,7 +14,7 @@ from nvidia_smi import A100, A100_MIG, DRIVER_ERROR, H100_BUSY
 from probetools import levels, local_inventory, preflight, run_probe, with_agent, with_gpus
 
 from ddptui.remote import probe, visible
-from ddptui.remote.fleet import Fleet
+from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.preflight import Preflight
 from ddptui.tui.headless.check import print_table

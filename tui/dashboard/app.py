@@ -27,7 +27,9 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from ddptui.remote import inventory, openssh, pace, runs
+from ddptui.remote import inventory, runs
+from ddptui.remote.agents import openssh, pace
+from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.events import (
     Alert,
     ChecksDone,
@@ -46,7 +48,6 @@ from ddptui.remote.events import (
     RunStarted,
 )
 from ddptui.remote.failures import first
-from ddptui.remote.fleet import Fleet
 from ddptui.remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 
 from ..text import run_ended

@@ -20,12 +20,12 @@ from typing import Any, Protocol
 from textual.app import App
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.monitor import Emit
 from ddptui.remote.cluster import Cluster
 from ddptui.remote.deepcheck import SECONDS as DEEP_SECONDS
 from ddptui.remote.events import ChecksDone, DeepChecked, Event
-from ddptui.remote.fleet import Fleet
 from ddptui.remote.inventory import Host, Inventory
-from ddptui.remote.monitor import Emit
 from ddptui.remote.stacks import Report
 
 from ..text import tilde

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ddptui.remote import deepcheck
+from ddptui.remote.agents.fleet import fleet_for
 from ddptui.remote.checks import gpu_summary, is_busy
 from ddptui.remote.events import (
     ChecksDone,
@@ -24,7 +25,6 @@ from ddptui.remote.events import (
     Notice,
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from ddptui.remote.fleet import fleet_for
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.preflight import Preflight
 

@@ -7,7 +7,7 @@ loop and handed to every host's connection as its `tunnel`; the last host to let
 A chain (`ProxyJump a,b`, or a hop with a ProxyJump of its own) is connected hop by hop here,
 each through the last: asyncssh, left a chain, connects the earlier hops itself with their
 ~/.ssh/config as is, so a hop under `UserKnownHostsFile none` was trusted unverified. Every
-hop is resolved like any host (`ssh -G`, remote/openssh.py; asyncssh's reading of
+hop is resolved like any host (`ssh -G`, remote/agents/openssh.py; asyncssh's reading of
 ~/.ssh/config where there is no OpenSSH client) and its host key checked like any host's.
 """
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ddptui.remote import openssh
+from ddptui.remote.agents import openssh
+from ddptui.remote.agents.sshlib import asyncssh
 from ddptui.remote.inventory import Host
-from ddptui.remote.sshlib import asyncssh
 
 # One hop, found: (the host to connect to, asyncssh's options for it, its own ProxyJump).
 Hop = tuple[str, dict[str, Any], str | None]

@@ -1,13 +1,13 @@
-"""The launcher's hosts: one agent each (remote/agent.py), started on first use, then shared.
+"""The launcher's hosts: one agent each (remote/agents/agent.py), started on first use, then shared.
 
 The dashboard opens a Fleet on its inventory and keeps it; a run launched there borrows the same
 agents, so a launch costs no login shell more than opening the dashboard did. `check`, `launch`,
 `attach`, `stop`, `stacks` and `runs` each open their own: one login shell per host, at most.
 
 Connecting a host says where it is: *connecting* (the SSH login, bounded and retried by
-remote/fanout.py), *starting* (from the exec until its agent's HELLO: a slow login shell is a host
-starting, not a host lost), then *connected*. Each host's GPU monitor is one channel on its agent,
-whoever listens (the dashboard, a run's hang guard).
+remote/agents/fanout.py), *starting* (from the exec until its agent's HELLO: a slow login shell is a
+host starting, not a host lost), then *connected*. Each host's GPU monitor is one channel on its
+agent, whoever listens (the dashboard, a run's hang guard).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ddptui.remote import fanout
-from ddptui.remote.agent import Agent
+from ddptui.remote.agents import fanout
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.monitor import Monitor
+from ddptui.remote.agents.transport import HostError, Transport, for_host, routable
 from ddptui.remote.events import Event, HostState
 from ddptui.remote.inventory import Host, Inventory
-from ddptui.remote.monitor import Monitor
-from ddptui.remote.transport import HostError, Transport, for_host, routable
 
 Emit = Callable[[Event], None]
 T = TypeVar("T")
@@ -161,7 +161,7 @@ def _swap(table: dict[int, T], k: int, j: int) -> None:
 
 def own_address(t: Transport, ssh_addr: str | None) -> str:
     """Where the peers reach a host: where we reached it, when that is an address they can use
-    (remote/transport.py); through a tunnel, what its sshd saw us reach ($SSH_CONNECTION, its
+    (remote/agents/transport.py); through a tunnel, what its sshd saw us reach ($SSH_CONNECTION, its
     agent's HELLO says); else where we reached it, whatever that is."""
     if routable(t.address):
         return t.address

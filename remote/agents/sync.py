@@ -31,12 +31,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddptui.remote.agent import Agent
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import CodeSynced, Event
 from ddptui.remote.host import protocol
 from ddptui.remote.host.sync import file_sha256
 from ddptui.remote.inventory import Host, Inventory, Sync
-from ddptui.remote.transport import HostError
 
 # Never code: version control, caches, virtualenvs (interpreter-specific, often huge) and the
 # output directories of common trainers (pushing them would overwrite the host's own results).

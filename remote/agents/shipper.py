@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ddptui.remote.host import wire
 
-HOST = Path(__file__).parent / "host"
+HOST = Path(__file__).parents[1] / "host"
 
 # sh, on the host: $py as the login shell reads an unquoted word: a leading `~` or `~user` is
 # that home. Every argv reaches the host quoted (shlex.join), so the shell never expands it.

@@ -3,8 +3,8 @@ GPUs every INTERVAL seconds (remote/host/monitor.py), each a GpuStats event on a
 
 One channel per host for as long as anyone listens, instead of one nvidia-smi exec per host and
 round (~33 SSH execs/s at 100 hosts, each round waiting for the slowest host). A CPU host says so
-once and its channel ends. The channel ends with the agent: whoever owns the agent (remote/fleet.py)
-decides what a lost host means.
+once and its channel ends. The channel ends with the agent: whoever owns the agent
+(remote/agents/fleet.py) decides what a lost host means.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from ddptui.remote.events import Event, Gpu, GpuStats
 from ddptui.remote.host import protocol
 
 if TYPE_CHECKING:
-    from ddptui.remote.agent import Agent
+    from ddptui.remote.agents.agent import Agent
 
 INTERVAL = 2.0  # seconds between samples
 

@@ -20,8 +20,8 @@ import random
 import weakref
 from collections.abc import AsyncIterator
 
-from ddptui.remote.sshlib import asyncssh
-from ddptui.remote.transport import HostError, Transport
+from ddptui.remote.agents.sshlib import asyncssh
+from ddptui.remote.agents.transport import HostError, Transport
 
 FANOUT = 64
 PER_SSHD = 8

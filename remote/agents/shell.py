@@ -17,8 +17,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddptui.remote.agents.openssh import client, home_config
 from ddptui.remote.inventory import Host, Inventory
-from ddptui.remote.openssh import client, home_config
 
 # `~/` or `~user/` at the start of a path, left unquoted (its slash too: a quoted character
 # before the first unquoted slash turns tilde expansion off) so that the host's shell expands it.

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ddptui.remote import jump, openssh
+from ddptui.remote.agents import jump, openssh
+from ddptui.remote.agents.sshlib import asyncssh
 from ddptui.remote.inventory import Host
-from ddptui.remote.sshlib import asyncssh
 
 CONNECT_TIMEOUT = 10.0
 KEEPALIVE = 5.0  # a silent host is declared lost after KEEPALIVE * 3 seconds
@@ -229,11 +229,11 @@ class _SSHProcess:
 
 class SSHTransport(Transport):
     """One asyncssh connection per host, to the host `ssh HOST` reaches: OpenSSH resolves it
-    (`ssh -G`, remote/openssh.py) and asyncssh is handed every value; ssh-agent and
+    (`ssh -G`, remote/agents/openssh.py) and asyncssh is handed every value; ssh-agent and
     known_hosts honoured, host keys always verified.
 
     A host behind a ProxyJump is reached through one connection to the jump host, shared by
-    every host behind it (remote/jump.py): a bastion's MaxStartups drops a login per host.
+    every host behind it (remote/agents/jump.py): a bastion's MaxStartups drops a login per host.
     """
 
     conn: asyncssh.SSHClientConnection | None = None
@@ -321,7 +321,7 @@ class SSHTransport(Transport):
         """Where the peers reach this host: the address we reached it at when that is one
         (a tunnel or a ProxyCommand has none; loopback is no good to the others), else the
         config's HostName when it is an address; else "" until its agent says what its sshd
-        saw ($SSH_CONNECTION: behind a bastion, its private address; remote/fleet.py)."""
+        saw ($SSH_CONNECTION: behind a bastion, its private address; remote/agents/fleet.py)."""
         peer = self._conn().get_extra_info("peername")
         self.peer_address = str(peer[0]) if peer else ""
         for addr in (self.peer_address, hostname):

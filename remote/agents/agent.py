@@ -1,7 +1,7 @@
 """One host's agent, launcher side: the one SSH exec on that host, every op multiplexed over it.
 
-`start()` opens the exec (remote/shipper.py), sends the code if the host asks for it, and waits
-for the agent's HELLO. Until then the host is *starting*, not silent: a login shell may take
+`start()` opens the exec (remote/agents/shipper.py), sends the code if the host asks for it, and
+waits for the agent's HELLO. Until then the host is *starting*, not silent: a login shell may take
 minutes on a busy network home. That wait is bounded by `start_timeout`, and the
 connection's SSH keepalives, which sshd answers even while the shell starts, tell a silent sshd
 (lost) from a slow command. After HELLO, `request()` asks an op for its one answer and `open()`
@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from ddptui.remote import pace, shipper
+from ddptui.remote.agents import pace, shipper
+from ddptui.remote.agents.transport import HostError, Process, Transport
 from ddptui.remote.host import protocol, wire
-from ddptui.remote.transport import HostError, Process, Transport
 
 READ = 1 << 18
-PACED_READ = 1 << 14  # a read's frames are one unit of paced line work (remote/pace.py)
+PACED_READ = 1 << 14  # a read's frames are one unit of paced line work (remote/agents/pace.py)
 YIELD_EVERY = 64  # reads between giving the loop to the others (read() does not suspend)
 NOISE_KEPT = 50  # lines a host printed before its agent, kept to show with its node's output
 NOISE_MAX = 1 << 20  # bytes a host may print before its agent starts: more is not a login

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ddptui.remote import pace
-from ddptui.remote.agent import Agent, Channel
+from ddptui.remote.agents import pace
+from ddptui.remote.agents.agent import Agent, Channel
 from ddptui.remote.host import protocol, wire
 
 # How long lines may wait for the node's next ones: half the dashboard's frame (it draws at
