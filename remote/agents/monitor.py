@@ -66,11 +66,11 @@ class Monitor:
 
 def parse(host: str, node_rank: int, msg: dict[str, Any]) -> GpuStats | None:
     """One sample → GpuStats, each GPU process with its owner; None if nvidia-smi failed."""
-    smi = msg["smi"]
-    if smi.smi_error(smi["gpus"]) is not None:
+    runs = msg["smi"]
+    if smi.smi_error(runs["gpus"]) is not None:
         return None  # the checks report a broken nvidia-smi; the figures just stay away
-    rows = smi.parse_gpus(smi["gpus"]["out"])
-    apps = smi.get("apps") or {}
+    rows = smi.parse_gpus(runs["gpus"]["out"])
+    apps = runs.get("apps") or {}
     gpus = smi.attach_processes(rows, apps.get("out", "") if apps.get("code") == 0 else "")
     return GpuStats(host, node_rank, _with_owners(gpus, msg.get("owners") or {}))
 
