@@ -7,7 +7,7 @@ on every rank the job would have: its hosts, nproc_per_node, interface settings,
 interpreter (gloo on CPU hosts, NCCL where the job would use it). Each host's supervisor starts
 and sweeps it like a job (its tags, the subreaper, a container where the job has one), so a
 Ctrl-C, or the time bound running out, leaves nothing. Rank 0's progress lines are said as
-they come; its result line is judged by remote/fabric.py.
+they come; its result line is judged by remote/checks/fabric.py.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ddptui.remote import fabric
 from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.checks import fabric
 from ddptui.remote.events import (
     DeepChecked,
     DeepProgress,

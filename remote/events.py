@@ -222,7 +222,8 @@ class ChecksDone(Event):
 @dataclass(frozen=True, slots=True)
 class DeepChecked(Event):
     """The deep check's verdict (remote/deepcheck.py): the fabric measured on every rank the job
-    would have. figures: per size and per host, as remote/fabric.py's figures() gives them."""
+    would have. figures: per size and per host, as remote/checks/fabric.py's figures() gives
+    them."""
 
     ok: bool  # False when any finding is a failure
     findings: tuple[Finding, ...] = ()

@@ -18,9 +18,10 @@ import dataclasses
 import secrets
 from typing import TYPE_CHECKING
 
-from ddptui.remote import inventory, probe, runs
+from ddptui.remote import inventory, runs
 from ddptui.remote.agents import sync
 from ddptui.remote.agents.transport import HostError
+from ddptui.remote.checks import probe
 from ddptui.remote.events import Notice
 from ddptui.remote.gang import Node
 from ddptui.remote.host import protocol

@@ -1,4 +1,4 @@
-"""One run: every host's agent up and checked (remote/preflight.py), the supervisors started,
+"""One run: every host's agent up and checked (remote/checks/preflight.py), the supervisors started,
 every node followed to the end (remote/gang.py).
 
 All or nothing: if any host cannot be reached, nothing starts. When one node fails, or the user
@@ -24,7 +24,8 @@ from ddptui.remote import flight, hang, nodemsg, recover, runs
 from ddptui.remote import plan as planner
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import HostError, Transport
-from ddptui.remote.checks import master_problem
+from ddptui.remote.checks.judge import master_problem
+from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
     ChecksDone,
     Event,
@@ -44,7 +45,6 @@ from ddptui.remote.exits import EXIT_USAGE as EXIT_USAGE
 from ddptui.remote.gang import Gang, Node
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.preflight import Preflight
 from ddptui.remote.progress import Watch
 from ddptui.remote.record import Recorder
 

@@ -1,6 +1,6 @@
 """What nvidia-smi says: the queries ddptui runs on a host and their parser. Pure.
 
-The checks before launch (remote/checks/probe.py) and the live GPU figures
+The checks before launch (remote/checks/judge/probe.py) and the live GPU figures
 (remote/agents/monitor.py) read the same queries the same way.
 """
 
@@ -29,7 +29,7 @@ CSV = "--format=csv,noheader,nounits"
 GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), CSV)
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), CSV)
 # What the host runs, by name; plain `nvidia-smi` is the only place naming the driver's CUDA.
-# `-L`: the MIG devices, and the UUIDs CUDA_VISIBLE_DEVICES may name (remote/visible.py).
+# `-L`: the MIG devices, and the UUIDs CUDA_VISIBLE_DEVICES may name (remote/checks/visible.py).
 SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": (), "list": ("-L",)}
 
 

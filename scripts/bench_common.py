@@ -140,8 +140,8 @@ def login_delay(c: TestCluster, seconds: float, hosts: Sequence[int] | None = No
 def probe_line(inv: inventory.Inventory, master: str, workdir: str) -> str:
     """The checks' probe as pdsh can run it: the very host code ddptui's agent runs for its
     `probe` op (remote/host/probe.py), kept on each host (install_code), one answer line."""
-    from ddptui.remote import probe
     from ddptui.remote.agents import shipper
+    from ddptui.remote.checks import probe
 
     spec = probe.spec(inv.job, master, workdir, is_master=True)
     code = (

@@ -33,7 +33,7 @@ from typing import Any
 from bench_common import REPO, TestCluster, load, table, workspace
 from fabrictools import WORKER, NodeRun, sent_bytes, torchrun
 
-from ddptui.remote import fabric
+from ddptui.remote.checks import fabric
 from ddptui.remote.host.fabric import MARK, bus_factor, rate_text, size_text
 
 HOSTS = (0, 1, 2, 3)

@@ -1,7 +1,7 @@
 """`job.sync`: push the local code to every host's workdir before launch, over the open connections.
 
 Without a shared filesystem the same script path holds different code on different hosts; the
-checks report a fingerprint per host and warn when they differ (remote/checks.py). This makes
+checks report a fingerprint per host and warn when they differ (remote/checks/judge.py). This makes
 them the same: the local directory (`from`, default the inventory's own) is pushed to each host's
 `workdir`, in at most two round trips per host, both on the connection the run already holds:
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from ddptui.remote import deepcheck, inventory
-from ddptui.remote.checks import Finding
+from ddptui.remote.checks.judge import Finding
 from ddptui.remote.events import DeepChecked, Event, NodeStarted
 from ddptui.remote.run import Run
 

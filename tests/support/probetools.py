@@ -15,9 +15,9 @@ import pytest
 from ddptui.remote import inventory
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import ChecksDone, Event, HostChecked
 from ddptui.remote.host.netif import free_port as free_port  # a port no outgoing connection takes
-from ddptui.remote.preflight import Preflight
 
 T = TypeVar("T")
 

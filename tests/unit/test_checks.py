@@ -11,7 +11,9 @@ import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200, H200_BUSY
 
-from ddptui.remote import checks, inventory, probe
+from ddptui.remote import inventory
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.checks import probe
 from ddptui.remote.events import Finding, HostChecked
 from ddptui.tui.headless import check as check_report
 

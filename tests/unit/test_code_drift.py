@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from probetools import run_probe
 
-from ddptui.remote import checks, inventory, probe
+from ddptui.remote import inventory
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.checks import probe
 from ddptui.remote.events import HostChecked
 from ddptui.remote.host import probe as probe_host
 from ddptui.tui.headless import check as check_report

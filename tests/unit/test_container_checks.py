@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from ddptui.remote import checks, container_checks
+from ddptui.remote.checks import container as container_checks
+from ddptui.remote.checks import judge as checks
 from ddptui.remote.events import Finding, HostChecked
 
 IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from ddptui.remote import fabric
+from ddptui.remote.checks import fabric
 from ddptui.remote.host import fabric as worker
 
 GB, MB = 1e9, 1e6

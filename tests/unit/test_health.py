@@ -12,7 +12,8 @@ import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200
 
-from ddptui.remote import checks, probe
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.checks import probe
 from ddptui.remote.host import health
 
 LOGS = Path(__file__).parents[1] / "data" / "kernel-log"

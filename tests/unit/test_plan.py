@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import checks, inventory, plan
+from ddptui.remote import inventory, plan
+from ddptui.remote.checks import judge as checks
 from ddptui.remote.plan import SCRATCH
 
 RUN = "20260101-000000-abcd"

@@ -19,9 +19,10 @@ from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200_BUSY
 from probetools import levels, local_inventory, preflight, run_probe, with_gpus
 from probetools import message as _message
 
-from ddptui.remote import events, inventory, probe
+from ddptui.remote import events, inventory
 from ddptui.remote import smi as smi_parse
 from ddptui.remote.agents.transport import HostError, LocalTransport
+from ddptui.remote.checks import probe
 from ddptui.remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
 from ddptui.remote.host import probe as host_probe
 from ddptui.remote.run import Run

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from apptools import write_inventory
 
-from ddptui.remote import checks, flight, inventory, plan, stacks
+from ddptui.remote import flight, inventory, plan, stacks
+from ddptui.remote.checks import judge as checks
 from ddptui.remote.host import probe as host_probe
 from ddptui.remote.stacks import Frame, RankStack
 

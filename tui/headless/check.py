@@ -14,7 +14,8 @@ from typing import Any, TextIO
 
 from ddptui.remote import deepcheck
 from ddptui.remote.agents.fleet import fleet_for
-from ddptui.remote.checks import gpu_summary, is_busy
+from ddptui.remote.checks.judge import gpu_summary, is_busy
+from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
     ChecksDone,
     DeepChecked,
@@ -26,7 +27,6 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.preflight import Preflight
 
 from ..text import Fold
 from .console import isatty, silence, terminal_safe

@@ -1,6 +1,6 @@
 """Judging a host's container facts (remote/host/container.py's check()) into findings. Pure.
 
-The probe puts them under facts["container"]; remote/checks.py calls `findings` for each host
+The probe puts them under facts["container"]; remote/checks/judge.py calls `findings` for each host
 and compares `image_key` across hosts, as it does the job's code.
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ddptui.remote.events import Finding
 
 if TYPE_CHECKING:  # checks.py calls judge(): no import cycle at run time
-    from ddptui.remote.checks import Add, Level
+    from ddptui.remote.checks.judge import Add, Level
 
 SHM_LOW = 1 << 30  # NCCL's shared-memory transport in a 64 MiB /dev/shm: "Bus error"
 GPU_HELP = {

@@ -2,7 +2,7 @@
 
 A failure blocks a launch (the job would not start, or would hang); a warning does not (a busy
 GPU, a torch that differs between hosts: worth knowing, sometimes intended). The facts are the
-dict remote/probe.py builds; the `check` ids are what front-ends group and filter by.
+dict remote/checks/probe.py builds; the `check` ids are what front-ends group and filter by.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ddptui.remote import container_checks
+from ddptui.remote.checks import container as container_checks
 from ddptui.remote.events import ChecksDone, Finding, Gpu, HostChecked
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.stacks import PTRACE_NEEDED

@@ -1,7 +1,7 @@
 """Checks before launch, launcher side: one op of each host's agent learns everything (its
 `probe`, remote/host/probe.py, on the job's interpreter, or any python3 when that is missing, so
 the rest is still learned and the missing one is named); `parse()` turns the answer into a
-HostChecked, and remote/checks.py judges. The nvidia-smi queries and their parser are
+HostChecked, and remote/checks/judge.py judges. The nvidia-smi queries and their parser are
 remote/smi.py's.
 """
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ddptui.remote import checks, visible
 from ddptui.remote.agents.transport import HostError
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.checks import visible
 from ddptui.remote.events import Gpu, HostChecked
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host, Job
@@ -256,7 +257,7 @@ def _py_spy(found: dict[str, Any]) -> dict[str, Any]:
 
 
 def _code(found: dict[str, Any]) -> dict[str, Any]:
-    """The job's code on this host (remote/checks.py compares it across hosts)."""
+    """The job's code on this host (remote/checks/judge.py compares it across hosts)."""
     if "code" not in found:
         return {}
     code = found["code"] or {}

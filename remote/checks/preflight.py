@@ -17,12 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ddptui.remote import checks as checker
-from ddptui.remote import flight, probe
+from ddptui.remote import flight
 from ddptui.remote.agents import sync
 from ddptui.remote.agents.agent import AgentError
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
+from ddptui.remote.checks import judge as checker
+from ddptui.remote.checks import probe
 from ddptui.remote.events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
 from ddptui.remote.inventory import Host, Inventory
 
