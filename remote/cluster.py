@@ -16,12 +16,13 @@ import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ddptui.remote import deepcheck, stacks
+from ddptui.remote import deepcheck
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import Transport
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import ChecksDone, DeepChecked, Event, HostState
 from ddptui.remote.inventory import Inventory
+from ddptui.remote.stalls import stacks
 
 LOST = "connection lost (c checks again)"
 WATCH_AFTER_S = 0.5  # after the checks, before the monitors start: the table is drawn

@@ -13,8 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ddptui.remote import flight
 from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.stalls import flight
 
 # torchrun's --log-dir, and the flight recorder's files (in env values): the supervisor puts a
 # fresh private directory (mkdtemp) in its place. In the torchrun styles each rank's stdout and

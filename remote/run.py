@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddptui.remote import flight, hang, nodemsg, recover, runs
+from ddptui.remote import nodemsg, recover, runs
 from ddptui.remote import plan as planner
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import HostError, Transport
@@ -47,6 +47,7 @@ from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.progress import Watch
 from ddptui.remote.record import Recorder
+from ddptui.remote.stalls import flight, hang
 
 SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui plot`)
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
@@ -341,11 +342,11 @@ class Run:
             self._checkpoint()
 
     async def _guard_hangs(self) -> None:
-        """A stall warns, and every rank's stack is saved in the run dir (remote/hang.py)."""
+        """A stall warns, and every rank's stack is saved in the run dir (remote/stalls/hang.py)."""
         await hang.guard(self._hang, self.emit, self._capture_stacks)
 
     async def _capture_stacks(self) -> object:
-        from ddptui.remote import stacks  # at a stall only: not part of every launch's start
+        from ddptui.remote.stalls import stacks  # at a stall only: not part of every launch's start
 
         flight = self.inv.job.nccl.flight_recorder
         return await stacks.capture(self.fleet, self.run_id, self.run_dir, self.emit, flight=flight)

@@ -44,9 +44,10 @@ from bench_common import (
 )
 from nvidia_smi import H100_BUSY, stand_in
 
-from ddptui.remote import inventory, stacks
+from ddptui.remote import inventory
 from ddptui.remote.run import fleet_for
-from ddptui.remote.stacks import Emit
+from ddptui.remote.stalls import stacks
+from ddptui.remote.stalls.stacks import Emit
 
 STALL = REPO / "tests" / "data" / "stall.py"
 FAKE_RANKS = REPO / "tests" / "data" / "fake_ranks.py"

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from ddptui.remote.checks import container as container_checks
 from ddptui.remote.events import ChecksDone, Finding, Gpu, HostChecked
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.stacks import PTRACE_NEEDED
+from ddptui.remote.stalls.stacks import PTRACE_NEEDED
 
 BUSY_MIB = 1024  # memory in use with no process in sight: a job of another container or user
 LOW_DISK_GIB = 5.0

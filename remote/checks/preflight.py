@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ddptui.remote import flight
 from ddptui.remote.agents import sync
 from ddptui.remote.agents.agent import AgentError
 from ddptui.remote.agents.fleet import Fleet
@@ -26,6 +25,7 @@ from ddptui.remote.checks import judge as checker
 from ddptui.remote.checks import probe
 from ddptui.remote.events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
 from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.stalls import flight
 
 Emit = Callable[[Event], None]
 

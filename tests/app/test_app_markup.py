@@ -40,7 +40,7 @@ from ddptui.remote.events import (
     Notice,
     RunStarted,
 )
-from ddptui.remote.stacks import Frame, Group, Report
+from ddptui.remote.stalls.stacks import Frame, Group, Report
 from ddptui.tui.dashboard.history import HistoryScreen
 from ddptui.tui.dashboard.logbuffer import View
 from ddptui.tui.dashboard.screens import HostDetailScreen

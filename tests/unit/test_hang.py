@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ddptui.remote import fold, hang
+from ddptui.remote import fold
 from ddptui.remote.events import (
     Event,
     Gpu,
@@ -16,6 +16,7 @@ from ddptui.remote.events import (
     NodeStarted,
     Notice,
 )
+from ddptui.remote.stalls import hang
 
 
 class Clock:

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from apptools import write_inventory
 
-from ddptui.remote import flight, inventory, plan, stacks
+from ddptui.remote import inventory, plan
 from ddptui.remote.checks import judge as checks
 from ddptui.remote.host import probe as host_probe
-from ddptui.remote.stacks import Frame, RankStack
+from ddptui.remote.stalls import flight, stacks
+from ddptui.remote.stalls.stacks import Frame, RankStack
 
 DATA = Path(__file__).parents[1] / "data" / "flight-recorder"
 RUN = "20250101-120000-stck"

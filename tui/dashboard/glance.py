@@ -26,7 +26,7 @@ from ddptui.remote.cluster import Cluster
 from ddptui.remote.deepcheck import SECONDS as DEEP_SECONDS
 from ddptui.remote.events import ChecksDone, DeepChecked, Event
 from ddptui.remote.inventory import Host, Inventory
-from ddptui.remote.stacks import Report
+from ddptui.remote.stalls.stacks import Report
 
 from ..text import tilde
 from .messages import ClusterEvent

@@ -16,9 +16,9 @@ import sys
 from typing import TextIO
 
 from ddptui.remote import runs
-from ddptui.remote import stacks as dumper
 from ddptui.remote.agents.fleet import fleet_for
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK
+from ddptui.remote.stalls import stacks as dumper
 
 from ..text import Fold
 from .console import isatty, terminal_safe
