@@ -26,8 +26,8 @@ from ddptui.remote.events import Event, LogBatch, Notice
 from ddptui.remote.gang import STREAMS, untag
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
-from ddptui.remote.record import Recorder, replace_private
-from ddptui.remote.runs import SUMMARY, RunError, RunRecord
+from ddptui.remote.store.record import Recorder, replace_private
+from ddptui.remote.store.runs import SUMMARY, RunError, RunRecord
 
 READ_TIMEOUT = 120.0  # one host's spool, from where the logs stop to its end
 

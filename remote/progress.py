@@ -4,7 +4,7 @@ The launcher's relay hands every chunk of a node's lines to `Watch.feed` (remote
 chunk where nothing looks like progress costs one regex scan (remote/host/progress.py). The
 front-ends get `Progress` at most once a second and each tracker's link once (`TrackerLink`),
 so none of them parses a line. The run directory keeps the last values and links in
-summary.json and the curves in series.json (remote/record.py).
+summary.json and the curves in series.json (remote/store/record.py).
 """
 
 from __future__ import annotations

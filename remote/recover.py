@@ -18,7 +18,7 @@ import dataclasses
 import secrets
 from typing import TYPE_CHECKING
 
-from ddptui.remote import inventory, runs
+from ddptui.remote import inventory
 from ddptui.remote.agents import sync
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.checks import probe
@@ -26,6 +26,7 @@ from ddptui.remote.events import Notice
 from ddptui.remote.gang import Node
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
+from ddptui.remote.store import runs
 
 if TYPE_CHECKING:
     from ddptui.remote.nodemsg import Restart

@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddptui.remote import nodemsg, recover, runs
+from ddptui.remote import nodemsg, recover
 from ddptui.remote import plan as planner
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import HostError, Transport
@@ -46,8 +46,9 @@ from ddptui.remote.gang import Gang, Node
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.progress import Watch
-from ddptui.remote.record import Recorder
 from ddptui.remote.stalls import flight, hang
+from ddptui.remote.store import runs
+from ddptui.remote.store.record import Recorder
 
 SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui plot`)
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)

@@ -23,7 +23,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ddptui.remote.runs import default_dir  # noqa: E402
+from ddptui.remote.store.runs import default_dir  # noqa: E402
 from ddptui.tui.dashboard.app import create_app  # noqa: E402
 from ddptui.tui.dashboard.logbuffer import TEXT  # noqa: E402
 

@@ -292,7 +292,7 @@ def _dashboard_on_run(args: argparse.Namespace) -> int:
     """`ddptui attach|stop|stacks RUN`, `ddptui runs`: the dashboard, opened on that."""
     run = getattr(args, "run", None)
     if run is not None:
-        from ddptui.remote.runs import RunError, resolve
+        from ddptui.remote.store.runs import RunError, resolve
 
         try:
             resolve(run)  # a RUN naming no run is one line here, not a dashboard
@@ -412,7 +412,7 @@ def _on_run(
         return _dashboard_on_run(args)
     import asyncio
 
-    from ddptui.remote.runs import RunError
+    from ddptui.remote.store.runs import RunError
 
     try:
         return asyncio.run(work())
@@ -428,7 +428,7 @@ def serve(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"--port {args.port}: give a port from 1 to 65535")
     run = None
     if args.run is not None:
-        from ddptui.remote.runs import RunError, resolve
+        from ddptui.remote.store.runs import RunError, resolve
 
         try:
             run = str(resolve(args.run).dir)  # each browser's dashboard opens this very run
@@ -482,7 +482,7 @@ def ssh(args: argparse.Namespace, extra: list[str]) -> int:
 
     ranks = None
     if args.run:  # the run's own inventory, and its ranks where it placed them
-        from ddptui.remote.runs import RunError, resolve
+        from ddptui.remote.store.runs import RunError, resolve
 
         try:
             record = resolve(args.run)
@@ -526,7 +526,7 @@ def completion(args: argparse.Namespace, extra: list[str]) -> int:
 
 def run_ids(args: argparse.Namespace, extra: list[str]) -> int:
     """`_run-ids`: every run's id, newest first, one a line (for tab completion)."""
-    from ddptui.remote.runlist import ids
+    from ddptui.remote.store.runlist import ids
 
     sys.stdout.write("".join(f"{run_id}\n" for run_id in ids()))
     return 0
@@ -556,14 +556,14 @@ def _with_sync(inv: Inventory, on: bool) -> Inventory:
 
 
 def runs_root(args: argparse.Namespace) -> Path:
-    from ddptui.remote.runlist import root as default_root
+    from ddptui.remote.store.runlist import root as default_root
 
     return usable(args.runs_root or default_root(), "runs root", empty=False)
 
 
 def usable(path: Path, what: str, *, empty: bool) -> Path:
     """A directory made (0700) and writable, and empty if asked, before anything connects."""
-    from ddptui.remote.record import RunDirError, usable_dir
+    from ddptui.remote.store.record import RunDirError, usable_dir
 
     try:
         return usable_dir(path, empty=empty)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddptui.remote.record import private_dir, write_private
+from ddptui.remote.store.record import private_dir, write_private
 
 BUFFER = 2000  # collectives each rank remembers
 PREFIX = "nccl_trace_rank_"  # remote/host/stacks.py: TRACE

@@ -25,8 +25,8 @@ from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Notice, StacksCaptured
 from ddptui.remote.host import protocol
-from ddptui.remote.record import private_dir, replace_private
 from ddptui.remote.stalls import flight as recorder
+from ddptui.remote.store.record import private_dir, replace_private
 
 TIMEOUT = 60.0
 FLIGHT_WAIT = 15.0  # seconds the ranks have to write their traces (a first dump: ~5 s here)

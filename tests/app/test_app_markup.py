@@ -23,7 +23,6 @@ from apptools import (
 )
 from textual.widgets._toast import Toast
 
-from ddptui.remote import runs
 from ddptui.remote.events import (
     ChecksDone,
     CodeSynced,
@@ -41,6 +40,7 @@ from ddptui.remote.events import (
     RunStarted,
 )
 from ddptui.remote.stalls.stacks import Frame, Group, Report
+from ddptui.remote.store import runs
 from ddptui.tui.dashboard.history import HistoryScreen
 from ddptui.tui.dashboard.logbuffer import View
 from ddptui.tui.dashboard.screens import HostDetailScreen

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddptui.remote.late import Unread, _store
-from ddptui.remote.record import Recorder
+from ddptui.remote.store.record import Recorder
 
 
 def test_each_log_gets_one_line_saying_its_lines_came_late(tmp_path: Path) -> None:

@@ -197,7 +197,7 @@ def test_the_run_dir_keeps_the_curve_and_plot_draws_it(tmp_path: Path) -> None:
     import json
 
     from ddptui.remote.events import RunFinished, RunStarted
-    from ddptui.remote.record import Recorder
+    from ddptui.remote.store.record import Recorder
     from ddptui.tui.headless.plot import plot
 
     watch = Watch(None, lambda event: None)

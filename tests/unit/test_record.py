@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import inventory, record, runs
+from ddptui.remote import inventory
 from ddptui.remote.events import (
     AttemptResult,
     Failure,
@@ -24,7 +24,8 @@ from ddptui.remote.events import (
     RunStarted,
     from_json,
 )
-from ddptui.remote.record import Recorder, RunDirError, usable_dir
+from ddptui.remote.store import record, runs
+from ddptui.remote.store.record import Recorder, RunDirError, usable_dir
 
 
 @pytest.fixture

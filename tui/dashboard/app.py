@@ -27,7 +27,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from ddptui.remote import inventory, runs
+from ddptui.remote import inventory
 from ddptui.remote.agents import openssh, pace
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.events import (
@@ -49,6 +49,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.failures import first
 from ddptui.remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
+from ddptui.remote.store import runs
 
 from ..text import run_ended
 from . import hostshell

@@ -22,7 +22,7 @@ from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host, Inventory
-from ddptui.remote.record import (
+from ddptui.remote.store.record import (
     SERIES,
     RunDirError,
     check_private,
@@ -30,7 +30,7 @@ from ddptui.remote.record import (
     replace_private,
     write_private,
 )
-from ddptui.remote.runlist import RUN_JSON, root
+from ddptui.remote.store.runlist import RUN_JSON, root
 
 INVENTORY, SUMMARY = "inventory.yaml", "summary.json"
 # A run's status: from its summary, else from its hosts' supervisors.

@@ -1,5 +1,5 @@
 """Where runs are kept, and their ids, read without the engine: tab completion asks at every
-key press, and remote/runs.py's imports (pydantic, asyncssh) take ~0.4 s."""
+key press, and remote/store/runs.py's imports (pydantic, asyncssh) take ~0.4 s."""
 
 from __future__ import annotations
 
