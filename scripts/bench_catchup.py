@@ -22,7 +22,7 @@ from bench_common import REPO, cluster, load, median, workspace, write_inventory
 from testhosts import veth_name
 
 from ddptui.remote.events import Event, LogBatch, Notice
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 from ddptui.tui.headless.printer import Printer
 
 JOB = """

@@ -41,7 +41,7 @@ from nvidia_smi import H100_BUSY, stand_in
 
 from ddptui.remote import inventory
 from ddptui.remote.events import Event, GpuStats
-from ddptui.remote.run import fleet_for
+from ddptui.remote.run.runner import fleet_for
 
 JOB = {"script": "examples/train.py", "nproc_per_node": "auto"}
 

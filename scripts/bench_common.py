@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 from testhosts import TestCluster  # noqa: E402
 
 from ddptui.remote import inventory  # noqa: E402
-from ddptui.remote import plan as planner  # noqa: E402
+from ddptui.remote.run import plan as planner  # noqa: E402
 
 PREFIX, SUBNET = "ddptb", "10.213.9"  # apart from the tests' ddpt / 10.213.7
 HOST_IFNAME = "eth0"  # every test host reaches its peers (and itself) over eth0

@@ -206,7 +206,7 @@ from ddptui.remote import inventory  # noqa: E402
 from ddptui.remote.agents.transport import HostError, LocalTransport, Process  # noqa: E402
 from ddptui.remote.events import ChecksDone  # noqa: E402
 from ddptui.remote.host import protocol, wire  # noqa: E402
-from ddptui.remote.run import Emit, Run  # noqa: E402
+from ddptui.remote.run.runner import Emit, Run  # noqa: E402
 from ddptui.tui.dashboard.app import Dashboard, RunLike  # noqa: E402
 from ddptui.tui.dashboard.logbuffer import LogBuffer  # noqa: E402
 from ddptui.tui.dashboard.logview import RankLog  # noqa: E402

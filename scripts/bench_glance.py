@@ -45,7 +45,7 @@ from bench_common import (
 from nvidia_smi import H100_BUSY, stand_in
 
 from ddptui.remote import inventory
-from ddptui.remote.run import fleet_for
+from ddptui.remote.run.runner import fleet_for
 from ddptui.remote.stalls import stacks
 from ddptui.remote.stalls.stacks import Emit
 

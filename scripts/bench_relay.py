@@ -54,7 +54,7 @@ from ddptui.remote import inventory
 from ddptui.remote.agents.transport import Process, Result, Transport
 from ddptui.remote.host import wire
 from ddptui.remote.inventory import Host
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 from ddptui.tui.headless.printer import Printer
 
 PRINTER = "scripts/print_lines.py"

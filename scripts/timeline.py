@@ -21,7 +21,7 @@ T0 = time.monotonic()
 
 
 def record(path: str, argv: list[str]) -> int:
-    from ddptui.remote import run
+    from ddptui.remote.run import runner as run
     from ddptui.tui.cli import main
 
     out = open(path, "w")  # noqa: SIM115 (closed at exit: the command may os._exit)

@@ -314,7 +314,7 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
         inv = _with_sync(inv, args.sync)
     import asyncio
 
-    from ddptui.remote.run import new_run_id
+    from ddptui.remote.run.runner import new_run_id
 
     from .headless import launch as headless
 

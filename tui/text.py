@@ -11,7 +11,7 @@ from typing import Any
 
 from ddptui.remote import fold
 from ddptui.remote.events import Failure, RunFinished, progress_text
-from ddptui.remote.failures import describe_exit
+from ddptui.remote.run.failures import describe_exit
 from ddptui.remote.store import runs
 
 

@@ -247,9 +247,9 @@ class Recorder:
         self.max_open = _open_logs_limit()
         self.started: RunStarted | None = None
         self.t0 = started_at or time.time()
-        # The streams the run's end left unread (a host lost): remote/late.py reads them later.
+        # The streams the run's end left unread (a host lost): remote/run/late.py reads them later.
         self.unread: list[dict[str, Any]] = []
-        # The training's curves and last values (remote/progress.py), kept at the end.
+        # The training's curves and last values (remote/run/progress.py), kept at the end.
         self.series: dict[str, Any] | None = None
 
     def __call__(self, event: Event) -> None:

@@ -152,8 +152,8 @@ def resolve(spec: str) -> RunRecord:
 async def statuses(records: Sequence[RunRecord]) -> None:
     """Fill each record's status: its summary's, or what its hosts' supervisors say. A run
     that ended with a host lost has the lines that host printed meanwhile read now, if it
-    can be reached (remote/late.py)."""
-    from ddptui.remote import late  # it reads run records: imported here, not at the top
+    can be reached (remote/run/late.py)."""
+    from ddptui.remote.run import late  # it reads run records: imported here, not at the top
 
     unread = [r for r in records if r.summary is not None and r.summary.get("unread")]
     await asyncio.gather(*(late.fetch(r) for r in unread))
@@ -249,7 +249,7 @@ def training(r: RunRecord) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]
 
 
 def read_series(run_dir: Path) -> dict[str, Any] | None:
-    """The run dir's series.json (remote/progress.py), or None."""
+    """The run dir's series.json (remote/run/progress.py), or None."""
     try:
         found = json.loads((run_dir / SERIES).read_text())
     except (OSError, ValueError):

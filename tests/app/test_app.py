@@ -32,7 +32,7 @@ from ddptui.remote.events import (
     RunRestarting,
     RunStarted,
 )
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 from ddptui.tui.dashboard.app import Dashboard, engine_runs
 from ddptui.tui.dashboard.logbuffer import ALL, View
 from ddptui.tui.dashboard.messages import EngineEvent

@@ -9,7 +9,7 @@ import pytest
 from apptools import FakeClusters, FakeRun, fake_app, local_inventory, screen_text, settle, wait_for
 from apptools import two_node_script as script
 
-from ddptui.remote.run import Emit
+from ddptui.remote.run.runner import Emit
 from ddptui.remote.store import runs
 from ddptui.tui.dashboard.app import create_app
 from ddptui.tui.dashboard.glance import ClusterLike

@@ -19,7 +19,7 @@ from testhosts import REPO, TestCluster
 from ddptui.remote import inventory
 from ddptui.remote.agents import monitor
 from ddptui.remote.events import Event, GpuStats, HostChecked
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 
 JOB = {"script": "examples/train.py", "master_port": 29631}
 

@@ -138,7 +138,7 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
 WATCHER = """
 import asyncio, sys
 from ddptui.remote import inventory
-from ddptui.remote.cluster import Cluster
+from ddptui.remote.run.cluster import Cluster
 inv = inventory.load(sys.argv[1])
 def emit(event):
     print(type(event).__name__, getattr(event, "host", ""), getattr(event, "state", ""), flush=True)

@@ -21,7 +21,7 @@ from testhosts import TestCluster
 
 from ddptui.remote import inventory
 from ddptui.remote.events import Event, NodeStarted, RunFinished
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 
 pytestmark = pytest.mark.e2e
 

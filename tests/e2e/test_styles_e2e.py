@@ -29,7 +29,7 @@ from ddptui.remote.events import (
     RunStarted,
 )
 from ddptui.remote.inventory import load
-from ddptui.remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.run.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

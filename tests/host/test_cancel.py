@@ -10,7 +10,7 @@ from pathlib import Path
 from testhosts import REPO, pids_with_env
 
 from ddptui.remote import inventory
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 
 
 async def until(cond: Callable[[], bool], timeout: float) -> None:

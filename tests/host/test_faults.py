@@ -20,7 +20,7 @@ from runtools import run_job
 from ddptui.remote import inventory
 from ddptui.remote.events import Event, LogBatch, NodeRanks, NodeStarted
 from ddptui.remote.host import procs
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 
 SLEEPER = "import os, time\nprint('up', os.environ['NODE_RANK'], flush=True)\ntime.sleep(300)\n"
 LEASE = 20.0  # link_timeout: every end below must come well before it

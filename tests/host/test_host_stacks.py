@@ -23,7 +23,7 @@ from ddptui.remote import inventory
 from ddptui.remote.agents.fleet import fleet_for
 from ddptui.remote.events import Event, LogBatch, Notice, StacksCaptured
 from ddptui.remote.host import stacks as host_stacks
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 from ddptui.remote.stalls import stacks
 
 DATA = Path(__file__).parents[1] / "data"

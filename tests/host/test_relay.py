@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 from ddptui.remote import inventory
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 from ddptui.tui.headless.printer import Printer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -27,7 +27,7 @@ from ddptui.remote import inventory
 from ddptui.remote.events import Event, LogBatch, Notice
 from ddptui.remote.host import procs
 from ddptui.remote.host.netif import free_port
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -32,7 +32,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.host.netif import free_port as free_port  # a port no outgoing connection takes
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import Emit
+from ddptui.remote.run.runner import Emit
 from ddptui.remote.stalls.stacks import Frame, Group, Report
 from ddptui.tui.dashboard.app import Dashboard, RunLike, create_app
 from ddptui.tui.dashboard.glance import ClusterLike

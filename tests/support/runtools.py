@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ddptui.remote import inventory
 from ddptui.remote.events import Event, RunFinished
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 
 
 async def run_job(

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import inventory, plan
+from ddptui.remote import inventory
 from ddptui.remote.inventory import Container, InventoryError
+from ddptui.remote.run import plan
 
 GOOD = """\
 defaults:

@@ -1,11 +1,11 @@
-"""Lines that came late (remote/late.py): where they go in the run's logs, and what of the
+"""Lines that came late (remote/run/late.py): where they go in the run's logs, and what of the
 summary's list is taken for a stream to read. The hosts are tests/e2e's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ddptui.remote.late import Unread, _store
+from ddptui.remote.run.late import Unread, _store
 from ddptui.remote.store.record import Recorder
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote import inventory, plan
+from ddptui.remote import inventory
 from ddptui.remote.checks import judge as checks
-from ddptui.remote.plan import SCRATCH
+from ddptui.remote.run import plan
+from ddptui.remote.run.plan import SCRATCH
 
 RUN = "20260101-000000-abcd"
 

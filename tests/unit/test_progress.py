@@ -9,7 +9,7 @@ import pytest
 
 from ddptui.remote.events import progress_text
 from ddptui.remote.host.progress import SERIES_MAX, Parser, Series, Tracker
-from ddptui.remote.progress import Watch
+from ddptui.remote.run.progress import Watch
 
 DATA = Path(__file__).parent.parent / "data" / "progress"
 

@@ -1,13 +1,13 @@
 """The contract between launcher and host (remote/host/protocol.py) and the typed values the
-launcher reads a node's messages into (remote/nodemsg.py): keys, defaults, and what a host may
+launcher reads a node's messages into (remote/run/nodemsg.py): keys, defaults, and what a host may
 not send."""
 
 from __future__ import annotations
 
 import pytest
 
-from ddptui.remote import nodemsg
 from ddptui.remote.host import protocol, wire
+from ddptui.remote.run import nodemsg
 
 REQUIRED = {"run_id": "r", "node": 0, "names": ["a"], "argv": ["python3", "t.py"], "secret": "s"}
 

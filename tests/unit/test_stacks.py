@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 from apptools import write_inventory
 
-from ddptui.remote import inventory, plan
+from ddptui.remote import inventory
 from ddptui.remote.checks import judge as checks
 from ddptui.remote.host import probe as host_probe
+from ddptui.remote.run import plan
 from ddptui.remote.stalls import flight, stacks
 from ddptui.remote.stalls.stacks import Frame, RankStack
 

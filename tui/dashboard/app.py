@@ -1,7 +1,7 @@
 """The dashboard: the cluster at a glance from the moment it opens, every rank's log live,
 launch / stop / restart, the first failure, every rank's stack when a job stalls.
 
-It renders the engine's events only: `ddptui.remote.run.Run(inv, emit=...)` runs in a worker (group
+It renders the engine's events only: `Run(inv, emit=...)` runs in a worker (group
 "run") on the app's own loop. The app routes each event to the widgets that own what it
 changes (the hosts table, the log pane, the banner, the status bar) and each key to its
 action; the dashboard's own connections are Glance's (tui/dashboard/glance.py). Log lines go
@@ -47,8 +47,8 @@ from ddptui.remote.events import (
     RunRestarting,
     RunStarted,
 )
-from ddptui.remote.failures import first
-from ddptui.remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
+from ddptui.remote.run.failures import first
+from ddptui.remote.run.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
 from ddptui.remote.store import runs
 
 from ..text import run_ended

@@ -1,5 +1,5 @@
 """The cluster at a glance, in the dashboard: from the moment it opens, its own connection to
-every host (remote/cluster.py) checks them and keeps their GPU figures live, run or no run;
+every host (remote/run/cluster.py) checks them and keeps their GPU figures live, run or no run;
 `c` checks again, `D` runs the deep check over them, `d` dumps every rank's stack of the run.
 A controller the app holds: it
 owns the connections and their workers; their events come back to the app as ClusterEvents.
@@ -22,10 +22,10 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.monitor import Emit
-from ddptui.remote.cluster import Cluster
-from ddptui.remote.deepcheck import SECONDS as DEEP_SECONDS
 from ddptui.remote.events import ChecksDone, DeepChecked, Event
 from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.run.cluster import Cluster
+from ddptui.remote.run.deepcheck import SECONDS as DEEP_SECONDS
 from ddptui.remote.stalls.stacks import Report
 
 from ..text import tilde

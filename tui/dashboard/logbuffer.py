@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Final, Literal, NamedTuple
 
 from ddptui.remote.events import LogBatch, Stream
-from ddptui.remote.failures import TRACEBACK_START
+from ddptui.remote.run.failures import TRACEBACK_START
 
 PER_RANK = 10_000  # lines kept per rank (and per node's own lines), with few ranks
 BUDGET = 500_000  # lines kept by every rank together, with many (~150 bytes a line)

@@ -11,7 +11,7 @@ from ddptui.remote.events import Event
 
 @dataclass
 class EngineEvent(Message):
-    """An engine event, posted by the `emit` callback the app gives `ddptui.remote.run.Run`."""
+    """An engine event, posted by the `emit` callback the app gives `Run` (remote/run/runner.py)."""
 
     run_id: str  # events of a run that is no longer current are dropped
     event: Event

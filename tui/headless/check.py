@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ddptui.remote import deepcheck
 from ddptui.remote.agents.fleet import fleet_for
 from ddptui.remote.checks.judge import gpu_summary, is_busy
 from ddptui.remote.checks.preflight import Preflight
@@ -27,6 +26,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from ddptui.remote.inventory import Inventory
+from ddptui.remote.run import deepcheck
 
 from ..text import Fold
 from .console import isatty, silence, terminal_safe

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ddptui.remote.exits import EXIT_INTERRUPTED
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import Run
+from ddptui.remote.run.runner import Run
 
 from .printer import Printer
 

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from ddptui.remote import late
 from ddptui.remote.events import (
     Event,
     HostState,
@@ -27,7 +26,8 @@ from ddptui.remote.events import (
     attempt_from,
     failure_from,
 )
-from ddptui.remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.run import late
+from ddptui.remote.run.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
 from ddptui.remote.store import runs
 
 from ..text import RUN_COLUMNS, run_cells, run_row

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from ddptui.remote.events import Failure
-from ddptui.remote.nodemsg import RankEnd
+from ddptui.remote.run.nodemsg import RankEnd
 
 TRACEBACK_START = "Traceback (most recent call last):"
 TAIL = 60  # stderr lines kept per rank, enough for the end of a traceback

@@ -33,7 +33,7 @@ from ddptui.remote.events import (
 from ddptui.remote.host import protocol
 from ddptui.remote.host.fabric import MARK, PROGRESS
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import Run, new_run_id
+from ddptui.remote.run.runner import Run, new_run_id
 
 SECONDS = 60.0  # --deep-seconds: the whole deep check, start to verdict
 STARTUP_S = 15.0  # of it, what torchrun and `import torch` take before the worker's clock

@@ -1,6 +1,6 @@
 """The training as its lines tell it: step, speed, time left, metrics, trackers' links.
 
-The launcher's relay hands every chunk of a node's lines to `Watch.feed` (remote/gang.py); a
+The launcher's relay hands every chunk of a node's lines to `Watch.feed` (remote/run/gang.py); a
 chunk where nothing looks like progress costs one regex scan (remote/host/progress.py). The
 front-ends get `Progress` at most once a second and each tracker's link once (`TrackerLink`),
 so none of them parses a line. The run directory keeps the last values and links in

@@ -1,5 +1,5 @@
 """One run: every host's agent up and checked (remote/checks/preflight.py), the supervisors started,
-every node followed to the end (remote/gang.py).
+every node followed to the end (remote/run/gang.py).
 
 All or nothing: if any host cannot be reached, nothing starts. When one node fails, or the user
 stops the run, every other node is told to stop (TERM, grace, KILL on its host). The run lives
@@ -7,7 +7,7 @@ on its hosts (remote/host/daemon.py): if ddptui dies or its link drops, each sup
 node after `job.link_timeout` without a word from a launcher, unless one comes back; a detached
 run needs no launcher at all. With `job.restarts`, node 0's supervisor starts every node again
 after a failure, attempt after attempt; a lost node's place goes to a spare host, which a
-launcher must start (remote/recover.py). A Run borrows the dashboard's fleet when given one (no
+launcher must start (remote/run/recover.py). A Run borrows the dashboard's fleet when given one (no
 login shell more), else opens its own and closes it at the end.
 """
 
@@ -20,8 +20,6 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
-from ddptui.remote import nodemsg, recover
-from ddptui.remote import plan as planner
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.checks.judge import master_problem
@@ -42,10 +40,12 @@ from ddptui.remote.exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
 from ddptui.remote.exits import EXIT_OK as EXIT_OK
 from ddptui.remote.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
 from ddptui.remote.exits import EXIT_USAGE as EXIT_USAGE
-from ddptui.remote.gang import Gang, Node
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.progress import Watch
+from ddptui.remote.run import nodemsg, recover
+from ddptui.remote.run import plan as planner
+from ddptui.remote.run.gang import Gang, Node
+from ddptui.remote.run.progress import Watch
 from ddptui.remote.stalls import flight, hang
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
@@ -78,7 +78,9 @@ class Run:
         deep: float | None = None,
     ) -> None:
         self.inv = inv
-        self.deep = deep  # the deep check first, in so many seconds at most (remote/deepcheck.py)
+        self.deep = (
+            deep  # the deep check first, in so many seconds at most (remote/run/deepcheck.py)
+        )
         self.run_id = run_id or new_run_id()
         self.run_dir = run_dir or runs.default_dir(self.run_id)
         self.extra_args = tuple(extra_args)
@@ -221,7 +223,7 @@ class Run:
 
     async def _deep_check(self) -> bool:
         """The fabric measured first; a failure refuses the launch, as a failed check does."""
-        from ddptui.remote import deepcheck
+        from ddptui.remote.run import deepcheck
 
         assert self.deep is not None
         done = await deepcheck.run(
@@ -374,7 +376,7 @@ class Run:
             self.detach()
 
     def _replace(self, restart: nodemsg.Restart) -> None:
-        """Node 0's hub waits for spares in lost nodes' places (remote/recover.py)."""
+        """Node 0's hub waits for spares in lost nodes' places (remote/run/recover.py)."""
         self.recovery.start(restart)
 
     def spec(self, node: planner.NodePlan, attempt: int = 0, secret: str = "") -> dict[str, Any]:

@@ -23,14 +23,14 @@ from ddptui.remote.agents import sync
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.checks import probe
 from ddptui.remote.events import Notice
-from ddptui.remote.gang import Node
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
+from ddptui.remote.run.gang import Node
 from ddptui.remote.store import runs
 
 if TYPE_CHECKING:
-    from ddptui.remote.nodemsg import Restart
-    from ddptui.remote.run import Run
+    from ddptui.remote.run.nodemsg import Restart
+    from ddptui.remote.run.runner import Run
 
 DETACHED = (
     "a lost host's place goes to a spare only while ddptui is attached (a spare needs a "

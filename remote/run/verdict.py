@@ -1,6 +1,6 @@
 """Who failed, and why the run stopped: the run's verdict from what each node said. Pure.
 
-remote/gang.py feeds it each node's ending (its supervisor's EXIT or ERROR, or nothing: lost or
+remote/run/gang.py feeds it each node's ending (its supervisor's EXIT or ERROR, or nothing: lost or
 dead) and the stops it sends; it answers how to show each node and, at the end, the run's status,
 exit code and root cause. The rules:
 
@@ -11,7 +11,7 @@ exit code and root cause. The rules:
   and the hub's word on which node failed, for when the failing node itself can tell nothing.
   Node 0's word is the hub's own view, and comes first: a cut-off peer, stopped because it lost
   the hub, blames node 0 (and may say so first).
-- The root cause is remote/failures.py's `first`: a failure of its own before echoes, then the
+- The root cause is remote/run/failures.py's `first`: a failure of its own before echoes, then the
   earliest traceback.
 - With job.restarts, each attempt has a verdict of its own (`Attempts`): a node's ending counts
   for the attempt it ended, and the run's status and exit code are its last attempt's.
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 from ddptui.remote.events import AttemptResult, Failure, HostStatus, RunStatus
 from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
-from ddptui.remote.failures import describe_exit, first
 from ddptui.remote.host import protocol
-from ddptui.remote.nodemsg import Exit, StartError
+from ddptui.remote.run.failures import describe_exit, first
+from ddptui.remote.run.nodemsg import Exit, StartError
 
 # Why a node stopped that the launcher did not stop: a `ddptui stop` (another launcher), the
 # run's hub (another node failed or was lost), or its lease (no launcher heard from).

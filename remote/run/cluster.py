@@ -16,12 +16,12 @@ import asyncio
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ddptui.remote import deepcheck
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import Transport
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import ChecksDone, DeepChecked, Event, HostState
 from ddptui.remote.inventory import Inventory
+from ddptui.remote.run import deepcheck
 from ddptui.remote.stalls import stacks
 
 LOST = "connection lost (c checks again)"
@@ -74,7 +74,7 @@ class Cluster:
         return await stacks.capture(self.fleet, run_id, run_dir, flight=flight)
 
     async def deep(self, seconds: float, runs_dir: Path | None = None) -> DeepChecked:
-        """The deep check (remote/deepcheck.py) over these agents: its progress and verdict
+        """The deep check (remote/run/deepcheck.py) over these agents: its progress and verdict
         emitted; the job it runs is registered under `runs_dir`."""
         return await deepcheck.run(self.inv, self.fleet, self._emit_to, seconds=seconds,
                                    runs_dir=runs_dir)  # fmt: skip

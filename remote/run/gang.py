@@ -5,9 +5,9 @@ that ends early is taken up again where it stopped, on the same agent or, if the
 on a new one; a host not heard from for `link_timeout` is lost, which fails the run and stops the
 others. A node that fails stops the rest (the supervisors also tell each other through the run's
 hub, so this holds with nobody attached). `detach()` leaves the run to its supervisors. What each
-ending means for the run is remote/verdict.py's to say. With job.restarts a node's stream goes on
-across attempts: each attempt's endings are judged apart (verdict.Attempts), and node 0's hub
-says when the job starts again and which lost nodes a spare must take (remote/recover.py).
+ending means for the run is remote/run/verdict.py's to say. With job.restarts a node's stream goes
+on across attempts: each attempt's endings are judged apart (verdict.Attempts), and node 0's hub
+says when the job starts again and which lost nodes a spare must take (remote/run/recover.py).
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from ddptui.remote import nodemsg
 from ddptui.remote.agents.agent import Channel
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.link import Item, NodeLink, Record
@@ -40,10 +39,11 @@ from ddptui.remote.events import (
     RunRestarting,
     Stream,
 )
-from ddptui.remote.failures import FailureTracker
 from ddptui.remote.host import protocol
-from ddptui.remote.progress import Watch
-from ddptui.remote.verdict import Attempts, Verdict
+from ddptui.remote.run import nodemsg
+from ddptui.remote.run.failures import FailureTracker
+from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
 # A line as a rank's is spooled, `[<global rank>]:text`; \d is what int() reads.
@@ -188,7 +188,7 @@ class Gang:
     def unread(self) -> list[dict[str, Any]]:
         """The streams given up on before their end (a host cut off past the lease): where the
         run's logs stop in each one's spool. What the host printed after is read later, once
-        it can be reached (remote/late.py)."""
+        it can be reached (remote/run/late.py)."""
         if self.detached:  # an attach reads them all
             return []
         found = [e for k, node in self.nodes.items() for e in self._unread(node, self.links[k])]

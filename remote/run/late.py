@@ -2,7 +2,7 @@
 than the lease), read from its spool once it can be reached again (`attach`, `runs`).
 
 The run's summary names each stream its end left unread, with where the logs stop in it
-(remote/gang.py's unread). Here each such host is asked, once its supervisor is over, for its
+(remote/run/gang.py's unread). Here each such host is asked, once its supervisor is over, for its
 spool from there; the lines go into rank-N.log (node-K.log), each log's first late line
 preceded by one that says they came late, from which host, and when they were read. A host
 still unreachable stays in the list for the next time.
@@ -23,9 +23,9 @@ from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.link import Item, NodeLink, Record
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, LogBatch, Notice
-from ddptui.remote.gang import STREAMS, untag
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
+from ddptui.remote.run.gang import STREAMS, untag
 from ddptui.remote.store.record import Recorder, replace_private
 from ddptui.remote.store.runs import SUMMARY, RunError, RunRecord
 
