@@ -11,7 +11,7 @@ agent's relay reaches (remote/host/nodes.py). It stops the job (TERM, grace, KIL
 - the run's hub says so (another node failed or was lost; remote/host/hub.py).
 When the job ends, whatever it left behind goes too. With job.restarts the daemon runs attempt
 after attempt of its node's job, in the same spool, as the run's hub says (node 0's supervisor
-decides: remote/host/hub.py); each attempt's lines follow a marked line in every rank's log,
+decides: remote/host/policy.py); each attempt's lines follow a marked line in every rank's log,
 and its processes have DDPTUI_ATTEMPT. Node 0's also tells job.notify's command what happened
 (remote/host/notify.py). Once no attempt follows, the daemon leaves as soon as its viewers have
 the last byte (or after a while: the spool stays for a later `attach`).
@@ -36,6 +36,7 @@ import time
 from . import container, linebuf, netif, procs, protocol, state, wire
 from . import hub as hubs
 from .notify import Notifier
+from .policy import Policy
 from .progress import Keeper
 from .protocol import beat_interval
 from .spool import Spool, Trimmed
@@ -217,6 +218,7 @@ class Daemon:
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
+        self.policy = None  # node 0: what follows each attempt (remote/host/policy.py)
         self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
@@ -256,6 +258,8 @@ class Daemon:
                 spec["master_addr"], lambda: self.heard if self.mode == "attached" else None,
             )  # fmt: skip
             self.hub.start()
+            self.policy = Policy(self.hub, spec, self.note, self.save_state, self._word,
+                                 min(self.link_timeout, DRAIN_S))  # fmt: skip
             self.notifier = Notifier(
                 spec["notify"], spec["run_id"], self._notify_failed, self._wait_child
             )
@@ -326,7 +330,7 @@ class Daemon:
         """What follows attempt `number`: (attempt, after) to start, or None."""
         if self.link is not None:
             return self.link.word()
-        return self._orchestrate(number)
+        return self.policy.after(number)
 
     def _start_job(self, att):
         spec = self.spec
@@ -574,61 +578,7 @@ class Daemon:
             else:
                 time.sleep(0.01)  # the accept thread lets it in
 
-    # -- the run's hub: what follows an attempt (node 0) ---------------------------------------
-
-    def _orchestrate(self, number):
-        """Once every node's job of attempt `number` ended: restart them all (job.restarts),
-        after the delay and once a spare took each lost node's place; or end the run."""
-        hub, spec = self.hub, self.spec
-        out = hub.settle()
-        over = hubs.next_step(out, number, spec["restarts"], spec["spares"] - hub.replaced)
-        if over is not None:
-            return self._over(out, *over)
-        after, nxt, of = out["reason"], number + 1, spec["restarts"] + 1
-        delay = protocol.restart_delay(spec["restart_delay"], nxt)
-        event = "lost" if out["node"] in out["lost"] else "failed"
-        wait = ", once a spare host takes its place" if out["lost"] else ""
-        plan = f"restarting in {delay:g} s{wait} (attempt {nxt + 1} of {of})"
-        self._word(event, "restarting", f"{after}; {plan}")
-        deadline = time.monotonic() + delay
-        replace = out["lost"]
-        while True:
-            left = round(max(0.0, deadline - time.monotonic()), 3)
-            self.note(t=protocol.RESTART, attempt=nxt, of=of, after=after, node=out["node"],
-                      delay=left, replace=replace)  # fmt: skip
-            waiting = [spec["names"][k] for k in replace]
-            self.save_state(status="waiting" if waiting else "restarting", waiting=waiting)
-            why = hub.wait_replaced()
-            if why is not None:
-                return self._over(out, "failed", why)
-            if hub.wait_quiet(deadline - time.monotonic()):
-                break
-            replace = sorted(hub.lost)  # a halt, or another node lost meanwhile
-            if hub.halted is not None:
-                return self._over(out, "failed", "")
-            if len(replace) > spec["spares"] - hub.replaced:
-                return self._over(out, "failed", "no spare host left to take its place")
-        hub.restart(nxt, after)
-        self._word("restarted", "running", f"attempt {nxt + 1} of {of} (after {after})")
-        return nxt, after
-
-    def _over(self, out, status, why):
-        """The run ends: word of how, and every peer told."""
-        halted = self.hub.halted
-        if halted is not None:  # a stop (or a lease): during the attempt, or after it failed
-            event = "lost" if halted[0] == "lost" else "stopped"
-            status, message = (halted[0] if out["halted"] else "failed"), halted[1]
-            if not out["halted"]:
-                message += f" (after {out['reason']}: no restart)"
-        elif out["status"] == "succeeded":
-            event, message = "succeeded", "every rank succeeded"
-        else:
-            event = "lost" if out["node"] in out["lost"] else "failed"
-            message = out["reason"] + (f"; {why}" if why else "")
-        self._word(event, status, message)
-        self.save_state(run_status=status, run_reason=message, waiting=[])
-        self.hub.finish(message, min(self.link_timeout, DRAIN_S))
-        return None
+    # -- word of the run (node 0) ----------------------------------------------------------
 
     def _word(self, event, status, message):
         """Something happened to the run: said in the stream (the dashboard rings on it), and

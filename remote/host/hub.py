@@ -40,6 +40,7 @@ import threading
 import time
 
 from . import protocol
+from .policy import Outcome
 
 CHALLENGE = b"ddptui-hub "
 HANDSHAKE_S = 10.0  # the whole handshake, from connect to the hub's proof
@@ -123,34 +124,42 @@ class Hub:
     the halt's, when a user's stop or a lease stops them all).
     bind: the master address (a name is resolved here); None: every interface.
 
-    Node 0's supervisor drives it, attempt by attempt (remote/host/daemon.py): `own_end` when
+    Node 0's supervisor drives it, attempt by attempt (remote/host/policy.py): `own_end` when
     its job ended, `settle` for the attempt's outcome once every node's job ended (a node lost
     counts as ended), then `restart` or `finish`. Between the two it may wait for a spare to
     take a lost node's place (`expect`, `wait_replaced`) and for the delay (`wait_quiet`); a
     halt (a user's stop, a lease) ends those waits: a stopped run is never restarted."""
 
-    def __init__(self, secret, names, link_timeout, beat, on_stop, bind=None, launcher=None):
+    def __init__(
+        self, secret, names, link_timeout, beat, on_stop, bind=None, launcher=None
+    ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_stop = on_stop
         # When node 0 last heard a launcher (monotonic), None when none holds the run: a
         # witness that node 0's own network is up, where one peer's silence cannot tell.
         self.launcher = launcher or (lambda: None)
         self.cond = threading.Condition()  # guards all below; notified on every change
-        self.peers = {}  # node -> its Channel
-        self.joined = set()  # the peers that ever joined (they know where the hub is)
+        self.peers: dict[int, Channel] = {}  # node -> its Channel
+        self.joined: set[int] = set()  # the peers that ever joined (they know where the hub is)
         self.heard = {k: time.monotonic() for k in range(1, len(names))}
         self.since = dict.fromkeys(range(1, len(names)), 0)  # the attempt each one joined at
-        self.tickets = {}  # node -> the proof of the spare coming to take its place
+        self.tickets: dict[int, str] = {}  # node -> the proof of the spare coming to take its place
         self.replaced = 0  # spares that took lost nodes' places
         self.attempt = 0
-        self.ended = {}  # node -> (status, reason) of this attempt's job; 0 is node 0's
+        # node -> (status, reason) of this attempt's job; 0 is node 0's
+        self.ended: dict[int, tuple[str, str | None]] = {}
         self.stopping = None  # the reason every node was told to stop, this attempt
-        self.failure = None  # (reason, node): the first failure of this attempt (its own)
+        self.failure: tuple[str, int] | None = (
+            None  # (reason, node): the first failure of this attempt (its own)
+        )
         self.echo = False  # the failure is a rank that died of a peer's failure
-        self.lost = {}  # node -> the attempt it was lost in: a spare must take its place
+        self.lost: dict[
+            int, int
+        ] = {}  # node -> the attempt it was lost in: a spare must take its place
         self.isolated = False  # node 0 heard from no peer: its own network, not theirs
-        self.halted = None  # (status, reason): no attempt follows (a user's stop, a lease)
-        self.given_up = None  # why no spare can come (the launcher said so)
+        # (status, reason): no attempt follows (a user's stop, a lease)
+        self.halted: tuple[str, str] | None = None
+        self.given_up: str | None = None  # why no spare can come (the launcher said so)
         self.go = None  # (attempt, after): the restart said to the peers
         self.over = None  # the run is over: said to every peer that comes
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
@@ -199,22 +208,21 @@ class Hub:
             chan.send(t="stop", reason=reason, node=node, attempt=attempt, by=by)
         self.on_stop(reason, node, by)
 
-    def settle(self):
-        """Wait until every node's job of this attempt has ended: its outcome, as a dict of
-        status (succeeded, failed, stopped, lost), reason, node (whose failure) and lost (the
-        nodes a spare must replace before another attempt)."""
+    def settle(self) -> Outcome:
+        """Wait until every node's job of this attempt has ended: its Outcome (a node lost
+        counts as ended)."""
         with self.cond:
             self.cond.wait_for(self._all_ended)
-            out = {"status": "succeeded", "reason": None, "node": None, "lost": sorted(self.lost),
-                   "halted": self.halted is not None, "isolated": self.isolated}  # fmt: skip
+            status, reason, node = "succeeded", None, None
             stopped = [(r, k) for k, (s, r) in sorted(self.ended.items()) if s != "succeeded"]
             if self.halted is not None:
-                out["status"], out["reason"] = self.halted
+                status, reason = self.halted
             elif self.failure is not None:
-                out["status"], (out["reason"], out["node"]) = "failed", self.failure
+                status, (reason, node) = "failed", self.failure
             elif stopped:  # stopped, without a failure of its own: a launcher saw one
-                out["status"], (out["reason"], out["node"]) = "failed", stopped[0]
-            return out
+                status, (reason, node) = "failed", stopped[0]
+            return Outcome(status, reason, node, sorted(self.lost), self.halted is not None,
+                           self.isolated)  # fmt: skip
 
     def expect(self, node, ticket):
         """A launcher sends a spare to take lost `node`'s place; it proves itself with ticket."""
@@ -226,7 +234,7 @@ class Hub:
             self.given_up = why
             self.cond.notify_all()
 
-    def wait_replaced(self):
+    def wait_replaced(self) -> str | None:
         """Until every lost node has a spare in its place: None, else why not (a halt, or no
         spare could come). Waits for a launcher as long as it takes."""
         with self.cond:
@@ -237,7 +245,7 @@ class Hub:
                 return self.given_up
             return None
 
-    def wait_quiet(self, seconds):
+    def wait_quiet(self, seconds: float) -> bool:
         """The delay before the next attempt: False when a halt (or a new loss) cut it short."""
         with self.cond:
             lost = len(self.lost)
@@ -430,21 +438,6 @@ class Hub:
             self.cond.notify_all()
         if running:
             self.stop_all(why, culprit)
-
-
-def next_step(outcome, attempt, restarts, spares):
-    """What follows an attempt's end (Hub.settle's outcome): None for another attempt, else
-    (the run's status, why it ends here: "" where the status says it all). spares: how many
-    spare hosts are left to take lost nodes' places."""
-    if outcome["status"] != "failed" or outcome["halted"]:
-        return outcome["status"], ""
-    if attempt >= restarts:
-        return "failed", "no restarts left" if restarts else ""
-    if outcome.get("isolated"):
-        return "failed", "the run's hub was cut off: no restart"
-    if len(outcome["lost"]) > spares:
-        return "failed", "no spare host left to take its place"
-    return None
 
 
 def _int(value):
