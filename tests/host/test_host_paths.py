@@ -19,7 +19,7 @@ from probetools import message as _message
 
 from remote import inventory, shipper
 from remote.agent import Agent
-from remote.host import daemon, protocol
+from remote.host import job, protocol
 
 
 def tilde(word: str, home: str) -> str:
@@ -59,7 +59,7 @@ def test_tilde_like_the_login_shell(word: str, want: str) -> None:
 @pytest.mark.parametrize("word", ["~", "~/venv/bin/python", "~root/x y", "~no-such-user/x"])
 def test_the_daemon_expands_as_the_shell_does(word: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/h o")
-    assert daemon.expand(word) == tilde(word, "/h o")
+    assert job.expand(word) == tilde(word, "/h o")
 
 
 @pytest.fixture

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from remote.host import channel, policy
 from remote.host import hub as hubmod
-from remote.host import policy
-from remote.host.hub import CHALLENGE, Channel, Hub, HubLink, _mac
+from remote.host.channel import CHALLENGE, Channel, _mac
+from remote.host.hub import Hub, HubLink
 from remote.host.policy import Outcome
 
 SECRET = "s3cret"
@@ -125,7 +126,7 @@ def test_the_hub_listens_at_the_master_address_only() -> None:
 def test_slow_strangers_never_keep_a_peer_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """Connections that trickle a byte now and then: each has one deadline for its whole
     handshake, and past 64 at once the oldest goes; a peer gets in all the while."""
-    monkeypatch.setattr(hubmod, "HANDSHAKE_S", 1.0)
+    monkeypatch.setattr(channel, "HANDSHAKE_S", 1.0)
     h, _ = hub(2)
     strangers = [socket.create_connection(("127.0.0.1", h.port)) for _ in range(200)]
     for s in strangers:
@@ -183,7 +184,7 @@ def test_the_accept_loop_outlives_a_full_file_table() -> None:
 def test_a_thread_that_would_not_start_is_not_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     h, _ = hub(2)
     failed: list[str] = []
-    start = hubmod._thread
+    start = hubmod.thread
 
     def no_thread_once(fn: Any, *args: Any) -> Any:
         if fn.__name__ == "_peer" and not failed:  # the thread that would follow the peer
@@ -191,7 +192,7 @@ def test_a_thread_that_would_not_start_is_not_the_end(monkeypatch: pytest.Monkey
             raise RuntimeError("can't start new thread")
         return start(fn, *args)
 
-    monkeypatch.setattr(hubmod, "_thread", no_thread_once)
+    monkeypatch.setattr(hubmod, "thread", no_thread_once)
     link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
     link.end("succeeded", None)
     link.connect("127.0.0.1", h.port)  # its first try is dropped; it comes again
@@ -453,7 +454,7 @@ def mute_peer(h: Hub, node: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", h.port))
     f = sock.makefile("rb")
     nonce, mine = f.readline()[len(CHALLENGE) :].strip(), b"ab" * 16
-    session = hubmod.Session(SECRET, nonce, mine, node)
+    session = channel.Session(SECRET, nonce, mine, node)
     sock.sendall(b"%d %s %s\n" % (node, mine, session.peer_proof))
     f.readline()  # the hub's proof
     Channel(sock, f, session.key, b"peer", b"hub").send(t="join", since=0, attempt=0)
