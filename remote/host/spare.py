@@ -115,9 +115,9 @@ def _wait_then_boot(r_in, w_out):
     argv = json.loads(line)
     _retitle(argv)
     sys.argv = ["-c", *argv[4:]]  # as `python -S -c DAEMON_BOOT CODE_DIR RUN_ID` has it
-    from . import daemon
+    from . import boot
 
-    daemon.boot()
+    boot.boot()
 
 
 def _retitle(argv):

@@ -17,10 +17,16 @@ import pytest
 from probetools import free_port, levels, local_inventory, run_probe, with_agent
 from probetools import message as _message
 
+<<<<<<< HEAD
 from ddptui.remote import inventory
 from ddptui.remote.agents import shipper
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.host import daemon, protocol
+=======
+from remote import inventory, shipper
+from remote.agent import Agent
+from remote.host import job, protocol
+>>>>>>> hostshape
 
 
 def tilde(word: str, home: str) -> str:
@@ -60,7 +66,7 @@ def test_tilde_like_the_login_shell(word: str, want: str) -> None:
 @pytest.mark.parametrize("word", ["~", "~/venv/bin/python", "~root/x y", "~no-such-user/x"])
 def test_the_daemon_expands_as_the_shell_does(word: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", "/h o")
-    assert daemon.expand(word) == tilde(word, "/h o")
+    assert job.expand(word) == tilde(word, "/h o")
 
 
 @pytest.fixture

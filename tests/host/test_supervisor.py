@@ -249,10 +249,13 @@ def test_lines_trimmed_on_the_host_survive_in_the_run_dir(tmp_path: Path) -> Non
 def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Path) -> None:
     """An attach that connects just before the socket's name goes is still served to its end,
     not cut off by the supervisor's exit (seen as 'its supervisor died' after a detached run)."""
+<<<<<<< HEAD
     from ddptui.remote.host import daemon
+=======
+    from remote.host.viewers import Viewers
+>>>>>>> hostshape
 
-    d = daemon.Daemon.__new__(daemon.Daemon)
-    d.clients, d.closing, d.accepting = {}, False, threading.Lock()
+    d = Viewers(None, dict, print, 1.0)
     served = threading.Event()
 
     def client(sock: socket.socket, done: threading.Event) -> None:
@@ -269,7 +272,7 @@ def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Pa
     threading.Thread(target=d._accept, args=(d.server,), daemon=True).start()
     threading.Timer(0.3, served.set).start()
     t0 = time.monotonic()
-    d._drain(time.monotonic() + 10)
+    d.drain(time.monotonic() + 10)
     assert served.is_set() and time.monotonic() - t0 >= 0.25
     late.close()
     d.closing = True  # the accept loop's thread ends, as the daemon's does

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ddptui.remote.host import daemon, wire
+from ddptui.remote.host import daemon, viewers, wire
 from ddptui.remote.host.spool import Spool, Trimmed
 
 
@@ -111,7 +111,7 @@ def test_send_spool_from_an_offset_then_eof(tmp_path: Path) -> None:
     spool.append(b)
     spool.close()
     sent: list[bytes] = []
-    daemon.send_spool(sent.append, spool, len(a), {"live": False}, 0.1, threading.Event())
+    viewers.send_spool(sent.append, spool, len(a), {"live": False}, 0.1, threading.Event())
     items = wire.WireReader().feed(b"".join(sent))
     assert items[0] == {"t": "hello", "live": False}
     data = [i for i in items if isinstance(i, wire.Data)]
