@@ -17,16 +17,10 @@ import pytest
 from probetools import free_port, levels, local_inventory, run_probe, with_agent
 from probetools import message as _message
 
-<<<<<<< HEAD
 from ddptui.remote import inventory
 from ddptui.remote.agents import shipper
 from ddptui.remote.agents.agent import Agent
-from ddptui.remote.host import daemon, protocol
-=======
-from remote import inventory, shipper
-from remote.agent import Agent
-from remote.host import job, protocol
->>>>>>> hostshape
+from ddptui.remote.host import job, protocol
 
 
 def tilde(word: str, home: str) -> str:

@@ -11,16 +11,11 @@ from typing import Any
 
 import pytest
 
-<<<<<<< HEAD
+from ddptui.remote.host import channel, policy
 from ddptui.remote.host import hub as hubmod
-from ddptui.remote.host.hub import CHALLENGE, Channel, Hub, HubLink, _mac
-=======
-from remote.host import channel, policy
-from remote.host import hub as hubmod
-from remote.host.channel import CHALLENGE, Channel, _mac
-from remote.host.hub import Hub, HubLink
-from remote.host.policy import Outcome
->>>>>>> hostshape
+from ddptui.remote.host.channel import CHALLENGE, Channel, _mac
+from ddptui.remote.host.hub import Hub, HubLink
+from ddptui.remote.host.policy import Outcome
 
 SECRET = "s3cret"
 

@@ -249,11 +249,7 @@ def test_lines_trimmed_on_the_host_survive_in_the_run_dir(tmp_path: Path) -> Non
 def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Path) -> None:
     """An attach that connects just before the socket's name goes is still served to its end,
     not cut off by the supervisor's exit (seen as 'its supervisor died' after a detached run)."""
-<<<<<<< HEAD
-    from ddptui.remote.host import daemon
-=======
-    from remote.host.viewers import Viewers
->>>>>>> hostshape
+    from ddptui.remote.host.viewers import Viewers
 
     d = Viewers(None, dict, print, 1.0)
     served = threading.Event()
