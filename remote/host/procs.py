@@ -1,6 +1,6 @@
 """A job's processes on its host: find them, learn their ranks, stop them, reap them.
 
-Two ways to find what belongs to a job, used together (design §2):
+Two ways to find what belongs to a job, used together:
 - descent: the supervisor is a child subreaper, so every process the job starts stays its
   descendant, re-parented to it if its parent dies, whatever the process does to its environment
   (`env -i`, setproctitle, sudo keeps the tree too);
