@@ -335,7 +335,7 @@ def sweep(runtime, run_id, node=None, timeout=CMD_TIMEOUT):
 
 
 def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_TIMEOUT):
-    """What the checks judge (remote/container_checks.py): the runtime, the image (pulled under
+    """What the checks judge (remote/checks/container.py): the runtime, the image (pulled under
     `pull: missing|always`), the GPU plumbing, leftover containers, and one short dry run with
     the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm.
 

@@ -8,7 +8,7 @@ and master), with the job's interpreter, torch and backend. Within a time budget
 - each rank's GPU, where there is one: a matmul and a device-to-host copy; `dcgmi diag -r 1`
   once per host where DCGM is installed.
 Global rank 0 prints progress lines (PROGRESS ...) and, last, the result: MARK + JSON, which
-remote/fabric.py reads. Figures are raw (bytes, seconds, flop/s): the launcher judges them.
+remote/checks/fabric.py reads. Figures are raw (bytes, seconds, flop/s): the launcher judges them.
 
 python3 >= 3.8 and the standard library at import (torch is imported inside main), so the
 launcher can share the mark and the schedule.

@@ -366,7 +366,7 @@ def pidfd(pid):
 
 
 def describe_code(code):
-    """`killed by SIGKILL`, `exit code 1` (as the launcher's remote/failures.py says it)."""
+    """`killed by SIGKILL`, `exit code 1` (as the launcher's remote/run/failures.py says it)."""
     if code is None or code >= 0:
         return "exit code {}".format(code)
     try:
