@@ -11,7 +11,7 @@ from typing import Any
 import nvidia_smi
 from nvidia_smi import H100_BUSY
 
-from remote.host import healthwatch
+from ddptui.remote.host import healthwatch
 
 LOGS = Path(__file__).parents[1] / "data" / "kernel-log"
 

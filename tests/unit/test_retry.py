@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from remote.host import retry
+from ddptui.remote.host import retry
 
 
 def outcome(cause: str = "failed", code: int | None = 1, node: int = 1, rank: int | None = 3,

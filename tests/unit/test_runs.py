@@ -1,4 +1,4 @@
-"""A run's status from its hosts' states (remote/runs.py's judge): what `runs` shows of a run
+"""A run's status from its hosts' states (remote/store/runs.py's judge): what `runs` shows of a run
 that wrote no summary (detached, or its launcher died)."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from remote import inventory, runs
-from remote.record import private_dir
-from remote.runs import judge
-from tui import text
+from ddptui.remote import inventory
+from ddptui.remote.store import runs
+from ddptui.remote.store.record import private_dir
+from ddptui.remote.store.runs import judge
+from ddptui.tui import text
 
 HUB_LOST = "lost the run's hub (node 0's supervisor): not heard from for 60 s"
 PEER_LOST = "node 1 (node1) lost: its supervisor was not heard from for 60 s"

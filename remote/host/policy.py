@@ -1,0 +1,197 @@
+"""The run's policy: what follows each attempt, decided in one place (node 0's supervisor).
+
+Once every node's job of an attempt has ended, the run's hub (remote/host/hub.py) gives the
+attempt's `Outcome`; `decide` turns it into a `Decision` (restart or end, why, which nodes a
+spare must replace first); `Policy.after` carries it out, one named step at a time:
+
+    settle -> decide -> say it -> wait (the delay, the replacements) -> restart
+
+The hub keeps the run's shared state and talks to the peers; the daemon (remote/host/daemon.py)
+runs the attempts; this module only decides and says. A new reason to end or restart a run (a
+hang, a sick GPU, restart_on) is a new `cause` of an Outcome and a rule in `decide`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import NamedTuple
+
+from . import protocol, retry
+
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from .hub import Hub
+
+NO_SPARE = "no spare host left to take its place"
+
+
+class Outcome(NamedTuple):
+    """How an attempt ended, once every node's job has (Hub.settle)."""
+
+    status: str  # succeeded, failed, stopped, lost
+    reason: str | None  # why (the failure's words, a halt's)
+    node: int | None  # whose failure (or loss) it was
+    lost: list[int]  # the nodes lost: a spare must take each one's place before another attempt
+    halted: bool  # a user's stop or a lease: no attempt may follow
+    isolated: bool  # node 0 heard from no peer: its own network was cut
+    # The failure as job.restart_on and the no-progress rule weigh it (remote/host/retry.py):
+    kind: str = "failed"  # failed (a rank's exit), gpu (its host's GPUs or NICs), lost, hang
+    code: int | None = None  # the failing rank's exit code
+    rank: int | None = None  # the failing rank, where one is named
+    lines: int = 0  # the lines the failing node's ranks printed in the attempt
+    bad: dict[int, tuple[str, str]] = {}  # node -> (host, why): no attempt may use it again
+
+    @property
+    def cause(self) -> str:
+        """What ended a failed attempt, as job.notify names it: a node lost, or a failure (a
+        bad host is in `lost` too, for a spare to take its place: it failed)."""
+        return "lost" if self.node in self.lost and self.node not in self.bad else "failed"
+
+    def failure(self) -> dict[str, Any]:
+        return {"cause": self.kind, "code": self.code, "node": self.node, "rank": self.rank,
+                "lines": self.lines}  # fmt: skip
+
+
+class Decision(NamedTuple):
+    """What follows an attempt: another one (restart), or the run's end with its status and
+    why it ends here ("" where the status says it all)."""
+
+    restart: bool
+    status: str = ""
+    why: str = ""
+
+
+RESTART = Decision(True)
+
+
+def decide(
+    out: Outcome,
+    attempt: int,
+    restarts: int,
+    spares: int,
+    restart_on: list[Any] | None = None,
+    last: Outcome | None = None,
+) -> Decision:
+    """What follows attempt `attempt` (of at most `restarts` more). spares: how many spare
+    hosts are left to take lost nodes' places; restart_on: job.restart_on; last: the attempt
+    before, if it failed (remote/host/retry.py)."""
+    if out.status != "failed" or out.halted:
+        return Decision(False, out.status, "")
+    if attempt >= restarts:
+        return Decision(False, "failed", "no restarts left" if restarts else "")
+    if out.isolated:
+        return Decision(False, "failed", "the run's hub was cut off: no restart")
+    if 0 in out.bad:
+        return Decision(False, "failed", "node 0's host is bad, and no spare takes the hub's place")
+    why = retry.why_not(restart_on, last and last.failure(), out.failure())
+    if why is not None:
+        return Decision(False, "failed", why)
+    if len(out.lost) > spares:
+        return Decision(False, "failed", NO_SPARE)
+    return RESTART
+
+
+class Policy:
+    """Node 0's side of a run with restarts: after each attempt, the next one or the end.
+    note, save_state and word are the daemon's: a record in the node's stream, its state
+    file, and word of an event (the stream and job.notify)."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        spec: dict[str, Any],
+        note: Callable[..., None],
+        save_state: Callable[..., None],
+        word: Callable[[str, str, str], None],
+        hang_up_s: float,
+    ) -> None:
+        self.hub, self.spec = hub, spec
+        self.note, self.save_state, self.word = note, save_state, word
+        self.hang_up_s = hang_up_s  # how long the peers get to hang up at the end
+        self.last: Outcome | None = None  # the last attempt's, if it failed
+        self.told: dict[str, list[str]] = {}  # the bad hosts said so far: node -> [host, why]
+
+    def after(self, number: int) -> tuple[int, str | None] | None:
+        """Once every node's job of attempt `number` ended: (attempt, after) to start next,
+        after the delay and once a spare took each lost node's place; or None: the run ends."""
+        out = self.hub.settle()
+        self.bad_hosts(out.bad)
+        decision = decide(out, number, self.spec["restarts"], self.spares_left(),
+                          self.spec["restart_on"], self.last)  # fmt: skip
+        self.last = out
+        if not decision.restart:
+            self.end(out, decision.status, decision.why)
+            return None
+        delay = protocol.restart_delay(self.spec["restart_delay"], number + 1)
+        self.say_restart(out, number + 1, delay)
+        why = self.wait(out, number + 1, time.monotonic() + delay)
+        if why is not None:
+            self.end(out, "failed", why)
+            return None
+        return self.restart(out, number + 1)
+
+    def bad_hosts(self, bad: dict[int, tuple[str, str]]) -> None:
+        """Hosts newly found bad: said in the stream (runs, summary.json and the dashboard
+        list them) and kept in node 0's state (`runs` of a detached run)."""
+        new = {str(k): [name, why] for k, (name, why) in bad.items() if str(k) not in self.told}
+        for k, (name, why) in new.items():
+            self.note(t=protocol.BAD_HOST, node=int(k), name=name, why=why)
+        if new:
+            self.told.update(new)
+            self.save_state(bad_hosts=self.told)
+
+    def spares_left(self) -> int:
+        return int(self.spec["spares"]) - self.hub.replaced
+
+    def of(self) -> int:
+        return int(self.spec["restarts"]) + 1
+
+    def say_restart(self, out: Outcome, nxt: int, delay: float) -> None:
+        wait = ", once a spare host takes its place" if out.lost else ""
+        plan = f"restarting in {delay:g} s{wait} (attempt {nxt + 1} of {self.of()})"
+        self.word(out.cause, "restarting", f"{out.reason}; {plan}")
+
+    def wait(self, out: Outcome, nxt: int, deadline: float) -> str | None:
+        """The delay, and a spare in each lost node's place: None once both are over, else why
+        the run ends instead (a halt, no spare can come, more nodes lost than spares left)."""
+        hub, replace = self.hub, out.lost
+        while True:
+            left = round(max(0.0, deadline - time.monotonic()), 3)
+            self.note(t=protocol.RESTART, attempt=nxt, of=self.of(), after=out.reason,
+                      node=out.node, delay=left, replace=replace)  # fmt: skip
+            waiting = [self.spec["names"][k] for k in replace]
+            self.save_state(status="waiting" if waiting else "restarting", waiting=waiting)
+            why = hub.wait_replaced()
+            if why is not None:
+                return why
+            if hub.wait_quiet(deadline - time.monotonic()):
+                return None
+            replace = sorted(hub.lost)  # a halt, or another node lost meanwhile
+            if hub.halted is not None:
+                return ""
+            if len(replace) > self.spares_left():
+                return NO_SPARE
+
+    def restart(self, out: Outcome, nxt: int) -> tuple[int, str | None]:
+        self.hub.restart(nxt, out.reason)
+        self.word("restarted", "running", f"attempt {nxt + 1} of {self.of()} (after {out.reason})")
+        return nxt, out.reason
+
+    def end(self, out: Outcome, status: str, why: str) -> None:
+        """The run ends: word of how, and every peer told."""
+        halted = self.hub.halted
+        if halted is not None:  # a stop (or a lease): during the attempt, or after it failed
+            event = "lost" if halted[0] == "lost" else "stopped"
+            status, message = (halted[0] if out.halted else "failed"), halted[1]
+            if not out.halted:
+                message += f" (after {out.reason}: no restart)"
+        elif out.status == "succeeded":
+            event, message = "succeeded", "every rank succeeded"
+        else:
+            event = out.cause
+            message = str(out.reason) + (f"; {why}" if why else "")
+        self.word(event, status, message)
+        self.save_state(run_status=status, run_reason=message, waiting=[])
+        self.hub.finish(message, self.hang_up_s)
