@@ -220,12 +220,11 @@ def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
     known = [s for s in states.values() if s and "error" not in s]
     if any(s.get("alive") for s in known):
         waiting = [name for s in known for name in s.get("waiting") or ()]
-        if waiting:  # node 0's hub: a lost node's place for a spare, which needs a launcher
-            lost = ", ".join(waiting)
-            return (
-                "running",
-                f"{lost} lost: waiting for `ddptui attach` to put a spare in its place",
-            )
+        if waiting:  # node 0's hub: a lost (or bad) node's place for a spare: a launcher's to do
+            told = (states.get(0) or {}).get("bad_hosts")
+            bad = {str(p[0]) for p in told.values() if isinstance(p, list)} if told else set()
+            lost = ", ".join(f"{name} {'bad' if name in bad else 'lost'}" for name in waiting)
+            return "running", f"{lost}: waiting for `ddptui attach` to put a spare in its place"
         return "running", ""
     if errors and not known:
         return "lost", f"hosts unreachable: {errors[0]}"

@@ -1,9 +1,11 @@
-"""A sick GPU found by `check` on an ssh test host: its nvidia-smi stand-in answers as the
-recorded H100 host but with 2 uncorrectable ECC errors on GPU 3, and its kernel log (a journalctl
-stand-in) holds an Xid 79 for GPU 2. The host fails its checks, naming both GPUs."""
+"""A sick GPU on an ssh test host: its nvidia-smi stand-in answers as the recorded H100 host but
+with 2 uncorrectable ECC errors on GPU 3, and its kernel log (a journalctl stand-in) holds an
+Xid 79 for GPU 2. Before a launch, the host fails its checks, naming both GPUs; during a run,
+the same written mid-run ends the attempt and a spare takes the host's node rank."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -13,8 +15,10 @@ from pathlib import Path
 
 import nvidia_smi
 import pytest
-from e2etools import Cli, assert_nothing_left, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
 from testhosts import REPO, TestCluster
+
+from ddptui.remote.host import procs
 
 pytestmark = pytest.mark.e2e
 
@@ -105,3 +109,42 @@ def test_a_gpu_failing_mid_run_ends_the_attempt_and_a_spare_takes_its_node(
     assert "node2 takes node1's place as node 1 from attempt 2" in cli.stderr
     assert summary["bad_hosts"] == [{"host": "node1", "node": 1, "why": cause}]
     assert_nothing_left(cluster, run_id, timeout=30)
+
+
+def test_a_detached_run_ends_the_attempt_for_a_gpu_with_nobody_attached(
+    gpu_node1: tuple[TestCluster, Path, Path], tmp_path: Path
+) -> None:
+    """Detached, nobody attached: node1's GPUs go unreadable mid-run. Its supervisor ends the
+    attempt and leaves (bad for the run), `runs` names it; an attach brings the spare."""
+    cluster, machine, _ = gpu_node1
+    home = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    job = {"script": "examples/train.py", "nproc_per_node": 2, "master_port": 29635,
+           "args": ["--epochs", "12", "--step-time", "0.1"], "restarts": 1,
+           "restart_delay": 0.5, "stop_grace": 2}  # fmt: skip
+    spare = {"host": cluster.hosts[2].addr, "name": "node2", "spare": True}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1, spare])
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=home)
+    assert cli.wait(120) == 0, cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+    wait_for(lambda: len(procs.tagged_pids({"DDPTUI_RUN_ID": run_id})) >= 6, 60, "the ranks")
+    shutil.copy(nvidia_smi.DATA / "health" / "lost" / "health.csv", machine / "health.csv")
+    began = time.monotonic()
+    wait_for(lambda: len(supervisors(run_id)) == 1, 30, "node1's supervisor to leave")
+    took = time.monotonic() - began
+    assert took < 15, f"{took:.1f} s"
+    assert_nothing_left(cluster, run_id, timeout=10)  # every rank stopped, the hub waits
+    cause = "GPU 3 (00000000:5D:00.0) on node1: cannot be read: nvidia-smi answers ERR!"
+    listed = Cmd(["runs", "--json"], tmp_path / "runs", home)
+    assert listed.wait(60) == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)["runs"]
+    assert row["bad_hosts"] == [{"host": "node1", "why": cause}], row
+    attach = Cmd(["attach", run_id], tmp_path / "attach", home)
+    assert attach.wait(180) == 0, attach.stderr
+    assert "node1 is bad for the run: a spare host takes node 1's place" in attach.stderr
+    assert "node2 takes node1's place as node 1 from attempt 2" in attach.stderr
+    assert f"[r2 node2] ddptui: attempt 2 of 2 (after {cause})" in attach.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
+    assert summary["bad_hosts"] == [{"host": "node1", "node": 1, "why": cause}]
+    assert_nothing_left(cluster, run_id, timeout=10)
+    wait_for(lambda: not supervisors(run_id), 30, "every supervisor to leave")

@@ -13,10 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
 from testhosts import TestCluster, veth_name
-
-from ddptui.remote.host import procs
 
 pytestmark = pytest.mark.e2e
 
@@ -34,11 +32,6 @@ def data_home(tmp_path: Path) -> dict[str, str]:
 def greeting(log: list[str], text: str) -> int:
     """Where the line holding `text` is (torch may warn before it)."""
     return next(i for i, line in enumerate(log) if text in line)
-
-
-def supervisors(run_id: str) -> list[int]:
-    """The run's supervisors on any host (their command line names the run's directory)."""
-    return [p for p in procs.all_pids() if run_id in cmdline(p) and "daemon" in cmdline(p)]
 
 
 def test_a_failed_rank_restarts_the_job_and_the_next_attempt_succeeds(

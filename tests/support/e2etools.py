@@ -14,6 +14,8 @@ from typing import Any
 
 from testhosts import REPO, TestCluster
 
+from ddptui.remote.host import procs
+
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
@@ -88,6 +90,11 @@ class Cli(Cmd):
             return True
 
         wait_for(started, timeout, f"{world} ranks to start")
+
+
+def supervisors(run_id: str) -> list[int]:
+    """The run's supervisors on any host (their command line names the run's directory)."""
+    return [p for p in procs.all_pids() if run_id in cmdline(p) and "daemon" in cmdline(p)]
 
 
 def ssh_home(config: Path, home: Path) -> dict[str, str]:

@@ -42,6 +42,15 @@ def test_without_the_hubs_word_the_worst_node_counts() -> None:
     )
 
 
+def test_a_detached_run_waiting_for_a_spare_says_which_host_is_bad() -> None:
+    why = "GPU 3 (00000000:5D:00.0) on node1: 2 uncorrectable ECC errors"
+    hub = node("waiting", alive=True, waiting=["node1", "node2"],
+               bad_hosts={"1": ["node1", why]})  # fmt: skip
+    assert judge({0: hub}) == (
+        "running", "node1 bad, node2 lost: waiting for `ddptui attach` to put a spare in its place",
+    )  # fmt: skip
+
+
 def test_a_run_still_going_is_running_whatever_the_hub_said_before() -> None:
     states = {0: node("stopped", run_status="failed"), 1: node("running", alive=True)}
     assert judge(states) == ("running", "")
