@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nvidia_smi
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, wait_for
 from testhosts import REPO, TestCluster
 
 from ddptui.remote.host import procs
@@ -129,15 +129,20 @@ def test_a_detached_run_ends_the_attempt_for_a_gpu_with_nobody_attached(
     wait_for(lambda: len(procs.tagged_pids({"DDPTUI_RUN_ID": run_id})) >= 6, 60, "the ranks")
     shutil.copy(nvidia_smi.DATA / "health" / "lost" / "health.csv", machine / "health.csv")
     began = time.monotonic()
-    wait_for(lambda: len(supervisors(run_id)) == 1, 30, "node1's supervisor to leave")
+    node1 = {"DDPTUI_RUN_ID": run_id, "DDPTUI_NODE": "1"}
+    wait_for(lambda: not procs.tagged_pids(node1), 30, "node1's job to end")
     took = time.monotonic() - began
     assert took < 15, f"{took:.1f} s"
+    state = cluster.hosts[1].home / ".local/state/ddptui/runs" / run_id / "n1" / "state.json"
+    pid = json.loads(state.read_text())["pid"]
+    wait_for(lambda: not Path(f"/proc/{pid}").exists(), 30, "node1's supervisor to leave")
     assert_nothing_left(cluster, run_id, timeout=10)  # every rank stopped, the hub waits
     cause = "GPU 3 (00000000:5D:00.0) on node1: cannot be read: nvidia-smi answers ERR!"
     listed = Cmd(["runs", "--json"], tmp_path / "runs", home)
     assert listed.wait(60) == 0, listed.stderr
     (row,) = json.loads(listed.stdout)["runs"]
     assert row["bad_hosts"] == [{"host": "node1", "why": cause}], row
+    assert row["detail"] == "node1 bad: waiting for `ddptui attach` to put a spare in its place"
     attach = Cmd(["attach", run_id], tmp_path / "attach", home)
     assert attach.wait(180) == 0, attach.stderr
     assert "node1 is bad for the run: a spare host takes node 1's place" in attach.stderr
@@ -147,4 +152,3 @@ def test_a_detached_run_ends_the_attempt_for_a_gpu_with_nobody_attached(
     assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
     assert summary["bad_hosts"] == [{"host": "node1", "node": 1, "why": cause}]
     assert_nothing_left(cluster, run_id, timeout=10)
-    wait_for(lambda: not supervisors(run_id), 30, "every supervisor to leave")
