@@ -69,17 +69,19 @@ _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)[^)]
 
 
 def read(smi: str | None, kmsg: str = KMSG, journalctl: str | None = "journalctl",
-         ib_root: str = SYS_IB, timeout: float = SMI_TIMEOUT) -> dict[str, Any]:  # fmt: skip
+         ib_root: str = SYS_IB, timeout: float = SMI_TIMEOUT,
+         since: float | None = None) -> dict[str, Any]:  # fmt: skip
     """This host's health. smi: nvidia-smi's path (None: no GPU to read, no Xid to look for);
     kmsg, journalctl (a name looked up on PATH, a path, or None: not asked) and ib_root: the
-    kernel log's device and reader and the InfiniBand sysfs class, which tests stand in."""
+    kernel log's device and reader and the InfiniBand sysfs class, which tests stand in.
+    since: the journal from then on (time.time()), not the whole boot's."""
     out: dict[str, Any] = {"gpus": None, "issues": [], "kernel_log": None,
                            "kernel_log_error": None, "ib": []}  # fmt: skip
     issues = out["issues"]
     if smi:
         rows = _gpu_rows(smi, timeout, issues)
         out["gpus"] = None if rows is None else len(rows)
-        out["kernel_log"], lines, out["kernel_log_error"] = kernel_log(kmsg, journalctl)
+        out["kernel_log"], lines, out["kernel_log_error"] = kernel_log(kmsg, journalctl, since)
         issues.extend(xid_issues(lines, rows or {}))
     out["ib"] = ib_ports(ib_root)
     issues.extend(ib_issues(out["ib"]))
@@ -210,7 +212,7 @@ def run(argv: list[str], timeout: float) -> tuple[int | None, str, str]:
 # -- the kernel log ------------------------------------------------------------------------------
 
 
-def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl"
+def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl", since: float | None = None
                ) -> tuple[str | None, list[str], str | None]:  # fmt: skip
     """(where it was read, its Xid lines, why it could not be). journalctl first: the journal
     keeps the whole boot where the kernel's ring buffer may have dropped old lines; then the
@@ -219,6 +221,8 @@ def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl"
     journalctl = journalctl and shutil.which(journalctl)
     if journalctl:
         argv = [journalctl, "-k", "-b", "-q", "--no-pager", "-o", "cat"]
+        if since is not None:  # a run's watch reads every few seconds: not the boot's every time
+            argv += ["--since", "@{}".format(int(since))]
         code, out, err = run(argv, LOG_TIMEOUT)
         lines = out[-LOG_MAX:].splitlines()
         if code == 0 and lines and "not seeing messages" not in err:

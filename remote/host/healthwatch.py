@@ -17,6 +17,8 @@ nothing (`worth_watching`).
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
+import time
+
 from . import health
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
@@ -42,16 +44,18 @@ class Watch:
                  journalctl: str | None = "journalctl", ib_root: str = health.SYS_IB,
                  timeout: float = SMI_TIMEOUT_S) -> None:  # fmt: skip
         self.args = (smi, kmsg, journalctl, ib_root, timeout)
+        self.since: float | None = None  # when the attempt began: the journal from then on
         self.seen: dict[tuple[Any, ...], int] = {}  # an issue's key -> its count when told
         self.ports: dict[tuple[str, str], dict[str, Any]] = {}
 
     def read(self) -> dict[str, Any]:
         smi, kmsg, journalctl, ib_root, timeout = self.args
-        return health.read(smi, kmsg, journalctl, ib_root, timeout)
+        return health.read(smi, kmsg, journalctl, ib_root, timeout, self.since)
 
     def begin(self) -> None:
         """How the host is as the attempt begins: the reference for what follows. A GPU that
         cannot be read already is not taken as the norm: the first poll fails it."""
+        self.since = time.time() - 1  # the journal's seconds are whole
         found = self.read()
         self.seen = {_key(i): i["count"] for i in found["issues"] if i["kind"] != health.UNREADABLE}
         self.ports = {(p["device"], p["port"]): p for p in found["ib"]}

@@ -135,3 +135,26 @@ def test_an_infiniband_port_leaving_active_or_flapping_fails(tmp_path: Path) -> 
 def test_a_host_with_nothing_to_watch(tmp_path: Path) -> None:
     assert not healthwatch.worth_watching(None, str(tmp_path / "no-ib"))
     assert healthwatch.worth_watching("/usr/bin/nvidia-smi", str(tmp_path / "no-ib"))
+
+
+def test_the_journal_is_read_from_the_attempts_start(tmp_path: Path) -> None:
+    """journalctl is asked `--since @START`, not for the whole boot every 4 s: an old Xid of the
+    boot is never read again; one logged since is."""
+    host = Host(tmp_path)
+    boot, since = tmp_path / "boot.txt", tmp_path / "since.txt"
+    boot.write_text("kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=1, GPU has fallen off the bus.\n")
+    since.write_text("kernel: Linux version 6.8.0\n")
+    journalctl = tmp_path / "bin" / "journalctl"
+    journalctl.write_text(
+        f'#!/bin/sh\ncase "$*" in *"--since @"*) cat {since} ;; *) cat {boot} ;; esac\n'
+    )
+    journalctl.chmod(0o755)
+    smi, kmsg, _, ib, timeout = host.watch.args
+    watch = healthwatch.Watch(smi, kmsg, str(journalctl), ib, timeout)
+    watch.begin()
+    assert watch.poll() == ([], [])
+    with since.open("a") as f:
+        f.write("kernel: NVRM: Xid (PCI:0000:2a:00): 48, pid=1, DBE (double bit error).\n")
+    assert said(watch.poll()[0]) == [
+        "GPU 1 (00000000:2A:00.0) on node1: Xid 48: DBE (double bit error)."
+    ]
