@@ -225,7 +225,8 @@ def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl", since: f
             argv += ["--since", "@{}".format(int(since))]
         code, out, err = run(argv, LOG_TIMEOUT)
         lines = out[-LOG_MAX:].splitlines()
-        if code == 0 and lines and "not seeing messages" not in err:
+        # since: the journal was read before (a run's watch), so nothing new is an answer
+        if code == 0 and (lines or since is not None) and "not seeing messages" not in err:
             return "journalctl -k", [ln for ln in lines if "Xid" in ln], None
         silent = "no answer in {:g} s".format(LOG_TIMEOUT) if code is None else "nothing read"
         why.append("journalctl -k: " + (_said("", err) or silent))

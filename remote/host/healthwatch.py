@@ -55,9 +55,19 @@ class Watch:
     def begin(self) -> None:
         """How the host is as the attempt begins: the reference for what follows. A GPU that
         cannot be read already is not taken as the norm: the first poll fails it."""
-        self.since = time.time() - 1  # the journal's seconds are whole
-        found = self.read()
-        self.seen = {_key(i): i["count"] for i in found["issues"] if i["kind"] != health.UNREADABLE}
+        began = time.time() - 1  # the journal's seconds are whole
+        found = self.read()  # the whole boot's log, as check reads it: where it can be read
+        journal = found["kernel_log"] == "journalctl -k"
+        if journal:  # from now on only the attempt's lines: every Xid read then is new
+            self.since = began
+        else:  # /dev/kmsg or nothing: the same source every read, or counts would jump
+            smi, kmsg, _, ib_root, timeout = self.args
+            self.args = (smi, kmsg, None, ib_root, timeout)
+        self.seen = {
+            _key(i): i["count"]
+            for i in found["issues"]
+            if i["kind"] != health.UNREADABLE and not (journal and i["source"] == "kernel")
+        }
         self.ports = {(p["device"], p["port"]): p for p in found["ib"]}
 
     def poll(self) -> tuple[list[Any], list[Any]]:

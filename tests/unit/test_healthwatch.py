@@ -139,11 +139,13 @@ def test_a_host_with_nothing_to_watch(tmp_path: Path) -> None:
 
 def test_the_journal_is_read_from_the_attempts_start(tmp_path: Path) -> None:
     """journalctl is asked `--since @START`, not for the whole boot every 4 s: an old Xid of the
-    boot is never read again; one logged since is."""
+    boot is never read again, one logged since is, and no line since is no reason to read
+    /dev/kmsg instead (its counts would come and go)."""
     host = Host(tmp_path)
     boot, since = tmp_path / "boot.txt", tmp_path / "since.txt"
     boot.write_text("kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=1, GPU has fallen off the bus.\n")
-    since.write_text("kernel: Linux version 6.8.0\n")
+    since.write_text("")  # nothing new is an answer: /dev/kmsg (with its Xids) is not read
+    host.kmsg.write_text((LOGS / "kmsg.txt").read_text())
     journalctl = tmp_path / "bin" / "journalctl"
     journalctl.write_text(
         f'#!/bin/sh\ncase "$*" in *"--since @"*) cat {since} ;; *) cat {boot} ;; esac\n'
@@ -153,8 +155,10 @@ def test_the_journal_is_read_from_the_attempts_start(tmp_path: Path) -> None:
     watch = healthwatch.Watch(smi, kmsg, str(journalctl), ib, timeout)
     watch.begin()
     assert watch.poll() == ([], [])
-    with since.open("a") as f:
+    with since.open("a") as f:  # the boot's Xid again, on the same GPU, and another
+        f.write("kernel: NVRM: Xid (PCI:0000:3a:00): 79, pid=2, GPU has fallen off the bus.\n")
         f.write("kernel: NVRM: Xid (PCI:0000:2a:00): 48, pid=1, DBE (double bit error).\n")
     assert said(watch.poll()[0]) == [
-        "GPU 1 (00000000:2A:00.0) on node1: Xid 48: DBE (double bit error)."
+        "GPU 2 (00000000:3A:00.0) on node1: Xid 79: GPU has fallen off the bus.",
+        "GPU 1 (00000000:2A:00.0) on node1: Xid 48: DBE (double bit error).",
     ]
