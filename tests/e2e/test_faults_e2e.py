@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
 from testhosts import TestCluster, veth_name
 
 from ddptui.remote.host import procs
@@ -69,11 +69,6 @@ def cut(cluster: TestCluster, i: int) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["ip", "link", "set", veth, "up"], check=True)
-
-
-def supervisors(run_id: str) -> list[int]:
-    """The run's supervisors on any host (their command line names the run's directory)."""
-    return [p for p in procs.all_pids() if run_id in cmdline(p) and "daemon" in cmdline(p)]
 
 
 def node_dir(cluster: TestCluster, run_id: str, k: int) -> Path:

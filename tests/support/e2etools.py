@@ -93,8 +93,9 @@ class Cli(Cmd):
 
 
 def supervisors(run_id: str) -> list[int]:
-    """The run's supervisors on any host (their command line names the run's directory)."""
-    return [p for p in procs.all_pids() if run_id in cmdline(p) and "daemon" in cmdline(p)]
+    """The run's supervisors (and their guardians) on any host: their command line is the
+    supervisor's boot (remote/host/nodes.py's DAEMON_BOOT) with the run's id."""
+    return [p for p in procs.all_pids() if run_id in cmdline(p) and "import boot" in cmdline(p)]
 
 
 def ssh_home(config: Path, home: Path) -> dict[str, str]:
