@@ -72,6 +72,8 @@ class Attempt:
         self.err = b""  # the end of the job's own stderr: torchrun's report names the rank
         self.died = None  # (rank, exit code or None, time): the first rank process to end
         self.sick = None  # why this host's GPUs or NICs failed during the attempt
+        self.watch = None  # the attempt's health watch, once it has read how the host began
+        self.reading = threading.Lock()  # one read of the watch at a time
         self.lines = 0  # the lines its ranks printed: how far it got (remote/host/retry.py)
 
 
@@ -345,6 +347,8 @@ class Daemon:
         if not_started:  # the runtime's words: no rank ever ran
             att.error = not_started
             self.note(t=protocol.ERROR, msg=not_started, attempt=att.number)
+        if code and not stopped and self._read_health(att):  # a GPU's failure that took its
+            att.by = protocol.BY_HEALTH  # rank down before the watch's next read: the cause
         if att.error:  # said already (ERROR): the launcher takes that as this attempt's end
             status, reason = "failed", f"{self.name} could not start its job: {att.error}"
         else:
@@ -504,10 +508,21 @@ class Daemon:
         """This host's GPUs and NICs, all along the attempt (remote/host/healthwatch.py): a
         warning is told, a failure ends the attempt at once, naming the GPU, and the host is
         bad for the rest of the run."""
-        watch = healthwatch.Watch(self.smi)
-        watch.begin()
+        with att.reading:
+            watch = healthwatch.Watch(self.smi)
+            watch.begin()
+            att.watch = watch
         while not att.done.wait(healthwatch.INTERVAL_S):
-            failures, warnings = watch.poll()
+            if self._read_health(att):
+                self.stop(protocol.BY_HEALTH, att.sick, self.node, att.number)
+                return
+
+    def _read_health(self, att):
+        """One read of the watch: its news told; True once a failure made the host sick."""
+        with att.reading:
+            if att.sick or att.watch is None:
+                return False
+            failures, warnings = att.watch.poll()
             for issue in failures + warnings:
                 text = healthwatch.describe(self.name, issue)
                 self.note(t=protocol.HEALTH, level=issue["level"], text=text, attempt=att.number)
@@ -516,8 +531,7 @@ class Daemon:
                 log(why)
                 with self.stop_once:
                     att.sick = why
-                self.stop(protocol.BY_HEALTH, why, self.node, att.number)
-                return
+            return bool(failures)
 
     def _told_stop(self, reason, node, by=None):
         """The run's hub says stop (a peer failed or was lost; a halt elsewhere)."""
