@@ -14,7 +14,7 @@ from typing import Any
 
 from testhosts import REPO, TestCluster
 
-from ddptui.remote.host import procs
+from ddptui.remote.host import nodes, procs
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -94,8 +94,8 @@ class Cli(Cmd):
 
 def supervisors(run_id: str) -> list[int]:
     """The run's supervisors (and their guardians) on any host: their command line is the
-    supervisor's boot (remote/host/nodes.py's DAEMON_BOOT) with the run's id."""
-    return [p for p in procs.all_pids() if run_id in cmdline(p) and "import boot" in cmdline(p)]
+    supervisor's boot (nodes.DAEMON_BOOT) with the run's id."""
+    return [p for p in procs.all_pids() if run_id in cmdline(p) and nodes.DAEMON_BOOT in cmdline(p)]
 
 
 def ssh_home(config: Path, home: Path) -> dict[str, str]:
