@@ -1,0 +1,116 @@
+"""The run's hang rule (remote/host/hangrule.py) on recorded and synthesised sample streams: every
+scenario of tests/support/hangscenarios.py, hung or silent but alive, and the rule's parts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hangscenarios import (
+    ALL_REDUCE,
+    BARRIER,
+    DDP_BACKWARD,
+    SCENARIOS,
+    STUCK_BEFORE,
+    Scenario,
+    run_rule,
+)
+
+from remote.host import hangrule
+from remote.host.hangrule import HangRule
+
+TARGET_S = 120.0  # a hang named within this of the last progress, with default settings
+
+
+@pytest.mark.parametrize("sc", SCENARIOS, ids=lambda sc: sc.name)
+def test_every_scenario(sc: Scenario) -> None:
+    out = run_rule(sc)
+    assert not out.false_alarm, f"{sc.name}: said hang at {out.named_at} s"
+    if sc.hang_at is None:
+        assert out.named_at is None
+        return
+    took = out.detection()
+    assert took is not None, f"{sc.name}: never named"
+    bound = min(TARGET_S, sc.hang_after) if sc.hang_after else TARGET_S
+    if sc.culprits:  # a hang with no rank to blame waits for job.hang_after
+        assert took <= bound
+    assert out.culprits == sc.culprits
+
+
+def rank(frames: list[list[Any]] | None, cpu: float = 0.0, io: int = 0) -> dict[str, Any]:
+    return {"cpu": cpu, "io": io, "frames": frames}
+
+
+def test_recorded_stacks_are_read_as_py_spy_showed_them() -> None:
+    assert hangrule.collective(ALL_REDUCE) == "all_reduce"
+    assert hangrule.collective(DDP_BACKWARD) == "DDP's gradient all-reduce (backward)"
+    assert hangrule.collective(STUCK_BEFORE) is None  # a loop at the script's top level
+    assert hangrule.frame_text(STUCK_BEFORE) == "<module> (job.py:20)"
+
+
+def test_a_rank_is_moving_stuck_or_waiting() -> None:
+    gap = 15.0
+    assert hangrule.classify(rank(ALL_REDUCE), rank(ALL_REDUCE, cpu=15.0), gap) == "waiting"
+    assert hangrule.classify(rank(STUCK_BEFORE), rank(STUCK_BEFORE), gap) == "stuck"
+    assert hangrule.classify(rank(STUCK_BEFORE), rank(STUCK_BEFORE, cpu=1.0), gap) == "moving"
+    assert hangrule.classify(rank(STUCK_BEFORE), rank(STUCK_BEFORE, io=1 << 20), gap) == "moving"
+    assert hangrule.classify(rank(STUCK_BEFORE), rank(ALL_REDUCE), gap) == "moving"
+    blocked = {**rank(STUCK_BEFORE), "in_io": True}
+    assert hangrule.classify(rank(STUCK_BEFORE), blocked, gap) == "moving"
+    assert hangrule.classify(rank(None), rank(None), gap) == "unread"
+    assert hangrule.classify(rank(None), rank(None, cpu=1.0), gap) == "moving"
+
+
+def hung(cpu: float = 0.0) -> dict[int, dict[str, Any]]:
+    return {0: rank(ALL_REDUCE), 1: rank(STUCK_BEFORE, cpu=cpu), 2: rank(BARRIER)}
+
+
+def test_named_on_the_third_still_sample_with_culprit_host_and_stack() -> None:
+    rule = HangRule()
+    assert not rule.due(0, 29.0)
+    assert rule.due(0, 30.0)
+    assert rule.feed(0, 30.0, hung()) is None
+    assert not rule.due(10, 40.0)  # the gap: 15 s
+    assert rule.feed(15, 45.0, hung()) is None
+    hang = rule.feed(30, 60.0, hung())
+    assert hang is not None and hang.culprits == [1]
+    assert hang.waiting == {"all_reduce": [0], "barrier": [2]}
+    text = hang.text({0: "node0", 1: "node1", 2: "node2"})
+    assert text == ("hung 60 s: rank 1 on node1 stuck in <module> (job.py:20), while rank 0 "
+                    "wait in all_reduce; rank 2 wait in barrier")  # fmt: skip
+    assert rule.feed(45, 75.0, hung()) is None  # said once
+
+
+def test_a_line_between_samples_starts_afresh() -> None:
+    rule = HangRule()
+    rule.feed(0, 30.0, hung())
+    rule.feed(15, 45.0, hung())
+    assert rule.feed(30, 31.0, hung()) is None  # a line came 29 s ago: silent 31 s, not 60
+    assert rule.feed(45, 46.0, hung()) is None
+    assert rule.feed(60, 61.0, hung()) is not None
+
+
+def test_a_rank_that_moves_clears_the_watch_until_it_stops_again() -> None:
+    rule = HangRule()
+    rule.feed(0, 30.0, hung())
+    rule.feed(15, 45.0, hung())
+    assert rule.feed(30, 60.0, hung(cpu=5.0)) is None  # rank 1 used 5 s of CPU: it works
+    assert rule.feed(45, 75.0, hung(cpu=5.0)) is None
+    assert rule.feed(60, 90.0, hung(cpu=5.0)) is not None
+
+
+def test_no_stack_readable_falls_back_to_hang_after_with_no_cpu_or_io() -> None:
+    rule = HangRule(hang_after=120)
+    blind = {0: rank(None), 1: rank(None)}
+    assert rule.feed(0, 30.0, blind) is None
+    assert rule.feed(30, 60.0, blind) is None
+    assert rule.feed(60, 90.0, blind) is None
+    hang = rule.feed(90, 120.0, blind)
+    assert hang is not None and hang.confirmed_by == "silence" and hang.culprits == []
+
+
+def test_a_rank_missing_from_a_sample_is_never_a_hang() -> None:
+    rule = HangRule()
+    rule.feed(0, 30.0, hung())
+    rule.feed(15, 45.0, {0: rank(ALL_REDUCE), 2: rank(BARRIER)})  # node1 did not answer
+    assert rule.feed(30, 60.0, hung()) is None
