@@ -18,6 +18,7 @@ from hangscenarios import (
 
 from remote.host import hangrule
 from remote.host.hangrule import HangRule
+from remote.host.watch import POLL_S, Watch, merge
 
 TARGET_S = 120.0  # a hang named within this of the last progress, with default settings
 
@@ -114,3 +115,67 @@ def test_a_rank_missing_from_a_sample_is_never_a_hang() -> None:
     rule.feed(0, 30.0, hung())
     rule.feed(15, 45.0, {0: rank(ALL_REDUCE), 2: rank(BARRIER)})  # node1 did not answer
     assert rule.feed(30, 60.0, hung()) is None
+
+
+class Cluster:
+    """Two nodes answering the watch's asks at once, from a simulated clock: rank 1 (node1)
+    sleeps before an all_reduce from t=0, rank 0 (node0) waits in it. node1 may be mute."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.asked: list[bool] = []
+        self.mute: set[int] = set()
+        self.watch = Watch(["node0", "node1"], None, self.ask, self.hung, clock=lambda: self.now)
+        self.said: list[tuple[Any, dict[int, str]]] = []
+
+    def ask(self, seq: int, stacks: bool) -> None:
+        self.asked.append(stacks)
+        frames = {0: ALL_REDUCE, 1: STUCK_BEFORE}
+        for node in (0, 1):
+            if node not in self.mute:
+                got = {str(node): rank(frames[node] if stacks else None)}
+                self.watch.answer(node, seq, {"quiet": self.now, "ranks": got})
+
+    def hung(self, hang: Any, ranks: dict[int, Any], hosts: dict[int, str]) -> None:
+        self.said.append((hang, hosts))
+
+    def run(self, until: float) -> None:
+        while self.now <= until:
+            self.watch.step()
+            if self.said:
+                return
+            self.now += POLL_S
+
+
+def test_the_watch_asks_for_stacks_only_once_silent_and_names_the_culprit_s_host() -> None:
+    c = Cluster()
+    c.run(120)
+    assert c.asked[:6] == [False] * 6  # 0..25 s: no line for less than 30 s
+    assert c.asked[6] is True  # 30 s
+    [(hang, hosts)] = c.said
+    assert hang.culprits == [1] and hosts == {0: "node0", 1: "node1"}
+    assert c.now == 60  # the third still sample: 30, 45, 60 s
+    assert c.asked.count(True) == 3
+
+
+def test_a_node_that_does_not_answer_delays_the_verdict_but_never_makes_one() -> None:
+    c = Cluster()
+    c.mute = {1}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("remote.host.watch.ANSWER_S", 0.0)
+        c.run(300)
+        assert c.said == []  # node1's silence is not its rank's: no quiet known, no stacks
+        assert True not in c.asked
+        c.mute = set()
+        asked_at = c.now
+        c.run(600)
+    assert c.said and c.now - asked_at <= 60
+
+
+def test_merge_takes_the_shortest_silence_and_each_rank_s_host() -> None:
+    ranks, hosts, quiet = merge(
+        {0: {"quiet": 40.0, "ranks": {"0": {}}}, 1: {"quiet": 12.0, "ranks": {"1": {}}}},
+        ["a", "b"],
+    )
+    assert (sorted(ranks), hosts, quiet) == ([0, 1], {0: "a", 1: "b"}, 12.0)
+    assert merge({0: {"quiet": None, "ranks": {}}}, ["a"])[2] is None

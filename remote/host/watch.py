@@ -1,0 +1,110 @@
+"""The run's hang watch, on node 0's supervisor (the hub), with or without a launcher attached:
+every few seconds it asks every node for a sample of its ranks (remote/host/vitals.py; their
+stacks too once the rule wants them), feeds the hang rule (remote/host/hangrule.py) and, at a
+hang, hands it on (`on_hang`) with every rank's last sample and host.
+
+A node that does not answer in time is left out of that sample: its ranks count as moving, so a
+slow or lost node can delay a verdict but never make one (the hub's own watch loses it).
+python3 >= 3.8, stdlib only.
+"""
+
+from __future__ import annotations  # py3.8: annotations stay unevaluated
+
+import threading
+import time
+
+from .hangrule import HangRule
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional
+
+POLL_S = 5.0  # between two asks
+ANSWER_S = 10.0  # how long one ask's answers are waited for (py-spy reads a few ranks)
+
+
+class Watch:
+    """ask(seq, stacks): asks every node (node 0's own supervisor too); each answers through
+    `answer(node, seq, sample)`. on_hang(hang, ranks, hosts) runs in the watch's thread."""
+
+    def __init__(
+        self,
+        names: List[str],
+        hang_after: Optional[float],
+        ask: Callable[[int, bool], None],
+        on_hang: Callable[[Any, Dict[int, Any], Dict[int, str]], None],
+        clock: Callable[[], float] = time.monotonic,
+        poll: float = POLL_S,
+    ) -> None:
+        self.names, self.ask, self.on_hang, self.clock = names, ask, on_hang, clock
+        self.rule = HangRule(hang_after)
+        self.poll = poll
+        self.cond = threading.Condition()
+        self.seq = 0
+        self.answers: Dict[int, Any] = {}  # node -> its sample for self.seq
+        self.quiet: Optional[float] = None  # the job's silence, as of the last answers
+        self.heard = 0.0  # when they came
+        self.stopped = threading.Event()
+
+    def answer(self, node: int, seq: Any, sample: Any) -> None:
+        if not isinstance(sample, dict) or not isinstance(sample.get("ranks"), dict):
+            return
+        with self.cond:
+            if seq == self.seq and 0 <= node < len(self.names):
+                self.answers[node] = sample
+                self.cond.notify_all()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.cond:
+            self.cond.notify_all()
+
+    def run(self) -> None:
+        """Until stop(): one attempt's watch (a new attempt gets a new Watch)."""
+        while not self.stopped.is_set():
+            self.step()
+            self.stopped.wait(self.poll)
+
+    def step(self) -> None:
+        """One ask, its answers, and the rule fed when it asked for stacks."""
+        now = self.clock()
+        stacks = self.rule.due(now, None if self.quiet is None else self.quiet + now - self.heard)
+        with self.cond:
+            self.seq += 1
+            self.answers, seq = {}, self.seq
+        self.ask(seq, stacks)
+        deadline = self.clock() + ANSWER_S
+        with self.cond:
+            self.cond.wait_for(
+                lambda: len(self.answers) == len(self.names) or self.stopped.is_set(),
+                max(0.0, deadline - self.clock()),
+            )
+            answers = dict(self.answers)
+        if not answers or self.stopped.is_set():
+            return
+        ranks, hosts, quiet = merge(answers, self.names)
+        self.quiet = quiet if len(answers) == len(self.names) else None
+        self.heard = self.clock()
+        if stacks and quiet is not None:
+            hang = self.rule.feed(self.clock(), quiet, ranks)
+            if hang is not None:
+                self.on_hang(hang, ranks, hosts)
+
+
+def merge(answers: Dict[int, Any], names: List[str]) -> Any:
+    """Every node's answer as one: ({rank: sample}, {rank: host}, the job's silence: the
+    shortest of the nodes'; None if a node has not started its job)."""
+    ranks: Dict[int, Any] = {}
+    hosts: Dict[int, str] = {}
+    quiets = []
+    for node, sample in answers.items():
+        quiets.append(sample.get("quiet"))
+        for rank, got in sample["ranks"].items():
+            try:
+                ranks[int(rank)] = got
+                hosts[int(rank)] = names[node]
+            except ValueError:
+                continue
+    known = [q for q in quiets if isinstance(q, (int, float))]
+    quiet = min(known) if known and len(known) == len(quiets) else None
+    return ranks, hosts, quiet
