@@ -409,6 +409,8 @@ class Run:
                 "spares": len(self.inv.usable_spares),
                 "notify": notify,
                 "progress": job.progress,
+                "hang_after": job.hang_after,
+                "on_hang": job.on_hang,
             }
         )
 

@@ -150,6 +150,8 @@ SPEC_DEFAULTS = {
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
     "notify": None,  # node 0: {command, events} (job.notify)
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
+    "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
+    "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
 }
 
 

@@ -11,7 +11,9 @@ a stuck rank's stack holds still, so it reads whole. python3 >= 3.8, stdlib only
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
 import contextlib
+import json
 import os
+import time
 
 from . import procs
 
@@ -19,6 +21,8 @@ TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for 
 if TYPE_CHECKING:
     from typing import Any
 
+FRAMES_MAX = 24  # innermost frames kept of a stack: where it waits is at the top
+TEXT_MAX = 120  # characters of a function's or a file's name
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -87,5 +91,46 @@ def main_frames(threads: list[dict[str, Any]]) -> list[list[Any]]:
     main = next((t for t in threads if t.get("main")), threads[0] if threads else None)
     if main is None:
         return []
-    return [[f.get("function"), f.get("file"), f.get("line")]
-            for f in main["frames"]]  # fmt: skip
+    return [[str(f.get("function"))[:TEXT_MAX], str(f.get("file"))[:TEXT_MAX], f.get("line")]
+            for f in main["frames"][:FRAMES_MAX]]  # fmt: skip
+
+
+def fit(got: dict[str, Any], limit: int) -> dict[str, Any]:
+    """A sample within `limit` bytes of JSON (the hub link's line): past it, the stacks go
+    (those ranks are then unread: no verdict from them)."""
+    if len(json.dumps(got)) <= limit:
+        return got
+    for rank in got["ranks"].values():
+        if rank.pop("frames", None) is not None:
+            rank["error"] = "its stack was too long to send"
+    return got
+
+
+class Node:
+    """A node supervisor's side of the hang watch: its rank processes (once found), the time of
+    its job's last line, and its sample on the hub's ask. Threads: lines come from the pumps,
+    asks from the hub link's."""
+
+    def __init__(self) -> None:
+        self.by_pid: dict[int, int] = {}
+        self.last_line = time.monotonic()  # an attempt's start counts as its first line
+        self.spy: str | None = None
+        self.looked = False  # for py-spy, once
+
+    def start(self) -> None:
+        self.by_pid, self.last_line = {}, time.monotonic()
+
+    def line(self) -> None:
+        self.last_line = time.monotonic()
+
+    def sample(self, stacks: bool) -> dict[str, Any]:
+        if stacks and not self.looked:
+            from .probe import find_py_spy
+
+            self.spy, self.looked = find_py_spy(), True
+        quiet = round(time.monotonic() - self.last_line, 1)
+        got = sample(dict(self.by_pid), self.spy if stacks else None, quiet)
+        if stacks and self.spy is None:
+            for rank in got["ranks"].values():
+                rank["error"] = "py-spy not found (pip install py-spy, in the train extra)"
+        return got

@@ -10,6 +10,8 @@ python3 >= 3.8, stdlib only.
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
+import json
+import os
 import threading
 import time
 
@@ -108,3 +110,21 @@ def merge(answers: Dict[int, Any], names: List[str]) -> Any:
     known = [q for q in quiets if isinstance(q, (int, float))]
     quiet = min(known) if known and len(known) == len(quiets) else None
     return ranks, hosts, quiet
+
+
+def keep(where: str, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict[int, str]) -> str:
+    """Every rank's last sample (stack, CPU, I/O) and the verdict, as hang-ATTEMPT.json in the
+    node's directory (node 0's: an attach or `ddptui stacks` reads it there); its path."""
+    path = os.path.join(where, "hang-{}.json".format(attempt))
+    found = {
+        "text": hang.text(hosts),
+        "culprits": hang.culprits,
+        "waiting": hang.waiting,
+        "silent_s": round(hang.silent_s, 1),
+        "ranks": {str(r): dict(ranks[r], host=hosts.get(r)) for r in sorted(ranks)},
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(found, f, indent=1)
+    os.replace(tmp, path)
+    return path

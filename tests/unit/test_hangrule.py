@@ -3,6 +3,8 @@ scenario of tests/support/hangscenarios.py, hung or silent but alive, and the ru
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +20,7 @@ from hangscenarios import (
 
 from remote.host import hangrule
 from remote.host.hangrule import HangRule
-from remote.host.watch import POLL_S, Watch, merge
+from remote.host.watch import POLL_S, Watch, keep, merge
 
 TARGET_S = 120.0  # a hang named within this of the last progress, with default settings
 
@@ -179,3 +181,21 @@ def test_merge_takes_the_shortest_silence_and_each_rank_s_host() -> None:
     )
     assert (sorted(ranks), hosts, quiet) == ([0, 1], {0: "a", 1: "b"}, 12.0)
     assert merge({0: {"quiet": None, "ranks": {}}}, ["a"])[2] is None
+
+
+def test_a_hang_keeps_every_rank_s_stack_and_the_verdict(tmp_path: Path) -> None:
+    ranks = hung()
+    hang = _confirm(ranks)
+    hosts = {0: "node0", 1: "node1", 2: "node2"}
+    path = keep(str(tmp_path), 2, hang, ranks, hosts)
+    assert path == str(tmp_path / "hang-2.json")
+    kept = json.loads(Path(path).read_text())
+    assert kept["culprits"] == [1] and kept["text"] == hang.text(hosts)
+    assert kept["ranks"]["1"]["frames"] == STUCK_BEFORE and kept["ranks"]["1"]["host"] == "node1"
+
+
+def _confirm(ranks: dict[int, dict[str, Any]]) -> Any:
+    rule = HangRule()
+    for k in range(3):
+        hang = rule.feed(15 * k, 30.0 + 15 * k, ranks)
+    return hang
