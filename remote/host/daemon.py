@@ -33,8 +33,9 @@ import sys
 import threading
 import time
 
-from . import container, linebuf, netif, procs, protocol, state, wire
+from . import container, linebuf, netif, procs, protocol, state, vitals, wire
 from . import hub as hubs
+from . import watch as watches
 from .notify import Notifier
 from .progress import Keeper
 from .protocol import beat_interval
@@ -218,6 +219,8 @@ class Daemon:
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
         self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
+        self.vitals = vitals.Node()  # its ranks' progress, for the run's hang watch
+        self.last_hang = None  # node 0: (attempt, culprits' hosts) of the last hang
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
 
@@ -264,7 +267,7 @@ class Daemon:
         else:
             self.link = hubs.HubLink(
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
-                since=spec["attempt"],
+                since=spec["attempt"], on_sample=self.vitals.sample,
             )  # fmt: skip
         self.server = server
         _thread(self._accept, server)
@@ -298,9 +301,13 @@ class Daemon:
         if number or after:
             self._mark(number, after)
         self.save_state(status="starting", attempt=number)
+        self.vitals.start()
         started = self._start_job(att)
+        watch = self._watch_hangs(att) if started is not None else None
         if started is not None:
             att.done.wait()
+            if watch is not None:
+                watch.stop()
             # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
             att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
             for t in started:
@@ -402,6 +409,7 @@ class Daemon:
 
     def _spool_lines(self, stream, data):
         self._append(wire.record(stream, now_ms(), data))
+        self.vitals.line()
         if self.progress is not None:
             self.progress.feed(data, self.att.number)
 
@@ -630,6 +638,48 @@ class Daemon:
         self.hub.finish(message, min(self.link_timeout, DRAIN_S))
         return None
 
+    # -- the run's hang watch (node 0) ---------------------------------------------------------
+
+    def _watch_hangs(self, att):
+        """Node 0's watch over this attempt (remote/host/watch.py); None where job.hang_after
+        is off."""
+        if self.hub is None or self.spec["hang_after"] is None:
+            return None
+
+        def ask(seq, stacks):
+            self.hub.ask(seq, stacks)
+            _thread(lambda: watch.answer(0, seq, self.vitals.sample(stacks)))
+
+        watch = watches.Watch(self.spec["names"], self.spec["hang_after"], ask,
+                              lambda *found: self._hung(att, *found))  # fmt: skip
+        self.hub.sampled = watch.answer
+        _thread(watch.run)
+        return watch
+
+    def _hung(self, att, hang, ranks, hosts):
+        """A hang confirmed: every rank's stack kept here, word of it (the stream, the console,
+        job.notify), then job.on_hang: the attempt fails as hung, the run stops, or only that."""
+        action = self.spec["on_hang"]
+        text = hang.text(hosts)
+        try:
+            kept = "every rank's stack kept in " + watches.keep(self.dir, att.number, hang, ranks,
+                                                                 hosts)  # fmt: skip
+        except OSError as exc:
+            kept = "the stacks could not be kept: {}".format(exc)
+        culprits = sorted({hosts[r] for r in hang.culprits if r in hosts})
+        again = self.last_hang is not None and self.last_hang[0] == att.number - 1 and \
+            culprits and self.last_hang[1] == culprits  # fmt: skip
+        self.last_hang = (att.number, culprits)
+        if again:
+            kept += "; {} hung twice in a row: a bad host".format(", ".join(culprits))
+        then = {"restart": "the attempt ends", "stop": "the run stops",
+                "warn": "left running (job.on_hang: warn)"}[action]  # fmt: skip
+        self._word("hang", "running", "{}; {}; {}".format(text, kept, then))
+        if action != "warn":
+            names = self.spec["names"]
+            node = names.index(culprits[0]) if culprits and culprits[0] in names else None
+            self.hub.fail("hung: " + text, node, final=action == "stop")
+
     def _word(self, event, status, message):
         """Something happened to the run: said in the stream (the dashboard rings on it), and
         to job.notify's command."""
@@ -777,6 +827,7 @@ class Daemon:
             rest = data[cut:]
             if cut:
                 self._append(wire.record(stream, now_ms(), data[:cut]))
+                self.vitals.line()
                 if self.progress is not None:
                     self.progress.feed(data[:cut], att.number)
             if len(rest) >= wire.RECORD_MAX:  # a runaway line: pass it on in pieces
@@ -798,6 +849,7 @@ class Daemon:
         tree = None if self._tagged() else os.getpid()  # the job's tree holds every rank
         by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn,
                                    tree)  # fmt: skip
+        self.vitals.by_pid = by_pid
         if by_pid:  # until the job ends, or is told to stop: what follows a stop is ours
             att.died = procs.first_end(by_pid, lambda: att.done.is_set() or att.stopped.is_set(),
                                        self._reaped)  # fmt: skip

@@ -40,6 +40,7 @@ import threading
 import time
 
 from . import protocol
+from .vitals import fit
 
 CHALLENGE = b"ddptui-hub "
 HANDSHAKE_S = 10.0  # the whole handshake, from connect to the hub's proof
@@ -153,6 +154,8 @@ class Hub:
         self.given_up = None  # why no spare can come (the launcher said so)
         self.go = None  # (attempt, after): the restart said to the peers
         self.over = None  # the run is over: said to every peer that comes
+        self.final = False  # this attempt's failure ends the run (job.on_hang: stop)
+        self.sampled = lambda node, seq, sample: None  # a peer's sample (remote/host/watch.py)
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
@@ -199,6 +202,22 @@ class Hub:
             chan.send(t="stop", reason=reason, node=node, attempt=attempt, by=by)
         self.on_stop(reason, node, by)
 
+    def fail(self, reason, node, final=False):
+        """A failure the hub itself found (a hang): every node stops, the attempt fails for
+        `node`'s sake; final: no attempt follows (job.on_hang: stop)."""
+        with self.cond:
+            if self.failure is None:
+                self.failure, self.echo = (reason, node), False
+            self.final = self.final or final
+        self.stop_all(reason, node)
+
+    def ask(self, seq, stacks):
+        """Every peer samples its ranks (their stacks too): each answers `sampled`."""
+        with self.cond:
+            peers = list(self.peers.values())
+        for chan in peers:
+            chan.send(t="sample", seq=seq, stacks=stacks)
+
     def settle(self):
         """Wait until every node's job of this attempt has ended: its outcome, as a dict of
         status (succeeded, failed, stopped, lost), reason, node (whose failure) and lost (the
@@ -206,7 +225,8 @@ class Hub:
         with self.cond:
             self.cond.wait_for(self._all_ended)
             out = {"status": "succeeded", "reason": None, "node": None, "lost": sorted(self.lost),
-                   "halted": self.halted is not None, "isolated": self.isolated}  # fmt: skip
+                   "halted": self.halted is not None, "isolated": self.isolated,
+                   "final": self.final}  # fmt: skip
             stopped = [(r, k) for k, (s, r) in sorted(self.ended.items()) if s != "succeeded"]
             if self.halted is not None:
                 out["status"], out["reason"] = self.halted
@@ -250,6 +270,7 @@ class Hub:
         with self.cond:
             self.attempt, self.go = attempt, (attempt, after)
             self.ended, self.stopping, self.failure, self.echo = {}, None, None, False
+            self.final = False
             if len(self.names) > 1:
                 self.all_ended.clear()
             peers = list(self.peers.values())
@@ -342,6 +363,8 @@ class Hub:
                 self.halt(msg["status"], str(msg.get("reason")))
             elif kind == "hb":
                 chan.send(t="hb")
+            elif kind == "sampled" and msg.get("attempt") == self.attempt:
+                self.sampled(node, msg.get("seq"), msg.get("sample"))
 
     def _ended(self, node, attempt, status, reason, echo=False):
         with self.cond:
@@ -438,6 +461,8 @@ def next_step(outcome, attempt, restarts, spares):
     spare hosts are left to take lost nodes' places."""
     if outcome["status"] != "failed" or outcome["halted"]:
         return outcome["status"], ""
+    if outcome.get("final"):
+        return "failed", "job.on_hang: stop"
     if attempt >= restarts:
         return "failed", "no restarts left" if restarts else ""
     if outcome.get("isolated"):
@@ -573,9 +598,10 @@ class HubLink:
     node, by), as the hub's), and hears from it what follows each attempt (`word`). since:
     the attempt its supervisor started at (a spare joins a run going, before its attempt)."""
 
-    def __init__(self, secret, node, link_timeout, beat, on_stop, since=0):
+    def __init__(self, secret, node, link_timeout, beat, on_stop, since=0, on_sample=None):
         self.secret, self.node, self.link_timeout, self.beat = secret, node, link_timeout, beat
         self.on_stop = on_stop
+        self.on_sample = on_sample  # stacks -> this node's sample (remote/host/vitals.py)
         self.since, self.attempt = since, max(0, since - 1)
         self.cond = threading.Condition()
         self.chan = None
@@ -688,6 +714,13 @@ class HubLink:
                 self.cond.notify_all()
         elif kind == "over":
             self._over(str(msg.get("reason") or "the run is over"))
+        elif kind == "sample" and self.on_sample is not None:
+            _thread(self._sample, msg.get("seq"), msg.get("stacks") is True, self.attempt)
+
+    def _sample(self, seq, stacks, attempt):
+        """The hub's ask, answered in a thread of its own: py-spy takes a moment."""
+        sample = fit(self.on_sample(stacks), LINE_MAX // 2)
+        self._say({"t": "sampled", "seq": seq, "attempt": attempt, "sample": sample})
 
     def _handshake(self, sock, deadline):
         """The hub's nonce; our node, nonce and proof; the hub's proof, or not the hub."""

@@ -1,0 +1,68 @@
+"""Hangs the run finds on its own, on real sshd test hosts with real torchrun and gloo, detached
+and with nobody attached: node 0's supervisor samples every rank (CPU, I/O, py-spy stacks) once
+the job falls silent, names the rank that hangs and acts on it (job.on_hang)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from e2etools import Cli, Cmd, assert_nothing_left, wait_for
+from testhosts import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+DATA = Path(__file__).parents[1] / "data"
+NAMED_WITHIN_S = 120.0  # of the last progress, with the default settings
+
+
+@pytest.fixture
+def data_home(tmp_path: Path) -> dict[str, str]:
+    return {"XDG_DATA_HOME": str(tmp_path / "data")}
+
+
+def test_a_detached_run_names_a_hang_and_restarts_with_nobody_attached(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """Rank 3 (node1) sleeps before an all_reduce on attempt 0; attempt 1 runs through."""
+    notified = tmp_path / "notified"
+    line = '"$DDPTUI_EVENT|$DDPTUI_MESSAGE"'
+    job = {
+        "script": str(DATA / "hang_once.py"), "nproc_per_node": 2, "master_port": 29791,
+        "restarts": 1, "restart_delay": 0.5,
+        "notify": {"command": f"echo {line} >> {notified}", "events": ["hang", "succeeded"]},
+    }  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
+    assert cli.wait(120) == 0, cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+    t0 = time.monotonic()
+
+    def told() -> list[str] | None:  # hung, restarted, succeeded: alone
+        words = notified.read_text().splitlines() if notified.exists() else []
+        return words if any(w.startswith("succeeded|") for w in words) else None
+
+    words = wait_for(told, 300, "the run to succeed")
+    took = time.monotonic() - t0
+    assert_nothing_left(cluster, run_id)
+    hang = next(w for w in words if w.startswith("hang|"))
+    assert "rank 3 on node1 stuck in load_batch (hang_once.py:" in hang, words
+    assert "ranks 0,1,2 wait in all_reduce" in hang
+    assert "the attempt ends" in hang
+    assert words[-1] == "succeeded|every rank succeeded"
+
+    kept = cluster.hosts[0].home / f".local/state/ddptui/runs/{run_id}/n0/hang-0.json"
+    found = json.loads(kept.read_text())
+    assert found["culprits"] == [3] and found["ranks"]["3"]["host"] == "node1"
+    assert found["ranks"]["3"]["frames"][0][0] == "load_batch"
+    # named within the target of the job's last line (the silence the rule measured)
+    assert found["silent_s"] <= NAMED_WITHIN_S
+    print(f"hang named {found['silent_s']} s after the last line; the run took {took:.0f} s")
+
+    attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
+    assert attach.wait(60) == 0, attach.stderr
+    assert "hang: hung " in attach.stderr and "rank 3 on node1 stuck" in attach.stderr
+    assert "run succeeded after 2 attempts" in attach.stderr
+    assert "[r3 node1] rank 3 done" in attach.stdout
