@@ -1,17 +1,18 @@
 """The supervisor proper: a daemon on the host that owns one node's part of a run to its end.
 
-The agent's `start` op runs it as a fresh interpreter (`boot`), which detaches at once. It
-outlives any one SSH connection (launchers come and go, design §7): it starts the job in a
-session of its own with the run's tags in its environment, is a child subreaper, spools every
-byte the job prints (remote/host/spool.py; in the torchrun styles each rank's files, read by
-remote/host/tail.py), and serves viewers on a Unix socket in its private directory, which an
-agent's relay reaches (remote/host/nodes.py). It stops the job (TERM, grace, KILL) when
+The agent's `start` op runs it as a fresh interpreter (remote/host/boot.py), which detaches at
+once. It outlives any one SSH connection (launchers come and go): it starts the job
+(its command: remote/host/job.py) in a session of its own with the run's tags in its
+environment, is a child subreaper, spools every byte the job prints (remote/host/spool.py; in
+the torchrun styles each rank's files, read by remote/host/tail.py), and serves viewers on a
+Unix socket in its private directory (remote/host/viewers.py), which an agent's relay reaches
+(remote/host/nodes.py). It stops the job (TERM, grace, KILL) when
 - a launcher says `stop`;
 - the run is attached and no launcher has been heard from for link_timeout (the lease);
 - the run's hub says so (another node failed or was lost; remote/host/hub.py).
 When the job ends, whatever it left behind goes too. With job.restarts the daemon runs attempt
 after attempt of its node's job, in the same spool, as the run's hub says (node 0's supervisor
-decides: remote/host/hub.py); each attempt's lines follow a marked line in every rank's log,
+decides: remote/host/policy.py); each attempt's lines follow a marked line in every rank's log,
 and its processes have DDPTUI_ATTEMPT. Node 0's also tells job.notify's command what happened
 (remote/host/notify.py). Once no attempt follows, the daemon leaves as soon as its viewers have
 the last byte (or after a while: the spool stays for a later `attach`).
@@ -21,153 +22,38 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import errno
 import json
 import os
 import re
 import select
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 
-from . import container, linebuf, netif, procs, protocol, state, vitals, wire
-from . import hub as hubs
-from . import watch as watches
+from . import container, job, linebuf, netif, procs, protocol, vitals, wire
+from .common import log, rmtree, thread
+from .hub import Hub, HubLink
 from .notify import Notifier
+from .policy import Policy
 from .progress import Keeper
 from .protocol import beat_interval
-from .spool import Spool, Trimmed
+from .spool import Spool
 from .state import STATE
 from .tail import RankTail
+from .viewers import Viewers
+from .watch import Guard
 
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
-SEND_MAX = 1 << 18  # spool bytes per wire frame
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
-ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewers again
-GONE = (errno.EBADF, errno.ENOTSOCK, errno.EINVAL)  # accept on a socket that was closed
 ERR_KEPT = 1 << 14  # bytes of the job's own stderr kept: torchrun's report is at its end
 REAPED_KEPT = 1024  # exit codes of children kept for whoever waits on them
 REAP_WAIT_S = 0.2  # how long a rank's end waits for the reaper to give its exit code
-COMMAND_MAX = 4096  # bytes of a launcher's command line read
-
-
-def boot():
-    """The supervisor's own process (remote/host/nodes.py starts it, maybe ahead of its node).
-    On stdin, a line each: its node's directory, the node's early spec (protocol.EARLY), then
-    the whole spec, the go. It prepares as soon as it has the first two: detached from
-    everything of the agent's, its socket bound, its guardian up; a prepared node waits there
-    while the other hosts are still being checked. Its job starts only at the go; "ok" (or why
-    not) goes on stdout once it serves. No node, or no go (stdin ends first: the launch did
-    not come): it leaves, and leaves nothing."""
-    state.prune()  # what needs no node is done first, while the launch's checks still run
-    with contextlib.suppress(OSError, AttributeError):
-        procs.libc()
-    lines = _Lines(0)
-    line = lines.readline()
-    if not line:
-        os._exit(0)
-    try:
-        ndir = json.loads(line)
-        os.chdir(ndir)
-        # its own log from here on (before, the agent's stderr said why a boot failed)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        log_fd = os.open("supervisor.log", flags, 0o600)
-        os.dup2(log_fd, 2)
-        os.close(log_fd)
-        early = json.loads(lines.readline())
-        tags = node_tags(early["run_id"], early["node"])
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        # relative: a deep home must not exceed sun_path's 108 bytes
-        server.bind(protocol.CTL_SOCKET)
-        server.listen(64)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        os.write(1, "cannot start the supervisor: {}".format(exc).encode())
-        os._exit(1)
-    if os.fork():  # the agent waits for this parent; the daemon goes on, adopted by init
-        os._exit(0)
-    os.umask(0o077)
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
-    # "ok" goes on a descriptor of its own, closed once said: the agent reads to EOF, and the
-    # guardian and the job (forked before and after) must hold no copy of it; nor of the go's.
-    said_fd, lines.fd = os.dup(1), os.dup(0)
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.dup2(null, 1)
-    subreaper = procs.become_subreaper()
-    box = early.get("container")
-    guard = guardian(tags, early.get("grace", 5.0), box and box["runtime"])
-    go = lines.readline()
-    os.close(lines.fd)
-    if not go.endswith(b"\n"):  # the launch did not come (its checks failed, it was stopped)
-        os.write(guard[1], b"k")
-        _rmtree(ndir)
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.dirname(ndir))  # the run's, where no other node of it is here
-        os._exit(0)
-    said = []
-
-    def ready(text):
-        said.append(text)
-        os.write(said_fd, text.encode())
-        os.close(said_fd)
-
-    code = 0
-    try:
-        daemon = Daemon(protocol.spec(json.loads(go)), ndir)
-        daemon.subreaper, daemon.guard = subreaper, guard
-        daemon.serve(server, ready)
-    except BaseException as exc:  # its log says why, and where
-        import traceback
-
-        log("supervisor failed: {!r}\n{}".format(exc, traceback.format_exc()))
-        if not said:
-            ready("supervisor failed: {!r}".format(exc))
-        code = 1
-    os._exit(code)
-
-
-class _Lines:
-    """Lines from a descriptor, which the daemon moves once detached (a buffered file would
-    keep what it read ahead on the old one)."""
-
-    def __init__(self, fd):
-        self.fd, self.buf = fd, b""
-
-    def readline(self):
-        while b"\n" not in self.buf:
-            got = os.read(self.fd, 1 << 16)
-            if not got:
-                break
-            self.buf += got
-        line, nl, self.buf = self.buf.partition(b"\n")
-        return line + nl
-
-
-def node_tags(run_id, node):
-    """What every process of the node's job carries in its environment."""
-    return {"DDPTUI_RUN_ID": run_id, "DDPTUI_NODE": str(node)}
-
-
-def code_dir():
-    """This host's ddptui code (the directory holding ddph/): ddptui's own workers run from it.
-    Asked in the supervisor only: an agent running from memory imports this module too, and
-    has no file."""
-    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def now_ms():
     return int(time.time() * 1000)
-
-
-def _thread(fn, *args):
-    t = threading.Thread(target=fn, args=args, daemon=True)
-    t.start()
-    return t
 
 
 class Attempt:
@@ -192,19 +78,13 @@ class Daemon:
         self.spec, self.dir = spec, ndir
         self.node, self.nnodes = spec["node"], len(spec["names"])
         self.name = spec["names"][self.node]
-        self.tags = node_tags(spec["run_id"], self.node)
+        self.tags = job.node_tags(spec["run_id"], self.node)
         self.grace = spec["grace"]
         self.link_timeout = spec["link_timeout"]
         self.beat = beat_interval(self.link_timeout)
         self.mode = "detached" if spec["detached"] else "attached"
         self.spool = Spool(ndir, spec["spool_max"])
-        self.heard = time.monotonic()  # the last word from any launcher
-        self.clients = {}  # socket -> [last heard, done event]
-        # Held from a viewer's accept to its entry in clients: _drain then sees it in the
-        # backlog or among the clients, never between the two.
-        self.accepting = threading.Lock()
-        self.server = None  # the viewers' listening socket (serve)
-        self.closing = False  # the daemon is leaving: its accept loop ends
+        self.viewers = Viewers(self.spool, self._hello, self._command, self.beat)
         self.over = False  # no attempt follows: a launcher can no longer take the lease
         self.stop_once = threading.Lock()
         self.att = None  # the current Attempt
@@ -218,9 +98,10 @@ class Daemon:
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
         self.site = None  # the whole-lines sitecustomize's directory
         self.hub = self.link = self.notifier = None
+        self.policy = None  # node 0: what follows each attempt (remote/host/policy.py)
         self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
         self.vitals = vitals.Node()  # its ranks' progress, for the run's hang watch
-        self.last_hang = None  # node 0: (attempt, culprits' hosts) of the last hang
+        self.hangs = None  # node 0: the run's hang watch (remote/host/watch.py)
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
 
@@ -254,25 +135,27 @@ class Daemon:
         pid, self.guardian_pipe = self.guard
         self.spare.add(pid)
         if self.node == 0:
-            self.hub = hubs.Hub(
+            self.hub = Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
-                spec["master_addr"], lambda: self.heard if self.mode == "attached" else None,
+                spec["master_addr"], self._launcher_heard,
             )  # fmt: skip
             self.hub.start()
+            self.policy = Policy(self.hub, spec, self.note, self.save_state, self._word,
+                                 min(self.link_timeout, DRAIN_S))  # fmt: skip
             self.notifier = Notifier(
                 spec["notify"], spec["run_id"], self._notify_failed, self._wait_child
             )
             if spec["progress"] is not False:  # job.progress: false reads no line for it
                 self.progress = Keeper(spec["progress"], self.dir, self.notifier.said_links)
+            self.hangs = Guard(self.hub, spec, self.dir, self.vitals, self._word)
         else:
-            self.link = hubs.HubLink(
+            self.link = HubLink(
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
                 since=spec["attempt"], on_sample=self.vitals.sample,
             )  # fmt: skip
-        self.server = server
-        _thread(self._accept, server)
-        _thread(self._reap)
-        _thread(self._watch_lease)
+        self.viewers.serve(server)
+        thread(self._reap)
+        thread(self._watch_lease)
         if self.hub is not None:  # the peers learn it through the launcher, job or none
             self.note(t=protocol.HUB_PORT, port=self.hub.port)
         self.save_state(status="starting", started=time.time(), attempt=spec["attempt"])
@@ -285,6 +168,10 @@ class Daemon:
             self._attempt(*step)
             step = self._next(step[0])
         self._end()
+
+    def _launcher_heard(self):
+        """When a launcher holding the run's lease last said a word; None: none holds it."""
+        return self.viewers.heard if self.mode == "attached" else None
 
     def _attempt(self, number, after):
         """One attempt of the node's job, from its start to its end (and its leftovers gone)."""
@@ -303,7 +190,7 @@ class Daemon:
         self.save_state(status="starting", attempt=number)
         self.vitals.start()
         started = self._start_job(att)
-        watch = self._watch_hangs(att) if started is not None else None
+        watch = self.hangs.start(number) if self.hangs and started is not None else None
         if started is not None:
             att.done.wait()
             if watch is not None:
@@ -333,35 +220,16 @@ class Daemon:
         """What follows attempt `number`: (attempt, after) to start, or None."""
         if self.link is not None:
             return self.link.word()
-        return self._orchestrate(number)
+        return self.policy.after(number)
 
     def _start_job(self, att):
         spec = self.spec
         box = spec["container"]
-        env = {} if box else dict(os.environ)  # a container starts from its image's own
-        env.update(spec["env"])
-        for name in spec["unset"]:  # e.g. a LOCAL_RANK the host exports stops Lightning
-            env.pop(name, None)
-        ifname = None
-        if spec["route_to"]:
-            ifname = netif.route_ifname(spec["route_to"])
-            for name in spec["ifname_vars"]:
-                if ifname and name not in spec["env"]:
-                    env[name] = ifname
-        if spec["line_buffer"]:  # spawn and Lightning: a node's processes share one stdout
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (self._sitecustomize(), env.get("PYTHONPATH")) if p
-            )
-        env.update(self.tags, DDPTUI_ATTEMPT=str(att.number))
-        argv = [expand(a) if i in spec["expand"] else a for i, a in enumerate(spec["argv"])]
-        mark = spec["scratch_arg"]
-        argv = [
-            self.scratch(att) if a == mark else a.replace(protocol.CODE, code_dir()) for a in argv
-        ]
-        for name, value in list(env.items()):  # paths in it (the flight recorder's files)
-            if mark and mark in value:
-                env[name] = value.replace(mark, self.scratch(att))
-        cwd = expand(spec["workdir"]) if spec["workdir"] else None
+        ifname = netif.route_ifname(spec["route_to"]) if spec["route_to"] else None
+        site = self._sitecustomize() if spec["line_buffer"] else None
+        argv, env, cwd = job.command(
+            spec, att.number, self.tags, os.environ, lambda: self.scratch(att), ifname, site
+        )
         stdin = subprocess.DEVNULL
         if box:  # the runtime's client; the job's environment reaches it by -e
             argv, env = self._in_container(box, argv, env, cwd, att)
@@ -389,15 +257,15 @@ class Daemon:
         self.save_state(status="running", job_pid=att.job.pid, scratch=att.scratch,
                         container=self._container_name(), runtime=runtime)  # fmt: skip
         threads = [
-            _thread(self._pump, att.job.stdout, b"1", att),
-            _thread(self._pump, att.job.stderr, b"2", att),
+            thread(self._pump, att.job.stdout, b"1", att),
+            thread(self._pump, att.job.stderr, b"2", att),
         ]
         if spec["tail_ranks"]:  # torchrun's --redirects: each rank's own files
             tail = RankTail(
                 self.scratch(att), spec["ranks"], self.tags, self._spool_lines, self._redrawn
             )
-            threads.append(_thread(tail.run, att.done))
-        threads.append(_thread(self._watch_ranks, att))
+            threads.append(thread(tail.run, att.done))
+        threads.append(thread(self._watch_ranks, att))
         return threads
 
     def _redrawn(self, rank, shown):
@@ -426,7 +294,7 @@ class Daemon:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(source)
-        code = code_dir()
+        code = job.code_dir()
         shared = [self.scratch(att)] + ([code] if any(code in a for a in argv) else [])
         return container.command(
             box, argv, env, self.spec["run_id"], self.node, cwd, self.dir, grace=self.grace,
@@ -502,7 +370,7 @@ class Daemon:
             own = self._own_failure(att)
             said = ("failed", own) if own else said
         if att.scratch:
-            _rmtree(att.scratch)
+            rmtree(att.scratch)
         if self.link is not None:
             self.link.end(*said, echo)
         else:
@@ -561,124 +429,14 @@ class Daemon:
         if self.notifier is not None:  # its failures are said in the spool: before it closes
             self.notifier.close(protocol.NOTIFY_TIMEOUT + 5)
         self.spool.close()
-        self.closing = True
+        self.viewers.closing = True
         # a later attach finds no daemon and is served the spool instead
         _unlink(protocol.CTL_SOCKET)
-        self._drain(time.monotonic() + DRAIN_S)
+        self.viewers.drain(time.monotonic() + DRAIN_S)
         self._sweep_containers()  # its client removed it; the net, after the end is told
         os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
 
-    def _drain(self, deadline):
-        """Until every viewer has its last bytes: those connected before the socket's name
-        went too (an attach that came as the run ended), not only those seen so far."""
-        while time.monotonic() < deadline:
-            with self.accepting:  # a viewer is in the backlog or among the clients by now
-                live = [done for _, done in list(self.clients.values()) if not done.is_set()]
-                waiting = live or select.select([self.server], [], [], 0.05)[0]
-            if live:
-                live[0].wait(max(0.0, deadline - time.monotonic()))
-            elif not waiting:
-                return  # no viewer left, none waiting to be let in
-            else:
-                time.sleep(0.01)  # the accept thread lets it in
-
-    # -- the run's hub: what follows an attempt (node 0) ---------------------------------------
-
-    def _orchestrate(self, number):
-        """Once every node's job of attempt `number` ended: restart them all (job.restarts),
-        after the delay and once a spare took each lost node's place; or end the run."""
-        hub, spec = self.hub, self.spec
-        out = hub.settle()
-        over = hubs.next_step(out, number, spec["restarts"], spec["spares"] - hub.replaced)
-        if over is not None:
-            return self._over(out, *over)
-        after, nxt, of = out["reason"], number + 1, spec["restarts"] + 1
-        delay = protocol.restart_delay(spec["restart_delay"], nxt)
-        event = "lost" if out["node"] in out["lost"] else "failed"
-        wait = ", once a spare host takes its place" if out["lost"] else ""
-        plan = f"restarting in {delay:g} s{wait} (attempt {nxt + 1} of {of})"
-        self._word(event, "restarting", f"{after}; {plan}")
-        deadline = time.monotonic() + delay
-        replace = out["lost"]
-        while True:
-            left = round(max(0.0, deadline - time.monotonic()), 3)
-            self.note(t=protocol.RESTART, attempt=nxt, of=of, after=after, node=out["node"],
-                      delay=left, replace=replace)  # fmt: skip
-            waiting = [spec["names"][k] for k in replace]
-            self.save_state(status="waiting" if waiting else "restarting", waiting=waiting)
-            why = hub.wait_replaced()
-            if why is not None:
-                return self._over(out, "failed", why)
-            if hub.wait_quiet(deadline - time.monotonic()):
-                break
-            replace = sorted(hub.lost)  # a halt, or another node lost meanwhile
-            if hub.halted is not None:
-                return self._over(out, "failed", "")
-            if len(replace) > spec["spares"] - hub.replaced:
-                return self._over(out, "failed", "no spare host left to take its place")
-        hub.restart(nxt, after)
-        self._word("restarted", "running", f"attempt {nxt + 1} of {of} (after {after})")
-        return nxt, after
-
-    def _over(self, out, status, why):
-        """The run ends: word of how, and every peer told."""
-        halted = self.hub.halted
-        if halted is not None:  # a stop (or a lease): during the attempt, or after it failed
-            event = "lost" if halted[0] == "lost" else "stopped"
-            status, message = (halted[0] if out["halted"] else "failed"), halted[1]
-            if not out["halted"]:
-                message += f" (after {out['reason']}: no restart)"
-        elif out["status"] == "succeeded":
-            event, message = "succeeded", "every rank succeeded"
-        else:
-            event = "lost" if out["node"] in out["lost"] else "failed"
-            message = out["reason"] + (f"; {why}" if why else "")
-        self._word(event, status, message)
-        self.save_state(run_status=status, run_reason=message, waiting=[])
-        self.hub.finish(message, min(self.link_timeout, DRAIN_S))
-        return None
-
-    # -- the run's hang watch (node 0) ---------------------------------------------------------
-
-    def _watch_hangs(self, att):
-        """Node 0's watch over this attempt (remote/host/watch.py); None where job.hang_after
-        is off."""
-        if self.hub is None or self.spec["hang_after"] is None:
-            return None
-
-        def ask(seq, stacks):
-            self.hub.ask(seq, stacks)
-            _thread(lambda: watch.answer(0, seq, self.vitals.sample(stacks)))
-
-        watch = watches.Watch(self.spec["names"], self.spec["hang_after"], ask,
-                              lambda *found: self._hung(att, *found))  # fmt: skip
-        self.hub.sampled = watch.answer
-        _thread(watch.run)
-        return watch
-
-    def _hung(self, att, hang, ranks, hosts):
-        """A hang confirmed: every rank's stack kept here, word of it (the stream, the console,
-        job.notify), then job.on_hang: the attempt fails as hung, the run stops, or only that."""
-        action = self.spec["on_hang"]
-        text = hang.text(hosts)
-        try:
-            kept = "every rank's stack kept in " + watches.keep(self.dir, att.number, hang, ranks,
-                                                                 hosts)  # fmt: skip
-        except OSError as exc:
-            kept = "the stacks could not be kept: {}".format(exc)
-        culprits = sorted({hosts[r] for r in hang.culprits if r in hosts})
-        again = self.last_hang is not None and self.last_hang[0] == att.number - 1 and \
-            culprits and self.last_hang[1] == culprits  # fmt: skip
-        self.last_hang = (att.number, culprits)
-        if again:
-            kept += "; {} hung twice in a row: a bad host".format(", ".join(culprits))
-        then = {"restart": "the attempt ends", "stop": "the run stops",
-                "warn": "left running (job.on_hang: warn)"}[action]  # fmt: skip
-        self._word("hang", "running", "{}; {}; {}".format(text, kept, then))
-        if action != "warn":
-            names = self.spec["names"]
-            node = names.index(culprits[0]) if culprits and culprits[0] in names else None
-            self.hub.fail("hung: " + text, node, final=action == "stop")
+    # -- word of the run (node 0) ----------------------------------------------------------
 
     def _word(self, event, status, message):
         """Something happened to the run: said in the stream (the dashboard rings on it), and
@@ -711,7 +469,7 @@ class Daemon:
             running = att.job is not None
         self.note(t=protocol.STOPPING, by=by, reason=reason, node=node)
         if running:
-            _thread(self._sweep, att)
+            thread(self._sweep, att)
 
     def _halt(self, status, reason):
         with self.stop_once:
@@ -746,15 +504,13 @@ class Daemon:
         return bool(self.spec["container"]) or not self.subreaper
 
     def _watch_lease(self):
-        while not self.closing:
+        while not self.viewers.closing:
             time.sleep(self.beat)
-            silent = time.monotonic() - self.heard
+            silent = time.monotonic() - self.viewers.heard
             if self.mode == "attached" and silent > self.link_timeout and self.halted is None:
                 why = f"no launcher heard from for {silent:g} s (launcher gone or its link down; "
                 self.stop(protocol.BY_LEASE, why + "detach to leave a run on its own)")
-            for sock, (heard, _) in list(self.clients.items()):
-                if time.monotonic() - heard > self.link_timeout:
-                    _close(sock)  # a viewer behind a dead link: its relay must not linger
+            self.viewers.close_silent(self.link_timeout)
 
     # -- the job's processes ------------------------------------------------------------------
 
@@ -862,39 +618,9 @@ class Daemon:
 
     # -- viewers ------------------------------------------------------------------------------
 
-    def _accept(self, server):
-        """Viewers, for as long as the daemon lives: out of file descriptors or threads (a
-        flood, a busy host), it says so, waits and goes on; it never stops taking them."""
-        pause = ACCEPT_BACKOFF_S[0]
-        server.setblocking(False)  # a viewer gone between select and accept blocks no one
-        while not self.closing:
-            try:
-                if not select.select([server], [], [], 0.5)[0]:
-                    continue
-                with self.accepting:
-                    sock, _ = server.accept()
-                    done = threading.Event()
-                    self.clients[sock] = [time.monotonic(), done]  # before _drain can miss it
-                    _thread(self._client, sock, done)
-                pause = ACCEPT_BACKOFF_S[0]
-            except BlockingIOError:
-                continue
-            except (OSError, RuntimeError, ValueError) as exc:
-                if self.closing or isinstance(exc, ValueError) or getattr(exc, "errno", 0) in GONE:
-                    return  # the socket itself is gone: no wait brings it back
-                log(f"viewers: {exc!r}; taking them again in {pause:g} s")
-                time.sleep(pause)
-                pause = min(pause * 2, ACCEPT_BACKOFF_S[1])
-
-    def _client(self, sock, done):
-        rfile = sock.makefile("rb")
-        try:
-            words = rfile.readline(256).split()
-            offset = int(words[1]) if words[:1] == [b"hello"] else 0
-        except (OSError, ValueError, IndexError):
-            offset = 0
-        self.heard = time.monotonic()
-        hello = {
+    def _hello(self):
+        """What a viewer is told first."""
+        return {
             "node": self.node,
             "run_id": self.spec["run_id"],
             "mode": self.mode,
@@ -902,19 +628,9 @@ class Daemon:
             "spool_start": self.spool.start,
             "spool_end": self.spool.end,
         }
-        _thread(self._send_spool, sock, offset, hello, done)
-        try:
-            for line in rfile:
-                self.clients[sock][0] = self.heard = time.monotonic()
-                self._command(line[:COMMAND_MAX].decode("utf-8", "replace").split())
-        except OSError:
-            pass
-        finally:
-            done.set()
-            self.clients.pop(sock, None)
-            _close(sock)
 
     def _command(self, words):
+        """A launcher's line on a viewer's connection."""
         if not words:
             return
         verb, args = words[0], words[1:]
@@ -960,23 +676,12 @@ class Daemon:
         elif verb == protocol.SAY_NOTIFY and args and args[0] in protocol.NOTIFY_EVENTS:
             self._word(args[0], "running", " ".join(args[1:]))
 
-    def _send_spool(self, sock, offset, hello, done):
-        def send(data):
-            sock.sendall(data)
-
-        try:
-            send_spool(send, self.spool, offset, hello, self.beat, done)
-        except OSError:
-            pass
-        finally:
-            done.set()
-
 
 REPORTED = re.compile(
     rb"^\s*rank\s*:\s*(-?\d+)(?: \(local_rank: (\d+)\))?[ \t]*\n(?:\s*exitcode\s*:\s*(-?\d+))?",
     re.MULTILINE,
 )
-# A rank that died because a peer did (as remote/failures.py tells an echo from a cause).
+# A rank that died because a peer did (as remote/run/failures.py tells an echo from a cause).
 ECHO = re.compile(
     rb"closed by peer|reset by peer|Connection refused|remote process exited|"
     rb"NCCL communicator was aborted|Broken pipe"
@@ -998,26 +703,6 @@ def _reported(m):
     return tuple(int(g) if g is not None else None for g in m.groups())
 
 
-def send_spool(send, spool, offset, hello, beat, done):
-    """Everything from `offset` on, then live, until the spool closes (or `done`)."""
-    send(wire.control(t=protocol.STREAM_HELLO, **hello))
-    while not done.is_set():
-        try:
-            chunk = spool.read(offset, SEND_MAX)
-        except Trimmed as gone:
-            send(wire.control(t=protocol.TRIMMED, missed=gone.start - offset, at=gone.start))
-            offset = gone.start
-            continue
-        if chunk:
-            send(wire.data_frame(offset, chunk))
-            offset += len(chunk)
-        elif spool.closed:
-            send(wire.control(t=protocol.EOF, end=offset))
-            return
-        elif not spool.wait(offset, beat) and not spool.closed:
-            send(wire.control(t=protocol.HEARTBEAT))
-
-
 def split_line(data):
     """A line too long for one record, cut into pieces that each end a line; a torchrun rank
     prefix is repeated on each piece so they stay that rank's. The last element is the rest."""
@@ -1034,52 +719,6 @@ def split_line(data):
     return pieces
 
 
-def expand(path):
-    """`~` and `~user` as the host's shell would (design: paths in the inventory)."""
-    return os.path.expanduser(path)
-
-
-def guardian(tags, grace, runtime=None):
-    """A tiny watcher that sweeps the job by its tags if this daemon dies (OOM, SIGKILL), and the
-    run's containers with it (runtime: docker's or podman's outlive their client).
-
-    Returns its pid and the pipe to write b"k" into on a normal end."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(r)
-        return pid, w
-    try:
-        os.closerange(3, r)  # the spool, the control socket: those must die with the daemon
-        os.closerange(r + 1, 1 << 16)
-        os.setsid()
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        got = os.read(r, 1)  # b"" (EOF): the daemon died without saying goodbye
-        if not got:
-            procs.sweep(lambda: procs.tagged_pids(tags), grace)
-            if runtime:
-                container.sweep(runtime, tags["DDPTUI_RUN_ID"], int(tags["DDPTUI_NODE"]))
-    finally:
-        os._exit(0)
-
-
-def _close(sock):
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
-
-
 def _unlink(path):
     with contextlib.suppress(OSError):
         os.unlink(path)
-
-
-def _rmtree(path):
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def log(text):
-    sys.stderr.write("{} {}\n".format(time.strftime("%Y-%m-%d %H:%M:%S"), text))
-    sys.stderr.flush()

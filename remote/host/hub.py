@@ -2,121 +2,35 @@
 
 Node 0's supervisor is the run's hub: it listens on TCP at the master address (any free port;
 the peers reach it there, over the network torch's own store already needs); every other
-supervisor connects once the launcher tells it where. Anyone on that network can connect, so:
+supervisor connects once the launcher tells it where. How a connection proves itself, and
+each line on it, is remote/host/channel.py's; this module is what they say.
 
-- The handshake proves both ends know the run's secret (it travels in the spec over SSH, never
-  on disk), each under a nonce of the other's: the hub sends its nonce, the peer answers with
-  its node, its own nonce and an HMAC of both; the hub answers with an HMAC of its own. Both
-  derive a key for this session from the two nonces.
-- Strangers cost little and never lock a peer out: one thread reads every handshake, each gets
-  one deadline for the whole of it, and past 64 at once the oldest is dropped (a peer's takes
-  one round trip; a flood that keeps slots busy only pushes out its own). The accept loop
-  outlives a full file table (EMFILE, ENFILE) and a thread that won't start: it logs, backs
-  off and goes on.
-
-Then one JSON line at a time, each way, each with an HMAC under the session key over its
-direction and a counter: nothing can be forged, replayed or reordered. A peer says first which
-attempt its supervisor started at and which it runs ("join"), then heartbeats, "my job of this
-attempt ended (ok / failed / stopped)", and "halt" (a user's stop or a lease: no attempt may
-follow); the hub says "stop, because ...", "restart: attempt N" and "over". A peer silent for
-link_timeout is lost, which stops the rest; a peer that loses its hub stops itself; a hub that
-hears from no peer at all is the one cut off, and says so of itself. A spare that
-takes a lost node's place (job.restarts) proves a ticket of its own, which the launcher gave
-node 0 and the spare over SSH; the lost node, if it comes back, is told it is over.
+A peer says first which attempt its supervisor started at and which it runs ("join"), then
+heartbeats, "my job of this attempt ended (ok / failed / stopped)", and "halt" (a user's stop or
+a lease: no attempt may follow); the hub says "stop, because ...", "restart: attempt N" and
+"over". A peer silent for link_timeout is lost, which stops the rest; a peer that loses its hub
+stops itself; a hub that hears from no peer at all is the one cut off, and says so of itself.
+A spare that takes a lost node's place (job.restarts) proves a ticket of its own, which the
+launcher gave node 0 and the spare over SSH; the lost node, if it comes back, is told it is
+over.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import hashlib
-import hmac
-import json
-import os
-import selectors
-import socket
-import sys
 import threading
 import time
 
-from . import protocol
+from . import channel, protocol
+from .common import thread
+from .policy import Outcome
 from .vitals import fit
 
-CHALLENGE = b"ddptui-hub "
-HANDSHAKE_S = 10.0  # the whole handshake, from connect to the hub's proof
-MAX_PENDING = 64  # handshakes under way at once; past that, the oldest goes
-LINE_MAX = 1 << 16  # an authenticated message (a failure's reason included)
-HELLO_MAX = 256  # a handshake line
-BACKOFF_MAX = 1.0  # seconds the accept loop waits, at most, after a failed accept
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from .channel import Channel
+
 RETRY_S = 1.0  # a peer's wait before it connects again
-
-
-def _thread(fn, *args):
-    t = threading.Thread(target=fn, args=args, daemon=True)
-    t.start()
-    return t
-
-
-def log(text):
-    sys.stderr.write("{} hub: {}\n".format(time.strftime("%Y-%m-%d %H:%M:%S"), text))
-    sys.stderr.flush()
-
-
-def _mac(key, *parts):
-    return hmac.new(key, b" ".join(parts), hashlib.sha256).hexdigest().encode()
-
-
-class Session:
-    """Both ends' proofs and the session key, from the secret, both nonces and the node."""
-
-    def __init__(self, secret, hub_nonce, peer_nonce, node):
-        secret, said = secret.encode(), (hub_nonce, peer_nonce, b"%d" % node)
-        self.peer_proof = _mac(secret, b"peer", *said)
-        self.hub_proof = _mac(secret, b"hub", *said)
-        self.key = _mac(secret, b"key", *said)
-
-
-class Channel:
-    """An authenticated connection: each line `MAC JSON`, the MAC over the sender's side, the
-    message's number and the JSON; a line that fails it ends the channel."""
-
-    def __init__(self, sock, rfile, key, mine, theirs):
-        self.sock, self.rfile, self.key = sock, rfile, key
-        self.mine, self.theirs = mine, theirs  # b"hub" / b"peer"
-        self.sent = self.read = 0
-        self.lock = threading.Lock()
-
-    def send(self, **msg):
-        data = json.dumps(msg).encode()
-        with self.lock:
-            line = _mac(self.key, self.mine, b"%d" % self.sent, data) + b" " + data + b"\n"
-            self.sent += 1
-            try:
-                self.sock.sendall(line)
-            except OSError:
-                return False
-        return True
-
-    def __iter__(self):
-        """The messages as they come, until EOF or a line that is not from the other end."""
-        while True:
-            line = self.rfile.readline(LINE_MAX)
-            mac, _, data = line.rstrip(b"\n").partition(b" ")
-            want = _mac(self.key, self.theirs, b"%d" % self.read, data)
-            if not line.endswith(b"\n") or not hmac.compare_digest(mac, want):
-                return
-            self.read += 1
-            try:
-                msg = json.loads(data)
-            except ValueError:
-                return
-            if isinstance(msg, dict):
-                yield msg
-
-    def close(self):
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
 
 
 class Hub:
@@ -124,34 +38,42 @@ class Hub:
     the halt's, when a user's stop or a lease stops them all).
     bind: the master address (a name is resolved here); None: every interface.
 
-    Node 0's supervisor drives it, attempt by attempt (remote/host/daemon.py): `own_end` when
+    Node 0's supervisor drives it, attempt by attempt (remote/host/policy.py): `own_end` when
     its job ended, `settle` for the attempt's outcome once every node's job ended (a node lost
     counts as ended), then `restart` or `finish`. Between the two it may wait for a spare to
     take a lost node's place (`expect`, `wait_replaced`) and for the delay (`wait_quiet`); a
     halt (a user's stop, a lease) ends those waits: a stopped run is never restarted."""
 
-    def __init__(self, secret, names, link_timeout, beat, on_stop, bind=None, launcher=None):
+    def __init__(
+        self, secret, names, link_timeout, beat, on_stop, bind=None, launcher=None
+    ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_stop = on_stop
         # When node 0 last heard a launcher (monotonic), None when none holds the run: a
         # witness that node 0's own network is up, where one peer's silence cannot tell.
         self.launcher = launcher or (lambda: None)
         self.cond = threading.Condition()  # guards all below; notified on every change
-        self.peers = {}  # node -> its Channel
-        self.joined = set()  # the peers that ever joined (they know where the hub is)
+        self.peers: dict[int, Channel] = {}  # node -> its Channel
+        self.joined: set[int] = set()  # the peers that ever joined (they know where the hub is)
         self.heard = {k: time.monotonic() for k in range(1, len(names))}
         self.since = dict.fromkeys(range(1, len(names)), 0)  # the attempt each one joined at
-        self.tickets = {}  # node -> the proof of the spare coming to take its place
+        self.tickets: dict[int, str] = {}  # node -> the proof of the spare coming to take its place
         self.replaced = 0  # spares that took lost nodes' places
         self.attempt = 0
-        self.ended = {}  # node -> (status, reason) of this attempt's job; 0 is node 0's
+        # node -> (status, reason) of this attempt's job; 0 is node 0's
+        self.ended: dict[int, tuple[str, str | None]] = {}
         self.stopping = None  # the reason every node was told to stop, this attempt
-        self.failure = None  # (reason, node): the first failure of this attempt (its own)
+        self.failure: tuple[str, int] | None = (
+            None  # (reason, node): the first failure of this attempt (its own)
+        )
         self.echo = False  # the failure is a rank that died of a peer's failure
-        self.lost = {}  # node -> the attempt it was lost in: a spare must take its place
+        self.lost: dict[
+            int, int
+        ] = {}  # node -> the attempt it was lost in: a spare must take its place
         self.isolated = False  # node 0 heard from no peer: its own network, not theirs
-        self.halted = None  # (status, reason): no attempt follows (a user's stop, a lease)
-        self.given_up = None  # why no spare can come (the launcher said so)
+        # (status, reason): no attempt follows (a user's stop, a lease)
+        self.halted: tuple[str, str] | None = None
+        self.given_up: str | None = None  # why no spare can come (the launcher said so)
         self.go = None  # (attempt, after): the restart said to the peers
         self.over = None  # the run is over: said to every peer that comes
         self.final = False  # this attempt's failure ends the run (job.on_hang: stop)
@@ -159,12 +81,12 @@ class Hub:
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
-        self.server = _listen(bind)
+        self.server = channel.listen(bind)
         self.port = self.server.getsockname()[1]
 
     def start(self):
-        _thread(Door(self.server, self._secrets, len(self.names), self._admit).run)
-        _thread(self._watch)
+        thread(channel.Door(self.server, self._secrets, len(self.names), self._admit).run)
+        thread(self._watch)
 
     def _secrets(self, node):
         """What a peer of `node` may prove: the run's secret, or the ticket of its spare."""
@@ -218,23 +140,21 @@ class Hub:
         for chan in peers:
             chan.send(t="sample", seq=seq, stacks=stacks)
 
-    def settle(self):
-        """Wait until every node's job of this attempt has ended: its outcome, as a dict of
-        status (succeeded, failed, stopped, lost), reason, node (whose failure) and lost (the
-        nodes a spare must replace before another attempt)."""
+    def settle(self) -> Outcome:
+        """Wait until every node's job of this attempt has ended: its Outcome (a node lost
+        counts as ended)."""
         with self.cond:
             self.cond.wait_for(self._all_ended)
-            out = {"status": "succeeded", "reason": None, "node": None, "lost": sorted(self.lost),
-                   "halted": self.halted is not None, "isolated": self.isolated,
-                   "final": self.final}  # fmt: skip
+            status, reason, node = "succeeded", None, None
             stopped = [(r, k) for k, (s, r) in sorted(self.ended.items()) if s != "succeeded"]
             if self.halted is not None:
-                out["status"], out["reason"] = self.halted
+                status, reason = self.halted
             elif self.failure is not None:
-                out["status"], (out["reason"], out["node"]) = "failed", self.failure
+                status, (reason, node) = "failed", self.failure
             elif stopped:  # stopped, without a failure of its own: a launcher saw one
-                out["status"], (out["reason"], out["node"]) = "failed", stopped[0]
-            return out
+                status, (reason, node) = "failed", stopped[0]
+            return Outcome(status, reason, node, sorted(self.lost), self.halted is not None,
+                           self.isolated, self.final)  # fmt: skip
 
     def expect(self, node, ticket):
         """A launcher sends a spare to take lost `node`'s place; it proves itself with ticket."""
@@ -246,7 +166,7 @@ class Hub:
             self.given_up = why
             self.cond.notify_all()
 
-    def wait_replaced(self):
+    def wait_replaced(self) -> str | None:
         """Until every lost node has a spare in its place: None, else why not (a halt, or no
         spare could come). Waits for a launcher as long as it takes."""
         with self.cond:
@@ -257,7 +177,7 @@ class Hub:
                 return self.given_up
             return None
 
-    def wait_quiet(self, seconds):
+    def wait_quiet(self, seconds: float) -> bool:
         """The delay before the next attempt: False when a halt (or a new loss) cut it short."""
         with self.cond:
             lost = len(self.lost)
@@ -299,15 +219,10 @@ class Hub:
 
     def _admit(self, node, chan, proof):
         """A peer proved itself (the door's thread): follow it in a thread of its own."""
-        _thread(self._peer, node, chan, proof)
+        thread(self._peer, node, chan, proof)
 
     def _peer(self, node, chan, proof):
-        try:  # the hub's proof: only now, so a peer never takes a hub without a thread for it
-            chan.sock.settimeout(HANDSHAKE_S)
-            chan.sock.sendall(proof + b"\n")
-            chan.sock.settimeout(None)
-        except OSError:
-            chan.close()
+        if not channel.prove(chan, proof):
             return
         with contextlib.suppress(OSError):  # reset by the peer: the same as its going silent
             msgs = iter(chan)
@@ -455,142 +370,8 @@ class Hub:
             self.stop_all(why, culprit)
 
 
-def next_step(outcome, attempt, restarts, spares):
-    """What follows an attempt's end (Hub.settle's outcome): None for another attempt, else
-    (the run's status, why it ends here: "" where the status says it all). spares: how many
-    spare hosts are left to take lost nodes' places."""
-    if outcome["status"] != "failed" or outcome["halted"]:
-        return outcome["status"], ""
-    if outcome.get("final"):
-        return "failed", "job.on_hang: stop"
-    if attempt >= restarts:
-        return "failed", "no restarts left" if restarts else ""
-    if outcome.get("isolated"):
-        return "failed", "the run's hub was cut off: no restart"
-    if len(outcome["lost"]) > spares:
-        return "failed", "no spare host left to take its place"
-    return None
-
-
 def _int(value):
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-class Door:
-    """The hub's accept loop: every handshake in one thread, non-blocking, each with one
-    deadline; admit(node, channel, hub's proof) gets the peers that proved themselves.
-    secrets(node): what a peer of that node may prove it knows."""
-
-    def __init__(self, server, secrets, nnodes, admit):
-        self.server, self.secrets, self.nnodes, self.admit = server, secrets, nnodes, admit
-        self.pending = {}  # socket -> [deadline, hub nonce, bytes so far], oldest first
-        self.sel = selectors.DefaultSelector()
-        self.backoff = 0.0
-        self.paused_until = 0.0
-
-    def run(self):
-        self.server.setblocking(False)
-        self.sel.register(self.server, selectors.EVENT_READ)
-        while self.server.fileno() >= 0:  # until the hub's socket is closed
-            now = time.monotonic()
-            if self.paused_until and now >= self.paused_until:
-                self.paused_until = 0.0
-                self.sel.register(self.server, selectors.EVENT_READ)
-            for key, _ in self.sel.select(self._timeout(now)):
-                if key.fileobj is self.server:
-                    self._accept()
-                else:
-                    self._read(key.fileobj)
-            now = time.monotonic()
-            for sock, (deadline, _, _) in list(self.pending.items()):
-                if now < deadline:
-                    break  # the rest came later
-                self._drop(sock)
-
-    def _timeout(self, now):
-        wake = self.paused_until or now + 1.0
-        if self.pending:  # the oldest handshake's deadline comes first
-            wake = min(wake, next(iter(self.pending.values()))[0])
-        return max(0.0, wake - now)
-
-    def _accept(self):
-        try:
-            sock, _ = self.server.accept()
-        except BlockingIOError:
-            return
-        except OSError as exc:  # EMFILE, ENFILE, ENOBUFS...: the hub must outlive them
-            self._pause(f"accept failed: {os.strerror(exc.errno or errno.EIO)}")
-            return
-        self.backoff = 0.0
-        if len(self.pending) >= MAX_PENDING:
-            self._drop(next(iter(self.pending)))
-        nonce = os.urandom(16).hex().encode()
-        try:
-            sock.setblocking(False)
-            sock.send(CHALLENGE + nonce + b"\n")  # a fresh socket's buffer takes it whole
-            self.sel.register(sock, selectors.EVENT_READ)
-        except (OSError, ValueError):
-            sock.close()
-            return
-        self.pending[sock] = [time.monotonic() + HANDSHAKE_S, nonce, b""]
-
-    def _pause(self, why):
-        self.backoff = min(BACKOFF_MAX, max(0.05, self.backoff * 2))
-        if not self.paused_until:
-            self.sel.unregister(self.server)
-        self.paused_until = time.monotonic() + self.backoff
-        log(f"{why}; accepting again in {self.backoff:g} s")
-
-    def _read(self, sock):
-        entry = self.pending.get(sock)
-        if entry is None:  # dropped by an accept in the same round
-            return
-        try:
-            data = sock.recv(HELLO_MAX)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        entry[2] += data
-        if not data or len(entry[2]) > HELLO_MAX:
-            self._drop(sock)
-        elif entry[2].endswith(b"\n"):
-            self._hello(sock, entry[1], entry[2])
-        elif b"\n" in entry[2]:
-            self._drop(sock)  # a peer says nothing more until the hub has proved itself
-
-    def _hello(self, sock, nonce, line):
-        """`NODE NONCE PROOF`: a peer of this run, or a stranger (dropped)."""
-        self._forget(sock)
-        try:
-            words = line.split()
-            node, their_nonce, proof = int(words[0]), words[1], words[2]
-            if len(words) != 3 or not 0 < node < self.nnodes or len(their_nonce) > 64:
-                raise ValueError
-        except (ValueError, IndexError):
-            sock.close()
-            return
-        for secret in self.secrets(node):
-            session = Session(secret, nonce, their_nonce, node)
-            if hmac.compare_digest(proof, session.peer_proof):
-                break
-        else:
-            sock.close()
-            return
-        chan = Channel(sock, sock.makefile("rb"), session.key, b"hub", b"peer")
-        try:
-            self.admit(node, chan, session.hub_proof)
-        except RuntimeError as exc:  # no thread for it (a process limit): it will come again
-            chan.close()
-            self._pause(f"cannot follow node {node}: {exc}")
-
-    def _drop(self, sock):
-        self._forget(sock)
-        sock.close()
-
-    def _forget(self, sock):
-        del self.pending[sock]
-        self.sel.unregister(sock)
 
 
 class HubLink:
@@ -612,7 +393,7 @@ class HubLink:
         self.go = None  # (attempt, after): the latest restart the hub said
         self.over = None  # why no attempt follows here (the hub said so, a halt, the hub lost)
         self.addr = None
-        _thread(self._watch)
+        thread(self._watch)
 
     def connect(self, addr, port):
         """Start talking to the hub at addr:port (the launcher says where, once known)."""
@@ -620,7 +401,7 @@ class HubLink:
             return
         self.addr = (addr, port)
         self.heard = time.monotonic()
-        _thread(self._run)
+        thread(self._run)
 
     def begin(self, attempt):
         """Our job of `attempt` is starting."""
@@ -679,20 +460,14 @@ class HubLink:
                 time.sleep(RETRY_S)  # the hub is gone or unreachable: the watchdog decides
 
     def _session(self):
-        deadline = time.monotonic() + HANDSHAKE_S
-        sock = socket.create_connection(self.addr, timeout=HANDSHAKE_S)
-        try:
-            chan = self._handshake(sock, deadline)
-        except BaseException:
-            sock.close()
-            raise
+        chan = channel.dial(self.addr, self.secret, self.node)
         self.chan = chan
         try:
             chan.send(t="join", since=self.since, attempt=self.attempt)
             for msg in (self.halting, self.ending):
                 if msg is not None:
                     self._say(msg, self.delivered if msg is self.ending else None)
-            _thread(self._beat, chan)
+            thread(self._beat, chan)
             for msg in chan:
                 self.heard = time.monotonic()
                 self._heard(msg)
@@ -715,31 +490,12 @@ class HubLink:
         elif kind == "over":
             self._over(str(msg.get("reason") or "the run is over"))
         elif kind == "sample" and self.on_sample is not None:
-            _thread(self._sample, msg.get("seq"), msg.get("stacks") is True, self.attempt)
+            thread(self._sample, msg.get("seq"), msg.get("stacks") is True, self.attempt)
 
     def _sample(self, seq, stacks, attempt):
         """The hub's ask, answered in a thread of its own: py-spy takes a moment."""
-        sample = fit(self.on_sample(stacks), LINE_MAX // 2)
+        sample = fit(self.on_sample(stacks), channel.LINE_MAX // 2)
         self._say({"t": "sampled", "seq": seq, "attempt": attempt, "sample": sample})
-
-    def _handshake(self, sock, deadline):
-        """The hub's nonce; our node, nonce and proof; the hub's proof, or not the hub."""
-        f = sock.makefile("rb")
-
-        def line():
-            sock.settimeout(max(0.001, deadline - time.monotonic()))
-            return f.readline(HELLO_MAX)
-
-        hello = line()
-        if not hello.startswith(CHALLENGE) or not hello.endswith(b"\n"):
-            raise ValueError("not a ddptui hub")
-        nonce = os.urandom(16).hex().encode()
-        session = Session(self.secret, hello[len(CHALLENGE) :].strip(), nonce, self.node)
-        sock.sendall(b"%d %s %s\n" % (self.node, nonce, session.peer_proof))
-        if not hmac.compare_digest(line().rstrip(b"\n"), session.hub_proof):
-            raise ValueError("the hub did not prove itself")
-        sock.settimeout(None)
-        return Channel(sock, f, session.key, b"peer", b"hub")
 
     def _beat(self, chan):
         while self.chan is chan and self.over is None:
@@ -762,21 +518,3 @@ class HubLink:
             self.on_stop(why, 0)
             self._over(why)
             return
-
-
-def _listen(bind):
-    """A socket at the master address (the first of a name's addresses this host has), else
-    on every interface (an address this host does not have: NAT, a name resolved otherwise)."""
-    if bind:
-        try:
-            found = socket.getaddrinfo(bind, 0, type=socket.SOCK_STREAM)
-        except OSError:
-            found = []
-        for family, _, _, _, addr in found:
-            with contextlib.suppress(OSError):
-                return socket.create_server(addr, family=family)
-        log(f"{bind} is no address of this host's: listening on every interface")
-    try:
-        return socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
-    except (OSError, ValueError):
-        return socket.create_server(("", 0))

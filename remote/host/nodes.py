@@ -26,9 +26,10 @@ import sys
 import threading
 
 from . import procs, protocol, spare, state
+from .common import close
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
-DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import daemon;daemon.boot()"
+DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.boot()"
 # ((code_dir, run_id), process, early spec or None): supervisors started ahead of their node
 _warm: list[tuple[tuple[str, str], subprocess.Popen[bytes], dict[str, object] | None]] = []
 
@@ -37,7 +38,7 @@ def warm(code_dir, run_id, early=None):
     """Start a supervisor while the launch's checks run (the probe asks for it): the start then
     only hands it its node. An interpreter and its imports are most of a start's CPU, paid here
     while the host waits on its peers' checks. Given its node's early spec (protocol.EARLY), it
-    goes on and prepares the node (remote/host/daemon.py: boot), all but the job. It leaves,
+    goes on and prepares the node (remote/host/boot.py), all but the job. It leaves,
     unused and leaving nothing, with the agent (its stdin ends). One waits at most: a
     dashboard's launch that failed its checks leaves its own to the next launch, which ends it."""
     key = (code_dir, run_id)
@@ -58,10 +59,10 @@ def warm(code_dir, run_id, early=None):
 
 
 def _boot(code_dir, run_id):
-    """A supervisor's interpreter, waiting on its stdin for its node (remote/host/daemon.py:
-    boot); or why it could not start. The run's id is in its command line for `ps` (and for
-    whoever looks for a run's supervisors); the boot reads its node from stdin alone. The
-    agent's spare (remote/host/spare.py) where it has one, else a fresh interpreter."""
+    """A supervisor's interpreter, waiting on its stdin for its node (remote/host/boot.py); or
+    why it could not start. The run's id is in its command line for `ps` (and for whoever
+    looks for a run's supervisors); the boot reads its node from stdin alone. The agent's
+    spare (remote/host/spare.py) where it has one, else a fresh interpreter."""
     # -S: the supervisor needs the standard library and its own code only; a host's site
     # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
     argv = [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir, run_id]
@@ -220,7 +221,7 @@ def relay(ch, ndir):
                 sock.sendall(chunk)
             sock.shutdown(socket.SHUT_WR)  # the launcher ended its side (detach)
 
-    ch.on_close(lambda: _close(sock))
+    ch.on_close(lambda: close(sock))
     threading.Thread(target=to_daemon, daemon=True).start()
     try:
         while True:
@@ -231,19 +232,13 @@ def relay(ch, ndir):
     except OSError:
         return
     finally:
-        _close(sock)
-
-
-def _close(sock):
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
+        close(sock)
 
 
 def replay(ch, ndir):
     """The node's supervisor is gone: its spool from the asked offset, then its final state."""
-    from . import daemon  # here: the agent's other ops need none of the supervisor's code
-    from .spool import Spool
+    from .spool import Spool  # here: the agent's other ops need none of the supervisor's code
+    from .viewers import send_spool
 
     words = ch.read_line().split()
     offset = int(words[1]) if words[:1] == [b"hello"] and len(words) > 1 else 0
@@ -252,7 +247,7 @@ def replay(ch, ndir):
     found = state.read_state(ndir)
     hello = {"node": found.get("node"), "run_id": found.get("run_id"), "live": False,
              "state": found, "spool_start": spool.start, "spool_end": spool.end}  # fmt: skip
-    daemon.send_spool(ch.data, spool, offset, hello, 1.0, threading.Event())
+    send_spool(ch.data, spool, offset, hello, 1.0, threading.Event())
 
 
 # -- sweep, status, port -------------------------------------------------------------------------

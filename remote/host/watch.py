@@ -93,6 +93,57 @@ class Watch:
                 self.on_hang(hang, ranks, hosts)
 
 
+class Guard:
+    """Node 0's side: a Watch over each attempt, and what a hang does. hub: the run's Hub;
+    node: node 0's own vitals.Node; word(event, status, message): the daemon's (the stream,
+    the console, job.notify)."""
+
+    THEN = {"restart": "the attempt ends", "stop": "the run stops",
+            "warn": "left running (job.on_hang: warn)"}  # fmt: skip
+
+    def __init__(self, hub: Any, spec: Dict[str, Any], where: str, node: Any, word: Any) -> None:
+        self.hub, self.spec, self.where, self.node, self.word = hub, spec, where, node, word
+        self.last: Any = None  # (attempt, the culprits' hosts) of the last hang
+
+    def start(self, attempt: int) -> Optional[Watch]:
+        """The attempt's watch, running; None where job.hang_after is off."""
+        if self.spec["hang_after"] is None:
+            return None
+
+        def ask(seq: int, stacks: bool) -> None:
+            self.hub.ask(seq, stacks)
+            _thread(lambda: watch.answer(0, seq, self.node.sample(stacks)))
+
+        watch = Watch(self.spec["names"], self.spec["hang_after"], ask,
+                      lambda *found: self.hung(attempt, *found))  # fmt: skip
+        self.hub.sampled = watch.answer
+        _thread(watch.run)
+        return watch
+
+    def hung(self, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict[int, str]) -> None:
+        """Every rank's stack kept, word of the hang, then job.on_hang: the attempt fails as
+        hung (restart), the run ends (stop), or only the word (warn). The same hosts to blame
+        in two attempts in a row: said as a bad host."""
+        action = self.spec["on_hang"]
+        try:
+            kept = "every rank's stack kept in " + keep(self.where, attempt, hang, ranks, hosts)
+        except OSError as exc:
+            kept = "the stacks could not be kept: {}".format(exc)
+        culprits = sorted({hosts[r] for r in hang.culprits if r in hosts})
+        if culprits and self.last == (attempt - 1, culprits):
+            kept += "; {} hung twice in a row: a bad host".format(", ".join(culprits))
+        self.last = (attempt, culprits)
+        self.word("hang", "running", "{}; {}; {}".format(hang.text(hosts), kept, self.THEN[action]))
+        if action != "warn":
+            names = self.spec["names"]
+            node = names.index(culprits[0]) if culprits and culprits[0] in names else None
+            self.hub.fail("hung: " + hang.text(hosts), node, final=action == "stop")
+
+
+def _thread(fn: Callable[..., Any]) -> None:
+    threading.Thread(target=fn, daemon=True).start()
+
+
 def merge(answers: Dict[int, Any], names: List[str]) -> Any:
     """Every node's answer as one: ({rank: sample}, {rank: host}, the job's silence: the
     shortest of the nodes'; None if a node has not started its job)."""

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from remote.host import hub as hubmod
-from remote.host.hub import CHALLENGE, Channel, Hub, HubLink, _mac
+from ddptui.remote.host import channel, policy
+from ddptui.remote.host import hub as hubmod
+from ddptui.remote.host.channel import CHALLENGE, Channel, _mac
+from ddptui.remote.host.hub import Hub, HubLink
+from ddptui.remote.host.policy import Outcome
 
 SECRET = "s3cret"
 
@@ -123,7 +126,7 @@ def test_the_hub_listens_at_the_master_address_only() -> None:
 def test_slow_strangers_never_keep_a_peer_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """Connections that trickle a byte now and then: each has one deadline for its whole
     handshake, and past 64 at once the oldest goes; a peer gets in all the while."""
-    monkeypatch.setattr(hubmod, "HANDSHAKE_S", 1.0)
+    monkeypatch.setattr(channel, "HANDSHAKE_S", 1.0)
     h, _ = hub(2)
     strangers = [socket.create_connection(("127.0.0.1", h.port)) for _ in range(200)]
     for s in strangers:
@@ -145,7 +148,7 @@ def test_slow_strangers_never_keep_a_peer_out(monkeypatch: pytest.MonkeyPatch) -
 
 HUB_UNDER_FEW_FILES = """
 import resource, sys, threading
-from remote.host.hub import Hub
+from ddptui.remote.host.hub import Hub
 resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 h = Hub("s3cret", ["node0", "node1"], 60.0, 0.1, lambda *a: None, "127.0.0.1")
 h.start()
@@ -181,7 +184,7 @@ def test_the_accept_loop_outlives_a_full_file_table() -> None:
 def test_a_thread_that_would_not_start_is_not_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
     h, _ = hub(2)
     failed: list[str] = []
-    start = hubmod._thread
+    start = hubmod.thread
 
     def no_thread_once(fn: Any, *args: Any) -> Any:
         if fn.__name__ == "_peer" and not failed:  # the thread that would follow the peer
@@ -189,7 +192,7 @@ def test_a_thread_that_would_not_start_is_not_the_end(monkeypatch: pytest.Monkey
             raise RuntimeError("can't start new thread")
         return start(fn, *args)
 
-    monkeypatch.setattr(hubmod, "_thread", no_thread_once)
+    monkeypatch.setattr(hubmod, "thread", no_thread_once)
     link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
     link.end("succeeded", None)
     link.connect("127.0.0.1", h.port)  # its first try is dropped; it comes again
@@ -254,8 +257,14 @@ def test_a_peer_obeys_no_hub_that_cannot_prove_itself() -> None:
 # -- attempts (job.restarts) ------------------------------------------------------------------
 
 
-def outcome(status: str = "failed", lost: tuple[int, ...] = (), halted: bool = False) -> dict:
-    return {"status": status, "reason": "why", "node": 1, "lost": list(lost), "halted": halted}
+def outcome(status: str = "failed", lost: tuple[int, ...] = (), halted: bool = False) -> Outcome:
+    return Outcome(status, "why", 1, list(lost), halted, False)
+
+
+def next_step(out: Outcome, attempt: int, restarts: int, spares: int) -> object:
+    """None for another attempt, else (the run's status, why it ends here)."""
+    decision = policy.decide(out, attempt, restarts, spares)
+    return None if decision.restart else (decision.status, decision.why)
 
 
 @pytest.mark.parametrize(
@@ -272,9 +281,9 @@ def outcome(status: str = "failed", lost: tuple[int, ...] = (), halted: bool = F
     ],
 )
 def test_what_follows_an_attempt(
-    out: dict, attempt: int, restarts: int, spares: int, want: object
+    out: Outcome, attempt: int, restarts: int, spares: int, want: object
 ) -> None:
-    assert hubmod.next_step(out, attempt, restarts, spares) == want
+    assert next_step(out, attempt, restarts, spares) == want
 
 
 def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
@@ -286,7 +295,7 @@ def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
     links[1].end("stopped", "stopped by the hub")
     h.own_end("stopped", "stopped by the hub")
     out = h.settle()
-    assert (out["status"], out["reason"], out["node"], out["lost"]) == (
+    assert (out.status, out.reason, out.node, out.lost) == (
         "failed", "rank 3 failed on node1", 1, [],
     )  # fmt: skip
     h.restart(1, "rank 3 failed on node1")
@@ -295,7 +304,7 @@ def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
         link.begin(1)
         link.end("succeeded", None)
     h.own_end("succeeded", None)
-    assert h.settle()["status"] == "succeeded"
+    assert h.settle().status == "succeeded"
     h.finish("every rank succeeded", 5)
     assert [link.word() for link in links] == [None, None]  # over: they leave
 
@@ -314,7 +323,7 @@ def test_a_spare_proves_its_ticket_and_the_lost_node_is_told_it_is_over() -> Non
     assert stops.event.wait(3)  # node 1 never came: lost
     h.own_end("stopped", "node 1 lost")
     out = h.settle()
-    assert out["lost"] == [1] and out["reason"] == "node1 was lost"
+    assert out.lost == [1] and out.reason == "node1 was lost"
     h.expect(1, "t1cket")
     spare = HubLink("t1cket", 1, 5.0, 0.1, Stops(), since=1)
     spare.connect("127.0.0.1", h.port)
@@ -345,7 +354,7 @@ def test_a_failure_of_its_own_is_the_cause_over_a_peers_echo() -> None:
     link.end("failed", "rank 2 failed on node1", echo=True)
     time.sleep(0.3)
     h.own_end("failed", "rank 1 failed on node0")
-    assert h.settle()["reason"] == "rank 1 failed on node0"
+    assert h.settle().reason == "rank 1 failed on node0"
 
 
 def test_a_hub_that_hears_from_no_peer_says_it_is_the_one_cut_off() -> None:
@@ -359,8 +368,8 @@ def test_a_hub_that_hears_from_no_peer_says_it_is_the_one_cut_off() -> None:
     assert node == 0 and "node 0 (node0), the run's hub, heard from no peer for 0.6 s" in reason
     h.own_end("stopped", reason)
     out = h.settle()
-    assert (out["status"], out["node"], out["isolated"]) == ("failed", 0, True)
-    assert hubmod.next_step(out, 0, 3, 3) == ("failed", "the run's hub was cut off: no restart")
+    assert (out.status, out.node, out.isolated) == ("failed", 0, True)
+    assert next_step(out, 0, 3, 3) == ("failed", "the run's hub was cut off: no restart")
 
 
 def test_peers_falling_silent_a_little_apart_still_say_the_hub_was_cut() -> None:
@@ -411,7 +420,7 @@ def test_a_peer_the_launcher_found_dead_is_lost_at_once() -> None:
     links[1].end("stopped", "node1's supervisor died")
     out = h.settle()
     assert time.monotonic() - t0 < 3
-    assert (out["status"], out["reason"], out["node"], out["lost"]) == (
+    assert (out.status, out.reason, out.node, out.lost) == (
         "failed", "node1's supervisor died", 1, [1],
     )  # fmt: skip
 
@@ -437,7 +446,7 @@ def test_after_a_halt_the_hub_waits_for_no_peer_that_never_joined() -> None:
     link.end("stopped", "stopped from the launcher")
     out = h.settle()  # node 2 never joined: it never learned where the hub is
     assert time.monotonic() - t0 < 3
-    assert (out["status"], out["reason"]) == ("stopped", "stopped from the launcher")
+    assert (out.status, out.reason) == ("stopped", "stopped from the launcher")
 
 
 def mute_peer(h: Hub, node: int) -> socket.socket:
@@ -445,7 +454,7 @@ def mute_peer(h: Hub, node: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", h.port))
     f = sock.makefile("rb")
     nonce, mine = f.readline()[len(CHALLENGE) :].strip(), b"ab" * 16
-    session = hubmod.Session(SECRET, nonce, mine, node)
+    session = channel.Session(SECRET, nonce, mine, node)
     sock.sendall(b"%d %s %s\n" % (node, mine, session.peer_proof))
     f.readline()  # the hub's proof
     Channel(sock, f, session.key, b"peer", b"hub").send(t="join", since=0, attempt=0)
@@ -463,7 +472,7 @@ def test_the_end_waits_for_no_lost_peer_to_hang_up() -> None:
     assert stops.event.wait(3) and stops.said[0][1] == 2
     h.own_end("stopped", stops.said[0][0])
     link.end("stopped", stops.said[0][0])
-    assert h.settle()["lost"] == [2]
+    assert h.settle().lost == [2]
     t0 = time.monotonic()
     h.finish("node2 was lost", 10)
     assert time.monotonic() - t0 < 2 and link.word() is None

@@ -23,11 +23,11 @@ import pytest
 import yaml
 from runtools import run_job
 
-from remote import inventory
-from remote.events import Event, LogBatch, Notice
-from remote.host import procs
-from remote.host.netif import free_port
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.events import Event, LogBatch, Notice
+from ddptui.remote.host import procs
+from ddptui.remote.host.netif import free_port
+from ddptui.remote.run.runner import Run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -249,10 +249,9 @@ def test_lines_trimmed_on_the_host_survive_in_the_run_dir(tmp_path: Path) -> Non
 def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Path) -> None:
     """An attach that connects just before the socket's name goes is still served to its end,
     not cut off by the supervisor's exit (seen as 'its supervisor died' after a detached run)."""
-    from remote.host import daemon
+    from ddptui.remote.host.viewers import Viewers
 
-    d = daemon.Daemon.__new__(daemon.Daemon)
-    d.clients, d.closing, d.accepting = {}, False, threading.Lock()
+    d = Viewers(None, dict, print, 1.0)
     served = threading.Event()
 
     def client(sock: socket.socket, done: threading.Event) -> None:
@@ -269,7 +268,7 @@ def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Pa
     threading.Thread(target=d._accept, args=(d.server,), daemon=True).start()
     threading.Timer(0.3, served.set).start()
     t0 = time.monotonic()
-    d._drain(time.monotonic() + 10)
+    d.drain(time.monotonic() + 10)
     assert served.is_set() and time.monotonic() - t0 >= 0.25
     late.close()
     d.closing = True  # the accept loop's thread ends, as the daemon's does

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.host import hangrule, vitals
+from ddptui.remote.host import hangrule, vitals
 
 SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
 needs_py_spy = pytest.mark.skipif(not os.access(SPY, os.X_OK), reason="needs py-spy")

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote.host.hangrule import HangRule
+from ddptui.remote.host.hangrule import HangRule
 
 RECORDED = json.loads(
     (Path(__file__).parents[1] / "data" / "hangs" / "recorded_stacks.json").read_text()
@@ -305,7 +305,7 @@ def run_rule(sc: Scenario) -> Outcome:
 
 
 def run_silence(sc: Scenario, after: float, name: str) -> Outcome:
-    """The silence rule (remote/hang.py's HangWatch): no line for `after` seconds."""
+    """The silence rule (remote/stalls/hang.py's HangWatch): no line for `after` seconds."""
     t = 0.0
     while t <= sc.duration:
         if sc.quiet(t) >= after:

@@ -18,9 +18,9 @@ from hangscenarios import (
     run_rule,
 )
 
-from remote.host import hangrule
-from remote.host.hangrule import HangRule
-from remote.host.watch import POLL_S, Watch, keep, merge
+from ddptui.remote.host import hangrule
+from ddptui.remote.host.hangrule import HangRule
+from ddptui.remote.host.watch import POLL_S, Watch, keep, merge
 
 TARGET_S = 120.0  # a hang named within this of the last progress, with default settings
 
@@ -164,7 +164,7 @@ def test_a_node_that_does_not_answer_delays_the_verdict_but_never_makes_one() ->
     c = Cluster()
     c.mute = {1}
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("remote.host.watch.ANSWER_S", 0.0)
+        mp.setattr("ddptui.remote.host.watch.ANSWER_S", 0.0)
         c.run(300)
         assert c.said == []  # node1's silence is not its rank's: no quiet known, no stacks
         assert True not in c.asked

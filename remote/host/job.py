@@ -1,0 +1,56 @@
+"""The node's job as it starts: its command line, environment and working directory.
+
+A pure function of the node's spec (remote/host/protocol.py) and what the supervisor found on
+this host, so that what a job gets is read in one place and tested without starting one; the
+supervisor (remote/host/daemon.py) starts it, in a container or not.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import protocol
+
+
+def node_tags(run_id, node):
+    """What every process of the node's job carries in its environment."""
+    return {"DDPTUI_RUN_ID": run_id, "DDPTUI_NODE": str(node)}
+
+
+def code_dir():
+    """This host's ddptui code (the directory holding ddph/): ddptui's own workers run from it.
+    Asked in the supervisor only: an agent running from memory imports this module too, and
+    has no file."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def command(spec, attempt, tags, host_env, scratch, ifname=None, site=None):
+    """The job's argv, environment and working directory for `attempt`, from the node's spec:
+    the host's environment under the spec's (a container starts from its image's own), the
+    run's tags, `~` and the code's directory resolved. scratch() is the attempt's directory for
+    torchrun's --log-dir, made the first time it is asked (only where the spec names it).
+    ifname: the interface that routes to spec.route_to; site: the whole-lines sitecustomize's
+    directory (spec.line_buffer)."""
+    env = {} if spec["container"] else dict(host_env)
+    env.update(spec["env"])
+    for name in spec["unset"]:  # e.g. a LOCAL_RANK the host exports stops Lightning
+        env.pop(name, None)
+    for name in spec["ifname_vars"] if ifname else ():
+        if name not in spec["env"]:
+            env[name] = ifname
+    if site:  # spawn and Lightning: a node's processes share one stdout
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p)
+    env.update(tags, DDPTUI_ATTEMPT=str(attempt))
+    argv = [expand(a) if i in spec["expand"] else a for i, a in enumerate(spec["argv"])]
+    mark = spec["scratch_arg"]
+    argv = [scratch() if a == mark else a.replace(protocol.CODE, code_dir()) for a in argv]
+    for name, value in list(env.items()):  # paths in it (the flight recorder's files)
+        if mark and mark in value:
+            env[name] = value.replace(mark, scratch())
+    cwd = expand(spec["workdir"]) if spec["workdir"] else None
+    return argv, env, cwd
+
+
+def expand(path):
+    """`~` and `~user` as the host's shell would (design: paths in the inventory)."""
+    return os.path.expanduser(path)
