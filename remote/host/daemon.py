@@ -492,11 +492,14 @@ class Daemon:
         att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
-        spare = set(self.spare)
-        for pid in list(self.notifier.running if self.notifier else ()):
-            spare.add(pid)  # a notify command under way is not the job's
-            spare.update(procs.descendants(pid))
-        return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare=spare)
+        if self.notifier is None:
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, self.spare)
+        with self.notifier.starting:  # no command starts unseen while the job is looked for
+            spare = set(self.spare)
+            for pid in list(self.notifier.running):
+                spare.add(pid)  # a notify command under way is not the job's
+                spare.update(procs.descendants(pid))
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare)
 
     def _tagged(self):
         """Whether the job's processes are found by their tags, not as this daemon's tree: what
