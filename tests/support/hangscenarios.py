@@ -119,61 +119,51 @@ def _hung(stuck: Phase, waiting: Phase, culprit: int = 3) -> dict[int, list[Phas
     return ranks
 
 
+HANG_AT = 300.0  # every hung scenario: lines every 10 s until its hang
+
+
+def hung(name: str, what: str, ranks: dict[int, list[Phase]], **kw: Any) -> Scenario:
+    return Scenario(name, what, ranks, every(0, HANG_AT, 10), 1200, hang_at=HANG_AT, **kw)
+
+
+STUCK = Phase(HANG_AT, STUCK_BEFORE)
 SCENARIOS = [
-    Scenario(
+    hung(
         "hang-before-all_reduce",
         "rank 3 sleeps before an all_reduce; gloo: the rest block in it",
-        _hung(Phase(300, STUCK_BEFORE), Phase(300, ALL_REDUCE)),
-        every(0, 300, 10),
-        1200,
-        hang_at=300,
+        _hung(STUCK, Phase(HANG_AT, ALL_REDUCE)),
         culprits=[3],
     ),
-    Scenario(
+    hung(
         "hang-nccl-spin",
         "as above, NCCL: the waiting ranks spin a CPU each",
-        _hung(Phase(300, STUCK_BEFORE), Phase(300, ALL_REDUCE, cpu=NCCL_SPIN)),
-        every(0, 300, 10),
-        1200,
-        hang_at=300,
+        _hung(STUCK, Phase(HANG_AT, ALL_REDUCE, cpu=NCCL_SPIN)),
         culprits=[3],
     ),
-    Scenario(
+    hung(
         "hang-ddp-backward",
         "rank 3 stuck in its data loader; the rest in DDP's backward (NCCL)",
-        _hung(Phase(300, STUCK_BEFORE), Phase(300, DDP_BACKWARD, cpu=NCCL_SPIN)),
-        every(0, 300, 10),
-        1200,
-        hang_at=300,
+        _hung(STUCK, Phase(HANG_AT, DDP_BACKWARD, cpu=NCCL_SPIN)),
         culprits=[3],
     ),
-    Scenario(
+    hung(
         "hang-wrong-collective",
         "rank 5 in a broadcast the others never join; all in collectives",
         {
-            **same(8, TRAIN, Phase(300, ALL_REDUCE, cpu=NCCL_SPIN)),
-            5: [TRAIN, Phase(300, BROADCAST, cpu=NCCL_SPIN)],
+            **same(8, TRAIN, Phase(HANG_AT, ALL_REDUCE, cpu=NCCL_SPIN)),
+            5: [TRAIN, Phase(HANG_AT, BROADCAST, cpu=NCCL_SPIN)],
         },
-        every(0, 300, 10),
-        1200,
-        hang_at=300,
         culprits=[5],
     ),
-    Scenario(
+    hung(
         "hang-lost-peer",
         "every rank waits in one all_reduce (a peer's link went): no culprit",
-        same(8, TRAIN, Phase(300, ALL_REDUCE, cpu=NCCL_SPIN)),
-        every(0, 300, 10),
-        1200,
-        hang_at=300,
+        same(8, TRAIN, Phase(HANG_AT, ALL_REDUCE, cpu=NCCL_SPIN)),
     ),
-    Scenario(
+    hung(
         "hang-hang_after-60",
         "rank 3 stuck, job.hang_after: 60 (the user's bound)",
-        _hung(Phase(300, STUCK_BEFORE), Phase(300, ALL_REDUCE)),
-        every(0, 300, 10),
-        1200,
-        hang_at=300,
+        _hung(STUCK, Phase(HANG_AT, ALL_REDUCE)),
         culprits=[3],
         hang_after=60,
     ),
