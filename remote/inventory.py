@@ -33,8 +33,10 @@ EnvValue = str | int | float | bool
 Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-NotifyEvent = Literal["failed", "succeeded", "lost", "stopped", "restarted", "hang"]
-NOTIFY_DEFAULT: tuple[NotifyEvent, ...] = ("failed", "lost", "stopped", "restarted", "hang")
+NotifyEvent = Literal["failed", "succeeded", "lost", "stopped", "restarted", "hang", "straggler"]
+NOTIFY_DEFAULT: tuple[NotifyEvent, ...] = (
+    "failed", "lost", "stopped", "restarted", "hang", "straggler",
+)  # fmt: skip
 
 
 class InventoryError(Exception):

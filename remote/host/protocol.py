@@ -105,8 +105,8 @@ SAY_NOTIFY = "notify"  # notify EVENT MESSAGE...: node 0: tell job.notify (a han
 # -- restarts and word of them (job.restarts, job.notify) ---------------------------------------
 
 RESTART_DELAY_MAX = 300.0  # the doubling delay between attempts stops here (unless set above)
-NOTIFY_EVENTS = ("failed", "succeeded", "lost", "stopped", "restarted", "hang")
-NOTIFY_DEFAULT = ("failed", "lost", "stopped", "restarted", "hang")
+NOTIFY_EVENTS = ("failed", "succeeded", "lost", "stopped", "restarted", "hang", "straggler")
+NOTIFY_DEFAULT = ("failed", "lost", "stopped", "restarted", "hang", "straggler")
 NOTIFY_TIMEOUT = 30.0  # seconds a notify command may run
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 FRAMES_MAX = 24  # innermost frames kept of a stack: where it waits is at the top
 TEXT_MAX = 120  # characters of a function's or a file's name
+LOOK_S = 1.0  # between two looks at the ranks' main threads
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -53,6 +54,12 @@ def _io_bytes(pid: int) -> int:
         return sum(int(fields.get(name, 0)) for name in IO_FIELDS)
     except (OSError, ValueError):
         return 0
+
+
+def _state(pid: int) -> bytes | None:
+    """The main thread's state letter (R, S, D...), None if it is gone."""
+    got = procs._stat(pid)
+    return got[1][0] if got is not None and got[1] else None
 
 
 def _in_io(pid: int) -> bool:
@@ -113,12 +120,24 @@ class Node:
 
     def __init__(self) -> None:
         self.by_pid: dict[int, int] = {}
+        self.asleep: dict[int, list[int]] = {}  # rank -> [looks asleep, looks] (stragglers)
         self.last_line = time.monotonic()  # an attempt's start counts as its first line
         self.spy: str | None = None
         self.looked = False  # for py-spy, once
 
     def start(self) -> None:
-        self.by_pid, self.last_line = {}, time.monotonic()
+        self.by_pid, self.last_line, self.asleep = {}, time.monotonic(), {}
+
+    def look(self, done: Any, every: float = LOOK_S) -> None:
+        """Until `done` is set: once a second, whether each rank's main thread is asleep
+        (blocked, as a gloo rank waiting in a collective is) or runs (remote/host/straggle.py)."""
+        while not done.wait(every):
+            for pid, rank in list(self.by_pid.items()):
+                state = _state(pid)
+                if state is not None:
+                    seen = self.asleep.setdefault(rank, [0, 0])
+                    seen[0] += state == b"S"
+                    seen[1] += 1
 
     def line(self) -> None:
         self.last_line = time.monotonic()
@@ -130,6 +149,9 @@ class Node:
             self.spy, self.looked = find_py_spy(), True
         quiet = round(time.monotonic() - self.last_line, 1)
         got = sample(dict(self.by_pid), self.spy if stacks else None, quiet)
+        for rank, seen in list(self.asleep.items()):
+            if str(rank) in got["ranks"]:
+                got["ranks"][str(rank)]["asleep"] = list(seen)
         if stacks and self.spy is None:
             for rank in got["ranks"].values():
                 rank["error"] = "py-spy not found (pip install py-spy, in the train extra)"

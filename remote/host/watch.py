@@ -16,6 +16,7 @@ import threading
 import time
 
 from .hangrule import HangRule
+from .straggle import Stragglers
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,9 +38,12 @@ class Watch:
         on_hang: Callable[[Any, Dict[int, Any], Dict[int, str]], None],
         clock: Callable[[], float] = time.monotonic,
         poll: float = POLL_S,
+        on_straggler: Optional[Callable[[Any, Dict[int, str]], None]] = None,
     ) -> None:
         self.names, self.ask, self.on_hang, self.clock = names, ask, on_hang, clock
+        self.on_straggler = on_straggler  # ((rank, how much slower), hosts)
         self.rule = HangRule(hang_after)
+        self.stragglers = Stragglers()
         self.poll = poll
         self.cond = threading.Condition()
         self.seq = 0
@@ -87,6 +91,11 @@ class Watch:
         ranks, hosts, quiet = merge(answers, self.names)
         self.quiet = quiet if len(answers) == len(self.names) else None
         self.heard = self.clock()
+        counts = {r: tuple(s["asleep"]) for r, s in ranks.items() if _pair(s.get("asleep"))}
+        if self.on_straggler is not None and counts and len(answers) == len(self.names):
+            found = self.stragglers.feed(self.heard, counts)
+            if found is not None:
+                self.on_straggler(found, hosts)
         if stacks and quiet is not None:
             hang = self.rule.feed(self.clock(), quiet, ranks)
             if hang is not None:
@@ -115,10 +124,18 @@ class Guard:
             _thread(lambda: watch.answer(0, seq, self.node.sample(stacks)))
 
         watch = Watch(self.spec["names"], self.spec["hang_after"], ask,
-                      lambda *found: self.hung(attempt, *found))  # fmt: skip
+                      lambda *found: self.hung(attempt, *found),
+                      on_straggler=self.straggler)  # fmt: skip
         self.hub.sampled = watch.answer
         _thread(watch.run)
         return watch
+
+    def straggler(self, found: Any, hosts: Dict[int, str]) -> None:
+        """A rank slower than the rest: word of it (job.on_straggler: warn)."""
+        rank, slower = found
+        self.word("straggler", "running", "rank {} on {} is a straggler: it waits least in the "
+                  "collectives, and the job runs about {:.0f} % slower for it".format(
+                      rank, hosts.get(rank, "?"), 100 * slower))  # fmt: skip
 
     def hung(self, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict[int, str]) -> None:
         """Every rank's stack kept, word of the hang, then job.on_hang: the attempt fails as
@@ -138,6 +155,11 @@ class Guard:
             names = self.spec["names"]
             node = names.index(culprits[0]) if culprits and culprits[0] in names else None
             self.hub.fail("hung: " + hang.text(hosts), node, final=action == "stop")
+
+
+def _pair(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int) and v >= 0 for v in value))  # fmt: skip
 
 
 def _thread(fn: Callable[..., Any]) -> None:

@@ -66,3 +66,64 @@ def test_a_detached_run_names_a_hang_and_restarts_with_nobody_attached(
     assert "hang: hung " in attach.stderr and "rank 3 on node1 stuck" in attach.stderr
     assert "run succeeded after 2 attempts" in attach.stderr
     assert "[r3 node1] rank 3 done" in attach.stdout
+
+
+@pytest.mark.slow_hangs
+@pytest.mark.timeout(900)
+def test_jobs_silent_but_alive_for_minutes_are_never_called_hung(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """A first step loading data, a checkpoint, an evaluation: 90 s of silence each."""
+    notified = tmp_path / "notified"
+    job = {
+        "script": str(DATA / "silent_alive.py"), "nproc_per_node": 2, "master_port": 29792,
+        "notify": {"command": f'echo "$DDPTUI_EVENT|$DDPTUI_MESSAGE" >> {notified}',
+                   "events": ["hang", "succeeded", "failed"]},
+    }  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
+    assert cli.wait(120) == 0, cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+    words = wait_for(lambda: notified.exists() and notified.read_text().splitlines(), 600,
+                     "the run to end")  # fmt: skip
+    assert words == ["succeeded|every rank succeeded"]
+    assert_nothing_left(cluster, run_id)
+    node0 = cluster.hosts[0].home / f".local/state/ddptui/runs/{run_id}/n0"
+    assert not list(node0.glob("hang-*.json"))
+
+
+@pytest.mark.slow_hangs
+@pytest.mark.parametrize("straggler", [3, None], ids=["rank3-30pc-slower", "balanced"])
+def test_a_rank_30_percent_slower_is_named_and_none_on_a_balanced_job(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str], straggler: int | None
+) -> None:
+    notified = tmp_path / "notified"
+    env = {"SECONDS_": "150"} | ({"STRAGGLER": str(straggler)} if straggler is not None else {})
+    job = {
+        "script": str(DATA / "straggler.py"), "nproc_per_node": 2, "master_port": 29793,
+        "env": env,
+        "notify": {"command": f'echo "$(date +%s)|$DDPTUI_EVENT|$DDPTUI_MESSAGE" >> {notified}',
+                   "events": ["straggler", "hang", "succeeded", "failed"]},
+    }  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    t0 = time.time()
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
+    assert cli.wait(120) == 0, cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+
+    def ended() -> list[str] | None:
+        words = notified.read_text().splitlines() if notified.exists() else []
+        return words if any("|succeeded|" in w or "|failed|" in w for w in words) else None
+
+    said = [w.split("|", 1) for w in wait_for(ended, 400, "the run to end")]
+    words = [w for _, w in said]
+    assert words[-1] == "succeeded|every rank succeeded", words
+    named = [(float(at) - t0, w) for at, w in said if w.startswith("straggler|")]
+    assert_nothing_left(cluster, run_id)
+    if straggler is None:
+        assert named == []
+        return
+    took, first = named[0]
+    assert first.startswith("straggler|rank 3 on node1 is a straggler"), words
+    assert took <= NAMED_WITHIN_S + 15  # from the launch: the ranks' start included
+    print(f"{took:.0f} s after the launch: {first}")

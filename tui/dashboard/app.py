@@ -512,7 +512,7 @@ class Dashboard(App[int]):
         if ev.wanted:
             self.bell()
         if ev.wanted or ev.event == "hang":
-            severity = SEVERITY["error" if ev.event == "hang" else "info"]
+            severity = SEVERITY[{"hang": "error", "straggler": "warning"}.get(ev.event, "info")]
             self.notify(f"{ev.event}: {ev.message}", title="ddptui", timeout=10, severity=severity)
 
     def _run_restarting(self, ev: RunRestarting) -> None:

@@ -107,8 +107,8 @@ class Printer:
             self._progress(event)
         elif isinstance(event, TrackerLink):
             self.say(event.text())
-        elif isinstance(event, Alert) and event.event == "hang":  # the run's own watch found it
-            self.say(f"hang: {event.message}")
+        elif isinstance(event, Alert) and event.event in ("hang", "straggler"):  # the run's watch
+            self.say(f"{event.event}: {event.message}")
 
     def _progress(self, progress: Progress) -> None:
         """The live line on a terminal; in a pipe, a line at most once a minute."""
