@@ -190,7 +190,7 @@ class Daemon:
         self.save_state(status="starting", attempt=number)
         self.vitals.start()
         started = self._start_job(att)
-        if started is not None:
+        if started is not None and self.spec["hang_after"] is not None:  # the watch is on
             thread(self.vitals.look, att.done)
         watch = self.hangs.start(number) if self.hangs and started is not None else None
         if started is not None:
