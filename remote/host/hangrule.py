@@ -75,7 +75,8 @@ class Hang:
         def who(ranks: List[int]) -> str:
             return ", ".join("rank {} on {}".format(r, hosts.get(r, "?")) for r in ranks)
 
-        waits = "; ".join("{} wait in {}".format(_span(rs), c) for c, rs in self.waiting.items())
+        waits = "; ".join("{} wait{} in {}".format(_span(rs), "s" if len(rs) == 1 else "", c)
+                          for c, rs in self.waiting.items())  # fmt: skip
         if self.confirmed_by == "silence":
             head = "no rank printed, used CPU or moved I/O for {:.0f} s (no stack readable)"
             return head.format(self.silent_s)

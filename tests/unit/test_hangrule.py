@@ -20,7 +20,7 @@ from hangscenarios import (
 
 from ddptui.remote.host import hangrule
 from ddptui.remote.host.hangrule import HangRule
-from ddptui.remote.host.watch import POLL_S, Watch, keep, merge
+from ddptui.remote.host.watch import POLL_S, Guard, Watch, keep, merge
 
 TARGET_S = 120.0  # a hang named within this of the last progress, with default settings
 
@@ -80,7 +80,7 @@ def test_named_on_the_third_still_sample_with_culprit_host_and_stack() -> None:
     assert hang.waiting == {"all_reduce": [0], "barrier": [2]}
     text = hang.text({0: "node0", 1: "node1", 2: "node2"})
     assert text == ("hung 60 s: rank 1 on node1 stuck in <module> (job.py:20), while rank 0 "
-                    "wait in all_reduce; rank 2 wait in barrier")  # fmt: skip
+                    "waits in all_reduce; rank 2 waits in barrier")  # fmt: skip
     assert rule.feed(45, 75.0, hung()) is None  # said once
 
 
@@ -199,3 +199,45 @@ def _confirm(ranks: dict[int, dict[str, Any]]) -> Any:
     for k in range(3):
         hang = rule.feed(15 * k, 30.0 + 15 * k, ranks)
     return hang
+
+
+class FakeHub:
+    def __init__(self) -> None:
+        self.failed: list[tuple[str, int | None, bool]] = []
+
+    def fail(self, reason: str, node: int | None, final: bool = False) -> None:
+        self.failed.append((reason, node, final))
+
+
+@pytest.mark.parametrize("action", ["restart", "stop", "warn"])
+def test_job_on_hang_fails_the_attempt_stops_the_run_or_only_says_it(
+    tmp_path: Path, action: str
+) -> None:
+    hub, said = FakeHub(), []
+    spec = {"names": ["node0", "node1", "node2"], "hang_after": 600.0, "on_hang": action}
+    guard = Guard(hub, spec, str(tmp_path), None, lambda *w: said.append(w))
+    hosts = {0: "node0", 1: "node1", 2: "node2"}
+    ranks = hung()
+    guard.hung(0, _confirm(ranks), ranks, hosts)
+    [(event, status, message)] = said
+    assert (event, status) == ("hang", "running")
+    assert "rank 1 on node1 stuck in <module> (job.py:20)" in message
+    assert str(tmp_path / "hang-0.json") in message
+    if action == "warn":
+        assert hub.failed == [] and message.endswith("left running (job.on_hang: warn)")
+    else:
+        [(reason, node, final)] = hub.failed
+        assert reason.startswith("hung: hung 60 s: rank 1 on node1") and node == 1
+        assert final is (action == "stop")
+
+
+def test_the_same_host_hung_twice_in_a_row_is_said_to_be_bad(tmp_path: Path) -> None:
+    said: list[Any] = []
+    spec = {"names": ["node0", "node1", "node2"], "hang_after": 600.0, "on_hang": "restart"}
+    guard = Guard(FakeHub(), spec, str(tmp_path), None, lambda *w: said.append(w[2]))
+    hosts = {0: "node0", 1: "node1", 2: "node2"}
+    ranks = hung()
+    for attempt in (0, 1):
+        guard.hung(attempt, _confirm(ranks), ranks, hosts)
+    assert "bad host" not in said[0]
+    assert "node1 hung twice in a row: a bad host" in said[1]
