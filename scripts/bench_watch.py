@@ -43,12 +43,12 @@ def throughput(c: TestCluster, work: Path, rep: int, watch: bool, seconds: float
     """Steps per second of one run; exits if the run did not do what it claims."""
     job = {
         "script": str(DATA / "straggler.py"), "nproc_per_node": 1, "master_port": "auto",
-        "env": {"SECONDS_": str(seconds)},
     }  # fmt: skip
     if not watch:
         job["hang_after"] = None
     name = f"{'watch' if watch else 'off'}-{rep}"
-    inv = c.write_inventory(work / f"{name}.yaml", job, hosts=[0, 1, 2, 3])
+    inv = c.write_inventory(work / f"{name}.yaml", job, hosts=[0, 1, 2, 3],
+                            env={"SECONDS_": str(seconds)})  # fmt: skip
     run = timed([*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir",
                  str(work / name)], work / f"{name}.out", work / f"{name}.err")  # fmt: skip
     done = {int(r): int(n) for r, n in DONE.findall(run.out.read_text())}

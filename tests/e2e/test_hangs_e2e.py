@@ -101,11 +101,10 @@ def test_a_rank_30_percent_slower_is_named_and_none_on_a_balanced_job(
     env = {"SECONDS_": "150"} | ({"STRAGGLER": str(straggler)} if straggler is not None else {})
     job = {
         "script": str(DATA / "straggler.py"), "nproc_per_node": 2, "master_port": 29793,
-        "env": env,
         "notify": {"command": f'echo "$(date +%s)|$DDPTUI_EVENT|$DDPTUI_MESSAGE" >> {notified}',
                    "events": ["straggler", "hang", "succeeded", "failed"]},
     }  # fmt: skip
-    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1], env=env)
     t0 = time.time()
     cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
     assert cli.wait(120) == 0, cli.stderr
