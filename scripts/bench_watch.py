@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,9 @@ from bench_common import (
     workspace,
 )
 from testhosts import TestCluster
+
+from ddptui.remote.host import vitals
+from ddptui.remote.host.watch import POLL_S
 
 DATA = REPO / "tests" / "data"
 DONE = re.compile(r"rank (\d+) done after (\d+) steps")
@@ -57,6 +61,32 @@ def throughput(c: TestCluster, work: Path, rep: int, watch: bool, seconds: float
     if run.wall < seconds:
         sys.exit(f"bench: {name} took {run.wall:.1f} s, less than its {seconds:g} s of steps")
     return done[0] / seconds
+
+
+def node_cpu(ranks: int = 8, rounds: int = 500) -> float:
+    """The CPU a node's supervisor spends on the watch, as a share of one core: a poll every
+    POLL_S (each rank's tree's CPU and I/O) and a look a second (each rank's main thread), on
+    `ranks` sleeping processes here. Robust where wall-clock throughput is not: it counts
+    the supervisor's own CPU seconds."""
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time\nwhile 1: time.sleep(1)"])
+                for _ in range(ranks)]  # fmt: skip
+    try:
+        node = vitals.Node()
+        node.by_pid = {p.pid: r for r, p in enumerate(sleepers)}
+        t0 = time.process_time()
+        for _ in range(rounds):
+            node.sample(False)
+        poll = (time.process_time() - t0) / rounds
+        t0 = time.process_time()
+        for _ in range(rounds):
+            for pid in node.by_pid:
+                vitals._state(pid)
+        look = (time.process_time() - t0) / rounds
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+    return poll / POLL_S + look / vitals.LOOK_S
 
 
 def detection(c: TestCluster, work: Path, rep: int) -> float:
@@ -97,6 +127,8 @@ def main() -> int:
     with workspace("watch", args.keep) as work, cluster(4, work / "hosts",
                                                         testhosts=args.testhosts) as c:  # fmt: skip
         print(load())
+        share = node_cpu()
+        print(f"a node's supervisor watching 8 ranks: {share:.3%} of a core")
         rates: dict[bool, list[float]] = {True: [], False: []}
         for rep in range(args.reps):
             for watch in (rep % 2 == 0, rep % 2 != 0):  # alternating which goes first
