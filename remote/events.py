@@ -171,8 +171,8 @@ class BadHost(Event):
 @dataclass(frozen=True, slots=True)
 class Alert(Event):
     """Something happened that job.notify tells of (its command runs on node 0's host):
-    failed, succeeded, lost, stopped, restarted or hang. wanted: one of the events asked for
-    (an attached dashboard rings the bell); error: why the notify command failed."""
+    failed, succeeded, lost, stopped, restarted, hang or straggler. wanted: one of the events
+    asked for (an attached dashboard rings the bell); error: why the notify command failed."""
 
     event: str
     status: str

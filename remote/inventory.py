@@ -33,8 +33,10 @@ EnvValue = str | int | float | bool
 Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-NotifyEvent = Literal["failed", "succeeded", "lost", "stopped", "restarted", "hang"]
-NOTIFY_DEFAULT: tuple[NotifyEvent, ...] = ("failed", "lost", "stopped", "restarted", "hang")
+NotifyEvent = Literal["failed", "succeeded", "lost", "stopped", "restarted", "hang", "straggler"]
+NOTIFY_DEFAULT: tuple[NotifyEvent, ...] = (
+    "failed", "lost", "stopped", "restarted", "hang", "straggler",
+)  # fmt: skip
 RestartCause = Literal["hang", "lost", "gpu", "failed"]
 ExitCode = Annotated[int, Field(ge=1, le=255)]
 
@@ -427,7 +429,14 @@ class Job(_Strict):
     )
     hang_after: Positive | None = Field(
         default=600.0,
-        description="Seconds of silence (or idle GPUs) before a hang is reported; null: off",
+        description="Seconds of silence (or idle GPUs) before a hang is reported; null: off. "
+        "The run's own watch names a hang sooner (about a minute) from the ranks' stacks, "
+        "within three quarters of this where set lower",
+    )
+    on_hang: Literal["restart", "stop", "warn"] = Field(
+        default="restart",
+        description="What a hang the run's watch confirmed does: restart (the attempt fails as "
+        "hung; the job restarts if restarts remain), stop (the run ends) or warn",
     )
     nccl: Nccl = Field(default_factory=Nccl, description=Nccl.__doc__)
     spawn_args: SpawnArgs = Field(

@@ -32,7 +32,7 @@ import subprocess
 import threading
 import time
 
-from . import container, healthwatch, job, linebuf, netif, procs, protocol, wire
+from . import container, healthwatch, job, linebuf, netif, procs, protocol, vitals, wire
 from .common import log, rmtree, thread
 from .hub import Hub, HubLink
 from .notify import Notifier
@@ -43,6 +43,7 @@ from .spool import Spool
 from .state import STATE
 from .tail import RankTail
 from .viewers import Viewers
+from .watch import Guard
 
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
@@ -106,6 +107,8 @@ class Daemon:
         self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
         self.smi = shutil.which("nvidia-smi")
         self.watch_health = healthwatch.worth_watching(self.smi)  # a CPU host watches nothing
+        self.vitals = vitals.Node()  # its ranks' progress, for the run's hang watch
+        self.hangs = None  # node 0: the run's hang watch (remote/host/watch.py)
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
 
@@ -151,10 +154,11 @@ class Daemon:
             )
             if spec["progress"] is not False:  # job.progress: false reads no line for it
                 self.progress = Keeper(spec["progress"], self.dir, self.notifier.said_links)
+            self.hangs = Guard(self.hub, spec, self.dir, self.vitals, self._word)
         else:
             self.link = HubLink(
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
-                since=spec["attempt"],
+                since=spec["attempt"], on_sample=self.vitals.sample,
             )  # fmt: skip
         self.viewers.serve(server)
         thread(self._reap)
@@ -191,9 +195,15 @@ class Daemon:
         if number or after:
             self._mark(number, after)
         self.save_state(status="starting", attempt=number)
+        self.vitals.start()
         started = self._start_job(att)
+        if started is not None and self.spec["hang_after"] is not None:  # the watch is on
+            thread(self.vitals.look, att.done)
+        watch = self.hangs.start(number) if self.hangs and started is not None else None
         if started is not None:
             att.done.wait()
+            if watch is not None:
+                watch.stop()
             # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
             att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
             for t in started:
@@ -279,6 +289,7 @@ class Daemon:
     def _spool_lines(self, stream, data):
         self.att.lines += data.count(b"\n")
         self._append(wire.record(stream, now_ms(), data))
+        self.vitals.line()
         if self.progress is not None:
             self.progress.feed(data, self.att.number)
 
@@ -544,11 +555,14 @@ class Daemon:
         att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
-        spare = set(self.spare)
-        for pid in list(self.notifier.running if self.notifier else ()):
-            spare.add(pid)  # a notify command under way is not the job's
-            spare.update(procs.descendants(pid))
-        return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare=spare)
+        if self.notifier is None:
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, self.spare)
+        with self.notifier.starting:  # no command starts unseen while the job is looked for
+            spare = set(self.spare)
+            for pid in list(self.notifier.running):
+                spare.add(pid)  # a notify command under way is not the job's
+                spare.update(procs.descendants(pid))
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare)
 
     def _tagged(self):
         """Whether the job's processes are found by their tags, not as this daemon's tree: what
@@ -636,6 +650,7 @@ class Daemon:
             if cut:
                 att.lines += data.count(b"\n", 0, cut)
                 self._append(wire.record(stream, now_ms(), data[:cut]))
+                self.vitals.line()
                 if self.progress is not None:
                     self.progress.feed(data[:cut], att.number)
             if len(rest) >= wire.RECORD_MAX:  # a runaway line: pass it on in pieces
@@ -657,6 +672,7 @@ class Daemon:
         tree = None if self._tagged() else os.getpid()  # the job's tree holds every rank
         by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn,
                                    tree)  # fmt: skip
+        self.vitals.by_pid = by_pid
         if by_pid:  # until the job ends, or is told to stop: what follows a stop is ours
             att.died = procs.first_end(by_pid, lambda: att.done.is_set() or att.stopped.is_set(),
                                        self._reaped)  # fmt: skip

@@ -24,6 +24,7 @@ import time
 from . import channel, protocol
 from .common import thread
 from .policy import Outcome
+from .vitals import fit
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
@@ -80,6 +81,8 @@ class Hub:
         self.given_up: str | None = None  # why no spare can come (the launcher said so)
         self.go = None  # (attempt, after): the restart said to the peers
         self.over = None  # the run is over: said to every peer that comes
+        self.final = False  # this attempt's failure ends the run (job.on_hang: stop)
+        self.sampled = lambda node, seq, sample: None  # a peer's sample (remote/host/watch.py)
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
@@ -127,6 +130,32 @@ class Hub:
             chan.send(t="stop", reason=reason, node=node, attempt=attempt, by=by)
         self.on_stop(reason, node, by)
 
+    def fail(self, reason, node, final=False, bad=False):
+        """A failure the hub itself found (a hang): every node stops, the attempt fails for
+        `node`'s sake (its cause "hang", as job.restart_on names it); final: no attempt follows
+        (job.on_hang: stop); bad: `node`'s host is bad for the run (hung twice in a row), so a
+        spare must take its place, as a lost node's."""
+        chan = None
+        with self.cond:
+            if self.failure is None:
+                self.failure, self.echo, self.facts = (reason, node), False, {"cause": "hang"}
+            self.final = self.final or final
+            if bad and node is not None:
+                self.bad[node] = (self.names[node], reason)
+                if node:
+                    self.lost[node] = self.attempt
+                    chan = self.peers.get(node)
+        self.stop_all(reason, node)
+        if chan is not None:  # its supervisor leaves once its job is stopped
+            chan.send(t="over", reason=f"this host is bad for the run: {reason}")
+
+    def ask(self, seq, stacks):
+        """Every peer samples its ranks (their stacks too): each answers `sampled`."""
+        with self.cond:
+            peers = list(self.peers.values())
+        for chan in peers:
+            chan.send(t="sample", seq=seq, stacks=stacks)
+
     def settle(self) -> Outcome:
         """Wait until every node's job of this attempt has ended: its Outcome (a node lost
         counts as ended)."""
@@ -134,8 +163,6 @@ class Hub:
             self.cond.wait_for(self._all_ended)
             status, reason, node = "succeeded", None, None
             stopped = [(r, k) for k, (s, r) in sorted(self.ended.items()) if s != "succeeded"]
-            if self.halted is not None:
-                status, reason = self.halted
             facts: dict[str, Any] = {}
             if self.halted is not None:
                 status, reason = self.halted
@@ -146,7 +173,7 @@ class Hub:
             return Outcome(status, reason, node, sorted(self.lost), self.halted is not None,
                            self.isolated, str(facts.get("cause") or "failed"),
                            _opt_int(facts.get("code")), _opt_int(facts.get("rank")),
-                           _int(facts.get("lines")), dict(self.bad))  # fmt: skip
+                           _int(facts.get("lines")), dict(self.bad), self.final)  # fmt: skip
 
     def expect(self, node, ticket):
         """A launcher sends a spare to take lost `node`'s place; it proves itself with ticket."""
@@ -183,6 +210,7 @@ class Hub:
             self.attempt, self.go = attempt, (attempt, after)
             self.ended, self.stopping, self.failure, self.echo = {}, None, None, False
             self.facts = {}
+            self.final = False
             if len(self.names) > 1:
                 self.all_ended.clear()
             peers = list(self.peers.values())
@@ -271,6 +299,8 @@ class Hub:
                 self.halt(msg["status"], str(msg.get("reason")))
             elif kind == "hb":
                 chan.send(t="hb")
+            elif kind == "sampled" and msg.get("attempt") == self.attempt:
+                self.sampled(node, msg.get("seq"), msg.get("sample"))
 
     def _ended(self, node, attempt, status, reason, echo=False, facts=None):
         facts = facts or {}
@@ -384,9 +414,10 @@ class HubLink:
     node, by), as the hub's), and hears from it what follows each attempt (`word`). since:
     the attempt its supervisor started at (a spare joins a run going, before its attempt)."""
 
-    def __init__(self, secret, node, link_timeout, beat, on_stop, since=0):
+    def __init__(self, secret, node, link_timeout, beat, on_stop, since=0, on_sample=None):
         self.secret, self.node, self.link_timeout, self.beat = secret, node, link_timeout, beat
         self.on_stop = on_stop
+        self.on_sample = on_sample  # stacks -> this node's sample (remote/host/vitals.py)
         self.since, self.attempt = since, max(0, since - 1)
         self.cond = threading.Condition()
         self.chan = None
@@ -493,6 +524,13 @@ class HubLink:
                 self.cond.notify_all()
         elif kind == "over":
             self._over(str(msg.get("reason") or "the run is over"))
+        elif kind == "sample" and self.on_sample is not None:
+            thread(self._sample, msg.get("seq"), msg.get("stacks") is True, self.attempt)
+
+    def _sample(self, seq, stacks, attempt):
+        """The hub's ask, answered in a thread of its own: py-spy takes a moment."""
+        sample = fit(self.on_sample(stacks), channel.LINE_MAX // 2)
+        self._say({"t": "sampled", "seq": seq, "attempt": attempt, "sample": sample})
 
     def _beat(self, chan):
         while self.chan is chan and self.over is None:

@@ -42,6 +42,7 @@ class Outcome(NamedTuple):
     rank: int | None = None  # the failing rank, where one is named
     lines: int = 0  # the lines the failing node's ranks printed in the attempt
     bad: dict[int, tuple[str, str]] = {}  # node -> (host, why): no attempt may use it again
+    final: bool = False  # its failure ends the run (a hang, with job.on_hang: stop)
 
     @property
     def cause(self) -> str:
@@ -79,6 +80,8 @@ def decide(
     before, if it failed (remote/host/retry.py)."""
     if out.status != "failed" or out.halted:
         return Decision(False, out.status, "")
+    if out.final:
+        return Decision(False, "failed", "job.on_hang: stop")
     if attempt >= restarts:
         return Decision(False, "failed", "no restarts left" if restarts else "")
     if out.isolated:

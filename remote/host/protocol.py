@@ -109,8 +109,8 @@ SAY_NOTIFY = "notify"  # notify EVENT MESSAGE...: node 0: tell job.notify (a han
 # -- restarts and word of them (job.restarts, job.notify) ---------------------------------------
 
 RESTART_DELAY_MAX = 300.0  # the doubling delay between attempts stops here (unless set above)
-NOTIFY_EVENTS = ("failed", "succeeded", "lost", "stopped", "restarted", "hang")
-NOTIFY_DEFAULT = ("failed", "lost", "stopped", "restarted", "hang")
+NOTIFY_EVENTS = ("failed", "succeeded", "lost", "stopped", "restarted", "hang", "straggler")
+NOTIFY_DEFAULT = ("failed", "lost", "stopped", "restarted", "hang", "straggler")
 NOTIFY_TIMEOUT = 30.0  # seconds a notify command may run
 
 
@@ -155,6 +155,8 @@ SPEC_DEFAULTS = {
     "restart_on": None,  # node 0: job.restart_on (None: every failure restarts)
     "notify": None,  # node 0: {command, events} (job.notify)
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
+    "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
+    "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
 }
 
 

@@ -417,6 +417,8 @@ class Run:
                 "restart_on": job.restart_on,
                 "notify": notify,
                 "progress": job.progress,
+                "hang_after": job.hang_after,
+                "on_hang": job.on_hang,
             }
         )
 

@@ -513,3 +513,41 @@ def test_the_end_waits_for_no_lost_peer_to_hang_up() -> None:
     h.finish("node2 was lost", 10)
     assert time.monotonic() - t0 < 2 and link.word() is None
     cut.close()
+
+
+def test_the_hub_asks_every_peer_for_a_sample_and_a_hang_fails_the_attempt() -> None:
+    """The hang watch's round trip over the hub link, then its verdict: every node stops for
+    the culprit's node, and the attempt's outcome is a failure that ends the run (on_hang:
+    stop)."""
+    h, hub_stops = hub(2)
+    asked: list[bool] = []
+
+    def sample(stacks: bool) -> dict[str, Any]:
+        asked.append(stacks)
+        return {"quiet": 31.0, "ranks": {"1": {"cpu": 1.5, "io": 10, "frames": [["f", "a.py", 3]]}}}
+
+    peer = Stops()
+    link = HubLink(SECRET, 1, 5.0, 0.1, peer, on_sample=sample)
+    link.connect("127.0.0.1", h.port)
+    joined(h, link)
+    got = threading.Event()
+    seen: list[Any] = []
+    h.sampled = lambda node, seq, s: (seen.append((node, seq, s)), got.set())
+    h.ask(7, True)
+    assert got.wait(3)
+    assert seen == [(1, 7, sample(True))] and asked[0] is True
+
+    h.fail("hung: rank 1 on node1 stuck in f (a.py:3)", 1, final=True)
+    assert peer.event.wait(3) and hub_stops.said == [
+        ("hung: rank 1 on node1 stuck in f (a.py:3)", 1)
+    ]
+    h.own_end("stopped", "hung")
+    link.end("stopped", "hung")
+    out = h.settle()
+    assert (out.status, out.reason, out.node, out.final) == (
+        "failed",
+        "hung: rank 1 on node1 stuck in f (a.py:3)",
+        1,
+        True,
+    )
+    assert policy.decide(out, 0, 3, 0) == policy.Decision(False, "failed", "job.on_hang: stop")
