@@ -12,7 +12,8 @@ exit code and root cause. The rules:
   Node 0's word is the hub's own view, and comes first: a cut-off peer, stopped because it lost
   the hub, blames node 0 (and may say so first).
 - The root cause is remote/failures.py's `first`: a failure of its own before echoes, then the
-  earliest traceback.
+  earliest traceback. Where every failure known is an echo, no echo's rank is named: the root
+  cause says a peer failed first (`echo_of_peer`).
 - With job.restarts, each attempt has a verdict of its own (`Attempts`): a node's ending counts
   for the attempt it ended, and the run's status and exit code are its last attempt's.
 """
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 
 from .events import AttemptResult, Failure, HostStatus, RunStatus
 from .exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
-from .failures import describe_exit, first
+from .failures import describe_exit, echo_of_peer, first, is_echo
 from .host import protocol
 from .nodemsg import Exit, StartError
 
@@ -140,6 +141,8 @@ class Verdict:
         said = [self.hub_failure] if self.hub_failure else self.peer_failures
         failures = [*earlier, *(self.failures or said)]
         root = first(failures)
+        if root is not None and is_echo(root):  # first() puts any failure of its own first
+            root = echo_of_peer(root)
         status: RunStatus
         if detached:
             status, code = "detached", EXIT_OK

@@ -24,14 +24,13 @@ import collections
 import contextlib
 import json
 import os
-import re
 import select
 import socket
 import subprocess
 import threading
 import time
 
-from . import container, job, linebuf, netif, procs, protocol, wire
+from . import container, job, linebuf, netif, procs, protocol, torchrun, wire
 from .common import log, rmtree, thread
 from .hub import Hub, HubLink
 from .notify import Notifier
@@ -380,7 +379,7 @@ class Daemon:
         own = self._own_failure(att)
         if own:
             return own, False
-        ranks = failed_ranks(att.err)
+        ranks = torchrun.failed_ranks(att.err)
         if ranks:
             return "rank {} failed on {}".format(ranks[0][0], self.name), True
         return "{} failed (exit {})".format(self.name, att.code), False
@@ -390,13 +389,14 @@ class Daemon:
         its peer (torchrun's root cause may be such a rank, on the host where the failing
         one's peers noticed first). From torchrun's report, its root cause first; a job
         stopped before torchrun could report: a traceback in a rank's own stderr."""
-        reported = failed_ranks(att.err)
+        reported = torchrun.failed_ranks(att.err)
         ranks = [(r, local) for r, local, code in reported if code is None or code >= 0]
         if not reported:
             ranks = [(rank, local) for local, rank in enumerate(self.spec["ranks"])]
         for rank, local in ranks:
             err = self._rank_stderr(att, local) if local is not None else b""
-            if (reported or b"Traceback" in err) and not ECHO.search(err):
+            said = err.decode("utf-8", "replace")
+            if (reported or "Traceback" in said) and not torchrun.is_echo_text(said):
                 return "rank {} failed on {}".format(rank, self.name)
         return None
 
@@ -664,32 +664,6 @@ class Daemon:
             self.hub.give_up(" ".join(args) or "no spare host could take the lost node's place")
         elif verb == protocol.SAY_NOTIFY and args and args[0] in protocol.NOTIFY_EVENTS:
             self._word(args[0], "running", " ".join(args[1:]))
-
-
-REPORTED = re.compile(
-    rb"^\s*rank\s*:\s*(-?\d+)(?: \(local_rank: (\d+)\))?[ \t]*\n(?:\s*exitcode\s*:\s*(-?\d+))?",
-    re.MULTILINE,
-)
-# A rank that died because a peer did (as remote/failures.py tells an echo from a cause).
-ECHO = re.compile(
-    rb"closed by peer|reset by peer|Connection refused|remote process exited|"
-    rb"NCCL communicator was aborted|Broken pipe"
-)
-
-
-def failed_ranks(err):
-    """[(global rank, local rank, exit code)] torchrun's last ChildFailedError report names
-    (None where it does not say): its root cause first, then the other failures."""
-    _, found, report = err.rpartition(b"ChildFailedError")
-    if not found:
-        return []
-    root = report.rpartition(b"Root Cause")[2]
-    first = [_reported(m) for m in REPORTED.finditer(root)][:1]
-    return first + [r for r in map(_reported, REPORTED.finditer(report)) if r not in first]
-
-
-def _reported(m):
-    return tuple(int(g) if g is not None else None for g in m.groups())
 
 
 def split_line(data):

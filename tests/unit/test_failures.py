@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from remote.events import Failure
-from remote.failures import FailureTracker, describe_exit, first, is_echo, parse_child_failed
+from remote.failures import FailureTracker, describe_exit, first, is_echo
+from remote.host.torchrun import parse_child_failed
 
 # As torch 2.13's torchrun prints it (recorded from a real run on this machine).
 REPORT = """\

@@ -201,3 +201,21 @@ def test_the_hubs_word_names_an_attempt_no_node_told_of() -> None:
 def test_a_run_that_never_started_has_no_attempt() -> None:
     (status, code, _, _), attempts = Attempts().outcome([Failure("node0", None, None, "no torch")])
     assert (status, code, attempts) == ("failed", 1, ())
+
+
+def test_an_echo_alone_is_never_named_the_root_cause() -> None:
+    """spawn: node0's rank 0 aborted when its peer's connection closed (gloo, SIGABRT), and its
+    node said so first; node1, the failing one, was stopped before its traceback came. No
+    rank is named: the root cause says a peer failed first."""
+    v = Verdict()
+    echo = Failure("node0", 0, -6, "RuntimeError: Connection closed by peer [10.0.0.2]:29500")
+    ended(v, "node0", exit_(1), tracebacks=tracebacks_of(echo))
+    v.stop("failure", 5.0)
+    ended(v, "node1", exit_(-15, True, "peer", node=0, reason="rank 0 failed on node0"))
+    status, code, root, ordered = v.outcome()
+    assert (status, code, ordered) == ("failed", 1, (echo,))
+    assert root is not None and (root.host, root.rank, root.exit_code) == ("node0", None, -6)
+    assert root.message == (
+        "rank 0 died of a peer's failure (RuntimeError: Connection closed by peer "
+        "[10.0.0.2]:29500); the failing peer's own error was not seen"
+    )

@@ -1,0 +1,79 @@
+"""What torchrun says, read by both sides from one module (remote/host/torchrun.py): the node's
+supervisor, naming the failing rank to the hub, and the launcher, finding the run's root cause,
+read the same report and the same last words the same way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remote.events import Failure
+from remote.failures import FailureTracker, is_echo
+from remote.host.daemon import Attempt, Daemon
+from remote.host.torchrun import failed_ranks
+
+# As torchrun prints it: rank 2 died of a SIGTERM (the echo), rank 3 of its own error.
+REPORT = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+examples/train.py FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-22_10:58:29
+  host      : node1
+  rank      : 2 (local_rank: 0)
+  exitcode  : -15 (pid: 6538)
+  error_file: <N/A>
+  traceback : Signal 15 (SIGTERM) received by PID 6538
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_10:58:29
+  host      : node1
+  rank      : 3 (local_rank: 1)
+  exitcode  : 1 (pid: 6537)
+  error_file: <N/A>
+============================================================"""
+
+LAST_WORDS = [
+    ("RuntimeError: Connection closed by peer [10.0.0.2]:29500", True),
+    ("RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection reset by peer", True),
+    ("torch.distributed.DistBackendError: NCCL communicator was aborted on rank 1", True),
+    ("BrokenPipeError: [Errno 32] Broken pipe", True),
+    ("Signal 15 (SIGTERM) received by PID 812", True),
+    ("KeyboardInterrupt (SIGINT)", True),
+    ("RuntimeError: rank 3 failed on purpose", False),
+    ("ValueError: loss is nan", False),
+]
+
+
+def test_both_sides_read_the_same_report_alike() -> None:
+    host = failed_ranks(b"noise\n" + REPORT.encode() + b"\n")
+    tracker = FailureTracker()
+    tracker.feed("node1", tuple((None, line) for line in REPORT.splitlines()))
+    launcher = [(f.rank, f.local_rank, f.exit_code) for f in tracker.node_failures("node1", 1)]
+    assert host == launcher == [(3, 1, 1), (2, 0, -15)]  # the root cause first
+
+
+def supervisor(tmp_path: Path, last_words: str) -> tuple[Daemon, Attempt]:
+    """Node 1's supervisor after its job failed: torchrun's report on the job's stderr, and
+    local rank 1's own stderr in torchrun's log dir ending with `last_words`."""
+    d = Daemon.__new__(Daemon)
+    d.spec, d.name = {"ranks": [2, 3]}, "node1"
+    att = Attempt(0)
+    att.scratch, att.err, att.code = str(tmp_path), REPORT.encode() + b"\n", 1
+    logs = tmp_path / "run" / "attempt_0" / "1"
+    logs.mkdir(parents=True)
+    (logs / "stderr.log").write_text(f"Traceback (most recent call last):\n{last_words}\n")
+    return d, att
+
+
+@pytest.mark.parametrize(("line", "echo"), LAST_WORDS)
+def test_both_sides_tell_an_echo_alike(tmp_path: Path, line: str, echo: bool) -> None:
+    """A rank whose last words say a peer went is an echo for the launcher's root cause, and the
+    supervisor passes it over for a failure of a rank's own."""
+    assert is_echo(Failure("node1", 3, 1, line)) is echo
+    d, att = supervisor(tmp_path, line)
+    assert (d._own_failure(att) is None) is echo
