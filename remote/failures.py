@@ -191,12 +191,14 @@ def is_echo(f: Failure) -> bool:
 
 def echo_of_peer(f: Failure) -> Failure:
     """The root cause where every failure known is an echo (the failing rank's own words never
-    came: its node stopped first, or was lost): not the echo's rank, but what it says, that a
-    peer failed first."""
-    who = f"rank {f.rank}" if f.rank is not None else "a rank"
-    message = (
-        f"{who} died of a peer's failure ({f.message}); the failing peer's own error was not seen"
-    )
+    came, or came under the echo's rank: spawn's parent quotes its failed child's traceback
+    beside the first rank to end): not the echo's rank. Its words where they are not an
+    echo's, else that a peer failed first."""
+    message = f.message
+    if not message or is_echo_text(message):
+        who = f"rank {f.rank}" if f.rank is not None else "a rank"
+        message = f"{who} died of a peer's failure ({message or describe_exit(f.exit_code)}); "
+        message += "the failing peer's own error was not seen"
     return dataclasses.replace(f, rank=None, local_rank=None, pid=None, message=message)
 
 

@@ -13,7 +13,8 @@ exit code and root cause. The rules:
   the hub, blames node 0 (and may say so first).
 - The root cause is remote/failures.py's `first`: a failure of its own before echoes, then the
   earliest traceback. Where every failure known is an echo, no echo's rank is named: the root
-  cause says a peer failed first (`echo_of_peer`).
+  cause keeps its words where they are another's error, else says a peer failed first
+  (`echo_of_peer`).
 - With job.restarts, each attempt has a verdict of its own (`Attempts`): a node's ending counts
   for the attempt it ended, and the run's status and exit code are its last attempt's.
 """

@@ -4,7 +4,8 @@ outcome, from what the nodes said. Pure: no hosts."""
 from __future__ import annotations
 
 from remote.events import AttemptResult, Failure
-from remote.nodemsg import Exit, StartError
+from remote.failures import FailureTracker
+from remote.nodemsg import Exit, RankEnd, StartError
 from remote.verdict import Attempts, NodeEnding, Tracebacks, Verdict
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
@@ -219,3 +220,20 @@ def test_an_echo_alone_is_never_named_the_root_cause() -> None:
         "rank 0 died of a peer's failure (RuntimeError: Connection closed by peer "
         "[10.0.0.2]:29500); the failing peer's own error was not seen"
     )
+
+
+def test_spawns_quoted_traceback_under_an_echo_rank_keeps_its_words() -> None:
+    """spawn: node1's rank 2 aborted first (SIGABRT: its peer's connection closed), and the
+    node's traceback is its parent quoting rank 3's own error. The echo's rank is not named;
+    the words are the cause's."""
+    tracker = FailureTracker()
+    quoted = ["Traceback (most recent call last):", '  File "spawn.py", line 9, in _wrap',
+              "RuntimeError: rank 3 failed on purpose"]  # fmt: skip
+    tracker.feed("node1", tuple((None, line) for line in quoted), at=4.0)
+    own = tracker.node_failures("node1", 1, died=RankEnd(2, -6, 4.0))
+    assert [(f.rank, f.exit_code) for f in own] == [(2, -6)]  # the echo's rank, the cause's words
+    v = Verdict()
+    ended(v, "node1", exit_(1), tracebacks=lambda host, code, at: own)
+    root = v.outcome()[2]
+    assert root is not None and (root.host, root.rank) == ("node1", None)
+    assert root.message == "RuntimeError: rank 3 failed on purpose"
