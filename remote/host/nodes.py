@@ -29,7 +29,7 @@ from . import procs, protocol, spare, state
 from .common import close
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
-DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.boot()"
+DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.daemon()"
 # ((code_dir, run_id), process, early spec or None): supervisors started ahead of their node
 _warm: list[tuple[tuple[str, str], subprocess.Popen[bytes], dict[str, object] | None]] = []
 

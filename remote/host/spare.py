@@ -117,7 +117,7 @@ def _wait_then_boot(r_in, w_out):
     sys.argv = ["-c", *argv[4:]]  # as `python -S -c DAEMON_BOOT CODE_DIR RUN_ID` has it
     from . import boot
 
-    boot.boot()
+    boot.daemon()
 
 
 def _retitle(argv):
