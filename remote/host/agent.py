@@ -20,6 +20,10 @@ import time
 
 from . import protocol, spare, wire
 
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
 READ = 1 << 18
 INBOX = 64  # frames waiting for an op; more, and the reader waits (the launcher slows down)
 
@@ -33,7 +37,7 @@ class Channel:
 
     def __init__(self, agent, chan):
         self.agent, self.chan = agent, chan
-        self.inbox = queue.Queue(INBOX)
+        self.inbox: queue.Queue[tuple[bytes, Any]] = queue.Queue(INBOX)
         self.closers = []
 
     def put(self, kind, payload):

@@ -85,19 +85,26 @@ class Daemon:
         self.viewers = Viewers(self.spool, self._hello, self._command, self.beat)
         self.over = False  # no attempt follows: a launcher can no longer take the lease
         self.stop_once = threading.Lock()
-        self.att = None  # the current Attempt
-        self.unswept = None  # the last Attempt whose container is yet to be swept
-        self.halted = None  # (status, reason): a stop that ends the run (no attempt follows)
+        self.att: Attempt | None = None  # the current Attempt
+        self.number = spec["attempt"]  # the current attempt's number
+        self.unswept: Attempt | None = None  # the last Attempt whose container is yet to be swept
+        self.halted: tuple[str, str] | None = (
+            None  # (status, reason): a stop that ends the run (no attempt follows)
+        )
         self.children = threading.Condition()  # the reaper's: exit codes by pid
-        self.reaped = collections.OrderedDict()
+        self.reaped: collections.OrderedDict[int, int | None] = collections.OrderedDict()
         self.spare = {os.getpid()}  # never ours to stop (the guardian is added here)
         self.subreaper = False  # orphans of the job come to this daemon (boot)
         self.guard = (0, -1)  # the guardian's pid and pipe (boot)
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
-        self.site = None  # the whole-lines sitecustomize's directory
-        self.hub = self.link = self.notifier = None
-        self.policy = None  # node 0: what follows each attempt (remote/host/policy.py)
-        self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
+        self.site: str | None = None  # the whole-lines sitecustomize's directory
+        self.hub: Hub | None = None  # node 0: the run's hub; the others, a link to it
+        self.link: HubLink | None = None
+        self.notifier: Notifier | None = None  # node 0: job.notify's command
+        self.policy: Policy | None = None  # node 0: what follows each attempt
+        self.progress: Keeper | None = (
+            None  # node 0: its ranks' training curve (remote/host/progress.py)
+        )
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
 
@@ -175,7 +182,7 @@ class Daemon:
             self.link.begin(number)
         att = Attempt(number)
         with self.stop_once:
-            self.att = att
+            self.att, self.number = att, number
             if self.halted is not None:  # a restart crossed a stop: it ends at once, unstarted
                 att.stopped.set()
                 att.reason = self.halted[1]
@@ -199,8 +206,9 @@ class Daemon:
 
     def _mark(self, number, after):
         """`ddptui: attempt 2 of 3 (after ...)` in every rank's log before the attempt's lines."""
-        text = "ddptui: attempt {} of {}".format(number + 1, self.spec["restarts"] + 1)
-        text = (text + " (after {})".format(after) if after else text).encode("utf-8", "replace")
+        said = "ddptui: attempt {} of {}".format(number + 1, self.spec["restarts"] + 1)
+        said += " (after {})".format(after) if after else ""
+        text = said.encode("utf-8", "replace")
         if self.ranks:
             data = b"".join(b"[%d]:%s\n" % (rank, text) for rank in self.ranks)
         else:
@@ -211,7 +219,7 @@ class Daemon:
         """What follows attempt `number`: (attempt, after) to start, or None."""
         if self.link is not None:
             return self.link.word()
-        return self.policy.after(number)
+        return self.policy.after(number) if self.policy is not None else None
 
     def _start_job(self, att):
         spec = self.spec
@@ -264,12 +272,12 @@ class Daemon:
         text = shown.decode("utf-8", "replace")
         self.note(t=protocol.REDRAWN, rank=rank, text=text)
         if self.progress is not None:
-            self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.att.number)
+            self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.number)
 
     def _spool_lines(self, stream, data):
         self._append(wire.record(stream, now_ms(), data))
         if self.progress is not None:
-            self.progress.feed(data, self.att.number)
+            self.progress.feed(data, self.number)
 
     def _in_container(self, box, argv, env, cwd, att):
         """The runtime's argv and environment for the node's command: one attached container,
@@ -363,7 +371,7 @@ class Daemon:
             rmtree(att.scratch)
         if self.link is not None:
             self.link.end(*said, echo)
-        else:
+        elif self.hub is not None:
             self.hub.own_end(*said, echo)
 
     def _failed_text(self, att):
@@ -432,9 +440,12 @@ class Daemon:
     def _word(self, event, status, message):
         """Something happened to the run: said in the stream (the dashboard rings on it), and
         to job.notify's command."""
-        wanted = self.notifier.wanted(event)
+        notifier = self.notifier
+        if notifier is None:  # no word but node 0's
+            return
+        wanted = notifier.wanted(event)
         self.note(t=protocol.NOTIFY, event=event, status=status, message=message, wanted=wanted)
-        self.notifier(event, status, message)
+        notifier(event, status, message)
 
     def _notify_failed(self, event, why):
         log(f"notify ({event}) failed: {why}")
@@ -469,7 +480,7 @@ class Daemon:
             self.halted = (status, reason)
         if self.hub is not None:
             self.hub.halt(status, reason)
-        else:
+        elif self.link is not None:
             self.link.halt(status, reason)
 
     def _told_stop(self, reason, node, by=None):
@@ -642,7 +653,7 @@ class Daemon:
         elif verb == protocol.SAY_GONE and len(args) == 2 and all(a.isdigit() for a in args):
             self._gone(int(args[0]), int(args[1]))
         elif self.hub is not None:
-            self._hub_command(verb, args)
+            self._hub_command(self.hub, verb, args)
 
     def _gone(self, node, attempt):
         """A launcher found node's supervisor dead: the hub (or, of node 0's, every peer)
@@ -653,15 +664,15 @@ class Daemon:
         why = "{}'s supervisor died (its stream ended without a word)".format(names[node])
         if self.hub is not None:
             self.hub.gone(node, attempt, why)
-        elif node == 0:
+        elif node == 0 and self.link is not None:
             self.link.gone(why)
 
-    def _hub_command(self, verb, args):
+    def _hub_command(self, hub, verb, args):
         """Node 0's: a spare comes, none can, or word of a hang for job.notify."""
         if verb == protocol.SAY_REPLACE and len(args) == 2 and args[0].isdigit():
-            self.hub.expect(int(args[0]), args[1])
+            hub.expect(int(args[0]), args[1])
         elif verb == protocol.SAY_NO_SPARE:
-            self.hub.give_up(" ".join(args) or "no spare host could take the lost node's place")
+            hub.give_up(" ".join(args) or "no spare host could take the lost node's place")
         elif verb == protocol.SAY_NOTIFY and args and args[0] in protocol.NOTIFY_EVENTS:
             self._word(args[0], "running", " ".join(args[1:]))
 

@@ -28,6 +28,10 @@ import threading
 from . import procs, protocol, spare, state
 from .common import close
 
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
 DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.daemon()"
 # ((code_dir, run_id), process, early spec or None): supervisors started ahead of their node
@@ -171,6 +175,8 @@ def _spawn(spec, code_dir, sources):
         except OSError as exc:
             _end(proc)
             return "cannot start the supervisor: {}".format(exc)
+    if proc is None:  # prepared: never without the warm one that was
+        return "the prepared supervisor is gone"
     try:  # it says "ok" (or why not) and lets go of its stdout; its parent leaves at once
         said, _ = proc.communicate(json.dumps(spec).encode() + b"\n", timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -272,7 +278,7 @@ def sweep(ch, req, *_):
 def status(ch, req, *_):
     """{run_id: {node: state}} for [run_id, node(, since)] items; `alive` when its supervisor
     answers."""
-    found = {}
+    found: dict[str, dict[str, Any]] = {}
     for item in req["nodes"]:
         run_id, node = item[0], item[1]
         ndir = state.node_dir(run_id, node, item[2] if len(item) > 2 else 0)

@@ -35,7 +35,7 @@ class Notifier:
         self.run_id, self.failed, self.timeout = run_id, failed, timeout
         self.wait = wait or _wait
         self.running = set()  # pids of commands under way: never the job's to sweep
-        self.todo = queue.Queue()
+        self.todo: queue.Queue[tuple[str, str, str] | None] = queue.Queue()
         self.thread = None
         self.links = ""  # DDPTUI_LINKS: the trackers' links seen so far (remote/host/progress.py)
 
@@ -86,7 +86,7 @@ class Notifier:
         except OSError as exc:
             return "cannot run sh: {}".format(exc.strerror)
         self.running.add(proc.pid)
-        tail = []
+        tail: list[bytes] = []
         reader = threading.Thread(target=_keep_tail, args=(proc.stdout, tail), daemon=True)
         reader.start()
         try:

@@ -143,7 +143,7 @@ def children(pid):
 
 
 def _descendants_by_scan(root):
-    children = {}
+    children: dict[int, list[int]] = {}
     for pid in all_pids():
         st = stat(pid)
         if st is not None and st[0] != "Z":
@@ -299,7 +299,8 @@ def watch_ranks(root, tags, node, nnodes, ended, report=None, tree=None):
     each time; none after the answer or once the job has ended. tree: a subreaper above the
     job, whose descendants are all of it: only those are read, not every process.
     """
-    last, delay = ({}, None), 0.5
+    last: tuple[dict[int, int], int | None] = ({}, None)
+    delay = 0.5
     while not ended.wait(delay):
         among = None if tree is None else tagged_pids(tags, descendants(tree))
         found = ranks_by_pid(tags, node, nnodes, root, among)
