@@ -221,8 +221,9 @@ class ChecksDone(Event):
 
 @dataclass(frozen=True, slots=True)
 class DeepChecked(Event):
-    """The deep check's verdict (remote/deepcheck.py): the fabric measured on every rank the job
-    would have. figures: per size and per host, as remote/fabric.py's figures() gives them."""
+    """The deep check's verdict (remote/run/deepcheck.py): the fabric measured on every rank the job
+    would have. figures: per size and per host, as remote/checks/fabric.py's figures() gives
+    them."""
 
     ok: bool  # False when any finding is a failure
     findings: tuple[Finding, ...] = ()
@@ -302,7 +303,7 @@ class RankProgress:
 
 @dataclass(frozen=True, slots=True)
 class Progress(Event):
-    """The training as its lines tell it (remote/progress.py), at most once a second: the run's
+    """The training as its lines tell it (remote/run/progress.py), at most once a second: the run's
     step (its lowest rank's), speed, seconds left where a total is known, the metrics' last
     values, every rank's word, and each metric's points (step, value, attempt) for a plot."""
 

@@ -3,7 +3,7 @@
 Which hosts: the config's `Host` lines (and the files they `Include`) give the names; a name
 with a wildcard or a `!` is a pattern, not a host, and `Match` blocks name none. Everything
 about a host (its address, user, port, key, bastion) is OpenSSH's to say: each is resolved with
-`ssh -G` (remote/openssh.py), which applies every rule of the config, Match and ProxyJump
+`ssh -G` (remote/agents/openssh.py), which applies every rule of the config, Match and ProxyJump
 included. The inventory keeps each host's alias as `host:`, so that the config goes on applying
 to it; what ssh resolved is written beside it, as a comment. A host that other hosts jump
 through (a bastion) is no training node: it is left out, and said so.
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import yaml
 
-from . import fold, openssh, schema
+from ddptui.remote import fold, schema
+from ddptui.remote.agents import openssh
 
 CONFIG = "~/.ssh/config"
 MAX_DEPTH = 16  # Include within Include: OpenSSH's own limit

@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import fold
+from ddptui.remote import fold
 
 EnvValue = str | int | float | bool
 # Durations and sizes: numbers only (`yes` is not 1 second), finite, and above zero.
@@ -245,7 +245,7 @@ class _HostFields(_Strict):
         ge=0,
         description="Processes for `nproc_per_node: auto` where the host has no GPU found",
     )
-    # the job runs in a container (design §11)
+    # the job runs in a container
     container: ContainerFields | None = Field(default=None, description=ContainerFields.__doc__)
 
     @field_validator("env")
@@ -325,7 +325,7 @@ class Sync(_Strict):
     """Push a local directory to every host's workdir before each launch (only what changed;
     nothing deleted)."""
 
-    # `sync: true` is `sync: {}`: the inventory's own directory (remote/sync.py).
+    # `sync: true` is `sync: {}`: the inventory's own directory (remote/agents/sync.py).
     source: str = Field(
         default=".",
         alias="from",

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema
 
-from .inventory import _File
+from ddptui.remote.inventory import _File
 
 FILE = Path(__file__).with_name("inventory.schema.json")
 MODELINE = "# yaml-language-server: $schema="

@@ -21,9 +21,9 @@ from pathlib import Path
 from bench_common import REPO, cluster, load, median, workspace, write_inventory
 from testhosts import veth_name
 
-from remote.events import Event, LogBatch, Notice
-from remote.run import Run
-from tui.headless.printer import Printer
+from ddptui.remote.events import Event, LogBatch, Notice
+from ddptui.remote.run.runner import Run
+from ddptui.tui.headless.printer import Printer
 
 JOB = """
 import sys, time

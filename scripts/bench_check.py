@@ -39,9 +39,9 @@ from bench_common import (
 )
 from nvidia_smi import H100_BUSY, stand_in
 
-from remote import inventory
-from remote.events import Event, GpuStats
-from remote.run import fleet_for
+from ddptui.remote import inventory
+from ddptui.remote.events import Event, GpuStats
+from ddptui.remote.run.runner import fleet_for
 
 JOB = {"script": "examples/train.py", "nproc_per_node": "auto"}
 

@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO / "tests" / "support"))
 
 from testhosts import TestCluster  # noqa: E402
 
-from remote import inventory  # noqa: E402
-from remote import plan as planner  # noqa: E402
+from ddptui.remote import inventory  # noqa: E402
+from ddptui.remote.run import plan as planner  # noqa: E402
 
 PREFIX, SUBNET = "ddptb", "10.213.9"  # apart from the tests' ddpt / 10.213.7
 HOST_IFNAME = "eth0"  # every test host reaches its peers (and itself) over eth0
@@ -45,7 +45,7 @@ def cluster(
     n: int, root: Path, containers: bool = False, testhosts: str = f"{PREFIX}:{SUBNET}"
 ) -> TestCluster:
     """n test hosts of the benchmarks' own (their names fail to resolve at once, see testhosts);
-    `containers`: podman and the test image on each (design §11). testhosts: PREFIX:SUBNET."""
+    `containers`: podman and the test image on each. testhosts: PREFIX:SUBNET."""
     prefix, _, subnet = testhosts.partition(":")
     return TestCluster(n, root=root, prefix=prefix, subnet=subnet, containers=containers)
 
@@ -56,7 +56,7 @@ def ddptui_command() -> list[str]:
     set (this machine sets it), each launch would compile every module again (~0.1 s)."""
     compileall.compile_dir(str(REPO / "remote"), quiet=1)
     compileall.compile_dir(str(REPO / "tui"), quiet=1)
-    return [sys.executable, "-m", "tui.cli"]
+    return [sys.executable, "-m", "ddptui.tui.cli"]
 
 
 @contextmanager
@@ -140,7 +140,8 @@ def login_delay(c: TestCluster, seconds: float, hosts: Sequence[int] | None = No
 def probe_line(inv: inventory.Inventory, master: str, workdir: str) -> str:
     """The checks' probe as pdsh can run it: the very host code ddptui's agent runs for its
     `probe` op (remote/host/probe.py), kept on each host (install_code), one answer line."""
-    from remote import probe, shipper
+    from ddptui.remote.agents import shipper
+    from ddptui.remote.checks import probe
 
     spec = probe.spec(inv.job, master, workdir, is_master=True)
     code = (
@@ -156,7 +157,7 @@ PROBE_MARK = b"DDPTUI-PROBE "
 
 def install_code(c: TestCluster) -> None:
     """The host code kept in every test host's home, as an agent's first start leaves it."""
-    from remote import shipper
+    from ddptui.remote.agents import shipper
 
     for host in c.hosts:
         pkg = host.home / ".local" / "state" / "ddptui" / "code" / shipper.digest() / "ddph"

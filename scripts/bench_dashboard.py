@@ -11,7 +11,7 @@ the node, the supervisor's stream (records of `[rank]:text` lines) at the given 
 a supervisor relays torchrun's tagged output. A few stand-ins each relay many nodes (one pipe
 per node): 256 processes would not even start in time on a small machine. They are started,
 and every node has started, before the clock starts; then "go". The real
-`remote.run.Run` reads the pipes, untags the lines, its Recorder writes rank-N.log, and `emit`
+`Run` reads the pipes, untags the lines, its Recorder writes rank-N.log, and `emit`
 hands each batch to the running app: its inbox, the log buffers, the timer that draws the
 visible view, compositing and terminal output (the app renders as if to a terminal; only the
 final write is dropped). Not measured: torch, torchrun, the real supervisor's reading of the
@@ -103,7 +103,10 @@ def produce(spec: dict[str, Any]) -> None:
     (records in data frames, remote/host/wire.py) in the agent's frames. "stop K" ends node K
     early; "close K" (the launcher let its agent go) closes its pipe. Lines go round-robin over
     each node's ranks, so the bench knows the counts."""
-    from remote.host import protocol, wire  # standard library only: still no heavy import here
+    from ddptui.remote.host import (  # standard library only: still no heavy import here
+        protocol,
+        wire,
+    )
 
     # On a real cluster the supervisors run on the hosts, not beside the app: on this one
     # machine they yield the CPU to it first, so the app is measured, not its stand-ins.
@@ -199,14 +202,14 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--produce"]:  # before the heav
 
 from textual import events  # noqa: E402
 
-from remote import inventory  # noqa: E402
-from remote.events import ChecksDone  # noqa: E402
-from remote.host import protocol, wire  # noqa: E402
-from remote.run import Emit, Run  # noqa: E402
-from remote.transport import HostError, LocalTransport, Process  # noqa: E402
-from tui.dashboard.app import Dashboard, RunLike  # noqa: E402
-from tui.dashboard.logbuffer import LogBuffer  # noqa: E402
-from tui.dashboard.logview import RankLog  # noqa: E402
+from ddptui.remote import inventory  # noqa: E402
+from ddptui.remote.agents.transport import HostError, LocalTransport, Process  # noqa: E402
+from ddptui.remote.events import ChecksDone  # noqa: E402
+from ddptui.remote.host import protocol, wire  # noqa: E402
+from ddptui.remote.run.runner import Emit, Run  # noqa: E402
+from ddptui.tui.dashboard.app import Dashboard, RunLike  # noqa: E402
+from ddptui.tui.dashboard.logbuffer import LogBuffer  # noqa: E402
+from ddptui.tui.dashboard.logview import RankLog  # noqa: E402
 
 KEYS = (
     ("right_square_bracket", "]", "action_view_next"),

@@ -33,8 +33,8 @@ from typing import Any
 from bench_common import REPO, TestCluster, load, table, workspace
 from fabrictools import WORKER, NodeRun, sent_bytes, torchrun
 
-from remote import fabric
-from remote.host.fabric import MARK, bus_factor, rate_text, size_text
+from ddptui.remote.checks import fabric
+from ddptui.remote.host.fabric import MARK, bus_factor, rate_text, size_text
 
 HOSTS = (0, 1, 2, 3)
 PLAIN = REPO / "scripts" / "plain_allreduce.py"

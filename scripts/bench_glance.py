@@ -44,9 +44,10 @@ from bench_common import (
 )
 from nvidia_smi import H100_BUSY, stand_in
 
-from remote import inventory, stacks
-from remote.run import fleet_for
-from remote.stacks import Emit
+from ddptui.remote import inventory
+from ddptui.remote.run.runner import fleet_for
+from ddptui.remote.stalls import stacks
+from ddptui.remote.stalls.stacks import Emit
 
 STALL = REPO / "tests" / "data" / "stall.py"
 FAKE_RANKS = REPO / "tests" / "data" / "fake_ranks.py"
@@ -129,7 +130,7 @@ def bench_open(args: argparse.Namespace, c: TestCluster, work: Path) -> None:
 def open_app(inv: Path) -> int:
     """The child: the real dashboard, headless, until every host's row has its GPUs."""
     sys.path.insert(0, str(REPO))
-    from tui.dashboard.app import create_app
+    from ddptui.tui.dashboard.app import create_app
 
     app = create_app(inv, runs_dir=inv.parent / "runs")
 

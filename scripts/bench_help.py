@@ -20,8 +20,8 @@ from bench_common import REPO, load, median, table
 TARGET_S = 0.15
 VARIANTS = {
     "python -c pass": [sys.executable, "-c", "pass"],
-    "ddptui --help": [sys.executable, "-m", "tui.cli", "--help"],
-    "ddptui launch --help": [sys.executable, "-m", "tui.cli", "launch", "--help"],
+    "ddptui --help": [sys.executable, "-m", "ddptui.tui.cli", "--help"],
+    "ddptui launch --help": [sys.executable, "-m", "ddptui.tui.cli", "launch", "--help"],
 }
 
 

@@ -57,7 +57,7 @@ from bench_common import (
 )
 from testhosts import TestCluster
 
-from remote import inventory
+from ddptui.remote import inventory
 
 BASELINE = "pdsh + torchrun"
 BASE_PORT = 29710

@@ -50,12 +50,12 @@ from bench_common import (
     write_inventory,
 )
 
-from remote import inventory
-from remote.host import wire
-from remote.inventory import Host
-from remote.run import Run
-from remote.transport import Process, Result, Transport
-from tui.headless.printer import Printer
+from ddptui.remote import inventory
+from ddptui.remote.agents.transport import Process, Result, Transport
+from ddptui.remote.host import wire
+from ddptui.remote.inventory import Host
+from ddptui.remote.run.runner import Run
+from ddptui.tui.headless.printer import Printer
 
 PRINTER = "scripts/print_lines.py"
 MARKER = b"line "

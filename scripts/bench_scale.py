@@ -18,10 +18,10 @@ on a busy network home does. pdsh runs with -f 32, its default fan-out.
   `env` style, tests/data/light_job.py: no torch), against pdsh running the same command with
   the same environment, `%n` as NODE_RANK (how DeepSpeed's pdsh runner starts a job). Targets
   (issue "One host agent"): on quick logins ddptui / pdsh <= 0.8, on the slow home <= 1.3.
-- logins: every host logged into over asyncssh through remote/fanout.py, at several fan-outs.
+- logins: every host logged into over asyncssh through remote/agents/fanout.py, at several fan-outs.
 - resolve (no test hosts; --resolve N runs just this): what asking OpenSSH costs a launch,
-  `ssh -G` for N names at once (remote/openssh.py, as the hosts' logins ask it), the machine's
-  ssh_config as it is; its wall time and CPU per launch, against a 128-host launch's.
+  `ssh -G` for N names at once (remote/agents/openssh.py, as the hosts' logins ask it), the
+  machine's ssh_config as it is; its wall time and CPU per launch, against a 128-host launch's.
 - dashboard (no test hosts; --dashboard alone runs just this): 256 hosts and 2,048 ranks from
   the tests' scripted fakes (tests/support/apptools.py) under Textual's Pilot at 120x40; each key's
   latency is from the key event to the app idle again with its result drawn (scrolling the
@@ -70,8 +70,9 @@ from bench_common import (
 )
 from testhosts import FIRST_HOST_OCTET, TestCluster
 
-from remote import fanout, inventory, openssh
-from remote.transport import SSHTransport
+from ddptui.remote import inventory
+from ddptui.remote.agents import fanout, openssh
+from ddptui.remote.agents.transport import SSHTransport
 
 SCRIPT = REPO / "tests" / "data" / "light_job.py"
 HELLO = b"hello from node"
@@ -183,7 +184,7 @@ def bench(args: argparse.Namespace, c: TestCluster, work: Path) -> int:
     login_delay(c, 0)
     if args.fanouts:
         logins = login_times(inv, [int(f) for f in args.fanouts.split(",")])
-        print("logins alone (asyncssh through remote/fanout.py), seconds for all hosts:")
+        print("logins alone (asyncssh through remote/agents/fanout.py), seconds for all hosts:")
         print("  " + ", ".join(f"fan-out {f}: {s:.2f} s" for f, s in logins.items()))
     print("\n".join(ratios))
     print(load())
@@ -244,7 +245,7 @@ def dashboard() -> int:
 async def dashboard_keys(work: Path, n: int) -> dict[str, list[float]]:
     from apptools import H100, FakeClusters, fake_app, settle
 
-    from remote.events import Event, GpuStats, HostState, NodeStarted, RunStarted
+    from ddptui.remote.events import Event, GpuStats, HostState, NodeStarted, RunStarted
 
     names = [f"n{k:03d}" for k in range(n)]
 

@@ -11,7 +11,7 @@ compression helps either side), spread over a few directories. Three cases, each
 - warm: nothing changed since the last push;
 - one: one file changed.
 
-ddptui: `remote.sync.push` over connections already open (what a launch adds: it holds them
+ddptui: `ddptui.remote.sync.push` over connections already open (what a launch adds: it holds them
 for the checks anyway). rsync: `rsync -a` to every host at once, one ssh login each, as a
 person would before launching by hand (it compares size and mtime; ddptui compares sha256).
 Prints median seconds per case and the ratio ddptui / rsync.
@@ -31,8 +31,9 @@ from pathlib import Path
 import yaml
 from bench_common import REPO, TestCluster, median, table, workspace
 
-from remote import inventory, sync
-from remote.transport import SSHTransport
+from ddptui.remote import inventory
+from ddptui.remote.agents import sync
+from ddptui.remote.agents.transport import SSHTransport
 
 CASES = ("cold", "warm", "one")
 

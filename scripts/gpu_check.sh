@@ -84,26 +84,26 @@ sed -e 's#examples/train.py#tests/data/stall.py#' -e 's/29612/29613/' \
     "$work/two.yaml" >"$work/stall.yaml"
 
 step "2. check, one host"
-timeout 120 "$py" -m tui.cli --headless check -i "$work/one.yaml"; echo "exit $?"
-timeout 120 "$py" -m tui.cli --headless check --json -i "$work/one.yaml" \
+timeout 120 "$py" -m ddptui.tui.cli --headless check -i "$work/one.yaml"; echo "exit $?"
+timeout 120 "$py" -m ddptui.tui.cli --headless check --json -i "$work/one.yaml" \
     >"$out/check-one.json"; echo "exit $?"
 
 step "3. launch on NCCL, one node"
-timeout 180 "$py" -m tui.cli --headless launch -i "$work/one.yaml" \
+timeout 180 "$py" -m ddptui.tui.cli --headless launch -i "$work/one.yaml" \
     --run-dir "$work/run-one"; echo "exit $?"
 step "3. launch on NCCL, two nodes on one GPU"
-timeout 180 "$py" -m tui.cli --headless launch -i "$work/two.yaml" \
+timeout 180 "$py" -m ddptui.tui.cli --headless launch -i "$work/two.yaml" \
     --run-dir "$work/run-two"; echo "exit $?"
 
 step "4. the deep check on NCCL, one node"
-timeout 150 "$py" -m tui.cli --headless check --deep --deep-seconds 40 -i "$work/one.yaml"
+timeout 150 "$py" -m ddptui.tui.cli --headless check --deep --deep-seconds 40 -i "$work/one.yaml"
 echo "exit $?"
 step "4. the deep check on NCCL, two nodes"
-timeout 150 "$py" -m tui.cli --headless check --deep --deep-seconds 45 -i "$work/two.yaml"
+timeout 150 "$py" -m ddptui.tui.cli --headless check --deep --deep-seconds 45 -i "$work/two.yaml"
 echo "exit $?"
 
 step "5. a stall on NCCL: stacks with the flight recorder, then Ctrl-C"
-"$py" -m tui.cli --headless launch -i "$work/stall.yaml" \
+"$py" -m ddptui.tui.cli --headless launch -i "$work/stall.yaml" \
     --run-dir "$work/run-stall" >"$work/stall.log" 2>&1 &
 launcher=$!
 for _ in $(seq 120); do
@@ -111,7 +111,7 @@ for _ in $(seq 120); do
     kill -0 $launcher 2>/dev/null || break
     sleep 1
 done
-timeout 120 "$py" -m tui.cli stacks "$work/run-stall" -i "$work/stall.yaml" --json \
+timeout 120 "$py" -m ddptui.tui.cli stacks "$work/run-stall" -i "$work/stall.yaml" --json \
     >"$out/stacks-stall.json"; echo "stacks exit $?"
 "$py" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(
     {k: d.get(k) for k in ("elapsed_s", "flight_recorder")}, indent=1)[:3000])' \

@@ -23,9 +23,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from remote.runs import default_dir  # noqa: E402
-from tui.dashboard.app import create_app  # noqa: E402
-from tui.dashboard.logbuffer import TEXT  # noqa: E402
+from ddptui.remote.store.runs import default_dir  # noqa: E402
+from ddptui.tui.dashboard.app import create_app  # noqa: E402
+from ddptui.tui.dashboard.logbuffer import TEXT  # noqa: E402
 
 SIZE = (110, 32)
 ARGS = ["--epochs", "30", "--step-time", "0.03"]

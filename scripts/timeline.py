@@ -21,8 +21,8 @@ T0 = time.monotonic()
 
 
 def record(path: str, argv: list[str]) -> int:
-    from remote import run
-    from tui.cli import main
+    from ddptui.remote.run import runner as run
+    from ddptui.tui.cli import main
 
     out = open(path, "w")  # noqa: SIM115 (closed at exit: the command may os._exit)
     atexit.register(out.close)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
+from ddptui.remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
 
 USAGE = """\
 ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
@@ -42,7 +42,7 @@ exit status:
        every host's part of the job was stopped, summary.json written"""
 
 if TYPE_CHECKING:
-    from remote.inventory import Inventory
+    from ddptui.remote.inventory import Inventory
 
 Command = Callable[[argparse.Namespace, list[str]], int]
 SHELLS = ("bash", "zsh", "fish")
@@ -292,7 +292,7 @@ def _dashboard_on_run(args: argparse.Namespace) -> int:
     """`ddptui attach|stop|stacks RUN`, `ddptui runs`: the dashboard, opened on that."""
     run = getattr(args, "run", None)
     if run is not None:
-        from remote.runs import RunError, resolve
+        from ddptui.remote.store.runs import RunError, resolve
 
         try:
             resolve(run)  # a RUN naming no run is one line here, not a dashboard
@@ -314,7 +314,7 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
         inv = _with_sync(inv, args.sync)
     import asyncio
 
-    from remote.run import new_run_id
+    from ddptui.remote.run.runner import new_run_id
 
     from .headless import launch as headless
 
@@ -412,7 +412,7 @@ def _on_run(
         return _dashboard_on_run(args)
     import asyncio
 
-    from remote.runs import RunError
+    from ddptui.remote.store.runs import RunError
 
     try:
         return asyncio.run(work())
@@ -428,7 +428,7 @@ def serve(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"--port {args.port}: give a port from 1 to 65535")
     run = None
     if args.run is not None:
-        from remote.runs import RunError, resolve
+        from ddptui.remote.store.runs import RunError, resolve
 
         try:
             run = str(resolve(args.run).dir)  # each browser's dashboard opens this very run
@@ -450,7 +450,7 @@ def init(args: argparse.Namespace, extra: list[str]) -> int:
     _no_extra(args, extra)
     import asyncio
 
-    from remote import init_inventory as writer
+    from ddptui.remote import init_inventory as writer
 
     path: Path = args.inventory
     if path.exists() and not args.force:
@@ -478,11 +478,11 @@ def ssh(args: argparse.Namespace, extra: list[str]) -> int:
     _no_extra(args, extra)
     import os
 
-    from remote import shell
+    from ddptui.remote.agents import shell
 
     ranks = None
     if args.run:  # the run's own inventory, and its ranks where it placed them
-        from remote.runs import RunError, resolve
+        from ddptui.remote.store.runs import RunError, resolve
 
         try:
             record = resolve(args.run)
@@ -509,7 +509,7 @@ def _no_extra(args: argparse.Namespace, extra: list[str]) -> None:
 
 def schema(args: argparse.Namespace, extra: list[str]) -> int:
     """`schema`: the inventory's JSON Schema, from the model (or --path: the shipped file's)."""
-    from remote import schema as inventory_schema
+    from ddptui.remote import schema as inventory_schema
 
     sys.stdout.write(f"{inventory_schema.FILE}\n" if args.path else inventory_schema.text())
     return 0
@@ -526,7 +526,7 @@ def completion(args: argparse.Namespace, extra: list[str]) -> int:
 
 def run_ids(args: argparse.Namespace, extra: list[str]) -> int:
     """`_run-ids`: every run's id, newest first, one a line (for tab completion)."""
-    from remote.runlist import ids
+    from ddptui.remote.store.runlist import ids
 
     sys.stdout.write("".join(f"{run_id}\n" for run_id in ids()))
     return 0
@@ -537,7 +537,7 @@ def run_ids(args: argparse.Namespace, extra: list[str]) -> int:
 
 def load_inventory(path: Path, exclude: str | None = None) -> Inventory:
     """The inventory, less the hosts --exclude names (node ranks closed up)."""
-    from remote import inventory
+    from ddptui.remote import inventory
 
     try:
         inv = inventory.load(path)
@@ -547,7 +547,7 @@ def load_inventory(path: Path, exclude: str | None = None) -> Inventory:
 
 
 def _with_sync(inv: Inventory, on: bool) -> Inventory:
-    from remote import inventory
+    from ddptui.remote import inventory
 
     try:
         return inventory.with_sync(inv, on)
@@ -556,14 +556,14 @@ def _with_sync(inv: Inventory, on: bool) -> Inventory:
 
 
 def runs_root(args: argparse.Namespace) -> Path:
-    from remote.runlist import root as default_root
+    from ddptui.remote.store.runlist import root as default_root
 
     return usable(args.runs_root or default_root(), "runs root", empty=False)
 
 
 def usable(path: Path, what: str, *, empty: bool) -> Path:
     """A directory made (0700) and writable, and empty if asked, before anything connects."""
-    from remote.record import RunDirError, usable_dir
+    from ddptui.remote.store.record import RunDirError, usable_dir
 
     try:
         return usable_dir(path, empty=empty)

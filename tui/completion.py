@@ -2,7 +2,7 @@
 commands and options are the parser's, never a second list kept by hand.
 
 shtab, not argcomplete: its script is static shell code, so a tab press runs no Python at all,
-except for run ids, which `ddptui _run-ids` lists from the runs root (remote/runlist.py, no
+except for run ids, which `ddptui _run-ids` lists from the runs root (remote/store/runlist.py, no
 engine imports). Inventories complete as *.yaml / *.yml files.
 """
 

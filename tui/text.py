@@ -9,9 +9,10 @@ from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
-from remote import fold, runs
-from remote.events import Failure, RunFinished, progress_text
-from remote.failures import describe_exit
+from ddptui.remote import fold
+from ddptui.remote.events import Failure, RunFinished, progress_text
+from ddptui.remote.run.failures import describe_exit
+from ddptui.remote.store import runs
 
 
 def failure_line(f: Failure) -> str:

@@ -8,7 +8,7 @@ in this process's memory and the printed URL, never on a command line (`ps` show
 to every user). Each browser's dashboard is read-only unless `--control`, and a browser that
 leaves detaches from the run it watched: the job goes on.
 
-`python -m tui.web` is that per-browser dashboard (the command textual-serve runs).
+`python -m ddptui.tui.web` is that per-browser dashboard (the command textual-serve runs).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 def app_command(inventory: Path, runs_root: Path | None, run: str | None, control: bool) -> str:
     """The shell command textual-serve runs for each browser (it runs it with a shell): every
     word quoted."""
-    words = [sys.executable, "-m", "tui.web", "--inventory", str(inventory.resolve())]
+    words = [sys.executable, "-m", "ddptui.tui.web", "--inventory", str(inventory.resolve())]
     if runs_root is not None:
         words += ["--runs-root", str(runs_root.resolve())]
     if run is not None:
@@ -151,7 +151,7 @@ def serve(
 
 def main(argv: list[str] | None = None) -> int:
     """One browser's dashboard (textual-serve runs this with its web driver)."""
-    p = argparse.ArgumentParser(prog="python -m tui.web")
+    p = argparse.ArgumentParser(prog="python -m ddptui.tui.web")
     p.add_argument("--inventory", type=Path, required=True)
     p.add_argument("--runs-root", type=Path)
     p.add_argument("--run")

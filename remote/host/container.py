@@ -1,4 +1,4 @@
-"""A node's job in a container (design §11): the runtime's command line, the sweep, the checks.
+"""A node's job in a container: the runtime's command line, the sweep, the checks.
 
 Runs on the hosts (python3 >= 3.8, standard library only). The supervisor wraps the node's argv
 with `command()`; inside, remote/host/shim.py starts the job and ends it when its stdin closes.
@@ -112,7 +112,7 @@ def command(
         env.setdefault("USER", host["login"])  # getpass (torch's caches) without a passwd entry
         env.setdefault("LOGNAME", host["login"])
     mounts = _same_paths(workdir, private, *shared) + [_mount(m) for m in spec.get("mounts", ())]
-    shim = [  # -S: the shim needs the standard library alone, not the image's site (~30 ms)
+    shim = [  # -S: the shim needs the standard library alone, not the image's site (faster)
         spec.get("python") or "python3", "-S", os.path.join(private, SHIM),
         "--cwd", workdir, "--ready", os.path.join(private, READY), "--grace", str(grace),
         "--", *argv,
@@ -340,7 +340,7 @@ def sweep(runtime, run_id, node=None, timeout=CMD_TIMEOUT):
 
 
 def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_TIMEOUT):
-    """What the checks judge (remote/container_checks.py): the runtime, the image (pulled under
+    """What the checks judge (remote/checks/container.py): the runtime, the image (pulled under
     `pull: missing|always`), the GPU plumbing, leftover containers, and one short dry run with
     the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm.
 

@@ -1,6 +1,6 @@
 """The contract between the launcher and a host: the agent's ops, the node spec, the messages.
 
-Both ends import this module (the launcher as `remote.host.protocol`, the host as
+Both ends import this module (the launcher as `ddptui.remote.host.protocol`, the host as
 `ddph.protocol`): every key, default and message kind is named here once. Standard library only,
 python3 >= 3.8. The bytes that carry these (frames, spool records) are remote/host/wire.py's.
 

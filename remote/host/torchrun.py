@@ -4,7 +4,7 @@ A failed torchrun ends with a ChildFailedError report: a `Root Cause` block and 
 block, each entry a few `field : value` lines (time, host, rank, exitcode, error_file). The
 node's supervisor reads it to name the failing rank in its word to the hub
 (remote/host/daemon.py); the launcher reads it, with each rank's stderr, for the run's root cause
-(remote/failures.py). A rank that died because a peer did (its connection closed, its
+(remote/run/failures.py). A rank that died because a peer did (its connection closed, its
 communicator aborted) or of a stop's signal is an echo, never the cause: `is_echo_text` says so
 of its last words, on both sides. Standard library only, python3 >= 3.8.
 """

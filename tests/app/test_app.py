@@ -21,8 +21,8 @@ from apptools import (
 )
 from textual.widgets import Input
 
-from remote import inventory
-from remote.events import (
+from ddptui.remote import inventory
+from ddptui.remote.events import (
     Alert,
     AttemptResult,
     Event,
@@ -32,11 +32,11 @@ from remote.events import (
     RunRestarting,
     RunStarted,
 )
-from remote.run import Run
-from tui.dashboard.app import Dashboard, engine_runs
-from tui.dashboard.logbuffer import ALL, View
-from tui.dashboard.messages import EngineEvent
-from tui.dashboard.screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
+from ddptui.remote.run.runner import Run
+from ddptui.tui.dashboard.app import Dashboard, engine_runs
+from ddptui.tui.dashboard.logbuffer import ALL, View
+from ddptui.tui.dashboard.messages import EngineEvent
+from ddptui.tui.dashboard.screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
 
 SIZE = (100, 30)
 

@@ -13,9 +13,9 @@ import pytest
 from apptools import local_inventory, screen_text, settle, wait_for
 from testhosts import TestCluster, pids_with_env
 
-from tui.dashboard.app import Dashboard, create_app
-from tui.dashboard.logbuffer import TEXT, View
-from tui.dashboard.screens import QuitScreen
+from ddptui.tui.dashboard.app import Dashboard, create_app
+from ddptui.tui.dashboard.logbuffer import TEXT, View
+from ddptui.tui.dashboard.screens import QuitScreen
 
 SIZE = (100, 30)
 SHORT = ["--epochs", "1", "--samples", "128"]

@@ -24,7 +24,7 @@ from apptools import (
 )
 from textual.widgets import Sparkline
 
-from remote.events import (
+from ddptui.remote.events import (
     ChecksDone,
     Event,
     GpuStats,
@@ -35,10 +35,10 @@ from remote.events import (
     NodeStarted,
     RunStarted,
 )
-from tui.dashboard.app import Dashboard, create_app
-from tui.dashboard.screens import HostDetailScreen
-from tui.dashboard.stacks_screen import StacksScreen
-from tui.dashboard.views import age_text
+from ddptui.tui.dashboard.app import Dashboard, create_app
+from ddptui.tui.dashboard.screens import HostDetailScreen
+from ddptui.tui.dashboard.stacks_screen import StacksScreen
+from ddptui.tui.dashboard.views import age_text
 
 SIZE = (100, 30)
 
@@ -305,7 +305,7 @@ async def test_256_hosts_and_2048_ranks_scroll_and_find(tmp_path: Path) -> None:
 
 
 def _folded(app: Dashboard) -> str:
-    from remote import fold
+    from ddptui.remote import fold
 
     ranks = [r for info in app.hosts.infos.values() for r in info.ranks]
     return fold.ranks_on(ranks, [info.name for info in app.hosts.infos.values()])

@@ -23,8 +23,7 @@ from apptools import (
 )
 from textual.widgets._toast import Toast
 
-from remote import runs
-from remote.events import (
+from ddptui.remote.events import (
     ChecksDone,
     CodeSynced,
     Event,
@@ -40,11 +39,12 @@ from remote.events import (
     Notice,
     RunStarted,
 )
-from remote.stacks import Frame, Group, Report
-from tui.dashboard.history import HistoryScreen
-from tui.dashboard.logbuffer import View
-from tui.dashboard.screens import HostDetailScreen
-from tui.dashboard.stacks_screen import StacksScreen
+from ddptui.remote.stalls.stacks import Frame, Group, Report
+from ddptui.remote.store import runs
+from ddptui.tui.dashboard.history import HistoryScreen
+from ddptui.tui.dashboard.logbuffer import View
+from ddptui.tui.dashboard.screens import HostDetailScreen
+from ddptui.tui.dashboard.stacks_screen import StacksScreen
 
 pytestmark = pytest.mark.security
 

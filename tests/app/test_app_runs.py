@@ -9,12 +9,12 @@ import pytest
 from apptools import FakeClusters, FakeRun, fake_app, local_inventory, screen_text, settle, wait_for
 from apptools import two_node_script as script
 
-from remote import runs
-from remote.run import Emit
-from tui.dashboard.app import create_app
-from tui.dashboard.glance import ClusterLike
-from tui.dashboard.history import HistoryScreen
-from tui.dashboard.screens import QuitScreen
+from ddptui.remote.run.runner import Emit
+from ddptui.remote.store import runs
+from ddptui.tui.dashboard.app import create_app
+from ddptui.tui.dashboard.glance import ClusterLike
+from ddptui.tui.dashboard.history import HistoryScreen
+from ddptui.tui.dashboard.screens import QuitScreen
 
 SIZE = (120, 36)
 

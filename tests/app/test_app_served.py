@@ -10,7 +10,7 @@ from apptools import FakeClusters, FakeRuns, local_inventory, screen_text, settl
 from apptools import two_node_script as script
 from textual.messages import ExitApp
 
-from tui.dashboard.app import CONTROL_ACTIONS, create_app
+from ddptui.tui.dashboard.app import CONTROL_ACTIONS, create_app
 
 SIZE = (120, 36)
 

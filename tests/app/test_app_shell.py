@@ -8,8 +8,8 @@ from pathlib import Path
 
 from apptools import FakeClusters, fake_app, local_inventory, opening, settle, two_node_script
 
-from tui.dashboard import hostshell
-from tui.dashboard.screens import HostDetailScreen
+from ddptui.tui.dashboard import hostshell
+from ddptui.tui.dashboard.screens import HostDetailScreen
 
 
 def named(app: object) -> str | None:

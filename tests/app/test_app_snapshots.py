@@ -26,8 +26,8 @@ from apptools import (
 )
 from textual.pilot import Pilot
 
-from remote.events import Event, GpuStats
-from tui.dashboard.app import Dashboard, create_app
+from ddptui.remote.events import Event, GpuStats
+from ddptui.tui.dashboard.app import Dashboard, create_app
 
 # Fixed text (no temporary paths, no free port) so the screens are the same on every machine.
 INVENTORY = """\

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from apptools import fake_app, local_inventory, screen_text, settle, two_node_script
 
-from remote.events import Event
-from remote.progress import Watch
+from ddptui.remote.events import Event
+from ddptui.remote.run.progress import Watch
 
 SIZE = (120, 40)
 

@@ -6,8 +6,8 @@ import gc
 import re
 from collections.abc import Iterable, Sequence
 
-from remote.events import LogBatch, Stream
-from tui.dashboard.logbuffer import ALL, KIND, TEXT, Line, Lines, LogBuffer, View, clean, tag
+from ddptui.remote.events import LogBatch, Stream
+from ddptui.tui.dashboard.logbuffer import ALL, KIND, TEXT, Line, Lines, LogBuffer, View, clean, tag
 
 
 def batch(

@@ -71,7 +71,7 @@ def test_check_learns_the_private_address_in_one_bastion_login(
 ) -> None:
     inv = private.write_inventory(tmp_path / "inv.yaml", {"script": "examples/train.py"})
     before = private.bastion_logins()
-    argv = [sys.executable, "-m", "tui.cli", "--headless", "check", "-i", str(inv), "--json"]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", "check", "-i", str(inv), "--json"]
     env = {**os.environ, **home}
     res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -153,7 +153,7 @@ def test_every_hop_of_a_proxyjump_chain_is_verified(
     connected it itself): now its key is checked against ~/.ssh/known_hosts like any host's."""
     env = chain_home(private, tmp_path, private.known_hosts.read_text() if known else None)
     inv = private.write_inventory(tmp_path / "inv.yaml", {"script": "examples/train.py"}, [1])
-    argv = [sys.executable, "-m", "tui.cli", "--headless", "check", "-i", str(inv)]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", "check", "-i", str(inv)]
     res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
     out = res.stdout + res.stderr
     if known:
@@ -183,7 +183,7 @@ def launch_meet(
     (tmp_path / "meet.py").write_text(SCRIPT)
     job = {"script": "meet.py", "nproc_per_node": 1, "master_port": 29645}
     inv = private.write_inventory(tmp_path / "inv.yaml", job, workdir=str(tmp_path))
-    launch = ["-m", "tui.cli", "--headless", "launch", "-i", str(inv)]
+    launch = ["-m", "ddptui.tui.cli", "--headless", "launch", "-i", str(inv)]
     argv = [*wrap, sys.executable, *launch, "--run-dir", str(tmp_path / "run")]
     res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -23,7 +23,7 @@ import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, children, wait_for
 from testhosts import REPO, TestCluster
 
-from remote.host.netif import free_port
+from ddptui.remote.host.netif import free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -102,7 +102,7 @@ def test_a_browser_watches_a_run_and_the_token_guards_it(
     out = tmp_path / "serve.out"
     with out.open("w") as sink:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "tui.cli", "serve", run_id[:12], "-i", str(inv),
+            [sys.executable, "-m", "ddptui.tui.cli", "serve", run_id[:12], "-i", str(inv),
              "--port", str(port)],
             stdout=sink, stderr=subprocess.STDOUT, cwd=REPO, env={**os.environ, **env},
         )  # fmt: skip

@@ -16,9 +16,10 @@ import pytest
 from probetools import preflight
 from testhosts import REPO, TestCluster
 
-from remote import inventory, monitor
-from remote.events import Event, GpuStats, HostChecked
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.agents import monitor
+from ddptui.remote.events import Event, GpuStats, HostChecked
+from ddptui.remote.run.runner import Run
 
 JOB = {"script": "examples/train.py", "master_port": 29631}
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 
 def ddptui(*args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=180)
 
 
@@ -81,7 +82,7 @@ def test_json_with_an_unreachable_host(gpu_cluster: TestCluster, tmp_path: Path)
     assert [g["index"] for g in h100["gpus"] if g["processes"]] == [2, 5]
     assert h100["gpus"][2]["processes"] == [
         {"pid": 48211, "memory_mib": 71746, "name": "/usr/bin/python3", "user": ""}
-    ]  # user: known to the live figures (remote/monitor.py), not to the check
+    ]  # user: known to the live figures (remote/agents/monitor.py), not to the check
     assert len(hosts["node1"]["gpus"]) == 4 and hosts["node1"]["facts"]["driver"] == "535.104.05"
     assert hosts["node2"]["facts"]["nvidia_smi"] == "missing" and hosts["node2"]["gpus"] == []
     assert hosts["node3"]["facts"]["nvidia_smi"] == "error"

@@ -31,7 +31,7 @@ def no_traceback_of_ours(stderr: str) -> None:
 def test_head_closing_the_output_stops_the_run(cluster: TestCluster, tmp_path: Path) -> None:
     inv = cluster.write_inventory(tmp_path / "inv.yaml", {**TRAIN, "args": LONG})
     run_dir, err = tmp_path / "run", tmp_path / "err.txt"
-    argv = [sys.executable, "-m", "tui.cli", "--headless", "launch", "-i", str(inv)]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", "launch", "-i", str(inv)]
     with err.open("w") as err_file:  # `ddptui ... | head -3`, head being this test
         proc = subprocess.Popen(
             [*argv, "--run-dir", str(run_dir)], stdout=subprocess.PIPE, stderr=err_file, cwd=REPO
@@ -104,7 +104,7 @@ def test_ctrl_c_while_connecting_acts_at_once(cluster: TestCluster, tmp_path: Pa
 
 def test_ctrl_c_during_a_check_acts_at_once(cluster: TestCluster, tmp_path: Path) -> None:
     inv = blackholed(cluster, tmp_path)
-    argv = [sys.executable, "-m", "tui.cli", "--headless", "check", "-i", str(inv)]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", "check", "-i", str(inv)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     took = interrupt_while_connecting(proc, cluster.unused_addr)
     assert proc.stderr is not None

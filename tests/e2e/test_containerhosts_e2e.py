@@ -1,4 +1,4 @@
-"""Podman on the test hosts, and the host side of containers on them (design §11): the command
+"""Podman on the test hosts, and the host side of containers on them: the command
 line remote/host/container.py builds runs over ssh, its checks answer, and a killed client
 leaves no container. (The supervisor's use of it is tested with the agent.)"""
 
@@ -18,7 +18,7 @@ import pytest
 from e2etools import wait_for
 from testhosts import REPO, TestCluster
 
-from remote.host import container
+from ddptui.remote.host import container
 
 pytestmark = pytest.mark.e2e
 SHIM = (REPO / "remote" / "host" / "shim.py").read_text()
@@ -41,7 +41,7 @@ def on_host(cluster: TestCluster, i: int, code: str, timeout: float = 120) -> An
 
 def check(cluster: TestCluster, i: int, s: dict[str, Any]) -> dict[str, Any]:
     code = (
-        "from remote.host import container\n"
+        "from ddptui.remote.host import container\n"
         f"print(json.dumps(container.check({s!r}, 'e2e', {i}, {str(REPO)!r}, {SHIM!r})))"
     )
     facts: dict[str, Any] = on_host(cluster, i, code)

@@ -1,4 +1,4 @@
-"""Jobs in containers through ddptui itself, on podman test hosts (design §11: runc, an image
+"""Jobs in containers through ddptui itself, on podman test hosts (runc, an image
 imported from a tarball, no registry): torchrun across 3 hosts, each node in one attached
 container; a failing node named; Ctrl-C; the launcher SIGKILLed; a missing image refused by the
 checks; every rank's stack read from inside its container. Nothing is left after any of them."""
@@ -18,7 +18,7 @@ import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, wait_for
 from testhosts import TestCluster
 
-from remote.host import container
+from ddptui.remote.host import container
 
 pytestmark = pytest.mark.e2e
 HOSTS = (0, 1, 2)
@@ -105,7 +105,7 @@ def test_stacks_read_every_rank_inside_its_container(podman: TestCluster, tmp_pa
            "stop_grace": 2}  # fmt: skip
     inv = inventory(podman, tmp_path / "inv.yaml", job, hosts=(0, 1))
     launch = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "--headless", "launch", "-i", str(inv), "--detach",
+        [sys.executable, "-m", "ddptui.tui.cli", "--headless", "launch", "-i", str(inv), "--detach",
          "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip

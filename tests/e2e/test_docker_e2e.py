@@ -1,4 +1,4 @@
-"""Jobs in docker containers (design §11): docker's host network is its daemon's own namespace,
+"""Jobs in docker containers: docker's host network is its daemon's own namespace,
 so two nodes on this machine (`transport: local`) with a dockerd of the tests' own that leaves
 iptables alone. A job runs to its end in its containers; Ctrl-C ends it and leaves none."""
 
@@ -17,7 +17,7 @@ import pytest
 from e2etools import Cli, wait_for
 from testhosts import REPO, pids_with_env
 
-from remote.host import container
+from ddptui.remote.host import container
 
 pytestmark = pytest.mark.e2e
 

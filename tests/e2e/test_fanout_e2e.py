@@ -12,9 +12,10 @@ import pytest
 from probetools import preflight
 from testhosts import TestCluster
 
-from remote import fanout, inventory
-from remote.events import Event, HostState
-from remote.transport import SSHTransport
+from ddptui.remote import inventory
+from ddptui.remote.agents import fanout
+from ddptui.remote.agents.transport import SSHTransport
+from ddptui.remote.events import Event, HostState
 
 pytestmark = pytest.mark.e2e
 HOST = 3  # restarted with another MaxStartups, and back to the cluster's own afterwards

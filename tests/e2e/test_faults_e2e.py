@@ -20,7 +20,7 @@ import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
 from testhosts import TestCluster, veth_name
 
-from remote.host import procs
+from ddptui.remote.host import procs
 
 TRAIN = ["--epochs", "100", "--step-time", "0.1"]  # long enough to be killed in
 STYLES = {

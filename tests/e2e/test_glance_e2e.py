@@ -137,8 +137,8 @@ def test_dashboard_opens_on_the_cluster_then_quits_leaving_nothing(
 
 WATCHER = """
 import asyncio, sys
-from remote import inventory
-from remote.cluster import Cluster
+from ddptui.remote import inventory
+from ddptui.remote.run.cluster import Cluster
 inv = inventory.load(sys.argv[1])
 def emit(event):
     print(type(event).__name__, getattr(event, "host", ""), getattr(event, "state", ""), flush=True)
@@ -193,7 +193,7 @@ def test_an_agent_leaves_when_its_link_is_cut(gpu_cluster: TestCluster, tmp_path
 
 
 def ddptui(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tui.cli", "--headless", *args]
+    return [sys.executable, "-m", "ddptui.tui.cli", "--headless", *args]
 
 
 def test_a_stall_is_caught_and_every_rank_stack_grouped(

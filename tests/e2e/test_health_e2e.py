@@ -36,7 +36,7 @@ def sick_node0(cluster: TestCluster, tmp_path: Path) -> Iterator[TestCluster]:
 def test_a_sick_gpu_fails_its_hosts_checks(sick_node0: TestCluster, tmp_path: Path) -> None:
     job = {"script": "examples/train.py", "master_port": 29633}
     inv = sick_node0.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1))
-    argv = [sys.executable, "-m", "tui.cli", "--headless", "check", "-i", str(inv)]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", "check", "-i", str(inv)]
     res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=180)
     assert res.returncode == 1, res.stderr
     lines = res.stdout.splitlines()

@@ -33,7 +33,7 @@ TRAIN = "examples/train.py"
 
 
 def ddptui(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", *args]
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=timeout)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from testhosts import REPO, TestCluster
 
-from remote import fold
+from ddptui.remote import fold
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +23,7 @@ OFF = ["none", "/dev/null"]
 def check(cluster: TestCluster, tmp_path: Path, home: Path) -> subprocess.CompletedProcess[str]:
     job = {"script": "examples/train.py"}
     inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1), known_hosts=None)
-    argv = [sys.executable, "-m", "tui.cli", "--headless", "check", "-i", str(inv)]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", "check", "-i", str(inv)]
     env = {**os.environ, "HOME": str(home)}
     return subprocess.run(argv, capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
 

@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from testhosts import TestCluster
 
-from remote import inventory
-from remote.events import Event, NodeStarted, RunFinished
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.events import Event, NodeStarted, RunFinished
+from ddptui.remote.run.runner import Run
 
 pytestmark = pytest.mark.e2e
 

@@ -37,7 +37,7 @@ def addresses(cluster: TestCluster, adds: dict[int, list[str]]) -> Iterator[None
 
 
 def check(inv: Path) -> dict[str, dict[str, object]]:
-    argv = [sys.executable, "-m", "tui.cli", "--headless", "check", "-i", str(inv), "--json"]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", "check", "-i", str(inv), "--json"]
     res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     return {h["host"]: h["facts"] for h in json.loads(res.stdout)["hosts"]}

@@ -16,7 +16,7 @@ import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
 from testhosts import TestCluster, veth_name
 
-from remote.host import procs
+from ddptui.remote.host import procs
 
 pytestmark = pytest.mark.e2e
 

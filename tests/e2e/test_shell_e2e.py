@@ -48,7 +48,7 @@ def terminals() -> Iterator[list[Tmux]]:
 
 
 def init(env: dict[str, str], inv: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tui.cli", "init", "-i", str(inv), *args]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "init", "-i", str(inv), *args]
     return subprocess.run(
         argv, capture_output=True, text=True, cwd=REPO, env={**os.environ, **env}, timeout=300
     )

@@ -19,9 +19,17 @@ from pathlib import Path
 import pytest
 from testhosts import TestCluster
 
-from remote.events import Event, LogBatch, NodeRanks, NodeStarted, Notice, RunFinished, RunStarted
-from remote.inventory import load
-from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.events import (
+    Event,
+    LogBatch,
+    NodeRanks,
+    NodeStarted,
+    Notice,
+    RunFinished,
+    RunStarted,
+)
+from ddptui.remote.inventory import load
+from ddptui.remote.run.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from testhosts import REPO, pids_with_env
 
-from remote import inventory
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.run.runner import Run
 
 
 async def until(cond: Callable[[], bool], timeout: float) -> None:

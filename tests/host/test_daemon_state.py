@@ -6,9 +6,9 @@ import json
 import threading
 from pathlib import Path
 
-from remote.host import protocol
-from remote.host.daemon import Daemon
-from remote.host.state import STATE
+from ddptui.remote.host import protocol
+from ddptui.remote.host.daemon import Daemon
+from ddptui.remote.host.state import STATE
 
 SPEC = {"run_id": "r", "node": 0, "names": ["a"], "argv": ["python3", "t.py"], "secret": "s"}
 

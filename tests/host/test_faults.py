@@ -17,10 +17,10 @@ import pytest
 import yaml
 from runtools import run_job
 
-from remote import inventory
-from remote.events import Event, LogBatch, NodeRanks, NodeStarted
-from remote.host import procs
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.events import Event, LogBatch, NodeRanks, NodeStarted
+from ddptui.remote.host import procs
+from ddptui.remote.run.runner import Run
 
 SLEEPER = "import os, time\nprint('up', os.environ['NODE_RANK'], flush=True)\ntime.sleep(300)\n"
 LEASE = 20.0  # link_timeout: every end below must come well before it

@@ -1,7 +1,7 @@
 """`~` in the inventory's paths (python, script, workdir) is the host's home, as ssh's shell
 would make it: expanded on the host, the same way by the check and by every command that execs
-there (the one command that starts the host's agent, remote/shipper.py). Here through the local
-transport, with HOME pointed at a directory of the test's own."""
+there (the one command that starts the host's agent, remote/agents/shipper.py). Here through the
+local transport, with HOME pointed at a directory of the test's own."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ import pytest
 from probetools import free_port, levels, local_inventory, run_probe, with_agent
 from probetools import message as _message
 
-from remote import inventory, shipper
-from remote.agent import Agent
-from remote.host import job, protocol
+from ddptui.remote import inventory
+from ddptui.remote.agents import shipper
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.host import job, protocol
 
 
 def tilde(word: str, home: str) -> str:

@@ -19,10 +19,12 @@ from pathlib import Path
 import pytest
 from apptools import write_inventory
 
-from remote import inventory, stacks
-from remote.events import Event, LogBatch, Notice, StacksCaptured
-from remote.host import stacks as host_stacks
-from remote.run import Run, fleet_for
+from ddptui.remote import inventory
+from ddptui.remote.agents.fleet import fleet_for
+from ddptui.remote.events import Event, LogBatch, Notice, StacksCaptured
+from ddptui.remote.host import stacks as host_stacks
+from ddptui.remote.run.runner import Run
+from ddptui.remote.stalls import stacks
 
 DATA = Path(__file__).parents[1] / "data"
 SPY = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))

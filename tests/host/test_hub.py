@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from remote.host import channel, policy
-from remote.host import hub as hubmod
-from remote.host.channel import CHALLENGE, Channel, _mac
-from remote.host.hub import Hub, HubLink
-from remote.host.policy import Outcome
+from ddptui.remote.host import channel, policy
+from ddptui.remote.host import hub as hubmod
+from ddptui.remote.host.channel import CHALLENGE, Channel, _mac
+from ddptui.remote.host.hub import Hub, HubLink
+from ddptui.remote.host.policy import Outcome
 
 SECRET = "s3cret"
 
@@ -148,7 +148,7 @@ def test_slow_strangers_never_keep_a_peer_out(monkeypatch: pytest.MonkeyPatch) -
 
 HUB_UNDER_FEW_FILES = """
 import resource, sys, threading
-from remote.host.hub import Hub
+from ddptui.remote.host.hub import Hub
 resource.setrlimit(resource.RLIMIT_NOFILE, (40, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 h = Hub("s3cret", ["node0", "node1"], 60.0, 0.1, lambda *a: None, "127.0.0.1")
 h.start()

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from remote import deepcheck, inventory
-from remote.checks import Finding
-from remote.events import DeepChecked, Event, NodeStarted
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.checks.judge import Finding
+from ddptui.remote.events import DeepChecked, Event, NodeStarted
+from ddptui.remote.run import deepcheck
+from ddptui.remote.run.runner import Run
 
 
 async def test_a_failing_deep_check_refuses_the_launch(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.host.linebuf import SITECUSTOMIZE
+from ddptui.remote.host.linebuf import SITECUSTOMIZE
 
 FLOOD = """
 import threading

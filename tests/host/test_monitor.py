@@ -13,11 +13,12 @@ import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY
 
-from remote import monitor
-from remote.agent import Agent
-from remote.events import Event, GpuStats
-from remote.inventory import Host
-from remote.transport import LocalTransport
+from ddptui.remote import smi
+from ddptui.remote.agents import monitor
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.transport import LocalTransport
+from ddptui.remote.events import Event, GpuStats
+from ddptui.remote.inventory import Host
 
 HOST = Host(
     0, "localhost", "gpu-a", "local", None, None, None, None, sys.executable, None, {}, None
@@ -34,7 +35,7 @@ def smi_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def sample(machine: str, owners: dict[str, str] | None = None) -> dict[str, object]:
-    queries = {"gpus": monitor.probe.GPU_QUERY[1:], "apps": monitor.probe.APPS_QUERY[1:]}
+    queries = {"gpus": smi.GPU_QUERY[1:], "apps": smi.APPS_QUERY[1:]}
     runs = {name: nvidia_smi.run(machine, args) for name, args in queries.items()}
     return {"smi": runs, "owners": owners or {}}
 

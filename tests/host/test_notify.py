@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from remote.host import protocol
-from remote.host.notify import Notifier
-from remote.host.torchrun import failed_ranks
+from ddptui.remote.host import protocol
+from ddptui.remote.host.notify import Notifier
+from ddptui.remote.host.torchrun import failed_ranks
 
 
 def notifier(command: str, timeout: float = protocol.NOTIFY_TIMEOUT, **spec: object) -> tuple:

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from remote.host import procs
-from remote.host.procs import first_end, ranks_by_pid, ranks_here, watch_ranks
+from ddptui.remote.host import procs
+from ddptui.remote.host.procs import first_end, ranks_by_pid, ranks_here, watch_ranks
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 # A parent that starts two children shaped like multiprocessing's spawn children.

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from remote import inventory
-from remote.run import Run
-from tui.headless.printer import Printer
+from ddptui.remote import inventory
+from ddptui.remote.run.runner import Run
+from ddptui.tui.headless.printer import Printer
 
 REPO = Path(__file__).resolve().parents[2]
 LINES = 20_000  # per rank: enough for many batches, some holding both ranks' lines
@@ -60,7 +60,7 @@ async def test_every_line_reaches_console_and_rank_log(tmp_path: Path) -> None:
 def test_a_bar_redrawn_with_carriage_returns_is_told_before_its_line_ends(tmp_path: Path) -> None:
     """tqdm writes no newline until its bar closes: its last drawing goes meanwhile, once a
     second, for progress only; the line itself waits whole."""
-    from remote.host.tail import RankFile, RankTail
+    from ddptui.remote.host.tail import RankFile, RankTail
 
     spooled: list[bytes] = []
     told: list[tuple[int, bytes]] = []

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from runtools import run_job
 
-from remote import inventory
-from remote.events import Alert, Event, LogBatch, RunFinished, RunRestarting
-from remote.host import procs
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.events import Alert, Event, LogBatch, RunFinished, RunRestarting
+from ddptui.remote.host import procs
+from ddptui.remote.run.runner import Run
 
 # Node 1 fails on the attempts named in FAIL (DDPTUI_ATTEMPT), after a line; every rank says
 # its attempt, then ends (or sleeps, with HOLD, so that a stop finds it running).

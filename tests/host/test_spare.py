@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from remote import shipper
-from remote.agent import Agent
-from remote.host import nodes, procs, protocol, state
-from remote.inventory import Host
-from remote.transport import LocalTransport
+from ddptui.remote.agents import shipper
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.transport import LocalTransport
+from ddptui.remote.host import nodes, procs, protocol, state
+from ddptui.remote.inventory import Host
 
 REPO = Path(__file__).resolve().parents[2]
 EARLY = {"run_id": "run-s", "node": 0, "attempt": 0, "grace": 1.0, "container": None}
@@ -24,7 +24,7 @@ EARLY = {"run_id": "run-s", "node": 0, "attempt": 0, "grace": 1.0, "container": 
 # from it; it says what it got and what `ps` shows, then leaves without the go.
 PREPARE = """
 import json, os, sys, time
-from remote.host import nodes, spare, state
+from ddptui.remote.host import nodes, spare, state
 code, early = sys.argv[1], json.loads(sys.argv[2])
 spare.fork(code)
 nodes.warm(code, early["run_id"], early)

@@ -23,11 +23,11 @@ import pytest
 import yaml
 from runtools import run_job
 
-from remote import inventory
-from remote.events import Event, LogBatch, Notice
-from remote.host import procs
-from remote.host.netif import free_port
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.events import Event, LogBatch, Notice
+from ddptui.remote.host import procs
+from ddptui.remote.host.netif import free_port
+from ddptui.remote.run.runner import Run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -249,7 +249,7 @@ def test_lines_trimmed_on_the_host_survive_in_the_run_dir(tmp_path: Path) -> Non
 def test_the_end_waits_for_a_viewer_that_connected_as_the_run_ended(tmp_path: Path) -> None:
     """An attach that connects just before the socket's name goes is still served to its end,
     not cut off by the supervisor's exit (seen as 'its supervisor died' after a detached run)."""
-    from remote.host.viewers import Viewers
+    from ddptui.remote.host.viewers import Viewers
 
     d = Viewers(None, dict, print, 1.0)
     served = threading.Event()

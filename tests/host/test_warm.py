@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import shipper
-from remote.host import nodes, procs, protocol, state
+from ddptui.remote.agents import shipper
+from ddptui.remote.host import nodes, procs, protocol, state
 
 EARLY = {"run_id": "run-a", "node": 1, "attempt": 0, "grace": 1.0, "container": None}
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remote.host import daemon, viewers, wire
-from remote.host.spool import Spool, Trimmed
+from ddptui.remote.host import daemon, viewers, wire
+from ddptui.remote.host.spool import Spool, Trimmed
 
 
 def feed_in_pieces(reader: Any, data: bytes, cuts: list[int]) -> list[Any]:
@@ -156,7 +156,7 @@ class FakeAgent:
 
 
 async def test_a_new_channel_resumes_at_the_last_whole_record() -> None:
-    from remote.link import NodeLink, Record
+    from ddptui.remote.agents.link import NodeLink, Record
 
     a, b, c = (wire.record(b"1", i, f"line {i}\n".encode()) for i in range(3))
     got: list[object] = []
@@ -172,7 +172,7 @@ async def test_a_new_channel_resumes_at_the_last_whole_record() -> None:
     link.open(agent, "attach", {}, got.extend, lambda why: None)  # type: ignore[arg-type]
     assert agent.sent[-1] == b"hello %d\n" % len(a)
     agent.frame(b"d", wire.data_frame(0, a + b) + wire.data_frame(len(a + b), c))
-    link.hand_on()  # lines close behind each other go on merged (remote/link.py COALESCE_S)
+    link.hand_on()  # lines close behind each other go on merged (remote/agents/link.py COALESCE_S)
     records = [r for r in got if isinstance(r, Record)]
     assert b"".join(r.data for r in records) == b"line 0\nline 1\nline 2\n"
     assert records[0].end == len(a) and records[-1].end == link.offset == len(a + b + c)

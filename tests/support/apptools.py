@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from textual.pilot import Pilot
 
-from remote.events import (
+from ddptui.remote.events import (
     ChecksDone,
     DeepChecked,
     DeepProgress,
@@ -30,12 +30,12 @@ from remote.events import (
     RunFinished,
     RunStarted,
 )
-from remote.host.netif import free_port as free_port  # a port no outgoing connection takes
-from remote.inventory import Inventory
-from remote.run import Emit
-from remote.stacks import Frame, Group, Report
-from tui.dashboard.app import Dashboard, RunLike, create_app
-from tui.dashboard.glance import ClusterLike
+from ddptui.remote.host.netif import free_port as free_port  # a port no outgoing connection takes
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.run.runner import Emit
+from ddptui.remote.stalls.stacks import Frame, Group, Report
+from ddptui.tui.dashboard.app import Dashboard, RunLike, create_app
+from ddptui.tui.dashboard.glance import ClusterLike
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "examples" / "train.py"

@@ -29,7 +29,7 @@ class Cmd:
 
     def __init__(self, args: Sequence[str], base: Path, env: dict[str, str] | None = None) -> None:
         self.out, self.err = base.with_suffix(".out"), base.with_suffix(".err")
-        argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
+        argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", *args]
         with self.out.open("w") as out, self.err.open("w") as err:
             self.proc = subprocess.Popen(
                 argv, stdout=out, stderr=err, cwd=REPO, env={**os.environ, **(env or {})}

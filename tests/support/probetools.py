@@ -12,12 +12,12 @@ from typing import TypeVar
 import nvidia_smi
 import pytest
 
-from remote import inventory
-from remote.agent import Agent
-from remote.events import ChecksDone, Event, HostChecked
-from remote.fleet import Fleet
-from remote.host.netif import free_port as free_port  # a port no outgoing connection takes
-from remote.preflight import Preflight
+from ddptui.remote import inventory
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.checks.preflight import Preflight
+from ddptui.remote.events import ChecksDone, Event, HostChecked
+from ddptui.remote.host.netif import free_port as free_port  # a port no outgoing connection takes
 
 T = TypeVar("T")
 

@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from remote import inventory
-from remote.events import Event, RunFinished
-from remote.run import Run
+from ddptui.remote import inventory
+from ddptui.remote.events import Event, RunFinished
+from ddptui.remote.run.runner import Run
 
 
 async def run_job(

@@ -11,9 +11,11 @@ import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200, H200_BUSY
 
-from remote import checks, inventory, probe
-from remote.events import Finding, HostChecked
-from tui.headless import check as check_report
+from ddptui.remote import inventory
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.checks import probe
+from ddptui.remote.events import Finding, HostChecked
+from ddptui.tui.headless import check as check_report
 
 TORCH = {"version": "2.3.1+cu121", "cuda": "12.1", "cuda_available": True, "nccl": "2.20.5"}
 

@@ -14,16 +14,16 @@ from typing import Any, ClassVar
 import pytest
 from apptools import FakeRuns, local_inventory, settle, two_node_script
 
-import tui.dashboard.app as app_module
-from remote.events import LogBatch
-from tui import cli
-from tui.dashboard.app import create_app
-from tui.headless.printer import Printer
+import ddptui.tui.dashboard.app as app_module
+from ddptui.remote.events import LogBatch
+from ddptui.tui import cli
+from ddptui.tui.dashboard.app import create_app
+from ddptui.tui.headless.printer import Printer
 
 
 def ddptui(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args],
+        [sys.executable, "-m", "ddptui.tui.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -131,13 +131,21 @@ def test_help_imports_nothing_heavy() -> None:
     (scripts/bench_help.py times it; this names what must not load)."""
     for args in (["--help"], ["launch", "--help"], ["--bogus"]):
         res = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "tui.cli", *args],
+            [sys.executable, "-X", "importtime", "-m", "ddptui.tui.cli", *args],
             capture_output=True,
             text=True,
             cwd=Path(__file__).parents[2],
         )
         loaded = {line.split("|")[-1].strip() for line in res.stderr.splitlines()}
-        heavy = {"pydantic", "yaml", "asyncssh", "textual", "rich", "platformdirs", "remote.run"}
+        heavy = {
+            "pydantic",
+            "yaml",
+            "asyncssh",
+            "textual",
+            "rich",
+            "platformdirs",
+            "ddptui.remote.run",
+        }
         assert loaded and not heavy & loaded, heavy & loaded
 
 
@@ -243,7 +251,7 @@ def test_a_closed_output_stops_the_run_once_and_is_not_written_again() -> None:
 )
 def test_run_commands_mistakes(tmp_path: Path, args: list[str], words: str) -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args],
+        [sys.executable, "-m", "ddptui.tui.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -256,7 +264,7 @@ def test_runs_lists_nothing_yet(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path)}
     for args in (["--headless", "runs"], ["runs", "--json"]):
         res = subprocess.run(
-            [sys.executable, "-m", "tui.cli", *args], capture_output=True, text=True, env=env
+            [sys.executable, "-m", "ddptui.tui.cli", *args], capture_output=True, text=True, env=env
         )
         assert res.returncode == 0, res.stderr
         assert res.stdout.endswith(("no runs yet\n", '"runs": []\n}\n')), res.stdout

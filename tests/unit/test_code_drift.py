@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 from probetools import run_probe
 
-from remote import checks, inventory, probe
-from remote.events import HostChecked
-from remote.host import probe as probe_host
-from tui.headless import check as check_report
+from ddptui.remote import inventory
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.checks import probe
+from ddptui.remote.events import HostChecked
+from ddptui.remote.host import probe as probe_host
+from ddptui.tui.headless import check as check_report
 
 A, B = "a" * 64, "b" * 64
 

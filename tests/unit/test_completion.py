@@ -17,7 +17,7 @@ RUNS = ("20260102-080000-beef", "20260103-090000-cafe")
 
 def ddptui(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tui.cli", *args],
+        [sys.executable, "-m", "ddptui.tui.cli", *args],
         capture_output=True, text=True, timeout=60, cwd=REPO, env=env,
     )  # fmt: skip
 
@@ -65,12 +65,12 @@ def test_bash_completes_commands_options_inventories_and_runs(
 
 def test_run_ids_newest_first_without_the_engine(home: dict[str, str]) -> None:
     res = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "tui.cli", "_run-ids"],
+        [sys.executable, "-X", "importtime", "-m", "ddptui.tui.cli", "_run-ids"],
         capture_output=True, text=True, env=home, cwd=REPO, timeout=60,
     )  # fmt: skip
     assert res.stdout.splitlines() == sorted(RUNS, reverse=True)
     loaded = {line.split("|")[-1].strip() for line in res.stderr.splitlines()}
-    assert not {"pydantic", "asyncssh", "yaml", "remote.runs"} & loaded
+    assert not {"pydantic", "asyncssh", "yaml", "ddptui.remote.runs"} & loaded
     assert "_run-ids" not in ddptui("--help").stdout
 
 
@@ -100,8 +100,11 @@ def test_zsh_reads_its_script(home: dict[str, str], tmp_path: Path) -> None:
 
 def test_help_loads_no_completion_or_schema_library() -> None:
     res = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "tui.cli", "--help"],
+        [sys.executable, "-X", "importtime", "-m", "ddptui.tui.cli", "--help"],
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )  # fmt: skip
     loaded = {line.split("|")[-1].strip() for line in res.stderr.splitlines()}
-    assert loaded and not {"shtab", "jsonschema", "remote.schema", "remote.shell"} & loaded
+    assert (
+        loaded
+        and not {"shtab", "jsonschema", "ddptui.remote.schema", "ddptui.remote.shell"} & loaded
+    )

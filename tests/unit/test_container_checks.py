@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from remote import checks, container_checks
-from remote.events import Finding, HostChecked
+from ddptui.remote.checks import container as container_checks
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.events import Finding, HostChecked
 
 IMAGE = "nvcr.io/nvidia/pytorch:24.05-py3"
 ID = "sha256:" + "ab12" * 16

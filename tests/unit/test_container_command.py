@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from remote.host import container
-from remote.inventory import Container
+from ddptui.remote.host import container
+from ddptui.remote.inventory import Container
 
 # A GPU host with InfiniBand, seen by root; each test changes what it needs.
 HOST: dict[str, Any] = {

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from remote import fabric
-from remote.host import fabric as worker
+from ddptui.remote.checks import fabric
+from ddptui.remote.host import fabric as worker
 
 GB, MB = 1e9, 1e6
 NAMES = [f"gpu{k:02d}" for k in range(8)]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from remote.events import Failure
-from remote.failures import FailureTracker, describe_exit, first, is_echo
-from remote.host.torchrun import parse_child_failed
+from ddptui.remote.events import Failure
+from ddptui.remote.host.torchrun import parse_child_failed
+from ddptui.remote.run.failures import FailureTracker, describe_exit, first, is_echo
 
 # As torch 2.13's torchrun prints it (recorded from a real run on this machine).
 REPORT = """\
@@ -160,7 +160,7 @@ def test_a_warning_is_never_the_message() -> None:
 def test_the_first_rank_to_end_names_a_node_with_no_report() -> None:
     """The env style (Lightning) has no torchrun report, and a SIGKILLed rank no traceback:
     its supervisor saw which rank process ended first, and how."""
-    from remote.nodemsg import RankEnd
+    from ddptui.remote.run.nodemsg import RankEnd
 
     t = FailureTracker()
     t.feed("node1", ((None, C10D_WARNING),))

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from remote import fanout, inventory
-from remote.transport import HostError, Transport
+from ddptui.remote import inventory
+from ddptui.remote.agents import fanout
+from ddptui.remote.agents.transport import HostError, Transport
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from remote import fold
+from ddptui.remote import fold
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from remote import fold, hang
-from remote.events import (
+from ddptui.remote import fold
+from ddptui.remote.events import (
     Event,
     Gpu,
     GpuStats,
@@ -16,6 +16,7 @@ from remote.events import (
     NodeStarted,
     Notice,
 )
+from ddptui.remote.stalls import hang
 
 
 class Clock:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remote.events import (
+from ddptui.remote.events import (
     ChecksDone,
     CodeSynced,
     Event,
@@ -29,11 +29,11 @@ from remote.events import (
     RunFinished,
     RunStarted,
 )
-from remote.inventory import Host
-from tui.headless import printer as printer_module
-from tui.headless.check import finding_lines
-from tui.headless.console import terminal_safe
-from tui.headless.printer import Printer
+from ddptui.remote.inventory import Host
+from ddptui.tui.headless import printer as printer_module
+from ddptui.tui.headless.check import finding_lines
+from ddptui.tui.headless.console import terminal_safe
+from ddptui.tui.headless.printer import Printer
 
 REPO = Path(__file__).resolve().parents[2]
 N = 128
@@ -306,7 +306,7 @@ def test_a_launch_on_a_terminal_strips_what_its_log_keeps(tmp_path: Path) -> Non
         )
     )
     run_dir = tmp_path / "run"
-    cli = [sys.executable, "-m", "tui.cli", "--headless", "launch", "-i", str(inv)]
+    cli = [sys.executable, "-m", "ddptui.tui.cli", "--headless", "launch", "-i", str(inv)]
     shown = _on_a_terminal([*cli, "--skip-checks", "--run-dir", str(run_dir)])
     assert f"[node0] {SAFE}".encode() in shown, shown
     assert b"\x1b]52" not in shown and b"\x1b[2J" not in shown and b"\x1bc" not in shown
@@ -333,7 +333,7 @@ def _on_a_terminal(argv: Sequence[str]) -> bytes:
 
 
 def test_training_progress_live_on_a_terminal_and_once_a_minute_in_a_pipe() -> None:
-    from remote.events import Progress, TrackerLink
+    from ddptui.remote.events import Progress, TrackerLink
 
     def news(step: int) -> Progress:
         return Progress(step, 5000, 7.2, (5000 - step) / 7.2, {"loss": 0.41})

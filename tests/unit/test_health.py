@@ -12,8 +12,9 @@ import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200
 
-from remote import checks, probe
-from remote.host import health
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.checks import probe
+from ddptui.remote.host import health
 
 LOGS = Path(__file__).parents[1] / "data" / "kernel-log"
 

@@ -16,8 +16,9 @@ import jsonschema
 import pytest
 import yaml
 
-from remote import init_inventory as init
-from remote import inventory, openssh, schema
+from ddptui.remote import init_inventory as init
+from ddptui.remote import inventory, schema
+from ddptui.remote.agents import openssh
 
 CONFIG = """\
 Include {dir}/conf.d/*.conf
@@ -174,7 +175,7 @@ def test_ddptui_init_writes_once_and_refuses_to_overwrite(tmp_path: Path) -> Non
     inv = tmp_path / "inv.yaml"
 
     def ddptui(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "tui.cli", "init", "-i", str(inv), "--no-check", *args]
+        argv = [sys.executable, "-m", "ddptui.tui.cli", "init", "-i", str(inv), "--no-check", *args]
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
 
     first = ddptui()

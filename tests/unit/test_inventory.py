@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from remote import inventory, plan
-from remote.inventory import Container, InventoryError
+from ddptui.remote import inventory
+from ddptui.remote.inventory import Container, InventoryError
+from ddptui.remote.run import plan
 
 GOOD = """\
 defaults:
@@ -261,7 +262,7 @@ def test_ssh_config_is_a_path_beside_the_inventory(tmp_path: Path) -> None:
     assert [h.ssh_config for h in inv.hosts] == [str(tmp_path / "cluster.conf"), "/etc/other.conf"]
 
 
-# -- containers (design §11) -------------------------------------------------------------------
+# -- containers -------------------------------------------------------------------
 
 CONTAINERS = """\
 defaults:

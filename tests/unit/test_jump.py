@@ -1,5 +1,5 @@
-"""remote/jump.py and the address logic of remote/transport.py, with stand-ins for asyncssh
-(the real thing, a bastion and a private network: tests/e2e/test_bastion_e2e.py)."""
+"""remote/agents/jump.py and the address logic of remote/agents/transport.py, with stand-ins for
+asyncssh (the real thing, a bastion and a private network: tests/e2e/test_bastion_e2e.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from remote import inventory, jump
-from remote.fleet import own_address
-from remote.transport import SSHTransport, routable
+from ddptui.remote import inventory
+from ddptui.remote.agents import jump
+from ddptui.remote.agents.fleet import own_address
+from ddptui.remote.agents.transport import SSHTransport, routable
 
 
 class FakeConn:
@@ -196,7 +197,7 @@ async def test_a_hop_that_fails_is_named_and_the_hops_before_it_closed(
 async def test_without_openssh_asyncssh_reads_the_config_and_a_launch_says_so_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from remote import openssh, transport
+    from ddptui.remote.agents import openssh, transport
 
     async def connect(host: str, **options: Any) -> FakeConn:
         assert "config" not in options  # asyncssh's own reading of ~/.ssh/config

@@ -1,12 +1,12 @@
-"""Lines that came late (remote/late.py): where they go in the run's logs, and what of the
+"""Lines that came late (remote/run/late.py): where they go in the run's logs, and what of the
 summary's list is taken for a stream to read. The hosts are tests/e2e's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from remote.late import Unread, _store
-from remote.record import Recorder
+from ddptui.remote.run.late import Unread, _store
+from ddptui.remote.store.record import Recorder
 
 
 def test_each_log_gets_one_line_saying_its_lines_came_late(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from remote import link as link_mod
-from remote.host import wire
-from remote.link import Item, NodeLink, Record
+from ddptui.remote.agents import link as link_mod
+from ddptui.remote.agents.link import Item, NodeLink, Record
+from ddptui.remote.host import wire
 
 
 class FakeAgent:

@@ -1,4 +1,4 @@
-"""remote/pace.py: line work in slices, what was queued meanwhile first."""
+"""remote/agents/pace.py: line work in slices, what was queued meanwhile first."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from remote import pace
+from ddptui.remote.agents import pace
 
 
 async def test_no_pacer_unless_installed() -> None:

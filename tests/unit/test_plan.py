@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from remote import inventory, plan
-from remote.plan import SCRATCH
+from ddptui.remote import inventory
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.run import plan
+from ddptui.remote.run.plan import SCRATCH
 
 RUN = "20260101-000000-abcd"
 
@@ -194,16 +196,16 @@ def test_ipv6_master_is_bracketed_in_urls() -> None:
 
 def test_master_address_must_reach_the_other_hosts() -> None:
     remote = ["10.0.0.11", "10.0.0.12"]
-    assert plan.master_problem("10.0.0.11", remote) is None
-    assert plan.master_problem("", ["", "10.0.0.12"]) == (
+    assert checks.master_problem("10.0.0.11", remote) is None
+    assert checks.master_problem("", ["", "10.0.0.12"]) == (
         "node 0's address is not known; set job.master_addr"
     )
-    why = plan.master_problem("127.0.0.1", ["127.0.0.1", "10.0.0.12"])
+    why = checks.master_problem("127.0.0.1", ["127.0.0.1", "10.0.0.12"])
     assert why is not None and why.startswith("the master address 127.0.0.1 is a loopback")
-    assert plan.master_problem("::1", ["::1", "fd00::2"]) is not None
+    assert checks.master_problem("::1", ["::1", "fd00::2"]) is not None
     # every node on this machine (the bundled inventory), or a single host: loopback is right
-    assert plan.master_problem("127.0.0.1", ["127.0.0.1", "127.0.0.1"]) is None
-    assert plan.master_problem("", [""]) is None
+    assert checks.master_problem("127.0.0.1", ["127.0.0.1", "127.0.0.1"]) is None
+    assert checks.master_problem("", [""]) is None
 
 
 def test_every_attempt_has_the_same_wandb_run_and_the_inventory_env_wins() -> None:

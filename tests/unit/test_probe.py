@@ -19,12 +19,14 @@ from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200_BUSY
 from probetools import levels, local_inventory, preflight, run_probe, with_gpus
 from probetools import message as _message
 
-from remote import events, inventory, probe
-from remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
-from remote.host import probe as host_probe
-from remote.run import Run
-from remote.run import check as run_checks
-from remote.transport import HostError, LocalTransport
+from ddptui.remote import events, inventory
+from ddptui.remote import smi as smi_parse
+from ddptui.remote.agents.transport import HostError, LocalTransport
+from ddptui.remote.checks import probe
+from ddptui.remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
+from ddptui.remote.host import probe as host_probe
+from ddptui.remote.run.runner import Run
+from ddptui.remote.run.runner import check as run_checks
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,8 +40,8 @@ def smi(machine: str) -> dict[str, Any]:
 
 def test_h100_rows_with_busy_gpus() -> None:
     runs = smi(H100_BUSY)
-    rows = probe.parse_gpus(runs["gpus"]["out"])
-    gpus = probe.attach_processes(rows, runs["apps"]["out"])
+    rows = smi_parse.parse_gpus(runs["gpus"]["out"])
+    gpus = smi_parse.attach_processes(rows, runs["apps"]["out"])
     assert [g.index for g in gpus] == list(range(8))
     assert {g.name for g in gpus} == {"NVIDIA H100 80GB HBM3"}
     assert {g.memory_total_mib for g in gpus} == {81559}
@@ -49,41 +51,41 @@ def test_h100_rows_with_busy_gpus() -> None:
     assert gpus[2].processes == (GpuProcess(48211, 71746, "/usr/bin/python3"),)
     assert gpus[5].processes == (GpuProcess(48290, 40630, "python"),)
     assert [g.index for g in gpus if g.processes] == [2, 5]
-    assert probe.cuda_version(runs["summary"]["out"]) == "12.4"
+    assert smi_parse.cuda_version(runs["summary"]["out"]) == "12.4"
 
 
 def test_h200_captured_busy() -> None:
     runs = smi(H200_BUSY)  # one process holding 24 GiB and multiplying, on a lent H200
-    rows = probe.parse_gpus(runs["gpus"]["out"])
-    [gpu] = probe.attach_processes(rows, runs["apps"]["out"])
+    rows = smi_parse.parse_gpus(runs["gpus"]["out"])
+    [gpu] = smi_parse.attach_processes(rows, runs["apps"]["out"])
     assert (gpu.index, gpu.name, gpu.memory_total_mib) == (0, "NVIDIA H200", 143771)
     assert (gpu.memory_used_mib, gpu.utilization_pct, gpu.temperature_c) == (25459, 100, 61)
     assert gpu.processes == (GpuProcess(498, 25450, "python3"),)  # no path in this VM
     assert [r.driver for r in rows] == ["580.159.04"]
-    assert probe.cuda_version(runs["summary"]["out"]) == "13.0"
+    assert smi_parse.cuda_version(runs["summary"]["out"]) == "13.0"
 
 
 def test_a100_idle() -> None:
     runs = smi(A100)
     assert runs["apps"] == {"code": 0, "out": "", "err": ""}  # nothing runs: no lines at all
-    rows = probe.parse_gpus(runs["gpus"]["out"])
-    gpus = probe.attach_processes(rows, runs["apps"]["out"])
+    rows = smi_parse.parse_gpus(runs["gpus"]["out"])
+    gpus = smi_parse.attach_processes(rows, runs["apps"]["out"])
     assert [(g.name, g.memory_total_mib, g.memory_used_mib) for g in gpus] == [
         ("NVIDIA A100-SXM4-40GB", 40960, 4)
     ] * 4
     assert not any(g.processes for g in gpus)
     assert {r.driver for r in rows} == {"535.104.05"}
-    assert probe.cuda_version(runs["summary"]["out"]) == "12.2"
+    assert smi_parse.cuda_version(runs["summary"]["out"]) == "12.2"
 
 
 def test_driver_error_is_nvidia_smis_own_message() -> None:
     runs = smi(DRIVER_ERROR)
     assert runs["gpus"]["code"] == 9
-    error = probe.smi_error(runs["gpus"])
+    error = smi_parse.smi_error(runs["gpus"])
     assert error is not None
     assert error.startswith("nvidia-smi failed (exit 9): NVIDIA-SMI has failed because it ")
     assert "couldn't communicate with the NVIDIA driver" in error
-    assert probe.smi_error(smi(A100)["gpus"]) is None
+    assert smi_parse.smi_error(smi(A100)["gpus"]) is None
 
 
 def test_unknown_fields_are_none() -> None:
@@ -91,32 +93,32 @@ def test_unknown_fields_are_none() -> None:
         "0, GPU-aaaa, NVIDIA GH200 480GB, [N/A], [N/A], [Not Supported], [N/A], 560.35.03\n"
         "1, [N/A], Tesla T4, 15360, 3, [Unknown Error], 41, 560.35.03\n"
     )
-    a, b = probe.parse_gpus(text)
+    a, b = smi_parse.parse_gpus(text)
     assert (a.gpu.memory_total_mib, a.gpu.memory_used_mib) == (0, 0)
     assert (a.gpu.utilization_pct, a.gpu.temperature_c) == (None, None)
     assert (b.uuid, b.gpu.utilization_pct, b.gpu.temperature_c) == (None, None, 41)
 
 
 def test_odd_lines_are_skipped() -> None:
-    assert probe.parse_gpus("WARNING: infoROM is corrupted at gpu 0000:18:00.0\n") == []
-    assert probe.parse_apps("No running processes found\n") == []
-    apps = probe.parse_apps("GPU-1, 77, [N/A], python, the trainer\nGPU-1, [N/A], 5, x\n")
+    assert smi_parse.parse_gpus("WARNING: infoROM is corrupted at gpu 0000:18:00.0\n") == []
+    assert smi_parse.parse_apps("No running processes found\n") == []
+    apps = smi_parse.parse_apps("GPU-1, 77, [N/A], python, the trainer\nGPU-1, [N/A], 5, x\n")
     assert apps == [("GPU-1", GpuProcess(77, 0, "python, the trainer"))]
 
 
 def test_cuda_version_from_query_output() -> None:
     assert (
-        probe.cuda_version(
+        smi_parse.cuda_version(
             "Driver Version                            : 550.54.15\n"
             "CUDA Version                              : 12.4\n"
         )
         == "12.4"
     )
-    assert probe.cuda_version("no header here") is None
+    assert smi_parse.cuda_version("no header here") is None
 
 
 def test_stand_in_refuses_other_queries() -> None:
-    res = nvidia_smi.run(A100, ("--query-gpu=name,pci.bus_id", probe.CSV))
+    res = nvidia_smi.run(A100, ("--query-gpu=name,pci.bus_id", smi_parse.CSV))
     assert res["code"] == 2 and "no recording" in res["err"]
 
 
@@ -282,7 +284,7 @@ def test_check_events_survive_json() -> None:
 def test_a_prepared_node_is_the_one_its_start_asks_for(tmp_path: Path) -> None:
     """The early spec a probe carries (a supervisor prepared meanwhile) is the start's own: else
     every host would boot a fresh one at the start."""
-    from remote.host import protocol
+    from ddptui.remote.host import protocol
 
     run = Run(local_inventory(tmp_path), lambda e: None)
     for k, node in enumerate(run.plan(run.nprocs()).nodes):

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from remote.events import progress_text
-from remote.host.progress import SERIES_MAX, Parser, Series, Tracker
-from remote.progress import Watch
+from ddptui.remote.events import progress_text
+from ddptui.remote.host.progress import SERIES_MAX, Parser, Series, Tracker
+from ddptui.remote.run.progress import Watch
 
 DATA = Path(__file__).parent.parent / "data" / "progress"
 
@@ -196,9 +196,9 @@ def test_the_run_dir_keeps_the_curve_and_plot_draws_it(tmp_path: Path) -> None:
     import io
     import json
 
-    from remote.events import RunFinished, RunStarted
-    from remote.record import Recorder
-    from tui.headless.plot import plot
+    from ddptui.remote.events import RunFinished, RunStarted
+    from ddptui.remote.store.record import Recorder
+    from ddptui.tui.headless.plot import plot
 
     watch = Watch(None, lambda event: None)
     for attempt, steps in ((0, range(0, 50)), (1, range(40, 100))):
@@ -230,7 +230,7 @@ def test_a_loop_that_says_only_its_epochs() -> None:
 
 
 def test_a_flood_is_read_in_full_up_to_a_budget_then_its_news_once_a_second() -> None:
-    from remote.host import progress
+    from ddptui.remote.host import progress
 
     t = Tracker()  # type: ignore[no-untyped-call]
     chunk = "".join(f"[0]:step {i}/10 loss 1\n" for i in range(progress.READ_LINES))

@@ -1,13 +1,13 @@
 """The contract between launcher and host (remote/host/protocol.py) and the typed values the
-launcher reads a node's messages into (remote/nodemsg.py): keys, defaults, and what a host may
+launcher reads a node's messages into (remote/run/nodemsg.py): keys, defaults, and what a host may
 not send."""
 
 from __future__ import annotations
 
 import pytest
 
-from remote import nodemsg
-from remote.host import protocol, wire
+from ddptui.remote.host import protocol, wire
+from ddptui.remote.run import nodemsg
 
 REQUIRED = {"run_id": "r", "node": 0, "names": ["a"], "argv": ["python3", "t.py"], "secret": "s"}
 
@@ -36,7 +36,7 @@ def test_beats_fit_the_lease() -> None:
 
 
 def test_every_op_is_served() -> None:
-    from remote.host import agent
+    from ddptui.remote.host import agent
 
     assert set(agent.OPS) == set(protocol.OPS)
 
@@ -140,7 +140,7 @@ def test_the_delay_between_attempts_doubles_up_to_five_minutes() -> None:
 def test_the_inventorys_notify_events_are_the_hosts() -> None:
     from typing import get_args
 
-    from remote import inventory
+    from ddptui.remote import inventory
 
     assert set(get_args(inventory.NotifyEvent)) == set(protocol.NOTIFY_EVENTS)
     assert inventory.NOTIFY_DEFAULT == protocol.NOTIFY_DEFAULT

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from remote import inventory, record, runs
-from remote.events import (
+from ddptui.remote import inventory
+from ddptui.remote.events import (
     AttemptResult,
     Failure,
     LogBatch,
@@ -24,7 +24,8 @@ from remote.events import (
     RunStarted,
     from_json,
 )
-from remote.record import Recorder, RunDirError, usable_dir
+from ddptui.remote.store import record, runs
+from ddptui.remote.store.record import Recorder, RunDirError, usable_dir
 
 
 @pytest.fixture
@@ -298,7 +299,7 @@ def test_a_spares_spool_is_read_from_its_first_byte(tmp_path: Path) -> None:
 
 
 def test_the_history_counts_attempts_and_names_a_run_waiting_for_a_spare(tmp_path: Path) -> None:
-    from tui.text import run_cells, run_row
+    from ddptui.tui.text import run_cells, run_row
 
     waiting = {"alive": True, "attempt": 0, "waiting": ["node1"], "status": "waiting"}
     status, detail = runs.judge({0: waiting, 1: None})
@@ -314,7 +315,7 @@ def test_the_history_counts_attempts_and_names_a_run_waiting_for_a_spare(tmp_pat
 
 
 def test_the_history_shows_the_last_step_and_loss(tmp_path: Path) -> None:
-    from tui.text import run_cells, run_row
+    from ddptui.tui.text import run_cells, run_row
 
     last = {"step": 1200, "total": 5000, "metrics": {"lr": 1e-4, "loss": 0.41}}
     link = {"tracker": "W&B", "name": None, "url": "https://wandb.ai/x", "rank": 0}

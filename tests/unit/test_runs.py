@@ -1,11 +1,11 @@
-"""A run's status from its hosts' states (remote/runs.py's judge): what `runs` shows of a run
+"""A run's status from its hosts' states (remote/store/runs.py's judge): what `runs` shows of a run
 that wrote no summary (detached, or its launcher died)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from remote.runs import judge
+from ddptui.remote.store.runs import judge
 
 HUB_LOST = "lost the run's hub (node 0's supervisor): not heard from for 60 s"
 PEER_LOST = "node 1 (node1) lost: its supervisor was not heard from for 60 s"

@@ -16,7 +16,7 @@ import pytest
 import test_inventory as cases
 import yaml
 
-from remote import inventory, schema
+from ddptui.remote import inventory, schema
 
 REPO = Path(__file__).resolve().parents[2]
 VALIDATOR = jsonschema.Draft202012Validator(schema.generate())

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from remote import shell
-from remote.events import NodeRanks, NodeStarted, Notice
-from remote.inventory import parse
+from ddptui.remote.agents import shell
+from ddptui.remote.events import NodeRanks, NodeStarted, Notice
+from ddptui.remote.inventory import parse
 
 INVENTORY = """\
 defaults: {user: root, workdir: "~/my proj"}
@@ -119,12 +119,12 @@ def test_ddptui_ssh_becomes_that_shell(tmp_path: Path) -> None:
                    "job: {script: t.py}\n")  # fmt: skip
     env = {**os.environ, "SHELL": "/bin/sh", "ENV": ""}
     res = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "ssh", "-i", str(inv), "0"],
+        [sys.executable, "-m", "ddptui.tui.cli", "ssh", "-i", str(inv), "0"],
         input="pwd; exit 7\n", capture_output=True, text=True, env=env, timeout=30,
     )  # fmt: skip
     assert (res.returncode, res.stdout.strip().splitlines()[-1]) == (7, str(tmp_path))
     bad = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "ssh", "-i", str(inv), "nope"],
+        [sys.executable, "-m", "ddptui.tui.cli", "ssh", "-i", str(inv), "nope"],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert (bad.returncode, bad.stderr) == (2, f"ddptui: no host, node or rank 'nope' in {inv}\n")
@@ -162,7 +162,7 @@ def test_ddptui_ssh_to_a_rank_of_a_run(tmp_path: Path) -> None:
     (run / "events.jsonl").write_text(NodeRanks("a", 0, (0, 1)).to_json() + "\n")
     env = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data"), "SHELL": "/bin/sh", "ENV": ""}
     res = subprocess.run(
-        [sys.executable, "-m", "tui.cli", "ssh", "--run", "20260101", "r1"],
+        [sys.executable, "-m", "ddptui.tui.cli", "ssh", "--run", "20260101", "r1"],
         input="pwd; exit 3\n", capture_output=True, text=True, env=env, timeout=30, cwd="/",
     )  # fmt: skip
     assert (res.returncode, res.stdout.strip()) == (3, str(tmp_path)), res.stderr

@@ -13,9 +13,12 @@ from pathlib import Path
 import pytest
 from apptools import write_inventory
 
-from remote import checks, flight, inventory, plan, stacks
-from remote.host import probe as host_probe
-from remote.stacks import Frame, RankStack
+from ddptui.remote import inventory
+from ddptui.remote.checks import judge as checks
+from ddptui.remote.host import probe as host_probe
+from ddptui.remote.run import plan
+from ddptui.remote.stalls import flight, stacks
+from ddptui.remote.stalls.stacks import Frame, RankStack
 
 DATA = Path(__file__).parents[1] / "data" / "flight-recorder"
 RUN = "20250101-120000-stck"
@@ -130,7 +133,7 @@ def test_every_style_gets_the_flight_recorder(tmp_path: Path) -> None:
 
 
 def ddptui(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    argv = [sys.executable, "-m", "tui.cli", "--headless", *args]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", "--headless", *args]
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=cwd)
 
 

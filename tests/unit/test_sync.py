@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from remote import inventory, sync
-from remote.events import CodeSynced, Event, from_json
-from remote.fleet import Fleet
-from remote.inventory import Inventory
+from ddptui.remote import inventory
+from ddptui.remote.agents import sync
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.events import CodeSynced, Event, from_json
+from ddptui.remote.inventory import Inventory
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -179,7 +180,7 @@ def test_the_command_line_overrides_the_inventory(tmp_path: Path) -> None:
 def test_sync_flags_mistakes(tmp_path: Path, args: list[str], words: str) -> None:
     inv = tmp_path / "inv.yaml"
     inv.write_text("hosts: [{host: 10.0.0.1}]\njob: {script: t.py}\n")
-    argv = [sys.executable, "-m", "tui.cli", *args, "-i", str(inv)]
+    argv = [sys.executable, "-m", "ddptui.tui.cli", *args, "-i", str(inv)]
     res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO, timeout=60)
     assert res.returncode == 2 and words in res.stderr and len(res.stderr.splitlines()) == 1
 
@@ -201,7 +202,7 @@ def test_the_event_survives_json() -> None:
 async def test_the_dashboard_tells_what_was_pushed_and_what_failed(tmp_path: Path) -> None:
     from apptools import FakeClusters, FakeRuns, local_inventory, settle
 
-    from tui.dashboard.app import create_app
+    from ddptui.tui.dashboard.app import create_app
 
     def script(run_id: str) -> list[Event]:
         return [

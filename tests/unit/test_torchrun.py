@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from remote.events import Failure
-from remote.failures import FailureTracker, is_echo
-from remote.host.daemon import Attempt, Daemon
-from remote.host.torchrun import failed_ranks
+from ddptui.remote.events import Failure
+from ddptui.remote.host.daemon import Attempt, Daemon
+from ddptui.remote.host.torchrun import failed_ranks
+from ddptui.remote.run.failures import FailureTracker, is_echo
 
 # As torchrun prints it: rank 2 died of a SIGTERM (the echo), rank 3 of its own error.
 REPORT = """\

@@ -1,12 +1,12 @@
-"""Who failed and why the run stopped (remote/verdict.py): each node's ending and the run's
+"""Who failed and why the run stopped (remote/run/verdict.py): each node's ending and the run's
 outcome, from what the nodes said. Pure: no hosts."""
 
 from __future__ import annotations
 
-from remote.events import AttemptResult, Failure
-from remote.failures import FailureTracker
-from remote.nodemsg import Exit, RankEnd, StartError
-from remote.verdict import Attempts, NodeEnding, Tracebacks, Verdict
+from ddptui.remote.events import AttemptResult, Failure
+from ddptui.remote.run.failures import FailureTracker
+from ddptui.remote.run.nodemsg import Exit, RankEnd, StartError
+from ddptui.remote.run.verdict import Attempts, NodeEnding, Tracebacks, Verdict
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
 

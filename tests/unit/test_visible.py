@@ -1,6 +1,6 @@
 """`nproc_per_node: auto` counts what the job will see: CUDA_VISIBLE_DEVICES (the host's, or the
-inventory's env, which wins) and MIG devices, read as CUDA reads them (remote/visible.py). The
-MIG machine is written from nvidia-smi's documented format, not captured on a GPU."""
+inventory's env, which wins) and MIG devices, read as CUDA reads them (remote/checks/visible.py).
+The MIG machine is written from nvidia-smi's documented format, not captured on a GPU."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import pytest
 from nvidia_smi import A100, A100_MIG, DRIVER_ERROR, H100_BUSY
 from probetools import levels, local_inventory, preflight, run_probe, with_agent, with_gpus
 
-from remote import probe, visible
-from remote.fleet import Fleet
-from remote.inventory import Inventory
-from remote.preflight import Preflight
-from tui.headless.check import print_table
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.checks import probe, visible
+from ddptui.remote.checks.preflight import Preflight
+from ddptui.remote.inventory import Inventory
+from ddptui.tui.headless.check import print_table
 
 
 def gpus_of(machine: str) -> list[visible.Gpu]:

@@ -16,9 +16,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from e2etools import children, wait_for
 
-from remote.host.netif import free_port
-from tui import cli
-from tui.web import TokenServer, app_command, url_host
+from ddptui.remote.host.netif import free_port
+from ddptui.tui import cli
+from ddptui.tui.web import TokenServer, app_command, url_host
 
 TOKEN = "s3cret-Token_0123456789abcdef"
 
@@ -70,7 +70,7 @@ def test_the_app_command_quotes_every_word(tmp_path: Path) -> None:
     odd = tmp_path / "my inv $(touch pwned) `x`;.yaml"
     line = app_command(odd, tmp_path / "runs 'a'", "run; rm -rf ~", control=True)
     assert shlex.split(line) == [
-        sys.executable, "-m", "tui.web", "--inventory", str(odd), "--runs-root",
+        sys.executable, "-m", "ddptui.tui.web", "--inventory", str(odd), "--runs-root",
         str(tmp_path / "runs 'a'"), "--run", "run; rm -rf ~", "--control",
     ]  # fmt: skip
 
@@ -125,7 +125,7 @@ def test_serve_says_how_to_reach_it_or_that_it_is_exposed(
 FAKE_APP = "import sys; print('__GANGLION__', flush=True); sys.stdin.buffer.read(1)"
 SERVER = """
 import sys
-from tui.web import TokenServer
+from ddptui.tui.web import TokenServer
 TokenServer(sys.argv[1], "127.0.0.1", int(sys.argv[2]), "tok").serve()
 """
 

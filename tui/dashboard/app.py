@@ -1,7 +1,7 @@
 """The dashboard: the cluster at a glance from the moment it opens, every rank's log live,
 launch / stop / restart, the first failure, every rank's stack when a job stalls.
 
-It renders the engine's events only: `remote.run.Run(inv, emit=...)` runs in a worker (group
+It renders the engine's events only: `Run(inv, emit=...)` runs in a worker (group
 "run") on the app's own loop. The app routes each event to the widgets that own what it
 changes (the hosts table, the log pane, the banner, the status bar) and each key to its
 action; the dashboard's own connections are Glance's (tui/dashboard/glance.py). Log lines go
@@ -27,8 +27,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
-from remote import inventory, openssh, pace, runs
-from remote.events import (
+from ddptui.remote import inventory
+from ddptui.remote.agents import openssh, pace
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.events import (
     Alert,
     ChecksDone,
     CodeSynced,
@@ -45,9 +47,9 @@ from remote.events import (
     RunRestarting,
     RunStarted,
 )
-from remote.failures import first
-from remote.fleet import Fleet
-from remote.run import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
+from ddptui.remote.run.failures import first
+from ddptui.remote.run.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
+from ddptui.remote.store import runs
 
 from ..text import run_ended
 from . import hostshell
@@ -71,17 +73,16 @@ MAIN_ACTIONS = {
 # What a read-only dashboard (`ddptui serve` without --control) refuses: whatever starts, stops
 # or takes over a job or a host (a shell on it).
 CONTROL_ACTIONS = {"launch", "stop", "restart", "deep", "shell"}
-# Under a flood the young generation filled every ~10 ms (the default 700 objects): what lived
-# for a frame or a batch (strips, timers, held records) reached the oldest generation, whose
-# full collections (~50 ms at 4,096 ranks) then ran every second. Collected every 10k objects,
-# they die young.
+# Under a flood the young generation (the default 700 objects) filled many times a frame: what
+# lived for a frame or a batch (strips, timers, held records) reached the oldest generation,
+# whose full collections then ran every second. Collected every 10k objects, they die young.
 YOUNG_GC = 10_000
 GC_DEFAULT = gc.get_threshold()
 FIND_HINTS = {"hosts": "find hosts: name or address", "views": "find views: r12, node3, …"}
 
 
 class RunLike(Protocol):
-    """What the app needs of a run (`remote.run.Run`; tests and the benchmark may fake it)."""
+    """What the app needs of a run (`Run`; tests and the benchmark may fake it)."""
 
     run_id: str
 
@@ -242,8 +243,8 @@ class Dashboard(App[int]):
             self._inventory_error(exc)
         self.show_status()
         # Everything so far (modules, widgets, styles) lives as long as the app: moved out of
-        # the cycle collector's way, a full collection under bench_dashboard.py's flood took
-        # ~20 ms instead of ~85 ms (the stalls a keypress waits behind).
+        # the cycle collector's way, a full collection under bench_dashboard.py's flood takes a
+        # fraction of the time (the stalls a keypress waits behind).
         gc.freeze()
         gc.set_threshold(YOUNG_GC, *GC_DEFAULT[1:])
         if self.start == "launch" and self.inventory is not None:

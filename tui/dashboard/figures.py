@@ -1,7 +1,7 @@
 """GPU figures over the last minutes, per host and per GPU, and how a row draws them as bars.
 
-Samples arrive every few seconds (remote/monitor.py); each host keeps the last HISTORY of them.
-The hosts table draws its bars on a fixed scale (0-100 %, 0-total memory) so rows compare at a
+Samples arrive every few seconds (remote/agents/monitor.py); each host keeps the last HISTORY of
+them. The hosts table draws its bars on a fixed scale (0-100 %, 0-total memory) so rows compare at a
 glance; each bar is the busiest sample of its slice of time.
 """
 
@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from remote.events import Gpu
+from ddptui.remote.events import Gpu
 
 HISTORY = 150  # samples kept: 5 minutes at one every 2 s
 BARS = "▁▂▃▄▅▆▇█"

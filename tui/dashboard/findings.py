@@ -12,8 +12,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from remote import fold
-from remote.events import ChecksDone, DeepChecked, Finding, HostChecked
+from ddptui.remote import fold
+from ddptui.remote.events import ChecksDone, DeepChecked, Finding, HostChecked
 
 from ..text import Fold
 from .colours import theme_colour

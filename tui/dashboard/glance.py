@@ -1,5 +1,5 @@
 """The cluster at a glance, in the dashboard: from the moment it opens, its own connection to
-every host (remote/cluster.py) checks them and keeps their GPU figures live, run or no run;
+every host (remote/run/cluster.py) checks them and keeps their GPU figures live, run or no run;
 `c` checks again, `D` runs the deep check over them, `d` dumps every rank's stack of the run.
 A controller the app holds: it
 owns the connections and their workers; their events come back to the app as ClusterEvents.
@@ -20,13 +20,13 @@ from typing import Any, Protocol
 from textual.app import App
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from remote.cluster import Cluster
-from remote.deepcheck import SECONDS as DEEP_SECONDS
-from remote.events import ChecksDone, DeepChecked, Event
-from remote.fleet import Fleet
-from remote.inventory import Host, Inventory
-from remote.monitor import Emit
-from remote.stacks import Report
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.monitor import Emit
+from ddptui.remote.events import ChecksDone, DeepChecked, Event
+from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.run.cluster import Cluster
+from ddptui.remote.run.deepcheck import SECONDS as DEEP_SECONDS
+from ddptui.remote.stalls.stacks import Report
 
 from ..text import tilde
 from .messages import ClusterEvent
@@ -34,7 +34,7 @@ from .stacks_screen import StacksScreen
 
 
 class ClusterLike(Protocol):
-    """What the dashboard needs of its connections (`remote.cluster.Cluster`; tests fake it)."""
+    """What the dashboard needs of its connections (a `Cluster`; tests fake it)."""
 
     @property
     def fleet(self) -> Fleet | None: ...  # None: runs open their own

@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from remote import runs
+from ddptui.remote.store import runs
 
 from ..text import RUN_COLUMNS, run_cells, run_row
 

@@ -18,8 +18,8 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from remote import fold
-from remote.events import (
+from ddptui.remote import fold
+from ddptui.remote.events import (
     Event,
     Finding,
     Gpu,
@@ -29,7 +29,7 @@ from remote.events import (
     NodeRanks,
     NodeStarted,
 )
-from remote.inventory import Host
+from ddptui.remote.inventory import Host
 
 from .colours import theme_colour
 from .figures import GpuHistory, bars
@@ -200,7 +200,7 @@ class HostsTable(DataTable[Text]):
     """The hosts pane. Enter (or a click) on a row opens that host's details.
 
     One DataTable cell per row, laid out here in fixed-width fields: the table renders each
-    cell through Rich (~1 ms a cell here) and every visible cell again after any change, so
+    cell through Rich and every visible cell again after any change, so
     eight columns made 32 hosts answering the checks cost the loop that their logins needed.
     """
 

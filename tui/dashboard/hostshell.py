@@ -2,7 +2,7 @@
 
 Which host: the one whose details are open; else the host of the rank (or node) whose log is
 shown; else (all ranks shown) the hosts pane's selected row. The command is
-remote/shell.py's, the one `ddptui ssh` runs. It runs while the app's loop goes on (the run's
+remote/agents/shell.py's, the one `ddptui ssh` runs. It runs while the app's loop goes on (the run's
 heartbeats and streams must not stop for a shell of an hour), its screen held still until the
 shell ends; then the dashboard is back as it was.
 """
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from textual.app import SuspendNotSupported
 
-from remote import shell
-from remote.inventory import Host
+from ddptui.remote.agents import shell
+from ddptui.remote.inventory import Host
 
 from .screens import HostDetailScreen
 

@@ -18,7 +18,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input
 
-from remote.events import (
+from ddptui.remote.events import (
     ChecksDone,
     DeepChecked,
     DeepProgress,

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from remote.events import Event
+from ddptui.remote.events import Event
 
 
 @dataclass
 class EngineEvent(Message):
-    """An engine event, posted by the `emit` callback the app gives `remote.run.Run`."""
+    """An engine event, posted by the `emit` callback the app gives `Run` (remote/run/runner.py)."""
 
     run_id: str  # events of a run that is no longer current are dropped
     event: Event

@@ -15,8 +15,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Label, Sparkline, Static
 
-from remote import inventory
-from remote.events import Gpu
+from ddptui.remote import inventory
+from ddptui.remote.events import Gpu
 
 from .colours import theme_colour
 from .figures import HISTORY

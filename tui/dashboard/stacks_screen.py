@@ -10,7 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from remote.stacks import Report
+from ddptui.remote.stalls.stacks import Report
 
 from .colours import theme_colour
 from .plain import plain

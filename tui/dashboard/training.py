@@ -13,7 +13,7 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from remote.events import Event, Progress, RunStarted, TrackerLink
+from ddptui.remote.events import Event, Progress, RunStarted, TrackerLink
 
 from ..plot import draw, pick
 from .plain import plain

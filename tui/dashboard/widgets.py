@@ -10,7 +10,7 @@ from textual import events
 from textual.binding import Binding
 from textual.widgets import Input, Static
 
-from remote.events import Failure, HangDetected
+from ddptui.remote.events import Failure, HangDetected
 
 from ..text import failure_line
 from .colours import theme_colour

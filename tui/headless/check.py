@@ -12,13 +12,21 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from remote import deepcheck
-from remote.checks import gpu_summary, is_busy
-from remote.events import ChecksDone, DeepChecked, DeepProgress, Event, Finding, HostChecked, Notice
-from remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
-from remote.inventory import Inventory
-from remote.preflight import Preflight
-from remote.run import fleet_for
+from ddptui.remote.agents.fleet import fleet_for
+from ddptui.remote.checks.judge import gpu_summary, is_busy
+from ddptui.remote.checks.preflight import Preflight
+from ddptui.remote.events import (
+    ChecksDone,
+    DeepChecked,
+    DeepProgress,
+    Event,
+    Finding,
+    HostChecked,
+    Notice,
+)
+from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.run import deepcheck
 
 from ..text import Fold
 from .console import isatty, silence, terminal_safe

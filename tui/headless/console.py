@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Callable
 from typing import TextIO
 
-from remote.record import BYTES_BACK
+from ddptui.remote.store.record import BYTES_BACK
 
 # SGR colours stay; any other escape sequence, and control characters but tab, newline and
 # carriage return, go: OSC/DCS/SOS/PM/APC strings up to their end (BEL or ST) or the line's,

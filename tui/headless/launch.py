@@ -12,9 +12,9 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from remote.exits import EXIT_INTERRUPTED
-from remote.inventory import Inventory
-from remote.run import Run
+from ddptui.remote.exits import EXIT_INTERRUPTED
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.run.runner import Run
 
 from .printer import Printer
 

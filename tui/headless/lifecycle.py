@@ -1,6 +1,6 @@
 """Headless commands for runs that live on the cluster: attach, stop, and the history (`runs`).
 
-A run id, a unique prefix of one, or a run directory names a run (remote/runs.py). Attaching
+A run id, a unique prefix of one, or a run directory names a run (remote/store/runs.py). Attaching
 replays the run from its first line (to the console and into the run directory) and follows it;
 Ctrl-C detaches and leaves it running. Stop ends it on every host and makes sure nothing is left.
 """
@@ -16,8 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from remote import late, runs
-from remote.events import (
+from ddptui.remote.events import (
     Event,
     HostState,
     LogBatch,
@@ -27,7 +26,9 @@ from remote.events import (
     attempt_from,
     failure_from,
 )
-from remote.run import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.run import late
+from ddptui.remote.run.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.store import runs
 
 from ..text import RUN_COLUMNS, run_cells, run_row
 from .printer import Printer

@@ -17,8 +17,8 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from remote import fold
-from remote.events import HostState
+from ddptui.remote import fold
+from ddptui.remote.events import HostState
 
 # A phase's state → how its end reads; any other phase's: "<state> done on N hosts".
 PHASES = {"connecting": "connected to", "starting": "started on"}

@@ -11,9 +11,9 @@ import shutil
 import sys
 from typing import Any, TextIO
 
-from remote import runs
-from remote.events import progress_text
-from remote.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ddptui.remote.events import progress_text
+from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ddptui.remote.store import runs
 
 from ..plot import draw, pick, restarts
 from .console import isatty

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from operator import itemgetter
 from typing import TextIO
 
-from remote.events import (
+from ddptui.remote.events import (
     ChecksDone,
     CodeSynced,
     DeepChecked,
@@ -34,7 +34,7 @@ from remote.events import (
     RunStarted,
     TrackerLink,
 )
-from remote.inventory import Host
+from ddptui.remote.inventory import Host
 
 from ..text import Fold, failure_line, run_ended
 from .check import deep_lines, finding_line, finding_lines

@@ -1,8 +1,8 @@
 """`ddptui --headless stacks RUN [--json] [--native]`: every rank's Python stack of a running
 run, on every host at once, grouped (odd ones out first), printed and saved in its run dir.
 
-RUN is a run directory, a run id, or a unique prefix of one (remote/runs.py); its hosts are the
-inventory saved with it. The stacks are printed as soon as they are in; with the flight
+RUN is a run directory, a run id, or a unique prefix of one (remote/store/runs.py); its hosts are
+the inventory saved with it. The stacks are printed as soon as they are in; with the flight
 recorder, its traces and the analyser's verdict follow (they take seconds). A host that gave
 no stacks is named with why; the same reason on many hosts is one line (`--verbose`: a line
 each). On a terminal, frames and reasons are made safe (console.py): they come from the ranks.
@@ -15,10 +15,10 @@ import json
 import sys
 from typing import TextIO
 
-from remote import runs
-from remote import stacks as dumper
-from remote.exits import EXIT_FAILED, EXIT_OK
-from remote.run import fleet_for
+from ddptui.remote.agents.fleet import fleet_for
+from ddptui.remote.exits import EXIT_FAILED, EXIT_OK
+from ddptui.remote.stalls import stacks as dumper
+from ddptui.remote.store import runs
 
 from ..text import Fold
 from .console import isatty, terminal_safe

@@ -1,0 +1,558 @@
+"""Every node's supervisor, followed to the end: lines in, stops out, leases both ways.
+
+One NodeLink per node (remote/agents/link.py) on its host's agent (remote/agents/fleet.py). A stream
+that ends early is taken up again where it stopped, on the same agent or, if the host's link went,
+on a new one; a host not heard from for `link_timeout` is lost, which fails the run and stops the
+others. A node that fails stops the rest (the supervisors also tell each other through the run's
+hub, so this holds with nobody attached). `detach()` leaves the run to its supervisors. What each
+ending means for the run is remote/run/verdict.py's to say. With job.restarts a node's stream goes
+on across attempts: each attempt's endings are judged apart (verdict.Attempts), and node 0's hub
+says when the job starts again and which lost nodes a spare must take (remote/run/recover.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
+from typing import Any
+
+from ddptui.remote.agents.agent import Channel
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.link import Item, NodeLink, Record
+from ddptui.remote.agents.transport import HostError
+from ddptui.remote.events import (
+    Alert,
+    Event,
+    Failure,
+    HostState,
+    LogBatch,
+    NodeExited,
+    NodeRanks,
+    NodeStarted,
+    Notice,
+    RunRestarting,
+    Stream,
+)
+from ddptui.remote.host import protocol
+from ddptui.remote.run import nodemsg
+from ddptui.remote.run.failures import FailureTracker
+from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.verdict import Attempts, Verdict
+
+STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
+# A line as a rank's is spooled, `[<global rank>]:text`; \d is what int() reads.
+RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
+AWAY_BEATS = 3  # the launcher's own clock jumped by this many beats: it was not running
+
+
+@dataclass
+class Node:
+    """What the launcher knows of one node's part of the run."""
+
+    name: str
+    node_rank: int
+    ranks: tuple[int, ...] = ()
+    since: int = 0  # the attempt its supervisor started at (a spare: the one it joined)
+    attempt: int = 0  # the one it runs (or ran last)
+    started: bool = False
+    end: nodemsg.Exit | nodemsg.StartError | None = None  # its supervisor's last word
+    at: float = 0.0  # host clock of that word
+    stopped_at: float | None = None  # host clock of its word that it was told to stop
+    concluded: bool = False  # its ending of `attempt` is told (NodeExited)
+
+
+@dataclass
+class Gang:
+    run_id: str
+    fleet: Fleet
+    emit: Callable[[Event], None]
+    link_timeout: float
+    grace: float
+    master_addr: str = ""
+    names: tuple[str, ...] = ()  # every node's host, as the run began
+    nnodes: int = 0
+    tracker: FailureTracker = field(default_factory=FailureTracker)
+    progress: Watch | None = None  # the training's progress, read from the lines
+    replayed_progress: bool = True  # False: an attach's replay is not read for it (seeded)
+    attempts: Attempts = field(default_factory=Attempts)
+    detached: bool = False
+    user_stop: bool = False  # a user's stop: never followed by a restart
+    links: dict[int, NodeLink] = field(default_factory=dict)
+    nodes: dict[int, Node] = field(default_factory=dict)
+    tasks: dict[int, asyncio.Future[None]] = field(default_factory=dict)  # each node followed
+    # Node 0's hub said a spare must take a lost node's place: told to on_replace once what
+    # node 0 spooled is read (an attach replays old words first).
+    on_replace: Callable[[nodemsg.Restart], None] | None = None
+    _replace: nodemsg.Restart | None = None
+    running: asyncio.Event = field(default_factory=asyncio.Event)  # every node has started
+    stored: dict[int, int] = field(default_factory=dict)  # node → spool offset the logs hold
+    away: float = 0.0  # seconds the launcher itself was not running (a laptop's lid closed)
+    retired: list[dict[str, Any]] = field(default_factory=list)  # unread() of retired nodes
+    woke: float = 0.0  # when it ran again (monotonic): no silence before counts against a host
+    _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
+    _hub: str | None = None  # the line that tells a supervisor where node 0's hub listens
+    _hub_told: dict[int, Channel] = field(default_factory=dict)  # node → the stream told it
+
+    @property
+    def verdict(self) -> Verdict:
+        """The current attempt's."""
+        return self.attempts.verdict
+
+    @property
+    def cause(self) -> str | None:
+        return "user" if self.user_stop else self.verdict.cause
+
+    # -- asking ---------------------------------------------------------------------------------
+
+    def stop(self, cause: str = "user") -> None:
+        """Stop every node (TERM, grace, KILL on each host). Safe to call more than once.
+        A user's stop ends the run; a failure's, this attempt (the hub decides what follows)."""
+        if self.verdict.stop(cause, time.time()) and cause == "user":
+            self.emit(
+                Notice("info", f"stopping every node (TERM, then KILL after {self.grace:g} s)")
+            )
+        self.user_stop = self.user_stop or cause == "user"
+        for link in self.links.values():
+            link.say(self._stop_line(cause))
+
+    def _stop_line(self, cause: str) -> str:
+        if cause == "user":
+            return protocol.SAY_STOP
+        return f"{protocol.SAY_STOP} {protocol.SAY_STOP_FAILURE} {self.attempts.current}"
+
+    def say(self, k: int, line: str) -> None:
+        """A word to node k's supervisor (node 0's: the run's hub)."""
+        link = self.links.get(k)
+        if link is not None:
+            link.say(line)
+
+    def detach(self) -> None:
+        """Leave the run to its supervisors: no launcher lease any more; they end it alone."""
+        self.detached = True
+        for link in self.links.values():
+            link.say(protocol.SAY_DETACH)
+            link.close()  # the supervisor lets this viewer go; the stream ends
+
+    # -- following ------------------------------------------------------------------------------
+
+    def begin(self, node: Node, op: str, args: dict[str, Any]) -> None:
+        """Follow a node from now on (start or attach): `wait` waits for it too."""
+        self.tasks[node.node_rank] = asyncio.ensure_future(self.follow(node, op, args))
+
+    async def wait(self) -> None:
+        """Until every node followed (those begun meanwhile too) is over."""
+        while pending := [t for t in self.tasks.values() if not t.done()]:
+            await asyncio.wait(pending)
+        await asyncio.gather(*self.tasks.values())
+
+    async def follow(self, node: Node, op: str, args: dict[str, Any]) -> None:
+        """Open the node's stream (start or attach) and follow it to its end."""
+        k = node.node_rank
+        self.nodes[k] = node
+        link = self.links[k] = NodeLink(self.run_id, k)
+        for text in self._agent_noise(k):  # what its login printed: the node's own output
+            self.emit(LogBatch(node.name, k, "stdout", ((None, text),)))
+        while True:
+            why = await self._stream(node, link, op, args)
+            if link.ended or self.detached or self._no_supervisor(node):
+                break
+            if not await self._reconnect(node, link, why):
+                break
+            op, args = protocol.ATTACH, {"run_id": self.run_id, "node": k, "since": node.since}
+        if not node.concluded:
+            self._conclude(node, link, why)
+
+    def _no_supervisor(self, node: Node) -> bool:
+        """Its supervisor could not be started (the agent said why): nothing to attach to."""
+        return isinstance(node.end, nodemsg.StartError) and not node.concluded
+
+    async def retire(self, k: int) -> None:
+        """Node k's host is lost for good (a spare takes its place): stop following it."""
+        task, link, node = self.tasks.get(k), self.links.get(k), self.nodes.get(k)
+        if link is not None:
+            link.give_up()
+            if node is not None:
+                self.retired += self._unread(node, link)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if node is not None and link is not None and not node.concluded:
+            self._conclude(node, link, "")
+
+    def unread(self) -> list[dict[str, Any]]:
+        """The streams given up on before their end (a host cut off past the lease): where the
+        run's logs stop in each one's spool. What the host printed after is read later, once
+        it can be reached (remote/run/late.py)."""
+        if self.detached:  # an attach reads them all
+            return []
+        found = [e for k, node in self.nodes.items() for e in self._unread(node, self.links[k])]
+        return self.retired + found
+
+    def _unread(self, node: Node, link: NodeLink) -> list[dict[str, Any]]:
+        if link.ended or not link.lost:
+            return []
+        return [{"node": node.node_rank, "since": node.since, "host": node.name,
+                 "offset": link.offset}]  # fmt: skip
+
+    def _agent_noise(self, k: int) -> list[str]:
+        agent = self.fleet.ready(k)
+        return list(agent.noise) if agent is not None else []
+
+    async def _stream(self, node: Node, link: NodeLink, op: str, args: dict[str, Any]) -> str:
+        """One channel of the node's stream, to its end; why it ended ("" if by the host)."""
+        k = node.node_rank
+        done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+        def ended(why: str | None) -> None:
+            if not done.done():
+                done.set_result(why)
+
+        try:
+            agent = await self.fleet.agent(k, self.emit)
+        except HostError as exc:
+            return exc.reason
+        link.open(agent, op, args, lambda items: self._items(node, link, items), ended)
+        if self.user_stop:
+            link.say(protocol.SAY_STOP)
+        elif self.verdict.cause and node.started and node.attempt == self.attempts.current:
+            link.say(self._stop_line("failure"))
+        self._tell_hub(k, link)
+        return await done or ""
+
+    async def keep_leases(self) -> None:
+        """Ping every supervisor; a host silent for link_timeout is lost (ends by cancel).
+
+        If the launcher itself was not running (its clock jumped: a laptop asleep, a SIGSTOP),
+        the silence is its own: what the hosts sent meanwhile is read before anyone is judged."""
+        beat = protocol.beat_interval(self.link_timeout)
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(beat)
+            now = time.monotonic()
+            if now - last > AWAY_BEATS * beat + 1.0:  # the hosts heard nothing from `last`
+                self.away = max(self.away, now - last)
+                self.emit(
+                    Notice(
+                        "warning",
+                        f"ddptui itself was not running for {self.away:.0f} s (asleep or "
+                        "stopped): the hosts are judged once what they said meanwhile is read",
+                    )
+                )
+                self.woke = now  # the hosts are judged afresh, once they had their say
+            last = now
+            for k, link in self.links.items():
+                if link.ended or link.lost or link.channel is None:
+                    continue
+                link.say(protocol.SAY_PING)
+                if self._silent(link, now):
+                    link.give_up()
+                    agent = self.fleet.agents.get(k)
+                    if agent is not None:
+                        agent.drop()  # ends the stream: the link is dead
+
+    def _silent(self, link: NodeLink, now: float) -> bool:
+        """Not heard from for link_timeout, counted from the launcher's wake if it slept."""
+        return now - max(link.heard, self.woke) > self.link_timeout
+
+    @property
+    def reason(self) -> str:
+        """Why a run ended lost (the hosts' lease): the launcher's own absence, if it was
+        away past the lease; else what the hosts said."""
+        if self.away:
+            return (
+                f"ddptui itself was not running for {self.away:.0f} s (asleep or stopped), "
+                f"past the {self.link_timeout:g} s lease: the hosts ended the run"
+            )
+        return self.verdict.lease
+
+    async def _reconnect(self, node: Node, link: NodeLink, why: str) -> bool:
+        """The stream again, resumed where it stopped; False: given up (lost, or detached)."""
+        k, name = node.node_rank, node.name
+        gone = link.heard  # the last word from the host: the outage began after it
+        agent = self.fleet.ready(k)
+        if agent is not None and not why:
+            return True  # the agent is fine; its supervisor's stream ended early: attach again
+        self.emit(HostState(name, k, "disconnected", "reconnecting"))
+        self.emit(
+            Notice(
+                "warning",
+                f"connection lost; reconnecting (the job runs on; the host counts as lost "
+                f"after {self.link_timeout:g} s without a word)",
+                host=name,
+            )
+        )
+        delay = 0.5
+        while not link.lost and not self.detached:
+            try:
+                if not await _unless(link.given_up, self.fleet.reconnect(k, self.emit)):
+                    break  # lost meanwhile: no login attempt is waited out
+            except HostError:
+                if self._silent(link, time.monotonic()):
+                    link.give_up()
+                    break
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+                continue
+            took = time.monotonic() - gone
+            self.emit(
+                Notice("info", f"reconnected: the link was silent for {took:.1f} s", host=name)
+            )
+            self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
+            return True
+        return False
+
+    def _items(self, node: Node, link: NodeLink, items: list[Item]) -> None:
+        for item in items:
+            if isinstance(item, Record):
+                if item.kind == b"m":
+                    self._message(node, link, nodemsg.parse(item.message()), item.at)
+                else:
+                    text = item.data.decode("utf-8", "surrogateescape")
+                    stored = item.end <= self.stored.get(node.node_rank, 0)
+                    self._lines(node, STREAMS[item.kind], text, item.at, link.replaying, stored)
+            else:
+                msg = nodemsg.parse(item)
+                if isinstance(msg, nodemsg.StartError):  # the agent's: no supervisor
+                    node.end, node.at = msg, time.time()
+                elif isinstance(msg, nodemsg.Trimmed) and msg.missed:
+                    self.emit(
+                        Notice(
+                            "warning",
+                            f"{msg.missed} bytes of output were trimmed on the host before "
+                            "ddptui could read them (job.spool_max_mb)",
+                            host=node.name,
+                        )
+                    )
+        if node.node_rank == 0 and self._replace is not None and link.caught_up:
+            restart, self._replace = self._replace, None
+            if self.on_replace is not None and not self.user_stop:
+                self.on_replace(restart)
+
+    def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
+        k, name = node.node_rank, node.name
+        if isinstance(msg, nodemsg.Redrawn):
+            if self.progress is not None:
+                self.progress.feed(f"[{msg.rank}]:{msg.text}\n", node.attempt, at, 1, k)
+            return
+        if isinstance(msg, nodemsg.Started):
+            self.attempts.seen(msg.attempt, at)
+            if msg.attempt > node.attempt:  # its lines of the last attempt tell nothing now
+                self.tracker.forget(name)
+            if self._replace is not None and msg.attempt >= self._replace.attempt:
+                self._replace = None  # done already (an attach's replay)
+            node.attempt, node.started, node.end, node.concluded = msg.attempt, True, None, False
+            node.stopped_at = None
+            node.ranks = msg.ranks or node.ranks
+            self.emit(NodeStarted(name, k, msg.pid, msg.hostname, node.ranks, msg.ifname))
+            self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
+            if k == 0 and msg.hub_port:
+                self._hub_at(msg.hub_port)
+            else:
+                self._tell_hub(k, link)
+            self._check_running()
+        elif isinstance(msg, nodemsg.HubPort) and k == 0:
+            self._hub_at(msg.port)
+        elif isinstance(msg, nodemsg.Ranks):
+            node.ranks = msg.ranks
+            self.emit(NodeRanks(name, k, node.ranks, msg.world))
+            self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
+        elif isinstance(msg, nodemsg.Stopping):
+            node.stopped_at = node.stopped_at or at  # what its ranks print now is its echo
+            if msg.by == protocol.BY_PEER:
+                # The run's hub stopped it: another node failed (its own report follows).
+                self.attempts.of(node.attempt).stop("failure", at)
+        elif isinstance(msg, nodemsg.Trimmed):
+            self.emit(
+                Notice(
+                    "warning",
+                    f"the host trimmed {msg.bytes >> 20} MiB of old output to stay within "
+                    f"{msg.max >> 20} MiB (job.spool_max_mb); lines already received are kept",
+                    host=name,
+                )
+            )
+        elif isinstance(msg, nodemsg.Exit | nodemsg.StartError):  # this attempt's end
+            self.attempts.seen(msg.attempt, at)
+            node.attempt, node.end, node.at = msg.attempt, msg, at
+            self._conclude(node, link, "")
+        elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
+            self._hub_said(node, msg, at)
+
+    def _hub_at(self, port: int) -> None:
+        """Node 0's hub listens at `port`: every other node's supervisor is told."""
+        hub = f"{protocol.SAY_HUB} {self.master_addr} {port}"
+        if hub != self._hub:
+            self._hub, self._hub_told = hub, {}
+        for j, other in self.links.items():
+            self._tell_hub(j, other)
+
+    def _tell_hub(self, k: int, link: NodeLink) -> None:
+        """Node k's supervisor hears where the hub listens, once a stream: its agent keeps
+        what a stream says until the supervisor reads it, and a reconnect's new stream is told
+        again. Node 0 says its port twice (as its hub starts, and in its start), and a start
+        of 128 hosts is where every write waits for a core."""
+        if not (self._hub and k) or link.channel is None or self._hub_told.get(k) is link.channel:
+            return
+        self._hub_told[k] = link.channel
+        link.say(self._hub)
+
+    def _hub_said(
+        self, node: Node, msg: nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed, at: float
+    ) -> None:
+        """Node 0's hub: what follows an attempt, and word of what happened (job.notify)."""
+        if isinstance(msg, nodemsg.Notify):
+            self.emit(Alert(msg.event, msg.status, msg.message, msg.wanted))
+        elif isinstance(msg, nodemsg.NotifyFailed):
+            text = f"job.notify's command for {msg.event!r} failed (nothing else changes): "
+            self.emit(Notice("warning", text + msg.error, host=node.name))
+        else:
+            culprit = self._name(msg.node) if msg.node is not None else node.name
+            self.attempts.hub_said(msg.attempt - 1, culprit, msg.after, at)
+            replace = tuple(self._name(j) for j in msg.replace)
+            self.emit(RunRestarting(msg.attempt, msg.of, msg.after, msg.delay, replace))
+            self._replace = msg if msg.replace else None
+
+    def _name(self, k: int) -> str:
+        node = self.nodes.get(k)
+        if node is not None:
+            return node.name
+        return self.names[k] if k < len(self.names) else f"node {k}"
+
+    def _check_running(self) -> None:
+        started = sum(n.started for n in self.nodes.values())
+        if started == self.nnodes and (self._hub or started == 1):
+            self.running.set()
+
+    def _lines(
+        self, node: Node, stream: Stream, data: str, at: float, replay: bool, stored: bool
+    ) -> None:
+        # The supervisor sends whole lines only. No Python call per line: 1M lines must flow.
+        lines = untag(data)
+        if stream == "stderr":
+            self.tracker.feed(node.name, lines, at)
+        if self.progress is not None and (self.replayed_progress or not replay):
+            self.progress.feed(data, node.attempt, at, len(lines), node.node_rank)
+        self.emit(LogBatch(node.name, node.node_rank, stream, lines, replay, stored))
+
+    # -- endings --------------------------------------------------------------------------------
+
+    def _conclude(self, node: Node, link: NodeLink, why: str) -> None:
+        """The node's attempt ended (its supervisor said so), or its stream did without a
+        word (lost, dead): how, for the attempt it was in."""
+        node.concluded = True
+        if self.detached and node.end is None:
+            return
+        k, name = node.node_rank, node.name
+        # Its supervisor died only where its stream says so: read to its end, with no last
+        # word. A stream given up on before its end is a host lost, whatever gave up.
+        dead = node.end is None and link.ended and not link.lost
+        if link.lost or not (dead or why):
+            gone = (
+                f"lost: not heard from for {self.link_timeout:g} s (network cut or host down); "
+                "its supervisor stops its part when no launcher is heard from for as long"
+            )
+        elif why and node.end is None:
+            gone = why
+        else:
+            gone = "its supervisor died (the host's part is swept by the run's tags)"
+        died = node.end.died if isinstance(node.end, nodemsg.Exit) else None
+        ending = self.attempts.of(node.attempt).ended(
+            name,
+            node.end,
+            node.at or time.time(),
+            gone=gone,
+            tracebacks=lambda host, code, at: self.tracker.node_failures(
+                host, code, at=at, died=died
+            ),
+            peer_name=lambda j: self.nodes[j].name if j in self.nodes else None,
+            stopped_at=node.stopped_at,
+            hub=k == 0,
+        )
+        for text in ending.errors:
+            self.emit(Notice("error", text, host=name))
+        self.emit(HostState(name, k, ending.state, ending.detail))
+        self.emit(NodeExited(name, k, ending.exit_code, ending.failures, ending.stopped))
+        if ending.state == "failed" and node.attempt == self.attempts.current:
+            self.stop("failure")
+            if dead:
+                self._sweeps.append(asyncio.ensure_future(self._sweep(node)))
+                self._gone(k, node.attempt)
+
+    def _gone(self, k: int, attempt: int) -> None:
+        """Node k's supervisor is dead: the run's hub (of node 0's, every peer) hears it now,
+        instead of waiting out its silence (link_timeout) before the run can end."""
+        line = f"{protocol.SAY_GONE} {k} {attempt}"
+        for j in [0] if k else [j for j in self.links if j]:
+            self.say(j, line)
+
+    async def _sweep(self, node: Node) -> None:
+        """Its supervisor is gone: stop what is left of the node by the run's tags."""
+        with contextlib.suppress(HostError):
+            for text in await self.sweep(node.node_rank):
+                self.emit(Notice("error", f"{text} could not be killed", host=node.name))
+
+    async def sweep(self, k: int) -> list[str]:
+        """Stop what is left of node k on its host, by the run's tags: what could not be killed.
+        Raises HostError."""
+        agent = await self.fleet.agent(k, self.emit)
+        args = {"run_id": self.run_id, "node": k, "grace": self.grace}
+        got = await agent.request(protocol.SWEEP, args)
+        return [str(text)[:1000] for text in got.get("survivors") or ()]
+
+    async def settle(self) -> None:
+        """Wait for the sweeps of nodes whose supervisor died."""
+        await asyncio.gather(*self._sweeps, return_exceptions=True)
+
+    async def hang_up(self) -> None:
+        """After a cancel: stop every node still running and read to each stream's end."""
+        live = [link for link in self.links.values() if link.channel and not link.closed.is_set()]
+        for link in live:
+            link.say(protocol.SAY_STOP)
+        if live:
+            ends = [asyncio.ensure_future(link.closed.wait()) for link in live]
+            _, pending = await asyncio.wait(ends, timeout=self.grace + 10)
+            for task in pending:
+                task.cancel()
+        for link in self.links.values():
+            link.close()
+
+    @property
+    def failures(self) -> list[Failure]:
+        return self.verdict.failures
+
+
+def untag(data: str) -> tuple[tuple[int | None, str], ...]:
+    """Each whole line of data: `[3]:hello` → (3, "hello"); a node's own lines carry no tag."""
+    found = RANK_TAG.findall(data)  # one pass in C over the whole chunk
+    ranks = {tag: int(tag) if tag else None for tag in set(map(itemgetter(0), found))}
+    if len(ranks) == 1:  # the usual chunk: one rank's lines
+        return tuple(zip(repeat(ranks.popitem()[1]), map(itemgetter(1), found)))
+    return tuple([(ranks[tag], text) for tag, text in found])
+
+
+async def _unless(event: asyncio.Event, work: Coroutine[Any, Any, Any]) -> bool:
+    """work to its end, unless `event` is set first (then it is cancelled): True if it ended
+    (its exception raised)."""
+    task, stop = asyncio.ensure_future(work), asyncio.ensure_future(event.wait())
+    try:
+        await asyncio.wait([task, stop], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, stop, return_exceptions=True)
+    if task.cancelled():
+        return False
+    task.result()
+    return True
+
+
+def _ranks_text(ranks: tuple[int, ...]) -> str:
+    if not ranks:
+        return ""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"

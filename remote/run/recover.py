@@ -1,0 +1,148 @@
+"""A lost node's place taken by a spare host (`job.restarts`, hosts with `spare: true`).
+
+The run's hub (node 0's supervisor) decides when: once every node's job of an attempt has ended
+and a node was lost, it says RESTART with the nodes to replace, and waits. Replacing needs a
+login, so a launcher does it, the one attached (a detached run waits for the next `attach`):
+for each lost node, the first spare that passes its checks (the code pushed first, with
+`job.sync`) gets a supervisor of its own in that node's rank, so world size and ranks stay as
+planned. It proves itself to the hub with a ticket of its own, which node 0 is told to expect
+over this launcher's link; once it has joined, the hub restarts every node. A spare that fails
+its checks is named and not used; with none left, the hub is told, and the run ends as it would
+have without spares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import secrets
+from typing import TYPE_CHECKING
+
+from ddptui.remote import inventory
+from ddptui.remote.agents import sync
+from ddptui.remote.agents.transport import HostError
+from ddptui.remote.checks import probe
+from ddptui.remote.events import Notice
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Host
+from ddptui.remote.run.gang import Node
+from ddptui.remote.store import runs
+
+if TYPE_CHECKING:
+    from ddptui.remote.run.nodemsg import Restart
+    from ddptui.remote.run.runner import Run
+
+DETACHED = (
+    "a lost host's place goes to a spare only while ddptui is attached (a spare needs a "
+    "login): a detached run with a lost host waits for the next `ddptui attach`"
+)
+
+
+class Recovery:
+    """Spares put in lost nodes' places, for one run, as its hub asks."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.tasks: list[asyncio.Future[None]] = []
+        self.asked: set[tuple[int, int]] = set()  # (node, attempt) seen to already
+        self.refused: set[str] = set()  # spares that failed their checks: not tried again
+
+    def start(self, restart: Restart) -> None:
+        todo = [k for k in restart.replace if (k, restart.attempt) not in self.asked]
+        self.asked.update((k, restart.attempt) for k in todo)
+        if todo:
+            self.tasks.append(asyncio.ensure_future(self._replace(todo, restart.attempt)))
+
+    async def _replace(self, nodes: list[int], attempt: int) -> None:
+        for k in nodes:
+            if not await self._one(k, attempt):
+                return
+
+    async def _one(self, k: int, attempt: int) -> bool:
+        run = self.run
+        lost = run.inv.hosts[k]
+        if lost.since == attempt:  # given a spare already, by a launcher that left before it ran
+            if await self._check(k, lost, k) is None:
+                await self._start(k, attempt, lost.name)
+                return True
+            lost = dataclasses.replace(lost, name=f"node {k}")
+        run.emit(Notice("warning", f"{lost.name} was lost: a spare host takes node {k}'s place"))
+        for j, spare in self._candidates():
+            why = await self._check(j, spare, k)
+            if run.gang.user_stop:  # stopped meanwhile: the hub ends the run, no spare needed
+                return False
+            if why is None:
+                await self._take(k, j, spare, attempt)
+                return True
+            self.refused.add(spare.name)
+            run.emit(Notice("warning", f"spare {spare.name} not used: {why}", host=spare.name))
+        why = f"no spare host could take {lost.name}'s place"
+        run.gang.say(0, f"{protocol.SAY_NO_SPARE} {why}")
+        run.emit(Notice("error", f"{why}: the run ends"))
+        return False
+
+    def _candidates(self) -> list[tuple[int, Host]]:
+        inv, n = self.run.inv, len(self.run.inv.hosts)
+        return [
+            (j, h)
+            for j, h in enumerate(inv.everyone)
+            if j >= n and h.name not in inv.retired and h.name not in self.refused
+        ]
+
+    async def _check(self, j: int, spare: Host, k: int) -> str | None:
+        """Why the spare in fleet slot j cannot take node k's place; None: it can."""
+        run = self.run
+        job = run.inv.job
+        try:
+            agent = await run.fleet.agent(j, run.emit)
+        except HostError as exc:
+            return f"unreachable: {exc.reason}"
+        workdir = run.preflight.workdir(spare)
+        if job.sync is not None:
+            alone = dataclasses.replace(run.inv, hosts=(spare,))
+            (pushed,) = await sync.push(alone, [agent], [workdir], run.emit)
+            if pushed.error:
+                return pushed.text()
+        checked = await probe.probe(
+            agent, job, run.gang.master_addr, workdir=workdir, connect_s=run.fleet.took.get(j),
+            warm=run.run_id,
+        )  # fmt: skip
+        failed = [f for f in checked.findings if f.level == "failure"]
+        if failed:
+            return f"check failed ({failed[0].check}): {failed[0].message}"
+        planned = run.nprocs_planned[k] if k < len(run.nprocs_planned) else run.nprocs()[k]
+        if job.nproc_per_node == "auto":
+            sees = checked.facts.get("visible_gpus", len(checked.gpus)) or spare.gpus or 1
+            if sees != planned:
+                return f"the job would see {sees} GPU(s) there; node {k} runs {planned} ranks"
+        return None
+
+    async def _take(self, k: int, j: int, spare: Host, attempt: int) -> None:
+        """The spare in slot j becomes node k from `attempt` on (the run dir says so, for a
+        later attach), then starts."""
+        run = self.run
+        lost = run.inv.hosts[k]
+        await run.gang.retire(k)
+        run.inv = run.preflight.inv = inventory.swap_in(run.inv, k, spare.name, attempt)
+        run.fleet.swap(k, j, run.inv.hosts[k])
+        run.preflight.forget(k, lost.name)
+        runs.replaced(run.run_dir, k, spare.name, attempt)
+        await self._start(k, attempt, lost.name)
+
+    async def _start(self, k: int, attempt: int, lost: str) -> None:
+        """Node k's supervisor on its spare, with a ticket node 0's hub is told to expect."""
+        run, gang = self.run, self.run.gang
+        host = run.inv.hosts[k]
+        gang.stored.pop(k, None)
+        if run.recorder is not None:
+            run.recorder.new_stream(k, attempt)
+        ticket = secrets.token_hex(16)
+        gang.say(0, f"{protocol.SAY_REPLACE} {k} {ticket}")
+        node = run.plan(run.nprocs_planned or run.nprocs()).nodes[k]
+        # as the run is: a detached run's spare needs no launcher either
+        hub = gang.links.get(0)
+        detached = hub is not None and hub.hello.get("mode") == "detached"
+        spec = {**run.spec(node, attempt=attempt, secret=ticket), "detached": detached}
+        text = f"{host.name} takes {lost}'s place as node {k} from attempt {attempt + 1}"
+        run.emit(Notice("info", text))
+        gang.begin(Node(host.name, k, node.ranks, since=attempt), protocol.START, {"spec": spec})

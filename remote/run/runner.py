@@ -1,0 +1,456 @@
+"""One run: every host's agent up and checked (remote/checks/preflight.py), the supervisors started,
+every node followed to the end (remote/run/gang.py).
+
+All or nothing: if any host cannot be reached, nothing starts. When one node fails, or the user
+stops the run, every other node is told to stop (TERM, grace, KILL on its host). The run lives
+on its hosts (remote/host/daemon.py): if ddptui dies or its link drops, each supervisor stops its
+node after `job.link_timeout` without a word from a launcher, unless one comes back; a detached
+run needs no launcher at all. With `job.restarts`, node 0's supervisor starts every node again
+after a failure, attempt after attempt; a lost node's place goes to a spare host, which a
+launcher must start (remote/run/recover.py). A Run borrows the dashboard's fleet when given one (no
+login shell more), else opens its own and closes it at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from ddptui.remote.agents.fleet import Fleet, fleet_for
+from ddptui.remote.agents.transport import HostError, Transport
+from ddptui.remote.checks.judge import master_problem
+from ddptui.remote.checks.preflight import Preflight
+from ddptui.remote.events import (
+    ChecksDone,
+    Event,
+    Failure,
+    HangDetected,
+    Notice,
+    RunFinished,
+    RunStarted,
+)
+from ddptui.remote.exits import (
+    EXIT_FAILED as EXIT_FAILED,  # re-exported: callers take them from here
+)
+from ddptui.remote.exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from ddptui.remote.exits import EXIT_OK as EXIT_OK
+from ddptui.remote.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
+from ddptui.remote.exits import EXIT_USAGE as EXIT_USAGE
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.run import nodemsg, recover
+from ddptui.remote.run import plan as planner
+from ddptui.remote.run.gang import Gang, Node
+from ddptui.remote.run.progress import Watch
+from ddptui.remote.stalls import flight, hang
+from ddptui.remote.store import runs
+from ddptui.remote.store.record import Recorder
+
+SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui plot`)
+CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
+
+Emit = Callable[[Event], None]
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
+
+
+class Run:
+    """Drive one run; `execute()` returns the final event, `stop()` asks it to end early."""
+
+    def __init__(
+        self,
+        inv: Inventory,
+        emit: Emit,
+        *,
+        run_dir: Path | None = None,
+        run_id: str | None = None,
+        extra_args: Sequence[str] = (),
+        transports: Sequence[Transport] | None = None,
+        fleet: Fleet | None = None,
+        checks: bool = True,
+        detach: bool = False,
+        deep: float | None = None,
+    ) -> None:
+        self.inv = inv
+        self.deep = (
+            deep  # the deep check first, in so many seconds at most (remote/run/deepcheck.py)
+        )
+        self.run_id = run_id or new_run_id()
+        self.run_dir = run_dir or runs.default_dir(self.run_id)
+        self.extra_args = tuple(extra_args)
+        self.own_fleet = fleet is None
+        self.fleet = fleet or fleet_for(inv, transports)
+        self._emit_to = emit
+        self.checks = checks  # probe every host first; any failed check stops the launch
+        self.detach_when_running = detach  # leave the run to itself once every node runs
+        self.preflight = Preflight(inv, self.fleet, self.emit, checks=checks, run_id=self.run_id)
+        self._phase: asyncio.Future[bool] | None = None  # connecting, checking: stop cancels it
+        self._secret = secrets.token_hex(16)  # the supervisors' proof to each other (hub)
+        self._t0 = time.monotonic()
+        self.recorder: Recorder | None = None
+        self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
+        self.stop_now = False
+        self.leftovers: list[str] = []  # what a stop could not kill
+        job = inv.job
+        self.gang = Gang(
+            self.run_id, self.fleet, self.emit, job.link_timeout, job.stop_grace,
+            names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),
+        )  # fmt: skip
+        self.gang.on_replace = self._replace
+        self.progress = Watch(job.progress if isinstance(job.progress, str) else None, self.emit)
+        if job.progress is not False:  # false: no line is read for progress
+            self.gang.progress = self.progress
+        self._series_at = 0.0  # when series.json was last written
+        self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
+        # What a spare in a lost node's place is planned with: as the run began.
+        self.nprocs_planned: list[int] = []
+        self.master_port: int | None = job.master_port if job.master_port != "auto" else None
+        self.recovery = recover.Recovery(self)
+
+    @classmethod
+    def rejoin(
+        cls, record: runs.RunRecord, emit: Emit, *, stop: bool = False, fleet: Fleet | None = None
+    ) -> Run:
+        """A run started earlier (attach, stop): every host's stream, followed from byte 0."""
+        run = cls(record.inventory(), emit, run_dir=record.dir, run_id=record.run_id, fleet=fleet)
+        run.record, run.stop_now = record, stop
+        return run
+
+    # -- public -----------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop every node (TERM, grace, KILL on each host). Safe to call more than once."""
+        self.gang.stop("user")
+        if self._phase is not None:  # still connecting or checking: stop that at once
+            self._phase.cancel()
+
+    def detach(self) -> None:
+        """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself."""
+        if self.inv.job.restarts and self.inv.usable_spares:
+            self.emit(Notice("info", recover.DETACHED))
+        self.gang.detach()
+
+    @property
+    def stopping(self) -> bool:
+        return self.gang.cause is not None
+
+    async def execute(self) -> RunFinished:
+        record = self.record
+        started = record.started_at if record else None
+        self.recorder = Recorder(self.run_dir, resume=record is not None, started_at=started)
+        try:
+            if record is not None:
+                return await self._rejoin(record)
+            runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
+            return await self._execute()
+        finally:
+            if not self.gang.detached:  # after a cancel: stop what runs, read to the end
+                await self.gang.hang_up()
+            self._checkpoint()  # the logs as they end: a later reader appends to them
+            if self.own_fleet:
+                await self.fleet.close()
+            self.recorder.close()
+
+    # -- the run ----------------------------------------------------------------------------
+
+    async def _execute(self) -> RunFinished:
+        inv = self.inv
+        names = tuple(h.name for h in inv.hosts)
+        auto = inv.job.nproc_per_node == "auto"
+        # auto: known once the GPUs are counted; spawn: the script decides
+        world = None if auto or inv.job.launcher == "spawn" else sum(self.nprocs())
+        self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
+        if not await self._until_stopped(self.preflight.run()) or self.stopping:
+            return self._finish()
+        if self.deep is not None and not await self._until_stopped(self._deep_check()):
+            return self._finish()
+        nprocs = self.nprocs()
+        if auto:
+            per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
+            self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
+        addrs = self.addresses()
+        why = master_problem(inv.job.master_addr or addrs[0], addrs)
+        if why is None and self.master_port is None:
+            self.master_port = self.preflight.master_port or await self._pick_port()
+            why = None if self.master_port else "node 0 could not pick a free port (master_port)"
+        if why is not None:
+            self.preflight.failures.append(
+                Failure(inv.master.name, None, None, why, seen_at=time.time())
+            )
+            self.emit(Notice("error", f"not starting: {why}"))
+            return self._finish()
+        plan = self.plan(nprocs)
+        for text in plan.notices:
+            self.emit(Notice("warning", text))
+        self.gang.master_addr = plan.master_addr
+        self.nprocs_planned = nprocs
+        runs.write_info(
+            self.run_dir, master_addr=plan.master_addr, world_size=plan.world_size,
+            master_port=self.master_port, nprocs=nprocs, extra_args=list(self.extra_args),
+        )  # fmt: skip
+        starts = [
+            (Node(n.host.name, n.node_rank, n.ranks), protocol.START, {"spec": self.spec(n)})
+            for n in plan.nodes
+        ]
+        await self._follow(starts)
+        return self._finish()
+
+    def addresses(self) -> list[str]:
+        """Where the peers reach each node's host."""
+        return [t.address for t in self.fleet.transports[: len(self.inv.hosts)]]
+
+    def plan(self, nprocs: Sequence[int]) -> planner.Plan:
+        return planner.build(
+            self.inv, run_id=self.run_id, nprocs=nprocs, extra_args=self.extra_args,
+            addrs=self.addresses(), master_port=self.master_port,
+        )  # fmt: skip
+
+    async def _pick_port(self) -> int | None:
+        """job.master_port: auto without the checks: node 0's agent picks one."""
+        try:
+            agent = await self.fleet.agent(0, self.emit)
+            got = await agent.request(protocol.PORT, {})
+        except HostError:
+            return None
+        port = got.get("port")
+        return port if isinstance(port, int) and 0 < port < 65536 else None
+
+    async def _deep_check(self) -> bool:
+        """The fabric measured first; a failure refuses the launch, as a failed check does."""
+        from ddptui.remote.run import deepcheck
+
+        assert self.deep is not None
+        done = await deepcheck.run(
+            self.inv, self.fleet, self.emit, seconds=self.deep, runs_dir=self.run_dir.parent
+        )
+        failed = [f for f in done.findings if f.level == "failure"]
+        for f in failed:
+            message = f"deep check failed ({f.check}): {f.message}"
+            self.preflight.failures.append(
+                Failure(f.host or "deep check", None, None, message, seen_at=0.0)
+            )
+        if failed:
+            self.emit(Notice("error", "not starting: the deep check failed"))
+        return not failed
+
+    async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
+        inv, info = self.inv, record.info
+        names = tuple(h.name for h in inv.hosts)
+        world = info.get("world_size")
+        self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
+        why = "cannot reach every host: the run's part on those is not known"
+        await self._until_stopped(self.preflight.connect(why))
+        await self._seed_progress()
+        self.gang.master_addr = str(info.get("master_addr") or "")
+        self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]
+        self.extra_args = tuple(str(a) for a in info.get("extra_args") or ())
+        port = info.get("master_port")
+        self.master_port = port if isinstance(port, int) else self.master_port
+        if (rec := self.recorder) is not None:  # lines the run dir has: shown, not stored again
+            here = {k: h.since for k, h in enumerate(inv.hosts)}  # a spare's spool is another
+            self.gang.stored = {
+                k: o for k, o in rec.stored.items() if rec.since.get(k, 0) == here.get(k)
+            }
+        if self.stop_now:
+            self.gang.stop("user")
+        starts = [
+            (
+                Node(h.name, h.node_rank, since=h.since),
+                protocol.ATTACH,
+                {"run_id": self.run_id, "node": k, "since": h.since},
+            )
+            for k, h in enumerate(inv.hosts)
+            if k not in self.preflight.unreachable
+        ]
+        await self._follow(starts)
+        if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
+            await self._sweep_all()
+        return self._finish()
+
+    async def _seed_progress(self) -> None:
+        """An attach replays the run from its first line, faster than lines are read for
+        progress (remote/host/progress.py): node 0's host's curve stands in for the replay."""
+        if 0 in self.preflight.unreachable or self.gang.progress is None:
+            return
+        ask = {"nodes": [[self.run_id, 0, 0]], "series": True}
+        try:
+            agent = await self.fleet.agent(0, self.emit)
+            got = await agent.request(protocol.STATUS, ask)
+        except HostError:
+            return
+        series: Any = got
+        for key in ("runs", self.run_id, "0", "series"):  # what a host sends is data: checked
+            series = series.get(key) if isinstance(series, dict) else None
+        if isinstance(series, dict) and self.progress.seed(series):
+            self.gang.replayed_progress = False
+
+    async def _sweep_all(self) -> None:
+        async def one(k: int) -> list[str]:
+            name = self.inv.hosts[k].name
+            try:
+                return [f"{name}: {text}" for text in await self.gang.sweep(k)]
+            except HostError as exc:
+                return [f"{name}: {exc.reason}"]
+
+        reached = [k for k in range(len(self.inv.hosts)) if k not in self.preflight.unreachable]
+        for left in await asyncio.gather(*(one(k) for k in reached)):
+            self.leftovers += left
+
+    async def _until_stopped(self, work: Coroutine[Any, Any, bool]) -> bool:
+        """A phase that stop() cancels at once (a login may take its whole timeout): False."""
+        self._phase = asyncio.ensure_future(work)
+        try:
+            return await self._phase
+        except asyncio.CancelledError:
+            if not self.stopping:  # cancelled from outside, not by our stop()
+                raise
+            return False
+        finally:
+            self._phase = None
+
+    def nprocs(self) -> list[int]:
+        return self.preflight.nprocs()
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    async def _follow(self, starts: list[tuple[Node, str, dict[str, Any]]]) -> None:
+        """Follow every node to its end, the leases kept and the GPU figures coming."""
+        gang = self.gang
+        self.fleet.listen(self.emit)
+        helpers = [
+            asyncio.ensure_future(gang.keep_leases()),
+            asyncio.ensure_future(self._guard_hangs()),
+            asyncio.ensure_future(self._checkpoints()),
+            asyncio.ensure_future(self.progress.run()),
+        ]
+        for node, op, args in starts:
+            gang.begin(node, op, args)
+        if self.detach_when_running:
+            nodes = list(gang.tasks.values())
+            helpers.append(asyncio.ensure_future(self._detach_once_running(nodes)))
+        try:
+            await gang.wait()
+            await gang.settle()
+        finally:
+            self.fleet.unlisten(self.emit)
+            for task in [*helpers, *self.recovery.tasks]:
+                task.cancel()
+            await asyncio.gather(*helpers, *self.recovery.tasks, return_exceptions=True)
+            self._checkpoint()
+
+    async def _guard_hangs(self) -> None:
+        """A stall warns, and every rank's stack is saved in the run dir (remote/stalls/hang.py)."""
+        await hang.guard(self._hang, self.emit, self._capture_stacks)
+
+    async def _capture_stacks(self) -> object:
+        from ddptui.remote.stalls import stacks  # at a stall only: not part of every launch's start
+
+        flight = self.inv.job.nccl.flight_recorder
+        return await stacks.capture(self.fleet, self.run_id, self.run_dir, self.emit, flight=flight)
+
+    async def _checkpoints(self) -> None:
+        """Every second, note in the run dir how far each node's logs go (ends by cancel)."""
+        while True:
+            await asyncio.sleep(CHECKPOINT_S)
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        if self.recorder is not None:
+            offsets = {k: link.offset for k, link in self.gang.links.items()}
+            since = {k: node.since for k, node in self.gang.nodes.items()}
+            self.recorder.checkpoint(offsets, since)
+            if time.monotonic() - self._series_at > SERIES_S and self.progress.tracker.attempts:
+                self._series_at = time.monotonic()
+                self.recorder.write_series(self.progress.dump())
+
+    async def _detach_once_running(self, nodes: Sequence[asyncio.Future[None]]) -> None:
+        running: asyncio.Future[Any] = asyncio.ensure_future(self.gang.running.wait())
+        await asyncio.wait([running, *nodes], return_when=asyncio.FIRST_COMPLETED)
+        if running.done() and not self.stopping:
+            self.detach()
+
+    def _replace(self, restart: nodemsg.Restart) -> None:
+        """Node 0's hub waits for spares in lost nodes' places (remote/run/recover.py)."""
+        self.recovery.start(restart)
+
+    def spec(self, node: planner.NodePlan, attempt: int = 0, secret: str = "") -> dict[str, Any]:
+        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket)."""
+        job = self.inv.job
+        notify = job.notify.model_dump() if job.notify else None
+        return protocol.spec(
+            {
+                "run_id": self.run_id,
+                "node": node.node_rank,
+                "names": [h.name for h in self.inv.hosts],
+                "argv": list(node.argv),
+                "expand": list(node.expand),
+                "scratch_arg": planner.SCRATCH,
+                "env": flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),
+                "workdir": self.preflight.workdir(node.host),
+                "route_to": node.route_to,
+                "ifname_vars": list(planner.IFNAME_VARS),
+                "master_addr": self.gang.master_addr,
+                "grace": job.stop_grace,
+                "unset": list(node.unset),
+                "ranks": list(node.ranks),
+                "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
+                "tail_ranks": node.tail_ranks,
+                "line_buffer": not node.tail_ranks,
+                "container": node.host.container.spec() if node.host.container else None,
+                "link_timeout": job.link_timeout,
+                "spool_max": int(job.spool_max_mb * (1 << 20)),
+                "secret": secret or self._secret,
+                "attempt": attempt,
+                "restarts": job.restarts,
+                "restart_delay": job.restart_delay,
+                "spares": len(self.inv.usable_spares),
+                "notify": notify,
+                "progress": job.progress,
+            }
+        )
+
+    def _finish(self) -> RunFinished:
+        if self.record is not None and self.record.started_at:  # the run's, not this attach's
+            ends = [n.at for n in self.gang.nodes.values() if n.end is not None]
+            elapsed = (max(ends) if ends else time.time()) - self.record.started_at
+        else:
+            elapsed = time.monotonic() - self._t0
+        (status, code, root, ordered), attempts = self.gang.attempts.outcome(
+            self.preflight.failures,
+            unreachable=bool(self.preflight.unreachable),
+            detached=self.gang.detached,
+        )
+        reason = self.gang.reason if status == "lost" else ""
+        self.progress.tell()  # the last word before the end
+        if self.recorder is not None:
+            self.recorder.unread = self.gang.unread()
+            if self.progress.tracker.attempts or self.progress.tracker.links:
+                self.recorder.series = self.progress.dump()
+        fin = RunFinished(status, code, elapsed, root, ordered, attempts, reason)
+        self.emit(fin)
+        return fin
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, HangDetected):  # job.notify's command runs on node 0's host
+            self.gang.say(0, f"{protocol.SAY_NOTIFY} hang {hang.describe(event)}")
+        self._hang.feed(event)
+        if self.recorder is not None:
+            self.recorder(event)
+        self._emit_to(event)
+
+
+async def check(
+    inv: Inventory, emit: Emit, transports: Sequence[Transport] | None = None
+) -> ChecksDone:
+    """`ddptui --headless check`: every host's agent, its probe, all judged; nothing starts."""
+    fleet = fleet_for(inv, transports)
+    try:
+        return await Preflight(inv, fleet, emit).check()
+    finally:
+        await fleet.close()

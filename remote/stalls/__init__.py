@@ -1,0 +1,1 @@
+"""A run that stalls: the hang watch, every rank's stack (py-spy), NCCL's flight recorder."""

@@ -1,0 +1,266 @@
+"""Runs as the launcher keeps them: one directory each, found again by id, prefix or path.
+
+Every run directory holds `run.json` (id, hosts, when, the master address) and `inventory.yaml`
+(the inventory it was started with: attach, stop and history need no `-i`). Runs live under the
+user data dir's `runs/`; a run whose directory is elsewhere (`--run-dir`) is linked there, so
+one place lists them all. A run that may still be going is asked of its hosts, not only of the
+local files (a detached run, or one whose launcher died, writes no local summary).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddptui.remote import inventory
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.transport import HostError
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.store.record import (
+    SERIES,
+    RunDirError,
+    check_private,
+    private_dir,
+    replace_private,
+    write_private,
+)
+from ddptui.remote.store.runlist import RUN_JSON, root
+
+INVENTORY, SUMMARY = "inventory.yaml", "summary.json"
+# A run's status: from its summary, else from its hosts' supervisors.
+STATUSES = ("running", "succeeded", "failed", "stopped", "lost")
+
+
+class RunError(Exception):
+    """RUN names no run, several, or one whose files are unreadable: for a person."""
+
+
+def default_dir(run_id: str) -> Path:
+    return root() / run_id
+
+
+def register(run_dir: Path, run_id: str, inv: Inventory, **info: Any) -> None:
+    """Keep what attach, stop and history need; link the run under root() if elsewhere."""
+    write_private(run_dir / INVENTORY, inv.text)
+    write_info(run_dir, run_id=run_id, hosts=[h.name for h in inv.hosts],
+               started_at=time.time(), inventory=str(inv.path), excluded=list(inv.excluded),
+               **info)  # fmt: skip
+    link = root() / run_id
+    if run_dir.resolve() != link.resolve():
+        private_dir(link.parent)
+        link.symlink_to(run_dir.resolve(), target_is_directory=True)
+
+
+def replaced(run_dir: Path, node: int, spare: str, since: int) -> None:
+    """A spare took node's place from attempt `since` (attach finds it there)."""
+    path = run_dir / RUN_JSON
+    old = json.loads(path.read_text()).get("replaced") or []
+    write_info(run_dir, replaced=[*old, {"node": node, "host": spare, "since": since}])
+
+
+def write_info(run_dir: Path, **info: Any) -> None:
+    path = run_dir / RUN_JSON
+    old = json.loads(path.read_text()) if path.exists() else {}
+    replace_private(path, json.dumps({**old, **info}, indent=2) + "\n")
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    dir: Path
+    info: dict[str, Any]
+    summary: dict[str, Any] | None
+    status: str = ""  # filled by `statuses`
+    detail: str = ""  # e.g. why it is lost
+    states: dict[int, dict[str, Any] | None] = field(default_factory=dict)  # per node
+
+    @property
+    def started_at(self) -> float:
+        return float(self.info.get("started_at") or 0)
+
+    def inventory(self) -> Inventory:
+        """The inventory it was started with, as the run has it now: hosts left out of this
+        launch (--exclude) out, spares in the lost nodes' places."""
+        try:
+            inv = inventory.load(self.dir / INVENTORY)
+            if excluded := self.info.get("excluded"):
+                inv = inventory.leave_out(inv, {str(name) for name in excluded})
+            for r in self.info.get("replaced") or ():
+                inv = inventory.swap_in(inv, int(r["node"]), str(r["host"]), int(r["since"]))
+        except (inventory.InventoryError, KeyError, TypeError, ValueError) as exc:
+            raise RunError(f"run {self.run_id}: its inventory copy is unusable: {exc}") from None
+        return inv
+
+
+def read(run_dir: Path) -> RunRecord:
+    try:
+        info = json.loads((run_dir / RUN_JSON).read_text())
+        check_private(run_dir, run_dir.stat())  # who may write it may swap its inventory copy
+    except (OSError, ValueError) as exc:
+        raise RunError(f"{run_dir} is not a ddptui run directory ({exc})") from None
+    except RunDirError as exc:
+        raise RunError(f"run {exc}") from None
+    summary = None
+    if (run_dir / SUMMARY).exists():
+        try:
+            summary = json.loads((run_dir / SUMMARY).read_text())
+        except (OSError, ValueError):
+            summary = None
+    return RunRecord(str(info.get("run_id") or run_dir.name), run_dir, info, summary)
+
+
+def all_runs() -> list[RunRecord]:
+    """Every run under root(), newest first (unreadable leftovers are skipped)."""
+    found = []
+    if root().is_dir():
+        for entry in root().iterdir():
+            if (entry / RUN_JSON).exists():
+                try:
+                    record = read(entry)
+                except RunError:
+                    continue
+                if entry.is_symlink() and record.run_id != entry.name:
+                    continue  # a --run-dir since reused by another run (linked by its own id)
+                found.append(record)
+    return sorted(found, key=lambda r: (r.started_at, r.run_id), reverse=True)
+
+
+def resolve(spec: str) -> RunRecord:
+    """RUN as a user writes it: a run directory, a run id, or a unique prefix of one."""
+    path = Path(spec).expanduser()
+    if (path / RUN_JSON).exists():
+        return read(path)
+    matches = [r for r in all_runs() if r.run_id.startswith(spec)]
+    exact = [r for r in matches if r.run_id == spec]
+    if exact or len(matches) == 1:
+        return (exact or matches)[0]
+    if not matches:
+        raise RunError(f"no run matches {spec!r} (ddptui --headless runs lists them)")
+    ids = ", ".join(r.run_id for r in matches[:5])
+    raise RunError(f"{spec!r} matches {len(matches)} runs ({ids}...): give more of the id")
+
+
+# -- status from the hosts -------------------------------------------------------------------
+
+
+async def statuses(records: Sequence[RunRecord]) -> None:
+    """Fill each record's status: its summary's, or what its hosts' supervisors say. A run
+    that ended with a host lost has the lines that host printed meanwhile read now, if it
+    can be reached (remote/run/late.py)."""
+    from ddptui.remote.run import late  # it reads run records: imported here, not at the top
+
+    unread = [r for r in records if r.summary is not None and r.summary.get("unread")]
+    await asyncio.gather(*(late.fetch(r) for r in unread))
+    ask = [r for r in records if r.summary is None]
+    for r in records:
+        if r.summary is not None:
+            r.status, r.detail = str(r.summary.get("status")), str(r.summary.get("reason") or "")
+    if not ask:
+        return
+    pairs: dict[tuple[Any, ...], tuple[Host, list[tuple[str, int, int]]]] = {}
+    for r in ask:
+        try:
+            hosts = r.inventory().hosts
+        except RunError as exc:
+            r.status, r.detail = "lost", str(exc)
+            continue
+        for h in hosts:
+            key = _reach(h)
+            pairs.setdefault(key, (h, []))[1].append((r.run_id, h.node_rank, h.since))
+    answers = await asyncio.gather(*(_ask(h, nodes) for h, nodes in pairs.values()))
+    for (_, nodes), got in zip(pairs.values(), answers, strict=True):
+        for run_id, node, _ in nodes:
+            state = got.get(run_id, {}).get(str(node)) if isinstance(got, dict) else None
+            for r in ask:
+                if r.run_id == run_id:
+                    r.states[node] = state if isinstance(got, dict) else {"error": got}
+    for r in ask:
+        if not r.status:
+            r.status, r.detail = judge(r.states)
+
+
+def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
+    """A run's status from its nodes' states (None: the host keeps nothing of it): the hub's
+    (node 0's) word first, else the worst of the nodes' own."""
+    errors = [s["error"] for s in states.values() if s and "error" in s]
+    known = [s for s in states.values() if s and "error" not in s]
+    if any(s.get("alive") for s in known):
+        waiting = [name for s in known for name in s.get("waiting") or ()]
+        if waiting:  # node 0's hub: a lost node's place for a spare, which needs a launcher
+            lost = ", ".join(waiting)
+            return (
+                "running",
+                f"{lost} lost: waiting for `ddptui attach` to put a spare in its place",
+            )
+        return "running", ""
+    if errors and not known:
+        return "lost", f"hosts unreachable: {errors[0]}"
+    hub = states.get(0) or {}
+    if hub.get("run_status") in STATUSES:  # node 0's hub said how the run ended: its view
+        return str(hub["run_status"]), str(hub.get("run_reason") or "")
+    got = {s.get("status") for s in known}
+    for status in ("failed", "lost", "stopped"):
+        if status in got:
+            reason = next((s.get("reason") for s in known if s.get("status") == status), "")
+            return status, str(reason or "")
+    if got == {"succeeded"} and len(known) == len(states):
+        return "succeeded", ""
+    return "lost", "its supervisors are gone without a word"
+
+
+def _reach(h: Host) -> tuple[Any, ...]:
+    """Hosts reached the same way share one connection."""
+    return (h.transport, h.host, h.port, h.user, h.identity_file, h.known_hosts, h.python)
+
+
+async def _ask(host: Host, nodes: list[tuple[str, int, int]]) -> dict[str, Any] | str:
+    """{run_id: {node: state or None}} from the host's agent (one login), or why not; node 0's
+    state holds its training curve (`series`)."""
+    fleet = Fleet([host])
+    try:
+        agent = await fleet.agent(0, lambda event: None)
+        ask = {"nodes": [list(n) for n in nodes], "series": True}
+        got = await agent.request(protocol.STATUS, ask)
+    except HostError as exc:
+        return exc.reason
+    finally:
+        await fleet.close()
+    found = got.get("runs", {})
+    return found if isinstance(found, dict) else "its agent's answer is not understood"
+
+
+def training(r: RunRecord) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The run's training as last known, and its trackers' links: its summary's, else node 0's
+    host's word (a run going on, detached too), else series.json (its launcher's last)."""
+    s = r.summary or {}
+    if s.get("progress") or s.get("links"):
+        return s.get("progress"), list(s.get("links") or [])
+    hub = r.states.get(0) or {}
+    series = hub.get("series") if isinstance(hub.get("series"), dict) else None
+    if series is None:
+        series = read_series(r.dir)
+    return (series.get("last"), list(series.get("links") or [])) if series else (None, [])
+
+
+def read_series(run_dir: Path) -> dict[str, Any] | None:
+    """The run dir's series.json (remote/run/progress.py), or None."""
+    try:
+        found = json.loads((run_dir / SERIES).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def age(seconds: float) -> str:
+    """3 d 4 h, 2 h 5 m, 4 m 10 s, 12 s."""
+    s = int(seconds)
+    for unit, size, sub, subsize in (("d", 86400, "h", 3600), ("h", 3600, "m", 60)):
+        if s >= size:
+            return f"{s // size} {unit} {(s % size) // subsize} {sub}"
+    return f"{s // 60} m {s % 60} s" if s >= 60 else f"{s} s"
