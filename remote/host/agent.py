@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 
-from . import protocol, spare, wire
+from . import prefork, protocol, wire
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def _probe(agent, ch, req):
 
 
 # What a launch asks of an agent before its start (its checks' probe carries `warm`): the spare
-# supervisor waits through these (remote/host/spare.py), and any other op ends it.
+# supervisor waits through these (remote/host/prefork.py), and any other op ends it.
 LAUNCH_OPS = {protocol.SYNC_PLAN, protocol.SYNC_PUT, protocol.COUNT, protocol.PORT,
               protocol.MONITOR, protocol.START}  # fmt: skip
 
@@ -245,7 +245,7 @@ class Agent:
     def _serve(self, op, ch, req):
         kind = req.get("op")
         if kind not in LAUNCH_OPS and not (kind == protocol.PROBE and req.get("warm")):
-            spare.discard()  # no launch follows here: nothing of ours idles on the host
+            prefork.discard()  # no launch follows here: nothing of ours idles on the host
         try:
             if op is None:
                 ch.answer({"error": "unknown op {!r}".format(req.get("op"))})
@@ -278,5 +278,5 @@ class Agent:
 
 def main(code_dir, sources, missing):
     if code_dir:  # from memory, a supervisor needs its code written out: a fresh one, then
-        spare.fork(code_dir)  # before any thread
+        prefork.fork(code_dir)  # before any thread
     Agent(code_dir, sources, missing).run()

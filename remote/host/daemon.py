@@ -93,7 +93,7 @@ class Daemon:
         )
         self.children = threading.Condition()  # the reaper's: exit codes by pid
         self.reaped: collections.OrderedDict[int, int | None] = collections.OrderedDict()
-        self.spare = {os.getpid()}  # never ours to stop (the guardian is added here)
+        self.exempt = {os.getpid()}  # never ours to stop (the guardian is added here)
         self.subreaper = False  # orphans of the job come to this daemon (boot)
         self.guard = (0, -1)  # the guardian's pid and pipe (boot)
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
@@ -136,7 +136,7 @@ class Daemon:
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
         spec = self.spec
         pid, self.guardian_pipe = self.guard
-        self.spare.add(pid)
+        self.exempt.add(pid)
         if self.node == 0:
             self.hub = Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
@@ -494,11 +494,11 @@ class Daemon:
         att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
-        spare = set(self.spare)
+        exempt = set(self.exempt)
         for pid in list(self.notifier.running if self.notifier else ()):
-            spare.add(pid)  # a notify command under way is not the job's
-            spare.update(procs.descendants(pid))
-        return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare=spare)
+            exempt.add(pid)  # a notify command under way is not the job's
+            exempt.update(procs.descendants(pid))
+        return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, exempt)
 
     def _tagged(self):
         """Whether the job's processes are found by their tags, not as this daemon's tree: what

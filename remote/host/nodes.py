@@ -25,7 +25,7 @@ import subprocess
 import sys
 import threading
 
-from . import procs, protocol, spare, state
+from . import prefork, procs, protocol, state
 from .common import close
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
@@ -66,11 +66,11 @@ def _boot(code_dir, run_id):
     """A supervisor's interpreter, waiting on its stdin for its node (remote/host/boot.py); or
     why it could not start. The run's id is in its command line for `ps` (and for whoever
     looks for a run's supervisors); the boot reads its node from stdin alone. The agent's
-    spare (remote/host/spare.py) where it has one, else a fresh interpreter."""
+    prefork (remote/host/prefork.py) where it has one, else a fresh interpreter."""
     # -S: the supervisor needs the standard library and its own code only; a host's site
     # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
     argv = [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir, run_id]
-    proc = spare.take(argv, code_dir)
+    proc = prefork.take(argv, code_dir)
     if proc is not None:
         return proc
     try:

@@ -156,14 +156,14 @@ def _descendants_by_scan(root):
     return found
 
 
-def job_pids(root, tags, spare=()):
-    """Everything of the job: root's descendants and every tagged process, less `spare`.
+def job_pids(root, tags, exempt=()):
+    """Everything of the job: root's descendants and every tagged process, less `exempt`.
     No tags: the descendants alone (root is a subreaper: no orphan of the job escapes its tree,
     and a scan of every process on a big host is its cost)."""
     pids = set(tagged_pids(tags) if tags else ())
     if root is not None:
         pids.update(descendants(root))
-    pids.difference_update(spare)
+    pids.difference_update(exempt)
     pids.discard(os.getpid())
     return sorted(pids)
 
