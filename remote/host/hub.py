@@ -166,8 +166,9 @@ class Hub:
                 status, (reason, node) = "failed", self.failure
             elif stopped:  # stopped, without a failure of its own: a launcher saw one
                 status, (reason, node) = "failed", stopped[0]
+            cause = "lost" if node in self.lost else "failed"
             return Outcome(status, reason, node, sorted(self.lost), self.halted is not None,
-                           self.isolated)  # fmt: skip
+                           self.isolated, cause)  # fmt: skip
 
     def expect(self, node, ticket):
         """A launcher sends a spare to take lost `node`'s place; it proves itself with ticket."""
