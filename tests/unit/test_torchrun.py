@@ -13,29 +13,8 @@ from ddptui.remote.host.daemon import Attempt, Daemon
 from ddptui.remote.host.torchrun import failed_ranks
 from ddptui.remote.run.failures import FailureTracker, is_echo
 
-# As torchrun prints it: rank 2 died of a SIGTERM (the echo), rank 3 of its own error.
-REPORT = """\
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-examples/train.py FAILED
-------------------------------------------------------------
-Failures:
-[1]:
-  time      : 2026-11-22_10:58:29
-  host      : node1
-  rank      : 2 (local_rank: 0)
-  exitcode  : -15 (pid: 6538)
-  error_file: <N/A>
-  traceback : Signal 15 (SIGTERM) received by PID 6538
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-11-22_10:58:29
-  host      : node1
-  rank      : 3 (local_rank: 1)
-  exitcode  : 1 (pid: 6537)
-  error_file: <N/A>
-============================================================"""
+# As torch 2.13's torchrun prints it: rank 2 died of a SIGTERM (the echo), rank 3 of its own error.
+REPORT = (Path(__file__).parents[1] / "data" / "torchrun" / "child-failed.txt").read_text()
 
 LAST_WORDS = [
     ("RuntimeError: Connection closed by peer [10.0.0.2]:29500", True),
