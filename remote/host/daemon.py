@@ -42,6 +42,10 @@ from .state import STATE
 from .tail import RankTail
 from .viewers import Viewers
 
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Unpack
+
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
@@ -105,7 +109,11 @@ class Daemon:
         self.progress: Keeper | None = (
             None  # node 0: its ranks' training curve (remote/host/progress.py)
         )
-        self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
+        self.state: protocol.NodeState = {
+            "run_id": spec["run_id"],
+            "node": self.node,
+            "pid": os.getpid(),
+        }
         self.state_lock = threading.Lock()
 
     # -- records ------------------------------------------------------------------------------
@@ -120,11 +128,12 @@ class Daemon:
                 wire.meta(now_ms(), t=protocol.TRIMMED, bytes=trimmed, max=self.spool.max_bytes)
             )
 
-    def save_state(self, **changes):
+    def save_state(self, **changes: Unpack[protocol.NodeState]) -> None:
         # Threads save it (the job's, a viewer's detach): one at a time, or one's replace finds
         # the other's tmp file gone, and a supervisor dies of its run's own detach.
         with self.state_lock:
-            self.state.update(changes, mode=self.mode, spool_end=self.spool.end)
+            self.state.update(changes)
+            self.state["mode"], self.state["spool_end"] = self.mode, self.spool.end
             tmp = os.path.join(self.dir, STATE + ".tmp")
             with open(tmp, "w") as f:
                 json.dump(self.state, f)

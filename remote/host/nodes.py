@@ -30,7 +30,7 @@ from .common import close
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any
+    pass
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
 DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.daemon()"
@@ -272,13 +272,14 @@ def sweep(ch, req, *_):
         _, why = container.sweep(runtime, req["run_id"], req["node"])
         if why:
             left.append("containers of the run: {}".format(why))
-    ch.answer({"t": "swept", "found": len(found), "survivors": left})
+    reply: protocol.SweptReply = {"t": "swept", "found": len(found), "survivors": left}
+    ch.answer(reply)
 
 
 def status(ch, req, *_):
     """{run_id: {node: state}} for [run_id, node(, since)] items; `alive` when its supervisor
     answers."""
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, dict[str, protocol.NodeState | None]] = {}
     for item in req["nodes"]:
         run_id, node = item[0], item[1]
         ndir = state.node_dir(run_id, node, item[2] if len(item) > 2 else 0)
@@ -293,11 +294,13 @@ def status(ch, req, *_):
 
                 got["series"] = read_series(ndir)
         found.setdefault(run_id, {})[str(node)] = got or None
-    ch.answer({"t": "status", "runs": found})
+    reply: protocol.StatusReply = {"t": "status", "runs": found}
+    ch.answer(reply)
 
 
 def free_port(ch, req, *_):
     """A port nobody listens on now, outside the ephemeral range (job.master_port: auto)."""
     from .netif import free_port
 
-    ch.answer({"t": "port", "port": free_port()})
+    reply: protocol.PortReply = {"t": "port", "port": free_port()}
+    ch.answer(reply)
