@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
-ERR_KEPT = 1 << 14  # bytes of the job's own stderr kept: torchrun's report is at its end
 REAPED_KEPT = 1024  # exit codes of children kept for whoever waits on them
 REAP_WAIT_S = 0.2  # how long a rank's end waits for the reaper to give its exit code
 
@@ -374,7 +373,7 @@ class Daemon:
         if stopped and att.by == protocol.BY_PEER and code:
             # A peer's echo (its rank lost ours) may have stopped us after our own failure:
             # the hub hears of ours, the cause.
-            own = self._own_failure(att)
+            own = torchrun.own_failure(self.name, att.err, att.scratch, self.spec["ranks"])
             said = ("failed", own) if own else said
         if att.scratch:
             rmtree(att.scratch)
@@ -393,41 +392,13 @@ class Daemon:
             return "rank {} failed on {} ({})".format(
                 died[0], self.name, procs.describe_code(died[1])
             ), False
-        own = self._own_failure(att)
+        own = torchrun.own_failure(self.name, att.err, att.scratch, self.spec["ranks"])
         if own:
             return own, False
         ranks = torchrun.failed_ranks(att.err)
         if ranks:
             return "rank {} failed on {}".format(ranks[0][0], self.name), True
         return "{} failed (exit {})".format(self.name, att.code), False
-
-    def _own_failure(self, att):
-        """The first rank that failed of its own: not killed by a signal, and not one that lost
-        its peer (torchrun's root cause may be such a rank, on the host where the failing
-        one's peers noticed first). From torchrun's report, its root cause first; a job
-        stopped before torchrun could report: a traceback in a rank's own stderr."""
-        reported = torchrun.failed_ranks(att.err)
-        ranks = [(r, local) for r, local, code in reported if code is None or code >= 0]
-        if not reported:
-            ranks = [(rank, local) for local, rank in enumerate(self.spec["ranks"])]
-        for rank, local in ranks:
-            err = self._rank_stderr(att, local) if local is not None else b""
-            said = err.decode("utf-8", "replace")
-            if (reported or "Traceback" in said) and not torchrun.is_echo_text(said):
-                return "rank {} failed on {}".format(rank, self.name)
-        return None
-
-    def _rank_stderr(self, att, local):
-        """The end of a local rank's stderr in torchrun's log dir (its last attempt's)."""
-        import glob
-
-        found = sorted(glob.glob(os.path.join(att.scratch or "", "*", "attempt_*", str(local),
-                                              "stderr.log")))  # fmt: skip
-        if not found:
-            return b""
-        with open(found[-1], "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - ERR_KEPT))
-            return f.read()
 
     def _end(self):
         """The run is over here: word goes out, then the viewers get the last bytes."""
@@ -588,7 +559,7 @@ class Daemon:
                 if select.select([fd], [], [], 0)[0]:
                     data += os.read(fd, CHUNK)
             if stream == b"2":
-                att.err = (att.err + data)[-ERR_KEPT:]
+                att.err = (att.err + data)[-torchrun.ERR_KEPT :]
             data = rest + data
             cut = data.rfind(b"\n") + 1
             rest = data[cut:]

@@ -11,6 +11,7 @@ of its last words, on both sides. Standard library only, python3 >= 3.8.
 
 from __future__ import annotations
 
+import os
 import re
 
 # A rank that died of its peer's death, or of its launcher's TERM, is an echo, not a cause.
@@ -19,6 +20,7 @@ ECHO = re.compile(
     r"NCCL communicator was aborted|Broken pipe|SIGTERM|SIGINT|SIGHUP"
 )
 REPORT = "ChildFailedError"  # the report's first line names it
+ERR_KEPT = 1 << 14  # bytes of a job's (a rank's) stderr read: torchrun's report is at its end
 _FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*)$")
 _RANK = re.compile(r"(-?\d+)(?: \(local_rank: (\d+)\))?")
 _EXIT = re.compile(r"(-?\d+)(?: \(pid: (\d+)\))?")
@@ -92,3 +94,34 @@ def failed_ranks(err: bytes) -> list[tuple[int, int | None, int | None]]:
         return []
     lines = report.decode("utf-8", "replace").splitlines()
     return [(r.rank, r.local_rank, r.exit_code) for r in parse_child_failed(lines)]
+
+
+def own_failure(name: str, err: bytes, scratch: str | None, ranks: list[int]) -> str | None:
+    """`rank N failed on NAME` for the first rank that failed of its own on this node: not
+    killed by a signal, and not one that lost its peer (torchrun's root cause may be such a
+    rank, on the host where the failing one's peers noticed first). From torchrun's report in
+    the job's stderr (`err`), its root cause first; a job stopped before torchrun could report:
+    a traceback in a rank's own stderr (torchrun's log dir, `scratch`). ranks: the node's global
+    ranks by local rank. None where no rank failed of its own."""
+    reported = failed_ranks(err)
+    found = [(r, local) for r, local, code in reported if code is None or code >= 0]
+    if not reported:
+        found = [(rank, local) for local, rank in enumerate(ranks)]
+    for rank, local in found:
+        said = rank_stderr(scratch, local).decode("utf-8", "replace") if local is not None else ""
+        if (reported or "Traceback" in said) and not is_echo_text(said):
+            return "rank {} failed on {}".format(rank, name)
+    return None
+
+
+def rank_stderr(scratch: str | None, local: int) -> bytes:
+    """The end of a local rank's stderr in torchrun's log dir (its last attempt's)."""
+    import glob  # here: the launcher, which imports this module, never needs it
+
+    found = sorted(glob.glob(os.path.join(scratch or "", "*", "attempt_*", str(local),
+                                          "stderr.log")))  # fmt: skip
+    if not found:
+        return b""
+    with open(found[-1], "rb") as f:
+        f.seek(max(0, os.fstat(f.fileno()).st_size - ERR_KEPT))
+        return f.read()

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from ddptui.remote.events import Failure
-from ddptui.remote.host.daemon import Attempt, Daemon
-from ddptui.remote.host.torchrun import failed_ranks
+from ddptui.remote.host.torchrun import failed_ranks, own_failure
 from ddptui.remote.run.failures import FailureTracker, is_echo
 
 # As torch 2.13's torchrun prints it: rank 2 died of a SIGTERM (the echo), rank 3 of its own error.
@@ -36,17 +35,12 @@ def test_both_sides_read_the_same_report_alike() -> None:
     assert host == launcher == [(3, 1, 1), (2, 0, -15)]  # the root cause first
 
 
-def supervisor(tmp_path: Path, last_words: str) -> tuple[Daemon, Attempt]:
-    """Node 1's supervisor after its job failed: torchrun's report on the job's stderr, and
-    local rank 1's own stderr in torchrun's log dir ending with `last_words`."""
-    d = Daemon.__new__(Daemon)
-    d.spec, d.name = {"ranks": [2, 3]}, "node1"
-    att = Attempt(0)
-    att.scratch, att.err, att.code = str(tmp_path), REPORT.encode() + b"\n", 1
+def torchrun_log(tmp_path: Path, last_words: str) -> str:
+    """torchrun's log dir on node1, local rank 1's stderr ending with `last_words`."""
     logs = tmp_path / "run" / "attempt_0" / "1"
     logs.mkdir(parents=True)
     (logs / "stderr.log").write_text(f"Traceback (most recent call last):\n{last_words}\n")
-    return d, att
+    return str(tmp_path)
 
 
 @pytest.mark.parametrize(("line", "echo"), LAST_WORDS)
@@ -54,5 +48,6 @@ def test_both_sides_tell_an_echo_alike(tmp_path: Path, line: str, echo: bool) ->
     """A rank whose last words say a peer went is an echo for the launcher's root cause, and the
     supervisor passes it over for a failure of a rank's own."""
     assert is_echo(Failure("node1", 3, 1, line)) is echo
-    d, att = supervisor(tmp_path, line)
-    assert (d._own_failure(att) is None) is echo
+    err = REPORT.encode() + b"\n"  # the job's stderr: torchrun's report names rank 3, local 1
+    own = own_failure("node1", err, torchrun_log(tmp_path, line), [2, 3])
+    assert own == (None if echo else "rank 3 failed on node1")
