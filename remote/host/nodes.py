@@ -28,10 +28,6 @@ import threading
 from . import prefork, procs, protocol, state
 from .common import close
 
-TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
-if TYPE_CHECKING:
-    pass
-
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
 DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.daemon()"
 # ((code_dir, run_id), process, early spec or None): supervisors started ahead of their node
