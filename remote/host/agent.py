@@ -18,7 +18,11 @@ import sys
 import threading
 import time
 
-from . import protocol, spare, wire
+from . import prefork, protocol, wire
+
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
 
 READ = 1 << 18
 INBOX = 64  # frames waiting for an op; more, and the reader waits (the launcher slows down)
@@ -33,7 +37,7 @@ class Channel:
 
     def __init__(self, agent, chan):
         self.agent, self.chan = agent, chan
-        self.inbox = queue.Queue(INBOX)
+        self.inbox: queue.Queue[tuple[bytes, Any]] = queue.Queue(INBOX)
         self.closers = []
 
     def put(self, kind, payload):
@@ -141,7 +145,7 @@ def _probe(agent, ch, req):
 
 
 # What a launch asks of an agent before its start (its checks' probe carries `warm`): the spare
-# supervisor waits through these (remote/host/spare.py), and any other op ends it.
+# supervisor waits through these (remote/host/prefork.py), and any other op ends it.
 LAUNCH_OPS = {protocol.SYNC_PLAN, protocol.SYNC_PUT, protocol.COUNT, protocol.PORT,
               protocol.MONITOR, protocol.START}  # fmt: skip
 
@@ -241,7 +245,7 @@ class Agent:
     def _serve(self, op, ch, req):
         kind = req.get("op")
         if kind not in LAUNCH_OPS and not (kind == protocol.PROBE and req.get("warm")):
-            spare.discard()  # no launch follows here: nothing of ours idles on the host
+            prefork.discard()  # no launch follows here: nothing of ours idles on the host
         try:
             if op is None:
                 ch.answer({"error": "unknown op {!r}".format(req.get("op"))})
@@ -274,5 +278,5 @@ class Agent:
 
 def main(code_dir, sources, missing):
     if code_dir:  # from memory, a supervisor needs its code written out: a fresh one, then
-        spare.fork(code_dir)  # before any thread
+        prefork.fork(code_dir)  # before any thread
     Agent(code_dir, sources, missing).run()

@@ -1,6 +1,7 @@
 """A supervisor's own process: detached from the agent that started it, its fds its own.
 
-The agent's `start` op (remote/host/nodes.py) runs `boot` in a fresh interpreter, which
+The agent's `start` op (remote/host/nodes.py) runs `daemon()` in a fresh interpreter (its
+command line says `boot.daemon()`, which is how `ps` and the tests tell a supervisor), which
 detaches at once and leaves a guardian behind it: the supervisor outlives any one SSH
 connection (launchers come and go), and if it dies (OOM, SIGKILL) the guardian sweeps its job.
 What the supervisor then does is remote/host/daemon.py's.
@@ -20,7 +21,7 @@ from .daemon import Daemon
 from .job import node_tags
 
 
-def boot():
+def daemon():
     """The supervisor's own process (remote/host/nodes.py starts it, maybe ahead of its node).
     On stdin, a line each: its node's directory, the node's early spec (protocol.EARLY), then
     the whole spec, the go. It prepares as soon as it has the first two: detached from

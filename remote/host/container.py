@@ -25,6 +25,10 @@ import subprocess
 import threading
 import time
 
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
 LABEL = "ddptui.run"
 DAEMONS = ("docker", "podman")  # their containers outlive the client: swept by label
 TAGS = ("DDPTUI_RUN_ID", "DDPTUI_NODE")  # the supervisor's tags (remote/host/procs.py)
@@ -133,7 +137,8 @@ def _passing(runtime, env, environ):
     environ = os.environ if environ is None else environ
     if runtime == "apptainer":
         return {None: {"APPTAINERENV_" + k: v for k, v in env.items()}}
-    out, carried = {}, {}
+    out: dict[str | None, Any] = {}
+    carried = {}
     for k, v in env.items():
         if k in TAGS or environ.get(k, v) != v:
             out[k] = "{}={}".format(k, v)
@@ -582,7 +587,7 @@ def _attached(argv, environ, timeout):
     timer.start()
     out, answered = b"", False
     try:
-        for chunk in iter(lambda: proc.stdout.read1(65536), b""):
+        for chunk in iter(lambda: proc.stdout.read1(65536), b""):  # type: ignore[union-attr]
             out = (out + chunk)[-OUTPUT_KEPT:]  # what a broken image says, bounded
             answered = _answered(out)
             if answered:

@@ -32,7 +32,7 @@ import subprocess
 import threading
 import time
 
-from . import container, healthwatch, job, linebuf, netif, procs, protocol, vitals, wire
+from . import container, healthwatch, job, linebuf, netif, procs, protocol, torchrun, vitals, wire
 from .common import log, rmtree, thread
 from .hub import Hub, HubLink
 from .notify import Notifier
@@ -45,10 +45,13 @@ from .tail import RankTail
 from .viewers import Viewers
 from .watch import Guard
 
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Unpack
+
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
-ERR_KEPT = 1 << 14  # bytes of the job's own stderr kept: torchrun's report is at its end
 REAPED_KEPT = 1024  # exit codes of children kept for whoever waits on them
 REAP_WAIT_S = 0.2  # how long a rank's end waits for the reaper to give its exit code
 
@@ -92,24 +95,35 @@ class Daemon:
         self.viewers = Viewers(self.spool, self._hello, self._command, self.beat)
         self.over = False  # no attempt follows: a launcher can no longer take the lease
         self.stop_once = threading.Lock()
-        self.att = None  # the current Attempt
-        self.unswept = None  # the last Attempt whose container is yet to be swept
-        self.halted = None  # (status, reason): a stop that ends the run (no attempt follows)
+        self.att: Attempt | None = None  # the current Attempt
+        self.number = spec["attempt"]  # the current attempt's number
+        self.unswept: Attempt | None = None  # the last Attempt whose container is yet to be swept
+        self.halted: tuple[str, str] | None = (
+            None  # (status, reason): a stop that ends the run (no attempt follows)
+        )
         self.children = threading.Condition()  # the reaper's: exit codes by pid
-        self.reaped = collections.OrderedDict()
-        self.spare = {os.getpid()}  # never ours to stop (the guardian is added here)
+        self.reaped: collections.OrderedDict[int, int | None] = collections.OrderedDict()
+        self.exempt = {os.getpid()}  # never ours to stop (the guardian is added here)
         self.subreaper = False  # orphans of the job come to this daemon (boot)
         self.guard = (0, -1)  # the guardian's pid and pipe (boot)
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
-        self.site = None  # the whole-lines sitecustomize's directory
-        self.hub = self.link = self.notifier = None
-        self.policy = None  # node 0: what follows each attempt (remote/host/policy.py)
-        self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
+        self.site: str | None = None  # the whole-lines sitecustomize's directory
+        self.hub: Hub | None = None  # node 0: the run's hub; the others, a link to it
+        self.link: HubLink | None = None
+        self.notifier: Notifier | None = None  # node 0: job.notify's command
+        self.policy: Policy | None = None  # node 0: what follows each attempt
+        self.progress: Keeper | None = (
+            None  # node 0: its ranks' training curve (remote/host/progress.py)
+        )
         self.smi = shutil.which("nvidia-smi")
         self.watch_health = healthwatch.worth_watching(self.smi)  # a CPU host watches nothing
         self.vitals = vitals.Node()  # its ranks' progress, for the run's hang watch
-        self.hangs = None  # node 0: the run's hang watch (remote/host/watch.py)
-        self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
+        self.hangs: Guard | None = None  # node 0: the run's hang watch (remote/host/watch.py)
+        self.state: protocol.NodeState = {
+            "run_id": spec["run_id"],
+            "node": self.node,
+            "pid": os.getpid(),
+        }
         self.state_lock = threading.Lock()
 
     # -- records ------------------------------------------------------------------------------
@@ -124,11 +138,12 @@ class Daemon:
                 wire.meta(now_ms(), t=protocol.TRIMMED, bytes=trimmed, max=self.spool.max_bytes)
             )
 
-    def save_state(self, **changes):
+    def save_state(self, **changes: Unpack[protocol.NodeState]) -> None:
         # Threads save it (the job's, a viewer's detach): one at a time, or one's replace finds
         # the other's tmp file gone, and a supervisor dies of its run's own detach.
         with self.state_lock:
-            self.state.update(changes, mode=self.mode, spool_end=self.spool.end)
+            self.state.update(changes)
+            self.state["mode"], self.state["spool_end"] = self.mode, self.spool.end
             tmp = os.path.join(self.dir, STATE + ".tmp")
             with open(tmp, "w") as f:
                 json.dump(self.state, f)
@@ -140,7 +155,7 @@ class Daemon:
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
         spec = self.spec
         pid, self.guardian_pipe = self.guard
-        self.spare.add(pid)
+        self.exempt.add(pid)
         if self.node == 0:
             self.hub = Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
@@ -187,7 +202,7 @@ class Daemon:
             self.link.begin(number)
         att = Attempt(number)
         with self.stop_once:
-            self.att = att
+            self.att, self.number = att, number
             if self.halted is not None:  # a restart crossed a stop: it ends at once, unstarted
                 att.stopped.set()
                 att.reason = self.halted[1]
@@ -217,8 +232,9 @@ class Daemon:
 
     def _mark(self, number, after):
         """`ddptui: attempt 2 of 3 (after ...)` in every rank's log before the attempt's lines."""
-        text = "ddptui: attempt {} of {}".format(number + 1, self.spec["restarts"] + 1)
-        text = (text + " (after {})".format(after) if after else text).encode("utf-8", "replace")
+        said = "ddptui: attempt {} of {}".format(number + 1, self.spec["restarts"] + 1)
+        said += " (after {})".format(after) if after else ""
+        text = said.encode("utf-8", "replace")
         if self.ranks:
             data = b"".join(b"[%d]:%s\n" % (rank, text) for rank in self.ranks)
         else:
@@ -229,7 +245,7 @@ class Daemon:
         """What follows attempt `number`: (attempt, after) to start, or None."""
         if self.link is not None:
             return self.link.word()
-        return self.policy.after(number)
+        return self.policy.after(number) if self.policy is not None else None
 
     def _start_job(self, att):
         spec = self.spec
@@ -284,14 +300,15 @@ class Daemon:
         text = shown.decode("utf-8", "replace")
         self.note(t=protocol.REDRAWN, rank=rank, text=text)
         if self.progress is not None:
-            self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.att.number)
+            self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.number)
 
     def _spool_lines(self, stream, data):
-        self.att.lines += data.count(b"\n")
+        if self.att is not None:
+            self.att.lines += data.count(b"\n")
         self._append(wire.record(stream, now_ms(), data))
         self.vitals.line()
         if self.progress is not None:
-            self.progress.feed(data, self.att.number)
+            self.progress.feed(data, self.number)
 
     def _in_container(self, box, argv, env, cwd, att):
         """The runtime's argv and environment for the node's command: one attached container,
@@ -383,14 +400,14 @@ class Daemon:
         if stopped and att.by == protocol.BY_PEER and code and not att.sick:
             # A peer's echo (its rank lost ours) may have stopped us after our own failure:
             # the hub hears of ours, the cause.
-            own = self._own_failure(att)
+            own = torchrun.own_failure(self.name, att.err, att.scratch, self.spec["ranks"])
             said = ("failed", own) if own else said
         if att.scratch:
             rmtree(att.scratch)
         facts = self._failure_facts(att, said[1], code)
         if self.link is not None:
             self.link.end(*said, echo, facts)
-        else:
+        elif self.hub is not None:
             self.hub.own_end(*said, echo, facts)
 
     def _failure_facts(self, att, reason, code):
@@ -398,7 +415,7 @@ class Daemon:
         failing rank and its exit code, how far this node got; bad: this host may not run
         the job again."""
         m = re.match(r"rank (\d+) failed", reason or "")
-        codes = [c for _, _, c in failed_ranks(att.err) if c is not None]
+        codes = [c for _, _, c in torchrun.failed_ranks(att.err) if c is not None]
         if att.died and att.died[1] is not None:
             codes.append(att.died[1])
         return {
@@ -420,40 +437,13 @@ class Daemon:
             return "rank {} failed on {} ({})".format(
                 died[0], self.name, procs.describe_code(died[1])
             ), False
-        own = self._own_failure(att)
+        own = torchrun.own_failure(self.name, att.err, att.scratch, self.spec["ranks"])
         if own:
             return own, False
-        ranks = failed_ranks(att.err)
+        ranks = torchrun.failed_ranks(att.err)
         if ranks:
             return "rank {} failed on {}".format(ranks[0][0], self.name), True
         return "{} failed (exit {})".format(self.name, att.code), False
-
-    def _own_failure(self, att):
-        """The first rank that failed of its own: not killed by a signal, and not one that lost
-        its peer (torchrun's root cause may be such a rank, on the host where the failing
-        one's peers noticed first). From torchrun's report, its root cause first; a job
-        stopped before torchrun could report: a traceback in a rank's own stderr."""
-        reported = failed_ranks(att.err)
-        ranks = [(r, local) for r, local, code in reported if code is None or code >= 0]
-        if not reported:
-            ranks = [(rank, local) for local, rank in enumerate(self.spec["ranks"])]
-        for rank, local in ranks:
-            err = self._rank_stderr(att, local) if local is not None else b""
-            if (reported or b"Traceback" in err) and not ECHO.search(err):
-                return "rank {} failed on {}".format(rank, self.name)
-        return None
-
-    def _rank_stderr(self, att, local):
-        """The end of a local rank's stderr in torchrun's log dir (its last attempt's)."""
-        import glob
-
-        found = sorted(glob.glob(os.path.join(att.scratch or "", "*", "attempt_*", str(local),
-                                              "stderr.log")))  # fmt: skip
-        if not found:
-            return b""
-        with open(found[-1], "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - ERR_KEPT))
-            return f.read()
 
     def _end(self):
         """The run is over here: word goes out, then the viewers get the last bytes."""
@@ -475,9 +465,12 @@ class Daemon:
     def _word(self, event, status, message):
         """Something happened to the run: said in the stream (the dashboard rings on it), and
         to job.notify's command."""
-        wanted = self.notifier.wanted(event)
+        notifier = self.notifier
+        if notifier is None:  # no word but node 0's
+            return
+        wanted = notifier.wanted(event)
         self.note(t=protocol.NOTIFY, event=event, status=status, message=message, wanted=wanted)
-        self.notifier(event, status, message)
+        notifier(event, status, message)
 
     def _notify_failed(self, event, why):
         log(f"notify ({event}) failed: {why}")
@@ -512,7 +505,7 @@ class Daemon:
             self.halted = (status, reason)
         if self.hub is not None:
             self.hub.halt(status, reason)
-        else:
+        elif self.link is not None:
             self.link.halt(status, reason)
 
     def _watch_health(self, att):
@@ -556,13 +549,13 @@ class Daemon:
 
     def _find(self):
         if self.notifier is None:
-            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, self.spare)
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, self.exempt)
         with self.notifier.starting:  # no command starts unseen while the job is looked for
-            spare = set(self.spare)
+            exempt = set(self.exempt)
             for pid in list(self.notifier.running):
-                spare.add(pid)  # a notify command under way is not the job's
-                spare.update(procs.descendants(pid))
-            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare)
+                exempt.add(pid)  # a notify command under way is not the job's
+                exempt.update(procs.descendants(pid))
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, exempt)
 
     def _tagged(self):
         """Whether the job's processes are found by their tags, not as this daemon's tree: what
@@ -643,7 +636,7 @@ class Daemon:
                 if select.select([fd], [], [], 0)[0]:
                     data += os.read(fd, CHUNK)
             if stream == b"2":
-                att.err = (att.err + data)[-ERR_KEPT:]
+                att.err = (att.err + data)[-torchrun.ERR_KEPT :]
             data = rest + data
             cut = data.rfind(b"\n") + 1
             rest = data[cut:]
@@ -720,7 +713,7 @@ class Daemon:
         elif verb == protocol.SAY_GONE and len(args) == 2 and all(a.isdigit() for a in args):
             self._gone(int(args[0]), int(args[1]))
         elif self.hub is not None:
-            self._hub_command(verb, args)
+            self._hub_command(self.hub, verb, args)
 
     def _gone(self, node, attempt):
         """A launcher found node's supervisor dead: the hub (or, of node 0's, every peer)
@@ -731,43 +724,17 @@ class Daemon:
         why = "{}'s supervisor died (its stream ended without a word)".format(names[node])
         if self.hub is not None:
             self.hub.gone(node, attempt, why)
-        elif node == 0:
+        elif node == 0 and self.link is not None:
             self.link.gone(why)
 
-    def _hub_command(self, verb, args):
+    def _hub_command(self, hub, verb, args):
         """Node 0's: a spare comes, none can, or word of a hang for job.notify."""
         if verb == protocol.SAY_REPLACE and len(args) == 2 and args[0].isdigit():
-            self.hub.expect(int(args[0]), args[1])
+            hub.expect(int(args[0]), args[1])
         elif verb == protocol.SAY_NO_SPARE:
-            self.hub.give_up(" ".join(args) or "no spare host could take the lost node's place")
+            hub.give_up(" ".join(args) or "no spare host could take the lost node's place")
         elif verb == protocol.SAY_NOTIFY and args and args[0] in protocol.NOTIFY_EVENTS:
             self._word(args[0], "running", " ".join(args[1:]))
-
-
-REPORTED = re.compile(
-    rb"^\s*rank\s*:\s*(-?\d+)(?: \(local_rank: (\d+)\))?[ \t]*\n(?:\s*exitcode\s*:\s*(-?\d+))?",
-    re.MULTILINE,
-)
-# A rank that died because a peer did (as remote/run/failures.py tells an echo from a cause).
-ECHO = re.compile(
-    rb"closed by peer|reset by peer|Connection refused|remote process exited|"
-    rb"NCCL communicator was aborted|Broken pipe"
-)
-
-
-def failed_ranks(err):
-    """[(global rank, local rank, exit code)] torchrun's last ChildFailedError report names
-    (None where it does not say): its root cause first, then the other failures."""
-    _, found, report = err.rpartition(b"ChildFailedError")
-    if not found:
-        return []
-    root = report.rpartition(b"Root Cause")[2]
-    first = [_reported(m) for m in REPORTED.finditer(root)][:1]
-    return first + [r for r in map(_reported, REPORTED.finditer(report)) if r not in first]
-
-
-def _reported(m):
-    return tuple(int(g) if g is not None else None for g in m.groups())
 
 
 def split_line(data):

@@ -28,6 +28,10 @@ import time
 import traceback
 from datetime import timedelta
 
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
 MARK = "DDPTUI-FABRIC "  # the result line: MARK + one JSON object, on global rank 0, last
 PROGRESS = "fabric: "  # progress lines, rank 0 only
 VERSION = 1
@@ -159,7 +163,8 @@ class Worker:
         return 0
 
     def report(self, records, reduce, nodes):
-        links, dcgm = [], []
+        links: list[Any] = []
+        dcgm: list[Any] = []
         for r in records:  # the per-host parts out of the rank records
             links.extend(r.pop("links", None) or ())
             if r.get("dcgm"):
@@ -225,7 +230,7 @@ class Worker:
         self.dist.gather(buf, into, dst=0)
         if self.rank != 0:
             return []
-        return [json.loads(tensor_bytes(t.cpu()).rstrip(b"\0")) for t in into]
+        return [json.loads(tensor_bytes(t.cpu()).rstrip(b"\0")) for t in into or ()]
 
     # -- per GPU -------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from typing import NamedTuple
 
 from . import channel, protocol
 from .common import thread
@@ -31,6 +32,43 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .channel import Channel
+
+
+class Ended(NamedTuple):
+    """How a node's job of this attempt ended, as it said."""
+
+    status: str  # succeeded, failed, stopped, lost
+    reason: str | None
+
+
+class Blame(NamedTuple):
+    """The failure an attempt ends for: its words and whose it is (0: node 0, cut off too)."""
+
+    reason: str
+    node: int
+
+
+class Stopping(NamedTuple):
+    """Why every node was told to stop: a node's failure or loss, or a halt (`by`)."""
+
+    reason: str
+    node: int | None
+    by: str | None
+
+
+class Halted(NamedTuple):
+    """A stop that ends the run: no attempt follows."""
+
+    status: str  # stopped (a user's), lost (a lease)
+    reason: str
+
+
+class Go(NamedTuple):
+    """The restart the hub said: the attempt to start, and after what."""
+
+    attempt: int
+    after: str
+
 
 RETRY_S = 1.0  # a peer's wait before it connects again
 
@@ -62,25 +100,19 @@ class Hub:
         self.tickets: dict[int, str] = {}  # node -> the proof of the spare coming to take its place
         self.replaced = 0  # spares that took lost nodes' places
         self.attempt = 0
-        # node -> (status, reason) of this attempt's job; 0 is node 0's
-        self.ended: dict[int, tuple[str, str | None]] = {}
-        self.stopping = None  # the reason every node was told to stop, this attempt
-        self.failure: tuple[str, int] | None = (
-            None  # (reason, node): the first failure of this attempt (its own)
-        )
+        self.ended: dict[int, Ended] = {}  # node -> how its job of this attempt ended (0: node 0)
+        self.stopping: Stopping | None = None  # why every node was told to stop, this attempt
+        self.failure: Blame | None = None  # the first failure of this attempt (its own)
         self.echo = False  # the failure is a rank that died of a peer's failure
         # that failure's kind, rank, exit code and lines (remote/host/retry.py)
         self.facts: dict[str, Any] = {}
         self.bad: dict[int, tuple[str, str]] = {}  # node -> (host, why): never used again this run
-        self.lost: dict[
-            int, int
-        ] = {}  # node -> the attempt it was lost in: a spare must take its place
+        self.lost: dict[int, int] = {}  # node -> the attempt it was lost in: a spare must come
         self.isolated = False  # node 0 heard from no peer: its own network, not theirs
-        # (status, reason): no attempt follows (a user's stop, a lease)
-        self.halted: tuple[str, str] | None = None
+        self.halted: Halted | None = None  # no attempt follows (a user's stop, a lease)
         self.given_up: str | None = None  # why no spare can come (the launcher said so)
-        self.go = None  # (attempt, after): the restart said to the peers
-        self.over = None  # the run is over: said to every peer that comes
+        self.go: Go | None = None  # the restart said to the peers
+        self.over: str | None = None  # the run is over: said to every peer that comes
         self.final = False  # this attempt's failure ends the run (job.on_hang: stop)
         self.sampled = lambda node, seq, sample: None  # a peer's sample (remote/host/watch.py)
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
@@ -113,7 +145,7 @@ class Hub:
             if self.halted is not None:
                 return
             running = not self._all_ended()
-            self.halted = (status, reason)
+            self.halted = Halted(status, reason)
             self.cond.notify_all()
         if running:
             self.stop_all(reason, None, protocol.HALT_BY.get(status))
@@ -123,11 +155,11 @@ class Hub:
         with self.cond:
             if self.stopping is not None:
                 return
-            self.stopping = (reason, node, by)
+            self.stopping = Stopping(reason, node, by)
             peers = list(self.peers.values())
             attempt = self.attempt
         for chan in peers:
-            chan.send(t="stop", reason=reason, node=node, attempt=attempt, by=by)
+            chan.send(t=protocol.HUB_STOP, reason=reason, node=node, attempt=attempt, by=by)
         self.on_stop(reason, node, by)
 
     def fail(self, reason, node, final=False, bad=False):
@@ -138,7 +170,7 @@ class Hub:
         chan = None
         with self.cond:
             if self.failure is None:
-                self.failure, self.echo, self.facts = (reason, node), False, {"cause": "hang"}
+                self.failure, self.echo, self.facts = Blame(reason, node), False, {"cause": "hang"}
             self.final = self.final or final
             if bad and node is not None:
                 self.bad[node] = (self.names[node], reason)
@@ -147,14 +179,14 @@ class Hub:
                     chan = self.peers.get(node)
         self.stop_all(reason, node)
         if chan is not None:  # its supervisor leaves once its job is stopped
-            chan.send(t="over", reason=f"this host is bad for the run: {reason}")
+            chan.send(t=protocol.HUB_OVER, reason=f"this host is bad for the run: {reason}")
 
     def ask(self, seq, stacks):
         """Every peer samples its ranks (their stacks too): each answers `sampled`."""
         with self.cond:
             peers = list(self.peers.values())
         for chan in peers:
-            chan.send(t="sample", seq=seq, stacks=stacks)
+            chan.send(t=protocol.HUB_SAMPLE, seq=seq, stacks=stacks)
 
     def settle(self) -> Outcome:
         """Wait until every node's job of this attempt has ended: its Outcome (a node lost
@@ -191,7 +223,7 @@ class Hub:
         with self.cond:
             self.cond.wait_for(lambda: self.halted or self.given_up or not self.lost)
             if self.halted:
-                return self.halted[1]
+                return self.halted.reason
             if self.lost:
                 return self.given_up
             return None
@@ -207,7 +239,7 @@ class Hub:
     def restart(self, attempt, after):
         """Every node starts `attempt` (node 0's supervisor starts its own)."""
         with self.cond:
-            self.attempt, self.go = attempt, (attempt, after)
+            self.attempt, self.go = attempt, Go(attempt, after)
             self.ended, self.stopping, self.failure, self.echo = {}, None, None, False
             self.facts = {}
             self.final = False
@@ -215,7 +247,7 @@ class Hub:
                 self.all_ended.clear()
             peers = list(self.peers.values())
         for chan in peers:
-            chan.send(t="restart", attempt=attempt, after=after)
+            chan.send(t=protocol.HUB_RESTART, attempt=attempt, after=after)
 
     def finish(self, reason, wait):
         """The run is over: every peer is told, and given `wait` seconds to hang up (a lost
@@ -224,7 +256,7 @@ class Hub:
             self.over = reason
             peers = list(self.peers.values())
         for chan in peers:
-            chan.send(t="over", reason=reason)
+            chan.send(t=protocol.HUB_OVER, reason=reason)
         with self.cond:  # a close before they read it could reset what they were sent
             self.cond.wait_for(lambda: not [k for k in self.peers if k not in self.lost], wait)
 
@@ -247,7 +279,11 @@ class Hub:
         with contextlib.suppress(OSError):  # reset by the peer: the same as its going silent
             msgs = iter(chan)
             join = next(msgs, None)
-            if join is not None and join.get("t") == "join" and self._join(node, chan, join):
+            if (
+                join is not None
+                and join.get("t") == protocol.HUB_JOIN
+                and self._join(node, chan, join)
+            ):
                 self._follow(node, chan, msgs)
         # Gone without saying its job ended: its supervisor died or the link broke. A broken
         # link may heal (the peer reconnects); the watchdog decides after link_timeout.
@@ -264,7 +300,7 @@ class Hub:
         with self.cond:
             lost_in = self.lost.get(node)
             if since < self.since[node] or (lost_in is not None and since <= lost_in):
-                chan.send(t="over", reason="another host took this node's place")
+                chan.send(t=protocol.HUB_OVER, reason="another host took this node's place")
                 return False
             if lost_in is not None:  # the spare
                 del self.lost[node]
@@ -279,27 +315,27 @@ class Hub:
         if old is not None:
             old.close()
         if over is not None:
-            chan.send(t="over", reason=over)
-        elif go is not None and go[0] > attempt:  # it missed the restart (a broken link)
-            chan.send(t="restart", attempt=go[0], after=go[1])
+            chan.send(t=protocol.HUB_OVER, reason=over)
+        elif go is not None and go.attempt > attempt:  # it missed the restart (a broken link)
+            chan.send(t=protocol.HUB_RESTART, attempt=go.attempt, after=go.after)
         elif stopping is not None and attempt == current:  # it joined after the stop
             reason, stopped_for, by = stopping
-            chan.send(t="stop", reason=reason, node=stopped_for, attempt=current, by=by)
+            chan.send(t=protocol.HUB_STOP, reason=reason, node=stopped_for, attempt=current, by=by)
         return True
 
     def _follow(self, node, chan, msgs):
         for msg in msgs:
             self.heard[node] = time.monotonic()
             kind = msg.get("t")
-            if kind == "end":
+            if kind == protocol.HUB_END:
                 echo, facts = msg.get("echo") is True, msg.get("facts")
                 self._ended(node, msg.get("attempt"), msg.get("status"), msg.get("reason"), echo,
                             facts if isinstance(facts, dict) else None)  # fmt: skip
-            elif kind == "halt" and msg.get("status") in protocol.HALT_BY:
+            elif kind == protocol.HUB_HALT and msg.get("status") in protocol.HALT_BY:
                 self.halt(msg["status"], str(msg.get("reason")))
-            elif kind == "hb":
-                chan.send(t="hb")
-            elif kind == "sampled" and msg.get("attempt") == self.attempt:
+            elif kind == protocol.HUB_BEAT:
+                chan.send(t=protocol.HUB_BEAT)
+            elif kind == protocol.HUB_SAMPLED and msg.get("attempt") == self.attempt:
                 self.sampled(node, msg.get("seq"), msg.get("sample"))
 
     def _ended(self, node, attempt, status, reason, echo=False, facts=None):
@@ -307,10 +343,10 @@ class Hub:
         with self.cond:
             if attempt != self.attempt or node in self.ended or node in self.lost:
                 return  # the end of an earlier attempt, or of a node given up for lost
-            self.ended[node] = (status, reason)
+            self.ended[node] = Ended(status, reason)
             failed = status == "failed"
             if failed and (self.failure is None or (self.echo and not echo)):
-                self.failure, self.echo = (reason or f"{self.names[node]} failed", node), echo
+                self.failure, self.echo = Blame(reason or f"{self.names[node]} failed", node), echo
                 self.facts = facts
             bad = facts.get("bad") is True
             if bad:
@@ -322,7 +358,7 @@ class Hub:
                 self.all_ended.set()
             self.cond.notify_all()
         if chan is not None:  # its supervisor leaves: no attempt of this run is its again
-            chan.send(t="over", reason=f"this host is bad for the run: {reason}")
+            chan.send(t=protocol.HUB_OVER, reason=f"this host is bad for the run: {reason}")
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
@@ -393,7 +429,7 @@ class Hub:
             for k in nodes:
                 self.lost[k] = self.attempt
             if running and self.failure is None:
-                self.failure, self.facts = (short, culprit), {"cause": "lost"}
+                self.failure, self.facts = Blame(short, culprit), {"cause": "lost"}
             if all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
                 self.all_ended.set()
             self.cond.notify_all()
@@ -420,14 +456,16 @@ class HubLink:
         self.on_sample = on_sample  # stacks -> this node's sample (remote/host/vitals.py)
         self.since, self.attempt = since, max(0, since - 1)
         self.cond = threading.Condition()
-        self.chan = None
+        self.chan: Channel | None = None
         self.heard = time.monotonic()
-        self.ending = None  # this attempt's end: said (again, after a reconnect) until the next
-        self.halting = None  # a stop that ends the run, said likewise
+        # this attempt's end: said (again, after a reconnect) until the next
+        self.ending: protocol.End | None = None
+        self.halting: protocol.Halt | None = None  # a stop that ends the run, said likewise
         self.delivered = threading.Event()  # the hub was sent our end
-        self.go = None  # (attempt, after): the latest restart the hub said
-        self.over = None  # why no attempt follows here (the hub said so, a halt, the hub lost)
-        self.addr = None
+        self.go: Go | None = None  # the latest restart the hub said
+        self.over: str | None = None  # why no attempt follows here (the hub said so, a halt,
+        # the hub lost)
+        self.addr: tuple[str, int] | None = None
         thread(self._watch)
 
     def connect(self, addr, port):
@@ -448,15 +486,15 @@ class HubLink:
         """Our job ended: say so (now, or once connected), so the hub need not wait for us."""
         if self.addr is None:  # the hub's address may still come: a lease from now
             self.heard = time.monotonic()
-        self.ending = {"t": "end", "attempt": self.attempt, "status": status, "reason": reason,
-                       "echo": echo, "facts": facts}  # fmt: skip
+        self.ending = {"t": protocol.HUB_END, "attempt": self.attempt, "status": status,
+                       "reason": reason, "echo": echo, "facts": facts}  # fmt: skip
         self._say(self.ending, self.delivered)
 
     def halt(self, status, reason):
         """No attempt follows, here or anywhere (a user's stop, a lease): the hub is told, and
         says `over` once every node's job has ended (leaving before it could reset the end
         we sent)."""
-        self.halting = {"t": "halt", "status": status, "reason": reason}
+        self.halting = {"t": protocol.HUB_HALT, "status": status, "reason": reason}
         if self.addr is None:  # no launcher told us where the hub is, and none will now
             self._over(reason)
         self._say(self.halting)
@@ -472,7 +510,10 @@ class HubLink:
         None: the run is over here (the hub said so, a halt, or the hub was lost)."""
         with self.cond:
             self.cond.wait_for(
-                lambda: self.over is not None or (self.go is not None and self.go[0] > self.attempt)
+                lambda: (
+                    self.over is not None
+                    or (self.go is not None and self.go.attempt > self.attempt)
+                )
             )
             return None if self.over is not None else self.go
 
@@ -498,7 +539,7 @@ class HubLink:
         chan = channel.dial(self.addr, self.secret, self.node)
         self.chan = chan
         try:
-            chan.send(t="join", since=self.since, attempt=self.attempt)
+            chan.send(t=protocol.HUB_JOIN, since=self.since, attempt=self.attempt)
             for msg in (self.halting, self.ending):
                 if msg is not None:
                     self._say(msg, self.delivered if msg is self.ending else None)
@@ -514,27 +555,27 @@ class HubLink:
 
     def _heard(self, msg):
         kind = msg.get("t")
-        if kind == "stop" and msg.get("attempt") == self.attempt:
+        if kind == protocol.HUB_STOP and msg.get("attempt") == self.attempt:
             why = msg.get("reason") or "the run's hub said stop"
             self.on_stop(why, msg.get("node"), msg.get("by"))
-        elif kind == "restart" and isinstance(msg.get("attempt"), int):
+        elif kind == protocol.HUB_RESTART and isinstance(msg.get("attempt"), int):
             with self.cond:
-                if self.go is None or msg["attempt"] > self.go[0]:
-                    self.go = (msg["attempt"], str(msg.get("after") or ""))
+                if self.go is None or msg["attempt"] > self.go.attempt:
+                    self.go = Go(msg["attempt"], str(msg.get("after") or ""))
                 self.cond.notify_all()
-        elif kind == "over":
+        elif kind == protocol.HUB_OVER:
             self._over(str(msg.get("reason") or "the run is over"))
-        elif kind == "sample" and self.on_sample is not None:
+        elif kind == protocol.HUB_SAMPLE and self.on_sample is not None:
             thread(self._sample, msg.get("seq"), msg.get("stacks") is True, self.attempt)
 
     def _sample(self, seq, stacks, attempt):
         """The hub's ask, answered in a thread of its own: py-spy takes a moment."""
         sample = fit(self.on_sample(stacks), channel.LINE_MAX // 2)
-        self._say({"t": "sampled", "seq": seq, "attempt": attempt, "sample": sample})
+        self._say({"t": protocol.HUB_SAMPLED, "seq": seq, "attempt": attempt, "sample": sample})
 
-    def _beat(self, chan):
+    def _beat(self, chan: Channel) -> None:
         while self.chan is chan and self.over is None:
-            chan.send(t="hb")
+            chan.send(t=protocol.HUB_BEAT)
             time.sleep(self.beat)
 
     def _watch(self):

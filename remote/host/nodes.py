@@ -25,11 +25,11 @@ import subprocess
 import sys
 import threading
 
-from . import procs, protocol, spare, state
+from . import prefork, procs, protocol, state
 from .common import close
 
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
-DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.boot()"
+DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.daemon()"
 # ((code_dir, run_id), process, early spec or None): supervisors started ahead of their node
 _warm: list[tuple[tuple[str, str], subprocess.Popen[bytes], dict[str, object] | None]] = []
 
@@ -62,11 +62,11 @@ def _boot(code_dir, run_id):
     """A supervisor's interpreter, waiting on its stdin for its node (remote/host/boot.py); or
     why it could not start. The run's id is in its command line for `ps` (and for whoever
     looks for a run's supervisors); the boot reads its node from stdin alone. The agent's
-    spare (remote/host/spare.py) where it has one, else a fresh interpreter."""
+    prefork (remote/host/prefork.py) where it has one, else a fresh interpreter."""
     # -S: the supervisor needs the standard library and its own code only; a host's site
     # (a venv's .pth files, conda's) costs each start tens of ms of CPU, times every node
     argv = [sys.executable, "-S", "-c", DAEMON_BOOT, code_dir, run_id]
-    proc = spare.take(argv, code_dir)
+    proc = prefork.take(argv, code_dir)
     if proc is not None:
         return proc
     try:
@@ -171,6 +171,8 @@ def _spawn(spec, code_dir, sources):
         except OSError as exc:
             _end(proc)
             return "cannot start the supervisor: {}".format(exc)
+    if proc is None:  # prepared: never without the warm one that was
+        return "the prepared supervisor is gone"
     try:  # it says "ok" (or why not) and lets go of its stdout; its parent leaves at once
         said, _ = proc.communicate(json.dumps(spec).encode() + b"\n", timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
@@ -266,13 +268,14 @@ def sweep(ch, req, *_):
         _, why = container.sweep(runtime, req["run_id"], req["node"])
         if why:
             left.append("containers of the run: {}".format(why))
-    ch.answer({"t": "swept", "found": len(found), "survivors": left})
+    reply: protocol.SweptReply = {"t": "swept", "found": len(found), "survivors": left}
+    ch.answer(reply)
 
 
 def status(ch, req, *_):
     """{run_id: {node: state}} for [run_id, node(, since)] items; `alive` when its supervisor
     answers."""
-    found = {}
+    found: dict[str, dict[str, protocol.NodeState | None]] = {}
     for item in req["nodes"]:
         run_id, node = item[0], item[1]
         ndir = state.node_dir(run_id, node, item[2] if len(item) > 2 else 0)
@@ -287,11 +290,13 @@ def status(ch, req, *_):
 
                 got["series"] = read_series(ndir)
         found.setdefault(run_id, {})[str(node)] = got or None
-    ch.answer({"t": "status", "runs": found})
+    reply: protocol.StatusReply = {"t": "status", "runs": found}
+    ch.answer(reply)
 
 
 def free_port(ch, req, *_):
     """A port nobody listens on now, outside the ephemeral range (job.master_port: auto)."""
     from .netif import free_port
 
-    ch.answer({"t": "port", "port": free_port()})
+    reply: protocol.PortReply = {"t": "port", "port": free_port()}
+    ch.answer(reply)

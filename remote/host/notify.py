@@ -39,7 +39,7 @@ class Notifier:
         # for the job's processes: a command started as the job is stopped is never taken
         # for one of the job's (a hang's word goes out as its stop begins).
         self.starting = threading.Lock()
-        self.todo = queue.Queue()
+        self.todo: queue.Queue[tuple[str, str, str] | None] = queue.Queue()
         self.thread = None
         self.links = ""  # DDPTUI_LINKS: the trackers' links seen so far (remote/host/progress.py)
 
@@ -91,7 +91,7 @@ class Notifier:
             except OSError as exc:
                 return "cannot run sh: {}".format(exc.strerror)
             self.running.add(proc.pid)
-        tail = []
+        tail: list[bytes] = []
         reader = threading.Thread(target=_keep_tail, args=(proc.stdout, tail), daemon=True)
         reader.start()
         try:

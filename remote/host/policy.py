@@ -20,7 +20,7 @@ from . import protocol, retry
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Any, Callable, Sequence
 
     from .hub import Hub
 
@@ -56,15 +56,14 @@ class Outcome(NamedTuple):
 
 
 class Decision(NamedTuple):
-    """What follows an attempt: another one (restart), or the run's end with its status and
-    why it ends here ("" where the status says it all)."""
+    """What follows an attempt: another one (restart), once a spare took the place of each
+    node in `replace`; or the run's end with its status and why it ends here ("" where the
+    status says it all)."""
 
     restart: bool
     status: str = ""
     why: str = ""
-
-
-RESTART = Decision(True)
+    replace: tuple[int, ...] = ()
 
 
 def decide(
@@ -93,7 +92,7 @@ def decide(
         return Decision(False, "failed", why)
     if len(out.lost) > spares:
         return Decision(False, "failed", NO_SPARE)
-    return RESTART
+    return Decision(True, replace=tuple(out.lost))
 
 
 class Policy:
@@ -128,8 +127,8 @@ class Policy:
             self.end(out, decision.status, decision.why)
             return None
         delay = protocol.restart_delay(self.spec["restart_delay"], number + 1)
-        self.say_restart(out, number + 1, delay)
-        why = self.wait(out, number + 1, time.monotonic() + delay)
+        self.say_restart(out, decision, number + 1, delay)
+        why = self.wait(out, decision.replace, number + 1, time.monotonic() + delay)
         if why is not None:
             self.end(out, "failed", why)
             return None
@@ -151,19 +150,19 @@ class Policy:
     def of(self) -> int:
         return int(self.spec["restarts"]) + 1
 
-    def say_restart(self, out: Outcome, nxt: int, delay: float) -> None:
-        wait = ", once a spare host takes its place" if out.lost else ""
+    def say_restart(self, out: Outcome, decision: Decision, nxt: int, delay: float) -> None:
+        wait = ", once a spare host takes its place" if decision.replace else ""
         plan = f"restarting in {delay:g} s{wait} (attempt {nxt + 1} of {self.of()})"
         self.word(out.cause, "restarting", f"{out.reason}; {plan}")
 
-    def wait(self, out: Outcome, nxt: int, deadline: float) -> str | None:
+    def wait(self, out: Outcome, replace: Sequence[int], nxt: int, deadline: float) -> str | None:
         """The delay, and a spare in each lost node's place: None once both are over, else why
         the run ends instead (a halt, no spare can come, more nodes lost than spares left)."""
-        hub, replace = self.hub, out.lost
+        hub = self.hub
         while True:
             left = round(max(0.0, deadline - time.monotonic()), 3)
             self.note(t=protocol.RESTART, attempt=nxt, of=self.of(), after=out.reason,
-                      node=out.node, delay=left, replace=replace)  # fmt: skip
+                      node=out.node, delay=left, replace=list(replace))  # fmt: skip
             waiting = [self.spec["names"][k] for k in replace]
             self.save_state(status="waiting" if waiting else "restarting", waiting=waiting)
             why = hub.wait_replaced()

@@ -143,7 +143,7 @@ def children(pid):
 
 
 def _descendants_by_scan(root):
-    children = {}
+    children: dict[int, list[int]] = {}
     for pid in all_pids():
         st = stat(pid)
         if st is not None and st[0] != "Z":
@@ -156,14 +156,14 @@ def _descendants_by_scan(root):
     return found
 
 
-def job_pids(root, tags, spare=()):
-    """Everything of the job: root's descendants and every tagged process, less `spare`.
+def job_pids(root, tags, exempt=()):
+    """Everything of the job: root's descendants and every tagged process, less `exempt`.
     No tags: the descendants alone (root is a subreaper: no orphan of the job escapes its tree,
     and a scan of every process on a big host is its cost)."""
     pids = set(tagged_pids(tags) if tags else ())
     if root is not None:
         pids.update(descendants(root))
-    pids.difference_update(spare)
+    pids.difference_update(exempt)
     pids.discard(os.getpid())
     return sorted(pids)
 
@@ -299,7 +299,8 @@ def watch_ranks(root, tags, node, nnodes, ended, report=None, tree=None):
     each time; none after the answer or once the job has ended. tree: a subreaper above the
     job, whose descendants are all of it: only those are read, not every process.
     """
-    last, delay = ({}, None), 0.5
+    last: tuple[dict[int, int], int | None] = ({}, None)
+    delay = 0.5
     while not ended.wait(delay):
         among = None if tree is None else tagged_pids(tags, descendants(tree))
         found = ranks_by_pid(tags, node, nnodes, root, among)

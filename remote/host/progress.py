@@ -124,7 +124,7 @@ class Parser:
         return _stepped(line)
 
     def _user(self, line):
-        m = self.user.search(line)
+        m = self.user.search(line) if self.user is not None else None
         if m is None:
             return None
         groups = {k: v for k, v in m.groupdict().items() if v is not None}

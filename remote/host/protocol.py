@@ -1,6 +1,6 @@
 """The contract between the launcher and a host: the agent's ops, the node spec, the messages.
 
-Both ends import this module (the launcher as `remote.host.protocol`, the host as
+Both ends import this module (the launcher as `ddptui.remote.host.protocol`, the host as
 `ddph.protocol`): every key, default and message kind is named here once. Standard library only,
 python3 >= 3.8. The bytes that carry these (frames, spool records) are remote/host/wire.py's.
 
@@ -30,7 +30,94 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypedDict
+
+    # -- what the hub and its peers say (HUB_*) --
+
+    class Join(TypedDict):
+        t: str
+        since: int  # the attempt the peer's supervisor started at (a spare: the one it joins)
+        attempt: int  # the attempt it runs
+
+    class End(TypedDict):
+        t: str
+        attempt: int
+        status: str  # succeeded, failed, stopped, lost
+        reason: str | None
+        echo: bool  # the failing rank died of a peer's failure: another's failure is the cause
+        # what the hub weighs a failure by (remote/host/retry.py): cause, rank, code, lines,
+        # bad (the host may not run the job again), host
+        facts: dict[str, Any] | None
+
+    class Halt(TypedDict):
+        t: str
+        status: str  # a key of HALT_BY
+        reason: str
+
+    class Stop(TypedDict):
+        t: str
+        reason: str
+        node: int | None  # whose failure or loss; None: a halt's
+        attempt: int
+        by: str | None  # a value of HALT_BY: the halt's
+
+    class Restart(TypedDict):
+        t: str
+        attempt: int
+        after: str  # why: the last attempt's failure
+
+    class Over(TypedDict):
+        t: str
+        reason: str
+
+    # -- a node's state file (remote/host/state.py: STATE), as its supervisor writes it --
+
+    class NodeState(TypedDict, total=False):
+        run_id: str
+        node: int
+        pid: int  # the supervisor's
+        mode: str  # attached, detached
+        spool_end: int
+        status: str  # starting, running, waiting, restarting; then how the job ended
+        attempt: int
+        started: float  # time.time()
+        ended: float
+        job_pid: int
+        scratch: str | None
+        container: str | None  # its name, for a runtime with a daemon (docker, podman)
+        runtime: str | None
+        exit_code: int | None
+        by: str | None  # BY_*: who stopped it
+        reason: str | None
+        survivors: list[str]  # what could not be stopped
+        waiting: list[str]  # node 0: the lost nodes' names a spare must replace
+        run_status: str  # node 0: the run's end
+        run_reason: str
+        alive: bool  # STATUS: its supervisor answers
+        series: dict[str, Any]  # STATUS, node 0, asked for: the training's curve
+
+    # -- the ops' replies (one answer) --
+
+    class CountReply(TypedDict):
+        cuda_visible_devices: str | None
+        list: Any  # nvidia-smi -L's answer, as the probe's commands give it
+
+    class SweptReply(TypedDict):
+        t: str  # "swept"
+        found: int
+        survivors: list[str]
+
+    class StatusReply(TypedDict):
+        t: str  # "status"
+        runs: dict[str, dict[str, NodeState | None]]  # run id -> node (a string) -> its state
+
+    class PortReply(TypedDict):
+        t: str  # "port"
+        port: int
+
+    class ErrorReply(TypedDict):
+        error: str  # an unknown op, or one that failed
+
 
 VERSION = 1
 
@@ -105,6 +192,19 @@ SAY_GONE = "gone"  # gone NODE ATTEMPT: that node's supervisor is dead (its stre
 SAY_REPLACE = "replace"  # replace NODE TICKET: node 0: a spare comes for NODE, proving TICKET
 SAY_NO_SPARE = "nospare"  # nospare WHY...: node 0: no spare can replace the lost: the run ends
 SAY_NOTIFY = "notify"  # notify EVENT MESSAGE...: node 0: tell job.notify (a hang the launcher saw)
+
+# -- the run's hub and its peers (remote/host/hub.py): a JSON object a line, each way -------------
+# Every message's kind is its `t`; what else it carries is its TypedDict below.
+
+HUB_JOIN = "join"  # peer, first: the attempt its supervisor started at, and the one it runs
+HUB_BEAT = "hb"  # either way: a peer's heartbeat, the hub's answer
+HUB_END = "end"  # peer: its job of this attempt ended (succeeded, failed, stopped, lost)
+HUB_HALT = "halt"  # peer: a user's stop or a lease: no attempt may follow
+HUB_STOP = "stop"  # hub: stop this attempt's job, because of a node (or a halt)
+HUB_RESTART = "restart"  # hub: start attempt N
+HUB_OVER = "over"  # hub: the run is over (or another host took this node's place)
+HUB_SAMPLE = "sample"  # hub: sample your ranks (stacks too): the run's hang watch
+HUB_SAMPLED = "sampled"  # peer: its ranks' sample (remote/host/vitals.py), for that ask
 
 # -- restarts and word of them (job.restarts, job.notify) ---------------------------------------
 

@@ -20,6 +20,10 @@ import subprocess
 import sys
 import threading
 
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 USAGE = "usage: shim.py [--cwd DIR] [--ready FILE] [--grace SECONDS] -- ARGV...\n"
 
@@ -53,7 +57,7 @@ def main(args):
 
 def parse(args):
     """({cwd, ready, grace}, argv), or (None, None) for a bad command line."""
-    opts = {"cwd": None, "ready": None, "grace": 5.0}
+    opts: dict[str, Any] = {"cwd": None, "ready": None, "grace": 5.0}
     while len(args) >= 2 and args[0] in ("--cwd", "--ready", "--grace"):
         opts[args[0][2:]], args = args[1], args[2:]
     if not args or args[0] != "--" or len(args) < 2:

@@ -30,7 +30,7 @@ class Spool:
         self.segments = sorted(self._existing())  # start offsets
         self.end = self._size_of_all()
         self.closed = False  # no more records will come
-        self._fd = None
+        self._fd: int | None = None
         self._seg_size = 0
         if writable and not self.segments:
             self._roll()
@@ -45,7 +45,7 @@ class Spool:
     def append(self, data):
         """Add whole records; returns the bytes trimmed from the front to stay in bounds."""
         with self.cond:
-            os.write(self._fd, data)
+            os.write(self._fd, data)  # type: ignore[arg-type]  # a read-only spool appends nothing
             self.end += len(data)
             self._seg_size += len(data)
             trimmed = 0

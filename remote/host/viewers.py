@@ -18,6 +18,10 @@ from . import protocol, wire
 from .common import close, log, thread
 from .spool import Trimmed
 
+TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
 SEND_MAX = 1 << 18  # spool bytes per wire frame
 ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewers again
 GONE = (errno.EBADF, errno.ENOTSOCK, errno.EINVAL)  # accept on a socket that was closed
@@ -35,7 +39,7 @@ class Viewers:
         # Held from a viewer's accept to its entry in clients: drain then sees it in the
         # backlog or among the clients, never between the two.
         self.accepting = threading.Lock()
-        self.server = None  # the viewers' listening socket (serve)
+        self.server: Any = None  # the viewers' listening socket (serve)
         self.closing = False  # the daemon is leaving: its accept loop ends
 
     def serve(self, server):

@@ -6,14 +6,15 @@ Each host knows only its own failures, so the engine merges them: the earliest t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 import time
 from collections import defaultdict, deque
-from dataclasses import dataclass
 from operator import itemgetter
 
 from ddptui.remote.events import Failure
+from ddptui.remote.host.torchrun import ReportedFailure, is_echo_text, parse_child_failed
 from ddptui.remote.run.nodemsg import RankEnd
 
 TRACEBACK_START = "Traceback (most recent call last):"
@@ -22,11 +23,6 @@ SHOWN = 20  # traceback lines carried in a Failure
 
 # torch's excepthook prefixes a worker's traceback with "[rankN]: " (distributed_c10d.py).
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
-# A rank that died of its peer's death, or of its launcher's TERM, is an echo, not a cause.
-_ECHO = re.compile(
-    r"closed by peer|reset by peer|Connection refused|remote process exited|"
-    r"NCCL communicator was aborted|Broken pipe|SIGTERM|SIGINT|SIGHUP"
-)
 # A warning is never a failure's message: c10d's and torchrun's own (`[W1125 10:00:00.1
 # socket.cpp:207] ...`, `W1125 10:00:00.1 12 api.py:753] ...`, `[W socket.cpp:207] ...`),
 # glog's info lines, Python's (`x.py:3: UserWarning: ...` and its `  warnings.warn(` line),
@@ -34,50 +30,6 @@ _ECHO = re.compile(
 _WARNING = re.compile(
     r"^\[?[IW]\d{4} \d\d:\d\d:\d\d|^\[[IW] |\w*Warning: |^\s*warnings\.warn\(|^\s*WARNING\b"
 )
-_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*:\s*(.*)$")
-_RANK = re.compile(r"(-?\d+)(?: \(local_rank: (\d+)\))?")
-_EXIT = re.compile(r"(-?\d+)(?: \(pid: (\d+)\))?")
-
-
-@dataclass
-class ReportedFailure:
-    """One entry of torchrun's `Root Cause` / `Failures` blocks."""
-
-    rank: int
-    local_rank: int | None = None
-    exit_code: int | None = None
-    pid: int | None = None
-    host: str | None = None
-    root: bool = False  # torchrun named it its node's root cause
-    at: float | None = None  # when it ended, where its supervisor saw it (host clock)
-
-
-def parse_child_failed(lines: list[str]) -> list[ReportedFailure]:
-    """The rank entries of torchrun's ChildFailedError report, in the order printed."""
-    found: dict[int, ReportedFailure] = {}
-    current: ReportedFailure | None = None
-    host: str | None = None  # printed before the rank it belongs to
-    in_root = False
-    for line in lines:
-        if "Root Cause" in line:
-            in_root = True
-        m = _FIELD.match(line)
-        if not m:
-            continue
-        key, value = m.groups()
-        if key == "time":
-            current, host = None, None
-        elif key == "host":
-            host = value.strip()
-        elif key == "rank" and (r := _RANK.match(value)):
-            rank = int(r.group(1))
-            local = int(r.group(2)) if r.group(2) else None
-            current = found.setdefault(rank, ReportedFailure(rank, local, host=host))
-            current.root = current.root or in_root
-        elif current and key == "exitcode" and (e := _EXIT.match(value)):
-            current.exit_code = int(e.group(1))
-            current.pid = int(e.group(2)) if e.group(2) else None
-    return sorted(found.values(), key=lambda r: not r.root)
 
 
 def _plain(lines: tuple[tuple[int | None, str], ...]) -> bool:
@@ -234,7 +186,20 @@ def _message_line(lines: tuple[str, ...], code: int | None = None) -> str:
 def is_echo(f: Failure) -> bool:
     """Did this rank die of another's failure (lost peer, its launcher's TERM)?"""
     killed = f.exit_code is not None and f.exit_code < 0 and -f.exit_code != signal.SIGKILL
-    return killed or bool(_ECHO.search(f.message))
+    return killed or is_echo_text(f.message)
+
+
+def echo_of_peer(f: Failure) -> Failure:
+    """The root cause where every failure known is an echo (the failing rank's own words never
+    came, or came under the echo's rank: spawn's parent quotes its failed child's traceback
+    beside the first rank to end): not the echo's rank. Its words where they are not an
+    echo's, else that a peer failed first."""
+    message = f.message
+    if not message or is_echo_text(message):
+        who = f"rank {f.rank}" if f.rank is not None else "a rank"
+        message = f"{who} died of a peer's failure ({message or describe_exit(f.exit_code)}); "
+        message += "the failing peer's own error was not seen"
+    return dataclasses.replace(f, rank=None, local_rank=None, pid=None, message=message)
 
 
 def first(failures: list[Failure]) -> Failure | None:

@@ -11,8 +11,10 @@ exit code and root cause. The rules:
   and the hub's word on which node failed, for when the failing node itself can tell nothing.
   Node 0's word is the hub's own view, and comes first: a cut-off peer, stopped because it lost
   the hub, blames node 0 (and may say so first).
-- The root cause is remote/run/failures.py's `first`: a failure of its own before echoes, then the
-  earliest traceback.
+- The root cause is remote/run/failures.py's `first`: a failure of its own before echoes, then
+  the earliest traceback. Where every failure known is an echo, no echo's rank is named: the root
+  cause keeps its words where they are another's error, else says a peer failed first
+  (`echo_of_peer`).
 - With job.restarts, each attempt has a verdict of its own (`Attempts`): a node's ending counts
   for the attempt it ended, and the run's status and exit code are its last attempt's.
 """
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 from ddptui.remote.events import AttemptResult, Failure, HostStatus, RunStatus
 from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from ddptui.remote.host import protocol
-from ddptui.remote.run.failures import describe_exit, first
+from ddptui.remote.run.failures import describe_exit, echo_of_peer, first, is_echo
 from ddptui.remote.run.nodemsg import Exit, StartError
 
 # Why a node stopped that the launcher did not stop: a `ddptui stop` (another launcher), the
@@ -146,6 +148,8 @@ class Verdict:
         said = [self.hub_failure] if self.hub_failure else self.peer_failures
         failures = [*earlier, *(self.failures or said)]
         root = first(failures)
+        if root is not None and is_echo(root):  # first() puts any failure of its own first
+            root = echo_of_peer(root)
         status: RunStatus
         if detached:
             status, code = "detached", EXIT_OK

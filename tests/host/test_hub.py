@@ -322,6 +322,11 @@ def test_a_bad_host_is_told_it_is_over_and_needs_a_spare() -> None:
     assert next_step(out, 0, 1, 1) is None
 
 
+def test_a_restart_names_the_nodes_a_spare_must_replace_first() -> None:
+    assert policy.decide(outcome(lost=(1,)), 0, 1, 1) == policy.Decision(True, replace=(1,))
+    assert policy.decide(outcome(), 0, 1, 0).replace == ()
+
+
 def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
     h, _ = hub(3)
     links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]

@@ -1,5 +1,5 @@
 """job.notify's command (remote/host/notify.py): its environment, its order, its bounds; and
-the rank torchrun's report names (remote/host/daemon.py), which the notify message carries."""
+the rank torchrun's report names (remote/host/torchrun.py), which the notify message carries."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 from ddptui.remote.host import protocol
-from ddptui.remote.host.daemon import failed_ranks
 from ddptui.remote.host.notify import Notifier
+from ddptui.remote.host.torchrun import failed_ranks
 
 
 def notifier(command: str, timeout: float = protocol.NOTIFY_TIMEOUT, **spec: object) -> tuple:

@@ -2,41 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ddptui.remote.events import Failure
-from ddptui.remote.run.failures import (
-    FailureTracker,
-    describe_exit,
-    first,
-    is_echo,
-    parse_child_failed,
-)
+from ddptui.remote.host.torchrun import parse_child_failed
+from ddptui.remote.run.failures import FailureTracker, describe_exit, first, is_echo
 
 # As torch 2.13's torchrun prints it (recorded from a real run on this machine).
-REPORT = """\
-Traceback (most recent call last):
-  File "/usr/lib/python3.11/runpy.py", line 198, in _run_module_as_main
-torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
-============================================================
-examples/train.py FAILED
-------------------------------------------------------------
-Failures:
-[1]:
-  time      : 2026-11-22_10:58:29
-  host      : node1
-  rank      : 2 (local_rank: 0)
-  exitcode  : -15 (pid: 6538)
-  error_file: <N/A>
-  traceback : Signal 15 (SIGTERM) received by PID 6538
-------------------------------------------------------------
-Root Cause (first observed failure):
-[0]:
-  time      : 2026-11-22_10:58:29
-  host      : node1
-  rank      : 3 (local_rank: 1)
-  exitcode  : 1 (pid: 6537)
-  error_file: <N/A>
-  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html
-============================================================""".splitlines()
+REPORT = (
+    (Path(__file__).parents[1] / "data" / "torchrun" / "child-failed.txt").read_text().splitlines()
+)
 
 
 def test_parse_child_failed_puts_root_cause_first() -> None:

@@ -4,7 +4,8 @@ outcome, from what the nodes said. Pure: no hosts."""
 from __future__ import annotations
 
 from ddptui.remote.events import AttemptResult, Failure
-from ddptui.remote.run.nodemsg import Exit, StartError
+from ddptui.remote.run.failures import FailureTracker
+from ddptui.remote.run.nodemsg import Exit, RankEnd, StartError
 from ddptui.remote.run.verdict import Attempts, NodeEnding, Tracebacks, Verdict
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
@@ -217,3 +218,38 @@ def test_the_hubs_word_names_an_attempt_no_node_told_of() -> None:
 def test_a_run_that_never_started_has_no_attempt() -> None:
     (status, code, _, _), attempts = Attempts().outcome([Failure("node0", None, None, "no torch")])
     assert (status, code, attempts) == ("failed", 1, ())
+
+
+def test_an_echo_alone_is_never_named_the_root_cause() -> None:
+    """spawn: node0's rank 0 aborted when its peer's connection closed (gloo, SIGABRT), and its
+    node said so first; node1, the failing one, was stopped before its traceback came. No
+    rank is named: the root cause says a peer failed first."""
+    v = Verdict()
+    echo = Failure("node0", 0, -6, "RuntimeError: Connection closed by peer [10.0.0.2]:29500")
+    ended(v, "node0", exit_(1), tracebacks=tracebacks_of(echo))
+    v.stop("failure", 5.0)
+    ended(v, "node1", exit_(-15, True, "peer", node=0, reason="rank 0 failed on node0"))
+    status, code, root, ordered = v.outcome()
+    assert (status, code, ordered) == ("failed", 1, (echo,))
+    assert root is not None and (root.host, root.rank, root.exit_code) == ("node0", None, -6)
+    assert root.message == (
+        "rank 0 died of a peer's failure (RuntimeError: Connection closed by peer "
+        "[10.0.0.2]:29500); the failing peer's own error was not seen"
+    )
+
+
+def test_spawns_quoted_traceback_under_an_echo_rank_keeps_its_words() -> None:
+    """spawn: node1's rank 2 aborted first (SIGABRT: its peer's connection closed), and the
+    node's traceback is its parent quoting rank 3's own error. The echo's rank is not named;
+    the words are the cause's."""
+    tracker = FailureTracker()
+    quoted = ["Traceback (most recent call last):", '  File "spawn.py", line 9, in _wrap',
+              "RuntimeError: rank 3 failed on purpose"]  # fmt: skip
+    tracker.feed("node1", tuple((None, line) for line in quoted), at=4.0)
+    own = tracker.node_failures("node1", 1, died=RankEnd(2, -6, 4.0))
+    assert [(f.rank, f.exit_code) for f in own] == [(2, -6)]  # the echo's rank, the cause's words
+    v = Verdict()
+    ended(v, "node1", exit_(1), tracebacks=lambda host, code, at: own)
+    root = v.outcome()[2]
+    assert root is not None and (root.host, root.rank) == ("node1", None)
+    assert root.message == "RuntimeError: rank 3 failed on purpose"

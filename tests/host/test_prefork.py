@@ -1,4 +1,4 @@
-"""The agent's spare supervisor (remote/host/spare.py): forked before the agent's threads, it
+"""The agent's prefork supervisor (remote/host/prefork.py): forked before the agent's threads, it
 waits for a command line. Taken, it is the supervisor, and `ps` names its run; unused, it
 leaves with its agent. Every launch of the other tests starts its supervisors this way."""
 
@@ -20,13 +20,13 @@ from ddptui.remote.inventory import Host
 
 REPO = Path(__file__).resolve().parents[2]
 EARLY = {"run_id": "run-s", "node": 0, "attempt": 0, "grace": 1.0, "container": None}
-# A process with no thread yet, as the agent's start is: a spare, then a prepared node taken
+# A process with no thread yet, as the agent's start is: a prefork, then a prepared node taken
 # from it; it says what it got and what `ps` shows, then leaves without the go.
 PREPARE = """
 import json, os, sys, time
-from ddptui.remote.host import nodes, spare, state
+from ddptui.remote.host import nodes, prefork, state
 code, early = sys.argv[1], json.loads(sys.argv[2])
-spare.fork(code)
+prefork.fork(code)
 nodes.warm(code, early["run_id"], early)
 ((_, proc, _),) = nodes._warm
 sock = os.path.join(state.node_dir(early["run_id"], 0), "ctl.sock")
@@ -62,14 +62,14 @@ def children(pid: int) -> list[int]:
     return [p for p in procs.all_pids() if (procs.stat(p) or (0, 0))[1] == pid]
 
 
-def test_a_taken_spare_is_the_supervisor_and_ps_names_its_run(code: str) -> None:
+def test_a_taken_prefork_is_the_supervisor_and_ps_names_its_run(code: str) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", PREPARE, code, json.dumps(EARLY)], cwd=REPO,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
     kind, first_exit = json.loads(proc.stdout.readline())
-    assert (kind, first_exit) == ("Spare", 0)  # its first process left: the daemon waits
+    assert (kind, first_exit) == ("Prefork", 0)  # its first process left: the daemon waits
     want = [sys.executable, "-S", "-c", nodes.DAEMON_BOOT, code, "run-s"]
     found = daemons("run-s")  # the daemon and its guardian (a fork of it)
     assert found and all(argv == [a.encode() for a in want] for argv in found)
@@ -90,7 +90,7 @@ async def started() -> Agent:
     return agent
 
 
-async def test_an_op_no_launch_sends_ends_the_spare(code: str) -> None:
+async def test_an_op_no_launch_sends_ends_the_prefork(code: str) -> None:
     """A check, the dashboard, an attach or a stop: nothing of ours idles beside the agent."""
     agent = await started()
     try:
@@ -101,15 +101,15 @@ async def test_an_op_no_launch_sends_ends_the_spare(code: str) -> None:
         await agent.close()
 
 
-async def test_an_unused_spare_is_no_agent_in_ps_and_leaves_with_its_agent(code: str) -> None:
+async def test_an_unused_prefork_is_no_agent_in_ps_and_leaves_with_its_agent(code: str) -> None:
     agent = await started()
     assert agent.hello is not None
-    (spare,) = children(agent.hello.pid)
-    argv = Path(f"/proc/{spare}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
-    assert argv == [sys.executable.encode(), b"ddptui-spare", b"agent", b"%d" % agent.hello.pid]
+    (prefork,) = children(agent.hello.pid)
+    argv = Path(f"/proc/{prefork}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    assert argv == [sys.executable.encode(), b"ddptui-prefork", b"agent", b"%d" % agent.hello.pid]
     assert b"from ddph import agent" in Path(f"/proc/{agent.hello.pid}/cmdline").read_bytes()
     await agent.close()
     deadline = time.monotonic() + 10
-    while Path(f"/proc/{spare}").exists() and (procs.stat(spare) or ("Z",))[0] != "Z":
-        assert time.monotonic() < deadline, "the spare outlived its agent"
+    while Path(f"/proc/{prefork}").exists() and (procs.stat(prefork) or ("Z",))[0] != "Z":
+        assert time.monotonic() < deadline, "the prefork outlived its agent"
         time.sleep(0.05)

@@ -2,15 +2,15 @@
 
 A fresh interpreter costs a supervisor several times the CPU on every host that a fork of the
 agent does, which has imported most of what the supervisor needs. A fork must come before any thread
-(a lock a thread held would stay held in the child), so the agent makes one spare as it starts.
+(a lock a thread held would stay held in the child), so the agent makes one prefork as it starts.
 It waits, having cost a fork, for the command line the agent hands it. The first op that no
 launch sends before its start (a plain check, the dashboard's, an attach, a stop) ends it: no
 process of ours idles beside an agent; nor does it outlive its agent (its stdin ends). A
 second supervisor of the same agent (a dashboard's launch) is a fresh interpreter, as before.
 
-To nodes.py the spare is what a `subprocess.Popen` would be: args, pid, stdin, stdout,
+To nodes.py the prefork is what a `subprocess.Popen` would be: args, pid, stdin, stdout,
 returncode, poll, kill, wait and communicate. Its command line (/proc/PID/cmdline, what `ps`
-shows) is its own: while it waits, `python ddptui-spare agent PID`, never the agent's (one
+shows) is its own: while it waits, `python ddptui-prefork agent PID`, never the agent's (one
 agent a host is what a login costs, and what is counted); once taken, the one a fresh
 supervisor has, the run's id in it.
 """
@@ -25,17 +25,17 @@ import threading
 import time
 
 # What both the agent's probe and a supervisor import, costliest first (OpenSSL's hashlib,
-# socket, shutil with its compressors, subprocess): loaded once before the fork, the spare has
+# socket, shutil with its compressors, subprocess): loaded once before the fork, the prefork has
 # them for nothing. A 32-host launch: 5.6 CPU-s of the machine's before, 4.8-5.1 after.
 PRELOAD = ("hashlib", "socket", "shutil", "subprocess")
 
-_spare = None  # the one waiting, until taken
+_waiting = None  # the one waiting, until taken
 _lock = threading.Lock()  # the agent's op threads take it or end it
 
 
 def fork(code_dir):
-    """The agent's spare, forked now: call before any thread starts."""
-    global _spare
+    """The agent's prefork, forked now: call before any thread starts."""
+    global _waiting
     for name in PRELOAD:
         __import__(name)
     r_in, w_in = os.pipe()
@@ -48,7 +48,7 @@ def fork(code_dir):
     pid = os.fork()
     if pid == 0:
         try:
-            _retitle([sys.executable, "ddptui-spare", "agent", str(agent)])
+            _retitle([sys.executable, "ddptui-prefork", "agent", str(agent)])
             os.close(w_named)  # named: no one counting the host's agents counts this one
             _wait_then_boot(r_in, w_out)
         finally:
@@ -58,39 +58,39 @@ def fork(code_dir):
     with contextlib.suppress(OSError):
         os.read(r_named, 1)  # its end: renamed (or dead)
     os.close(r_named)
-    _spare = Spare(pid, w_in, r_out, code_dir)
+    _waiting = Prefork(pid, w_in, r_out, code_dir)
 
 
 def take(argv, code_dir):
-    """The spare as the supervisor `argv` would start, or None (taken already, dead, or the
+    """The prefork as the supervisor `argv` would start, or None (taken already, dead, or the
     code is not the agent's own)."""
-    spare = _pop()
-    if spare is None or spare.code_dir != code_dir or spare.poll() is not None:
-        if spare is not None:
-            spare.end()
+    prefork = _pop()
+    if prefork is None or prefork.code_dir != code_dir or prefork.poll() is not None:
+        if prefork is not None:
+            prefork.end()
         return None
     try:
-        spare.stdin.write(json.dumps(argv).encode() + b"\n")
-        spare.stdin.flush()
+        prefork.stdin.write(json.dumps(argv).encode() + b"\n")
+        prefork.stdin.flush()
     except OSError:
-        spare.end()
+        prefork.end()
         return None
-    spare.args = argv
-    return spare
+    prefork.args = argv
+    return prefork
 
 
 def discard():
-    """No launch follows: the spare leaves (its stdin ends) and is reaped."""
-    spare = _pop()
-    if spare is not None:
-        spare.end()
+    """No launch follows: the prefork leaves (its stdin ends) and is reaped."""
+    prefork = _pop()
+    if prefork is not None:
+        prefork.end()
 
 
 def _pop():
-    global _spare
+    global _waiting
     with _lock:
-        spare, _spare = _spare, None
-    return spare
+        prefork, _waiting = _waiting, None
+    return prefork
 
 
 # -- the child ----------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ def _wait_then_boot(r_in, w_out):
     sys.argv = ["-c", *argv[4:]]  # as `python -S -c DAEMON_BOOT CODE_DIR RUN_ID` has it
     from . import boot
 
-    boot.boot()
+    boot.daemon()
 
 
 def _retitle(argv):
@@ -143,7 +143,7 @@ def _retitle(argv):
 # -- the agent's handle -------------------------------------------------------------------------
 
 
-class Spare:
+class Prefork:
     def __init__(self, pid, stdin_fd, stdout_fd, code_dir):
         self.pid, self.code_dir, self.args, self.returncode = pid, code_dir, None, None
         self.stdin = os.fdopen(stdin_fd, "wb")
