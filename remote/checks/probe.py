@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.checks import judge as checks
 from ddptui.remote.checks import visible
 from ddptui.remote.events import Gpu, HostChecked
-from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host, Job
 from ddptui.remote.smi import (
     SMI_RUNS,
@@ -75,7 +75,7 @@ async def probe(
     host = t.host
     asked = spec(job, master_addr, workdir, host.node_rank == 0, host, run_id, warm)
     try:
-        found = await agent.request(protocol.PROBE, asked, timeout=PROBE_TIMEOUT)
+        found = await ops.probe(agent, asked, PROBE_TIMEOUT)
     except HostError as exc:
         facts = _base(host, connect_s, master_addr, t.address)
         return checked(host, {**facts, "probe_error": exc.reason})
@@ -279,12 +279,10 @@ def _code(found: dict[str, Any]) -> dict[str, Any]:
 async def count_visible(agent: Agent) -> visible.Visible | None:
     """The devices a job on this host would see; None without a working nvidia-smi."""
     try:
-        found = await agent.request(protocol.COUNT, timeout=REFRESH_TIMEOUT)
+        found = await ops.count(agent, REFRESH_TIMEOUT)
     except HostError:
         return None
-    listed = found.get("list")
-    if not isinstance(listed, dict) or listed.get("code") != 0:
+    if found.listed is None:
         return None
-    gpus = visible.parse_list(str(listed.get("out", "")))
-    cvd = found.get("cuda_visible_devices")
-    return _job_sees(agent.transport.host, gpus, None if cvd is None else str(cvd))
+    gpus = visible.parse_list(found.listed)
+    return _job_sees(agent.transport.host, gpus, found.cuda_visible_devices)

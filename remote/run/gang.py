@@ -22,6 +22,7 @@ from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Channel
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.link import Item, NodeLink, Record
@@ -500,9 +501,7 @@ class Gang:
         """Stop what is left of node k on its host, by the run's tags: what could not be killed.
         Raises HostError."""
         agent = await self.fleet.agent(k, self.emit)
-        args = {"run_id": self.run_id, "node": k, "grace": self.grace}
-        got = await agent.request(protocol.SWEEP, args)
-        return [str(text)[:1000] for text in got.get("survivors") or ()]
+        return await ops.sweep(agent, self.run_id, k, self.grace)
 
     async def settle(self) -> None:
         """Wait for the sweeps of nodes whose supervisor died."""

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.link import Item, NodeLink, Record
@@ -100,8 +101,8 @@ async def _read(run_id: str, host: Host | None, u: Unread) -> Batches | None:
     fleet = Fleet([host])
     try:
         agent = await fleet.agent(0, lambda event: None)
-        got = await agent.request(protocol.STATUS, {"nodes": [[run_id, u.node, u.since]]})
-        state = (got.get("runs") or {}).get(run_id, {}).get(str(u.node))
+        runs_there = await ops.status(agent, [(run_id, u.node, u.since)])
+        state = runs_there.get(run_id, {}).get(u.node)
         if not isinstance(state, dict):
             return []
         if state.get("alive"):

@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.checks.judge import master_problem
@@ -215,11 +216,9 @@ class Run:
         """job.master_port: auto without the checks: node 0's agent picks one."""
         try:
             agent = await self.fleet.agent(0, self.emit)
-            got = await agent.request(protocol.PORT, {})
+            return await ops.port(agent)
         except HostError:
             return None
-        port = got.get("port")
-        return port if isinstance(port, int) and 0 < port < 65536 else None
 
     async def _deep_check(self) -> bool:
         """The fabric measured first; a failure refuses the launch, as a failed check does."""
@@ -278,15 +277,13 @@ class Run:
         progress (remote/host/progress.py): node 0's host's curve stands in for the replay."""
         if 0 in self.preflight.unreachable or self.gang.progress is None:
             return
-        ask = {"nodes": [[self.run_id, 0, 0]], "series": True}
         try:
             agent = await self.fleet.agent(0, self.emit)
-            got = await agent.request(protocol.STATUS, ask)
+            runs_there = await ops.status(agent, [(self.run_id, 0, 0)], series=True)
         except HostError:
             return
-        series: Any = got
-        for key in ("runs", self.run_id, "0", "series"):  # what a host sends is data: checked
-            series = series.get(key) if isinstance(series, dict) else None
+        state = runs_there.get(self.run_id, {}).get(0) or {}
+        series = state.get("series")
         if isinstance(series, dict) and self.progress.seed(series):
             self.gang.replayed_progress = False
 

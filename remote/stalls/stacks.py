@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.remote import fold
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Notice, StacksCaptured
-from ddptui.remote.host import protocol
 from ddptui.remote.stalls import flight as recorder
 from ddptui.remote.store.record import private_dir, replace_private
 
@@ -131,8 +131,8 @@ async def dump(fleet: Fleet, emit: Emit, run_id: str, *, native: bool = False) -
         if isinstance(answer, str):
             problems[name] = answer
             continue
-        if answer.get("problem"):
-            problems[name] = str(answer["problem"])[:1000]
+        if answer.problem:
+            problems[name] = answer.problem
         stacks += _rank_stacks(name, answer)
     return Report(run_id, group(stacks), problems, time.monotonic() - t0)
 
@@ -146,11 +146,11 @@ async def traces(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Collected:
     for answer in answers:
         if isinstance(answer, str):
             continue  # the stacks' op says why the host gave nothing
-        for rank, got in (answer.get("flight") or {}).items():
-            if isinstance(got, dict) and "trace" in got:
-                found[int(rank)] = got["trace"]
+        for rank, got in answer.flight.items():
+            if got.error is None:
+                found[rank] = got.trace
             else:
-                missing[int(rank)] = str(got.get("error", "no trace"))[:1000]
+                missing[rank] = got.error
     return recorder.Collected(found, missing)
 
 
@@ -160,47 +160,38 @@ def analyser(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Analyse:
     async def analyse(data: bytes) -> str:
         try:
             agent = await fleet.agent(0, emit)
-            got = await agent.request(
-                protocol.FLIGHT, {"run_id": run_id, "node": 0}, data=data, timeout=ANALYSE_S
-            )
+            return await ops.flight(agent, run_id, 0, data, ANALYSE_S)
         except HostError as exc:
             return f"the analyser could not run on {fleet.hosts[0].name}: {exc.reason}"
-        return str(got.get("verdict") or "")
 
     return analyse
 
 
-async def _ask(fleet: Fleet, emit: Emit, run_id: str, **what: object) -> list[dict[str, Any] | str]:
+async def _ask(fleet: Fleet, emit: Emit, run_id: str, **what: object) -> list[ops.Stacks | str]:
     """Every host's answer, or why it gave none."""
     nnodes = fleet.nnodes
 
-    async def one(k: int) -> dict[str, Any] | str:
+    async def one(k: int) -> ops.Stacks | str:
         since = fleet.hosts[k].since  # a spare in a lost node's place keeps it apart
         spec = {"run_id": run_id, "node": k, "since": since, "nnodes": nnodes, **what}
         try:
             agent = await fleet.agent(k, emit)
-            return await agent.request(protocol.STACKS, spec, timeout=TIMEOUT)
+            return await ops.stacks(agent, spec, TIMEOUT)
         except HostError as exc:
             return exc.reason
 
     return list(await asyncio.gather(*(one(k) for k in range(nnodes))))
 
 
-def _rank_stacks(host: str, answer: dict[str, Any]) -> list[RankStack]:
+def _rank_stacks(host: str, answer: ops.Stacks) -> list[RankStack]:
     out = []
-    for rank, got in answer.get("ranks", {}).items():
-        error = got.get("error")
+    for rank, got in answer.ranks.items():
+        error = got.error
         if error and _refused(error):
             error = f"{error} ({PTRACE_NEEDED})"
-        threads = got.get("threads") or []
-        main = next((th for th in threads if th.get("main")), threads[0] if threads else None)
-        frames = tuple(_frame(f) for f in (main or {}).get("frames", ()))
-        out.append(RankStack(int(rank), host, got.get("pid"), frames, error))
+        frames = tuple(Frame(*f) for f in got.frames)
+        out.append(RankStack(rank, host, got.pid, frames, error))
     return out
-
-
-def _frame(f: dict[str, Any]) -> Frame:
-    return Frame(f.get("function") or "?", f.get("file") or "?", f.get("line"), f.get("path") or "")
 
 
 def _refused(error: str) -> bool:

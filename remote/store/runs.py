@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.remote import inventory
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
-from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host, Inventory
 from ddptui.remote.store.record import (
     SERIES,
@@ -176,7 +176,7 @@ async def statuses(records: Sequence[RunRecord]) -> None:
     answers = await asyncio.gather(*(_ask(h, nodes) for h, nodes in pairs.values()))
     for (_, nodes), got in zip(pairs.values(), answers, strict=True):
         for run_id, node, _ in nodes:
-            state = got.get(run_id, {}).get(str(node)) if isinstance(got, dict) else None
+            state = got.get(run_id, {}).get(node) if isinstance(got, dict) else None
             for r in ask:
                 if r.run_id == run_id:
                     r.states[node] = state if isinstance(got, dict) else {"error": got}
@@ -219,20 +219,17 @@ def _reach(h: Host) -> tuple[Any, ...]:
     return (h.transport, h.host, h.port, h.user, h.identity_file, h.known_hosts, h.python)
 
 
-async def _ask(host: Host, nodes: list[tuple[str, int, int]]) -> dict[str, Any] | str:
+async def _ask(host: Host, nodes: list[tuple[str, int, int]]) -> ops.Runs | str:
     """{run_id: {node: state or None}} from the host's agent (one login), or why not; node 0's
     state holds its training curve (`series`)."""
     fleet = Fleet([host])
     try:
         agent = await fleet.agent(0, lambda event: None)
-        ask = {"nodes": [list(n) for n in nodes], "series": True}
-        got = await agent.request(protocol.STATUS, ask)
+        return await ops.status(agent, nodes, series=True)
     except HostError as exc:
         return exc.reason
     finally:
         await fleet.close()
-    found = got.get("runs", {})
-    return found if isinstance(found, dict) else "its agent's answer is not understood"
 
 
 def training(r: RunRecord) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
