@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ddptui.remote import inventory
 from ddptui.remote.agents import sync
 from ddptui.remote.agents.agent import AgentError
 from ddptui.remote.agents.fleet import Fleet
@@ -116,11 +117,15 @@ class Preflight:
             if k < len(self.inv.hosts):
                 self.failures.append(Failure(host.name, None, None, reason, seen_at=time.time()))
 
-    def forget(self, k: int, name: str) -> None:
-        """Node k's host was lost and a spare took its place: what it failed is not the run's."""
+    def swap_in(self, k: int, j: int, spare: str, attempt: int) -> None:
+        """Node k's host was lost: the spare in fleet slot j takes its place from `attempt` on
+        (the inventory and the fleet say so), and what the lost host failed is not the run's."""
+        lost = self.inv.hosts[k].name
+        self.inv = inventory.swap_in(self.inv, k, spare, attempt)
+        self.fleet.swap(k, j, self.inv.hosts[k])
         self.unreachable.pop(k, None)
         self.broken.pop(k, None)
-        self.failures = [f for f in self.failures if f.host != name]
+        self.failures = [f for f in self.failures if f.host != lost]
 
     # -- the checks -----------------------------------------------------------------------------
 
