@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.transport import HostError
-from ddptui.remote.checks import judge as checks
-from ddptui.remote.checks import visible
+from ddptui.remote.checks import judge, visible
 from ddptui.remote.events import Gpu, HostChecked
 from ddptui.remote.inventory import Host, Job
 from ddptui.remote.smi import (
@@ -101,7 +100,7 @@ def unreachable(host: Host, reason: str) -> HostChecked:
 
 
 def checked(host: Host, facts: dict[str, Any], gpus: Sequence[Gpu] = ()) -> HostChecked:
-    findings = checks.host_findings(host.name, facts, gpus)
+    findings = judge.host_findings(host.name, facts, gpus)
     return HostChecked(host.name, host.node_rank, facts, tuple(gpus), findings)
 
 
@@ -222,7 +221,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
 
 
 def _health(found: Any) -> dict[str, Any] | None:
-    """The host's health (remote/host/health.py), as checks.py reads it: issues of the wrong
+    """The host's health (remote/host/health.py), as judge.py reads it: issues of the wrong
     shape are dropped, texts bounded."""
     if not isinstance(found, dict):
         return None
@@ -269,7 +268,7 @@ def _code(found: dict[str, Any]) -> dict[str, Any]:
         "git_dirty_sha256": git.get("dirty_sha256"),
         "git_error": git.get("error"),
     }
-    facts["code"] = checks.fingerprint(facts)
+    facts["code"] = judge.fingerprint(facts)
     return facts
 
 

@@ -70,7 +70,7 @@ class Cluster:
         self, run_id: str, run_dir: Path, *, flight: bool = False
     ) -> tuple[stacks.Report, Path]:
         """Every rank's stack of a run on these hosts, grouped and saved in its run dir."""
-        return await stacks.capture(self.fleet, run_id, run_dir, flight=flight)
+        return await stacks.capture(self.fleet, run_id, run_dir, flight_recorder=flight)
 
     async def deep(self, seconds: float, runs_dir: Path | None = None) -> DeepChecked:
         """The deep check (remote/run/deepcheck.py) over these agents: its progress and verdict

@@ -36,13 +36,6 @@ from ddptui.remote.events import (
     RunFinished,
     RunStarted,
 )
-from ddptui.remote.exits import (
-    EXIT_FAILED as EXIT_FAILED,  # re-exported: callers take them from here
-)
-from ddptui.remote.exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from ddptui.remote.exits import EXIT_OK as EXIT_OK
-from ddptui.remote.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
-from ddptui.remote.exits import EXIT_USAGE as EXIT_USAGE
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.run import deepcheck, nodemsg, recover
@@ -288,8 +281,10 @@ class Run:
     async def _capture_stacks(self) -> object:
         from ddptui.remote.stalls import stacks  # at a stall only: not part of every launch's start
 
-        flight = self.inv.job.nccl.flight_recorder
-        return await stacks.capture(self.fleet, self.run_id, self.run_dir, self.emit, flight=flight)
+        return await stacks.capture(
+            self.fleet, self.run_id, self.run_dir, self.emit,
+            flight_recorder=self.inv.job.nccl.flight_recorder,
+        )  # fmt: skip
 
     async def _checkpoints(self) -> None:
         """Every second, note in the run dir how far each node's logs go (ends by cancel)."""

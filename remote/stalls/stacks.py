@@ -25,7 +25,7 @@ from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Notice, StacksCaptured
-from ddptui.remote.stalls import flight as recorder
+from ddptui.remote.stalls import flight
 from ddptui.remote.store.record import private_dir, replace_private
 
 TIMEOUT = 60.0
@@ -85,11 +85,11 @@ class Report:
     groups: tuple[Group, ...] = ()
     problems: dict[str, str] = field(default_factory=dict)  # host → why it gave no stacks
     elapsed: float = 0.0
-    flight: recorder.Collected | None = None
+    flight: flight.Collected | None = None
 
-    def text(self, frames: int = SHOWN_FRAMES, flight: bool = True) -> str:
+    def text(self, frames: int = SHOWN_FRAMES, flight_recorder: bool = True) -> str:
         """One line per group, odd ones out first, then each host that gave nothing, then
-        (unless not `flight`) what became of the flight recorder's traces."""
+        (unless not `flight_recorder`) what became of the flight recorder's traces."""
         labels = [g.label() for g in self.groups]
         width = max(map(len, labels), default=0) + 2
         lines = [
@@ -97,7 +97,7 @@ class Report:
             for label, g in zip(labels, self.groups, strict=True)
         ]
         lines += [f"{host}: {why}" for host, why in self.problems.items()]
-        if flight and self.flight is not None:
+        if flight_recorder and self.flight is not None:
             lines += self.flight.lines()
         return "\n".join(lines or ["no rank of this run found on any host"])
 
@@ -137,7 +137,7 @@ async def dump(fleet: Fleet, emit: Emit, run_id: str, *, native: bool = False) -
     return Report(run_id, group(stacks), problems, time.monotonic() - t0)
 
 
-async def traces(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Collected:
+async def traces(fleet: Fleet, emit: Emit, run_id: str) -> flight.Collected:
     """Every rank's flight recorder trace, asked for through its dump pipe. An op of its own
     beside the stacks': a rank's first dump can take seconds."""
     answers = await _ask(fleet, emit, run_id, stacks=False, flight_wait=FLIGHT_WAIT)
@@ -151,10 +151,10 @@ async def traces(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Collected:
                 found[rank] = got.trace
             else:
                 missing[rank] = got.error
-    return recorder.Collected(found, missing)
+    return flight.Collected(found, missing)
 
 
-def analyser(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Analyse:
+def analyser(fleet: Fleet, emit: Emit, run_id: str) -> flight.Analyse:
     """torch's analyser, run by node 0's host on the traces (its python, its private dir)."""
 
     async def analyse(data: bytes) -> str:
@@ -237,7 +237,7 @@ async def capture(
     emit: Emit | None = None,
     *,
     native: bool = False,
-    flight: bool = False,
+    flight_recorder: bool = False,
     dumped: Callable[[Report], None] | None = None,
 ) -> tuple[Report, Path]:
     """Dump, then save the report in the run dir (`stacks-<time>.txt` and `.json`); with the
@@ -245,7 +245,7 @@ async def capture(
     `dumped` sees the stacks before the traces (they take longer) and their analysis. Hosts
     whose agent is not up yet are connected to first."""
     say = emit or (lambda event: None)
-    flights = asyncio.ensure_future(traces(fleet, say, run_id)) if flight else None
+    flights = asyncio.ensure_future(traces(fleet, say, run_id)) if flight_recorder else None
     try:
         report = await dump(fleet, say, run_id, native=native)
     except BaseException:

@@ -26,8 +26,9 @@ from ddptui.remote.events import (
     attempt_from,
     failure_from,
 )
+from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from ddptui.remote.run import late, statuses
-from ddptui.remote.run.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.run.runner import Run
 from ddptui.remote.store import runs
 
 from ..text import RUN_COLUMNS, run_cells, run_row
