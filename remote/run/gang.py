@@ -14,12 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
 from ddptui.remote.agents import ops
@@ -44,11 +41,10 @@ from ddptui.remote.host import protocol
 from ddptui.remote.run import nodemsg
 from ddptui.remote.run.failures import FailureTracker
 from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.ranktag import untag
 from ddptui.remote.run.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
-# A line as a rank's is spooled, `[<global rank>]:text`; \d is what int() reads.
-RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
 AWAY_BEATS = 3  # the launcher's own clock jumped by this many beats: it was not running
 
 
@@ -523,15 +519,6 @@ class Gang:
     @property
     def failures(self) -> list[Failure]:
         return self.verdict.failures
-
-
-def untag(data: str) -> tuple[tuple[int | None, str], ...]:
-    """Each whole line of data: `[3]:hello` → (3, "hello"); a node's own lines carry no tag."""
-    found = RANK_TAG.findall(data)  # one pass in C over the whole chunk
-    ranks = {tag: int(tag) if tag else None for tag in set(map(itemgetter(0), found))}
-    if len(ranks) == 1:  # the usual chunk: one rank's lines
-        return tuple(zip(repeat(ranks.popitem()[1]), map(itemgetter(1), found)))
-    return tuple([(ranks[tag], text) for tag, text in found])
 
 
 async def _unless(event: asyncio.Event, work: Coroutine[Any, Any, Any]) -> bool:

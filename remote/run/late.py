@@ -26,14 +26,14 @@ from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, LogBatch, Notice
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
-from ddptui.remote.run.gang import STREAMS, untag
+from ddptui.remote.run.gang import STREAMS
+from ddptui.remote.run.ranktag import Lines, untag
 from ddptui.remote.store.record import Recorder, replace_private
 from ddptui.remote.store.runs import SUMMARY, RunError, RunRecord
 
 READ_TIMEOUT = 120.0  # one host's spool, from where the logs stop to its end
 
 Emit = Callable[[Event], None]
-Lines = tuple[tuple[int | None, str], ...]
 Batches = list[tuple[bytes, Lines]]  # (stream, lines) as the spool holds them
 
 
