@@ -1,4 +1,4 @@
-"""`job.sync`: push the local code to every host's workdir before launch, over the open connections.
+"""`job.sync`, launcher side: the local code pushed to every host's workdir before launch.
 
 Without a shared filesystem the same script path holds different code on different hosts; the
 checks report a fingerprint per host and warn when they differ (remote/checks/judge.py). This makes

@@ -1,4 +1,4 @@
-"""Progress, metrics and tracker links read from a training job's own lines, no change to it.
+"""The training's progress, host side: progress, metrics and links parsed from a job's lines.
 
 Recognised on their own: tqdm bars (`45%|████ | 450/1000 [01:02<01:18, 7.20it/s, loss=0.41]`,
 as Lightning and Hugging Face print them, redrawn with `\\r`), Hugging Face Trainer's log dicts

@@ -1,4 +1,4 @@
-"""Every rank's stack, grouped: what a stalled job is doing, on every host at once.
+"""Every rank's stack, launcher side: grouped, what a stalled job is doing on every host at once.
 
 `dump()` asks every host's agent in one op (remote/host/stacks.py: py-spy on each rank process
 of the run, side by side) and groups identical stacks (LLNL STAT's idea): with 512 dumps, the
