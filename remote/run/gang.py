@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,9 @@ class Node:
     at: float = 0.0  # host clock of that word
     stopped_at: float | None = None  # host clock of its word that it was told to stop
     concluded: bool = False  # its ending of `attempt` is told (NodeExited)
+
+
+Start = tuple[Node, str, dict[str, Any]]  # a node, the op that starts it, its arguments
 
 
 @dataclass
@@ -137,6 +140,23 @@ class Gang:
             link.close()  # the supervisor lets this viewer go; the stream ends
 
     # -- following ------------------------------------------------------------------------------
+
+    def start(
+        self,
+        starts: Sequence[Start],
+        master_addr: str,
+        *,
+        stored: dict[int, int] | None = None,
+        seeded: bool = False,
+    ) -> None:
+        """Follow every node from its start (or attach): the peers reach node 0's hub at
+        master_addr; `stored`, node → spool offset the run dir's logs hold already (shown, not
+        stored again); `seeded`: the progress is known, an attach's replay is not read for it."""
+        self.master_addr = master_addr
+        self.stored = dict(stored or {})
+        self.replayed_progress = not seeded
+        for node, op, args in starts:
+            self.begin(node, op, args)
 
     def begin(self, node: Node, op: str, args: dict[str, Any]) -> None:
         """Follow a node from now on (start or attach): `wait` waits for it too."""

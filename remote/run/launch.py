@@ -22,14 +22,13 @@ from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import DeepChecked, Event, Failure, Notice
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run.gang import Node
+from ddptui.remote.run.gang import Node, Start
 from ddptui.remote.run.plan import IFNAME_VARS, SCRATCH, NodePlan, Plan, build
 from ddptui.remote.stalls import flight
 from ddptui.remote.store import runs
 
 Emit = Callable[[Event], None]
 DeepCheck = Callable[[], Awaitable[DeepChecked]]
-Start = tuple[Node, str, dict[str, Any]]  # a node, the op that starts it, its arguments
 
 
 class Launch:

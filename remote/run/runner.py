@@ -39,7 +39,7 @@ from ddptui.remote.events import (
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.run import deepcheck, nodemsg, recover
-from ddptui.remote.run.gang import Gang, Node
+from ddptui.remote.run.gang import Gang, Node, Start
 from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
 from ddptui.remote.stalls import hang
@@ -173,8 +173,7 @@ class Run:
         if not await self._until_stopped(launch.deep_check()) or not await launch.port():
             return self._finish()
         planned, starts = launch.start()
-        self.gang.master_addr = planned.master_addr
-        await self._follow(starts)
+        await self._follow(starts, planned.master_addr)
         return self._finish()
 
     async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
@@ -184,14 +183,12 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
-        await self._seed_progress()
-        self.gang.master_addr = str(info.get("master_addr") or "")
+        seeded = await self._seed_progress()
         self.launch.resume(info)
+        stored = {}
         if (rec := self.recorder) is not None:  # lines the run dir has: shown, not stored again
             here = {k: h.since for k, h in enumerate(inv.hosts)}  # a spare's spool is another
-            self.gang.stored = {
-                k: o for k, o in rec.stored.items() if rec.since.get(k, 0) == here.get(k)
-            }
+            stored = {k: o for k, o in rec.stored.items() if rec.since.get(k, 0) == here.get(k)}
         if self.stop_now:
             self.gang.stop("user")
         starts = [
@@ -203,25 +200,26 @@ class Run:
             for k, h in enumerate(inv.hosts)
             if k not in self.preflight.unreachable
         ]
-        await self._follow(starts)
+        master_addr = str(info.get("master_addr") or "")
+        await self._follow(starts, master_addr, stored=stored, seeded=seeded)
         if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
             await self._sweep_all()
         return self._finish()
 
-    async def _seed_progress(self) -> None:
+    async def _seed_progress(self) -> bool:
         """An attach replays the run from its first line, faster than lines are read for
-        progress (remote/host/progress.py): node 0's host's curve stands in for the replay."""
+        progress (remote/host/progress.py): node 0's host's curve stands in for the replay.
+        True if it does."""
         if 0 in self.preflight.unreachable or self.gang.progress is None:
-            return
+            return False
         try:
             agent = await self.fleet.agent(0, self.emit)
             runs_there = await ops.status(agent, [(self.run_id, 0, 0)], series=True)
         except HostError:
-            return
+            return False
         state = runs_there.get(self.run_id, {}).get(0) or {}
         series = state.get("series")
-        if isinstance(series, dict) and self.progress.seed(series):
-            self.gang.replayed_progress = False
+        return isinstance(series, dict) and self.progress.seed(series)
 
     async def _sweep_all(self) -> None:
         async def one(k: int) -> list[str]:
@@ -249,8 +247,16 @@ class Run:
 
     # -- nodes ------------------------------------------------------------------------------
 
-    async def _follow(self, starts: list[tuple[Node, str, dict[str, Any]]]) -> None:
-        """Follow every node to its end, the leases kept and the GPU figures coming."""
+    async def _follow(
+        self,
+        starts: list[Start],
+        master_addr: str,
+        *,
+        stored: dict[int, int] | None = None,
+        seeded: bool = False,
+    ) -> None:
+        """Follow every node to its end, the leases kept and the GPU figures coming (the
+        gang's start() says what `stored` and `seeded` are)."""
         gang = self.gang
         self.fleet.listen(self.emit)
         helpers = [
@@ -259,8 +265,7 @@ class Run:
             asyncio.ensure_future(self._checkpoints()),
             asyncio.ensure_future(self.progress.run()),
         ]
-        for node, op, args in starts:
-            gang.begin(node, op, args)
+        gang.start(starts, master_addr, stored=stored, seeded=seeded)
         if self.detach_when_running:
             nodes = list(gang.tasks.values())
             helpers.append(asyncio.ensure_future(self._detach_once_running(nodes)))
