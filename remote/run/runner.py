@@ -39,7 +39,7 @@ from ddptui.remote.events import (
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.run import deepcheck, nodemsg, recover
-from ddptui.remote.run.gang import Gang, Node, Start
+from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
 from ddptui.remote.stalls import hang
@@ -173,7 +173,7 @@ class Run:
         if not await self._until_stopped(launch.deep_check()) or not await launch.port():
             return self._finish()
         planned, starts = launch.start()
-        await self._follow(starts, planned.master_addr)
+        await self._follow(partial(self.gang.start, starts, planned.master_addr))
         return self._finish()
 
     async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
@@ -201,7 +201,9 @@ class Run:
             if k not in self.preflight.unreachable
         ]
         master_addr = str(info.get("master_addr") or "")
-        await self._follow(starts, master_addr, stored=stored, seeded=seeded)
+        await self._follow(
+            partial(self.gang.start, starts, master_addr, stored=stored, seeded=seeded)
+        )
         if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
             await self._sweep_all()
         return self._finish()
@@ -247,16 +249,9 @@ class Run:
 
     # -- nodes ------------------------------------------------------------------------------
 
-    async def _follow(
-        self,
-        starts: list[Start],
-        master_addr: str,
-        *,
-        stored: dict[int, int] | None = None,
-        seeded: bool = False,
-    ) -> None:
-        """Follow every node to its end, the leases kept and the GPU figures coming (the
-        gang's start() says what `stored` and `seeded` are)."""
+    async def _follow(self, start: Callable[[], None]) -> None:
+        """`start` every node (the gang's start()), then follow each to its end, the leases
+        kept and the GPU figures coming."""
         gang = self.gang
         self.fleet.listen(self.emit)
         helpers = [
@@ -265,7 +260,7 @@ class Run:
             asyncio.ensure_future(self._checkpoints()),
             asyncio.ensure_future(self.progress.run()),
         ]
-        gang.start(starts, master_addr, stored=stored, seeded=seeded)
+        start()
         if self.detach_when_running:
             nodes = list(gang.tasks.values())
             helpers.append(asyncio.ensure_future(self._detach_once_running(nodes)))
