@@ -42,7 +42,7 @@ from ddptui.remote.run import deepcheck, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
-from ddptui.remote.stalls import hang
+from ddptui.remote.stalls import hang, stacks
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
 
@@ -279,8 +279,6 @@ class Run:
         await hang.guard(self._hang, self.emit, self._capture_stacks)
 
     async def _capture_stacks(self) -> object:
-        from ddptui.remote.stalls import stacks  # at a stall only: not part of every launch's start
-
         return await stacks.capture(
             self.fleet, self.run_id, self.run_dir, self.emit,
             flight_recorder=self.inv.job.nccl.flight_recorder,
