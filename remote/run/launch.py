@@ -1,7 +1,8 @@
 """Launching a run, step by step: every host's agent up and checked (remote/checks/preflight.py),
-the deep check if asked, node 0's port, the plan, each node's spec. remote/run/runner.py takes
-these steps in turn, each one able to refuse the launch, then follows what they started; a
-spare in a lost node's place is planned and specified here too (remote/run/recover.py).
+the deep check if asked, the ranks per node, node 0's port, the plan, each node's spec.
+remote/run/runner.py takes these steps in turn, each one able to refuse the launch, then
+follows what they started; a spare in a lost node's place is planned and specified here too
+(remote/run/recover.py).
 
 The deep check is a run of its own (runner.py's deep_check), handed in as a step: launching
 knows it refuses on a failure, not how the fabric is measured.
@@ -98,12 +99,16 @@ class Launch:
             self.emit(Notice("error", f"not starting: {why}"))
         return why is None
 
-    def start(self) -> tuple[Plan, list[Start]]:
-        """The plan, noted in the run dir, and each node's start."""
+    def ranks(self) -> list[int]:
+        """Each node's processes, as the checks found them (nproc_per_node: auto, said)."""
         inv, nprocs = self.inv, self.nprocs()
         if inv.job.nproc_per_node == "auto":
             per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
             self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
+        return nprocs
+
+    def start(self, nprocs: list[int]) -> tuple[Plan, list[Start]]:
+        """The plan, noted in the run dir, and each node's start."""
         planned = self.plan(nprocs)
         for text in planned.notices:
             self.emit(Notice("warning", text))

@@ -170,9 +170,12 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         if not await self._until_stopped(launch.checks()) or self.stopping:
             return self._finish()
-        if not await self._until_stopped(launch.deep_check()) or not await launch.port():
+        if not await self._until_stopped(launch.deep_check()):
             return self._finish()
-        planned, starts = launch.start()
+        nprocs = launch.ranks()
+        if not await launch.port():
+            return self._finish()
+        planned, starts = launch.start(nprocs)
         await self._follow(partial(self.gang.start, starts, planned.master_addr))
         return self._finish()
 
