@@ -33,6 +33,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 docs: setup  ## the site (mkdocs.yml) into site/; --strict: a broken link or anchor fails
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

@@ -245,7 +245,7 @@ class _HostFields(_Strict):
         ge=0,
         description="Processes for `nproc_per_node: auto` where the host has no GPU found",
     )
-    # the job runs in a container (design §11)
+    # the job runs in a container
     container: ContainerFields | None = Field(default=None, description=ContainerFields.__doc__)
 
     @field_validator("env")

@@ -1,6 +1,6 @@
 """What nvidia-smi says: the queries ddptui runs on a host and their parser. Pure.
 
-The checks before launch (remote/checks/judge/probe.py) and the live GPU figures
+The checks before launch (remote/checks/probe.py) and the live GPU figures
 (remote/agents/monitor.py) read the same queries the same way.
 """
 

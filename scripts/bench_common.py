@@ -45,7 +45,7 @@ def cluster(
     n: int, root: Path, containers: bool = False, testhosts: str = f"{PREFIX}:{SUBNET}"
 ) -> TestCluster:
     """n test hosts of the benchmarks' own (their names fail to resolve at once, see testhosts);
-    `containers`: podman and the test image on each (design §11). testhosts: PREFIX:SUBNET."""
+    `containers`: podman and the test image on each. testhosts: PREFIX:SUBNET."""
     prefix, _, subnet = testhosts.partition(":")
     return TestCluster(n, root=root, prefix=prefix, subnet=subnet, containers=containers)
 

@@ -25,8 +25,8 @@ from ddptui.remote.agents.agent import Agent, Channel
 from ddptui.remote.host import protocol, wire
 
 # How long lines may wait for the node's next ones: half the dashboard's frame (it draws at
-# 5 Hz). 50 ms made 10k batches a second at 4,096 ranks, the dashboard's process at a whole
-# core; 100 ms took ~15 % of its CPU off, and its key p99 from ~140 to ~70 ms (bench_dashboard).
+# 5 Hz). Half of that again made so many batches at thousands of ranks that they alone kept the
+# dashboard's process busy (bench_dashboard.py; the figures are in docs/benchmarks.md).
 COALESCE_S = 0.10
 COALESCE_MAX = 16 << 10  # bytes of lines that may wait: a bigger batch is worth its cost alone
 

@@ -1,10 +1,10 @@
 """asyncssh, imported without its slow look for liboqs.
 
 asyncssh looks for liboqs (post-quantum key exchange) at import with ctypes.util.find_library,
-which on Linux runs `ldconfig -p`, then gcc and ld, for two names: 25-45 ms of every ddptui
-command, before the first host is reached. A library that the dynamic loader cannot find by name
-could not be loaded anyway, so where neither its cache nor its paths hold liboqs, the answer is
-known at once; where they do, ctypes looks as it always did.
+which on Linux runs `ldconfig -p`, then gcc and ld, for two names: a cost every ddptui command
+paid before the first host is reached (docs/benchmarks.md). A library that the dynamic loader cannot
+find by name could not be loaded anyway, so where neither its cache nor its paths hold liboqs, the
+answer is known at once; where they do, ctypes looks as it always did.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 findings (remote/checks/judge.py's shape) and, per host, as figures for `--json`. Pure: no I/O.
 
 The line comes from a host: it is read defensively (bounded, every field checked, a malformed
-entry dropped rather than trusted). The decisions (design §10):
+entry dropped rather than trusted). The decisions:
 - the all-reduce: nccl-tests' algbw and busbw per size; the largest size is the headline;
 - links: a host's send and receive figures are each the best over its partners (a healthy host
   paired once with a slow one still has a fast partner); a host whose worse direction is below

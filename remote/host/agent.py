@@ -1,8 +1,8 @@
 """The host agent: what the one SSH exec per host runs; every op multiplexed over its stdio.
 
-remote/shipper.py's boot starts it (python3 >= 3.8, standard library only). It writes the mark
-and HELLO on channel 0, then serves each channel the launcher opens (protocol.OPS) in a thread of
-its own, writing every answer as a frame on its stdout. It leaves when its stdin closes (the
+remote/agents/shipper.py's boot starts it (python3 >= 3.8, standard library only). It writes the
+mark and HELLO on channel 0, then serves each channel the launcher opens (protocol.OPS) in a thread
+of its own, writing every answer as a frame on its stdout. It leaves when its stdin closes (the
 launcher or its connection went) or when the launcher has been silent for the lease: a cut link
 never closes it, and a host must not keep an agent for every launcher that vanished. Node
 supervisors it started live on: their own lease decides for them (remote/host/daemon.py).

@@ -108,7 +108,7 @@ def command(
         env.setdefault("USER", host["login"])  # getpass (torch's caches) without a passwd entry
         env.setdefault("LOGNAME", host["login"])
     mounts = _same_paths(workdir, private, *shared) + [_mount(m) for m in spec.get("mounts", ())]
-    shim = [  # -S: the shim needs the standard library alone, not the image's site (~30 ms)
+    shim = [  # -S: the shim needs the standard library alone, not the image's site (faster)
         spec.get("python") or "python3", "-S", os.path.join(private, SHIM),
         "--cwd", workdir, "--ready", os.path.join(private, READY), "--grace", str(grace),
         "--", *argv,
@@ -335,7 +335,7 @@ def sweep(runtime, run_id, node=None, timeout=CMD_TIMEOUT):
 
 
 def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_TIMEOUT):
-    """What the checks judge (remote/container_checks.py): the runtime, the image (pulled under
+    """What the checks judge (remote/checks/container.py): the runtime, the image (pulled under
     `pull: missing|always`), the GPU plumbing, leftover containers, and one short dry run with
     the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm.
 

@@ -670,7 +670,7 @@ REPORTED = re.compile(
     rb"^\s*rank\s*:\s*(-?\d+)(?: \(local_rank: (\d+)\))?[ \t]*\n(?:\s*exitcode\s*:\s*(-?\d+))?",
     re.MULTILINE,
 )
-# A rank that died because a peer did (as remote/failures.py tells an echo from a cause).
+# A rank that died because a peer did (as remote/run/failures.py tells an echo from a cause).
 ECHO = re.compile(
     rb"closed by peer|reset by peer|Connection refused|remote process exited|"
     rb"NCCL communicator was aborted|Broken pipe"

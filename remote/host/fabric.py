@@ -2,13 +2,13 @@
 
 Started like a training job (torchrun, the job's hosts, processes per host, interface settings
 and master), with the job's interpreter, torch and backend. Within a time budget it measures:
-- an all-reduce across every rank at a few sizes, as nccl-tests does (design §10);
+- an all-reduce across every rank at a few sizes, as nccl-tests does;
 - each host's links: one process per host (local rank 0) sends to and receives from a partner,
   in rounds of disjoint pairs (pair_rounds), so every host is covered in a few rounds;
 - each rank's GPU, where there is one: a matmul and a device-to-host copy; `dcgmi diag -r 1`
   once per host where DCGM is installed.
 Global rank 0 prints progress lines (PROGRESS ...) and, last, the result: MARK + JSON, which
-remote/fabric.py reads. Figures are raw (bytes, seconds, flop/s): the launcher judges them.
+remote/checks/fabric.py reads. Figures are raw (bytes, seconds, flop/s): the launcher judges them.
 
 python3 >= 3.8 and the standard library at import (torch is imported inside main), so the
 launcher can share the mark and the schedule.

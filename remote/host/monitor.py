@@ -1,8 +1,8 @@
 """Live GPU figures, host side: the agent's `monitor` op samples nvidia-smi every few seconds
 and answers each sample on its channel, until the launcher ends the channel (or the agent goes).
 
-nvidia-smi's output goes back raw: the launcher parses it with the probe's parser
-(remote/probe.py). What nvidia-smi cannot say, whose each GPU process is, comes from /proc (the
+nvidia-smi's output goes back raw: the launcher parses it with the checks' parser
+(remote/smi.py). What nvidia-smi cannot say, whose each GPU process is, comes from /proc (the
 user owning the pid; "?" for a process of another container). python3 >= 3.8, stdlib only.
 """
 

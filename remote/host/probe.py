@@ -2,7 +2,7 @@
 
 It runs in the agent, on the job's own interpreter where there is one (else any python3, told
 which one was missing): python3 >= 3.8, standard library only. nvidia-smi's output goes back
-raw: the launcher parses it (remote/probe.py), so one parser serves this probe and the live
+raw: the launcher parses it (remote/checks/probe.py), so one parser serves this probe and the live
 monitor (remote/host/monitor.py) alike. torch is imported only where it could use a GPU (a CUDA
 build on a host with nvidia-smi): the import costs seconds of CPU, and its version and CUDA
 build are in torch/version.py anyway.

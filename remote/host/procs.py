@@ -1,6 +1,6 @@
 """A job's processes on its host: find them, learn their ranks, stop them, reap them.
 
-Two ways to find what belongs to a job, used together (design §2):
+Two ways to find what belongs to a job, used together:
 - descent: the supervisor is a child subreaper, so every process the job starts stays its
   descendant, re-parented to it if its parent dies, whatever the process does to its environment
   (`env -i`, setproctitle, sudo keeps the tree too);
@@ -366,7 +366,7 @@ def pidfd(pid):
 
 
 def describe_code(code):
-    """`killed by SIGKILL`, `exit code 1` (as the launcher's remote/failures.py says it)."""
+    """`killed by SIGKILL`, `exit code 1` (as the launcher's remote/run/failures.py says it)."""
     if code is None or code >= 0:
         return "exit code {}".format(code)
     try:

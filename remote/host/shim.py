@@ -1,4 +1,4 @@
-"""The job's parent inside a container (design §11): it starts the node's command, forwards
+"""The job's parent inside a container: it starts the node's command, forwards
 TERM, INT, HUP and QUIT to its process group, and ends it when stdin closes. The supervisor
 holds the other end of stdin, and a SIGKILLed `docker run -i` / `podman run -i` client closes
 it too, so a container never outlives the one who started it.

@@ -1,8 +1,8 @@
 """A supervisor forked from the agent before its threads start: remote/host/nodes.py takes it.
 
-A fresh interpreter costs a supervisor ~30 ms of CPU on every host; a fork of the agent, which
-has imported most of what the supervisor needs, ~10 ms. A fork must come before any thread (a
-lock a thread held would stay held in the child), so the agent makes one spare as it starts.
+A fresh interpreter costs a supervisor several times the CPU on every host that a fork of the
+agent does, which has imported most of what the supervisor needs. A fork must come before any thread
+(a lock a thread held would stay held in the child), so the agent makes one spare as it starts.
 It waits, having cost a fork, for the command line the agent hands it. The first op that no
 launch sends before its start (a plain check, the dashboard's, an attach, a stop) ends it: no
 process of ours idles beside an agent; nor does it outlive its agent (its stdin ends). A

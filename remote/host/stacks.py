@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 DUMP_TIMEOUT = 20.0
-PIPE = "nccl_pipe_rank_"  # + rank + ".pipe", in the node's scratch dir (remote/flight.py)
+PIPE = "nccl_pipe_rank_"  # + rank + ".pipe", in the node's scratch dir (remote/stalls/flight.py)
 TRACE = "nccl_trace_rank_"  # + rank
 TRACE_MAX = 64 << 20  # bytes of one rank's trace
 FLIGHT_POLL = 0.1

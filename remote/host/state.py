@@ -1,6 +1,6 @@
 """ddptui's private state on a host: the code it was sent, and each run's node directories.
 
-    <state>/ddptui/code/<hash>/ddph/     the host code, as shipped (remote/shipper.py)
+    <state>/ddptui/code/<hash>/ddph/     the host code, as shipped (remote/agents/shipper.py)
     <state>/ddptui/runs/<run id>/n<k>/   a node's supervisor: spool, socket, state.json, log
     <state>/ddptui/runs/<run id>/n<k>-a<n>/  the same, of a spare that took node k's place at
                                          attempt n

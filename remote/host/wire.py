@@ -8,8 +8,9 @@ and its decoder (run in the launcher, and in the agent for what the launcher sen
 
        CHAN KIND LEN\\n PAYLOAD         KIND: j JSON, d data, e end of the channel
 
-   Before the agent runs, the boot may ask for the code it lacks: a NEED line (remote/shipper.py).
-   The launcher writes frames to the agent's stdin the same way (no mark).
+   Before the agent runs, the boot may ask for the code it lacks: a NEED line
+   (remote/agents/shipper.py). The launcher writes frames to the agent's stdin the same way (no
+   mark).
 
 2. A node's stream (a `start` or `attach` channel's data), as the node's supervisor serves it:
 

@@ -20,7 +20,7 @@ from ddptui.remote.stalls import flight
 # fresh private directory (mkdtemp) in its place. In the torchrun styles each rank's stdout and
 # stderr go to files there (--redirects 3), which the supervisor reads (remote/host/tail.py).
 SCRATCH = "{ddptui-scratch}"
-# The interface variables `nccl.socket_ifname` sets; gloo needs a concrete name (design §2).
+# The interface variables `nccl.socket_ifname` sets; gloo needs a concrete name.
 IFNAME_VARS = ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
 
 
@@ -82,7 +82,7 @@ def build(
                 ranks=ranks,
                 route_to=master_addr if job.nccl.socket_ifname == "auto" else None,
                 expand=(0, argv.index(job.script, 1)),
-                # Lightning spawns nothing when LOCAL_RANK is set (design §2).
+                # Lightning spawns nothing when LOCAL_RANK is set.
                 unset=("LOCAL_RANK",) if job.launcher == "env" else (),
                 tail_ranks=job.launcher in ("torchrun", "launch"),
             )

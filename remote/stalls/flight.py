@@ -1,4 +1,4 @@
-"""NCCL's flight recorder, on demand (design §8), with nothing of a host's ever unpickled here.
+"""NCCL's flight recorder, on demand, with nothing of a host's ever unpickled here.
 
 With `nccl.flight_recorder: true` every rank keeps a ring of its last collectives
 (TORCH_NCCL_TRACE_BUFFER_SIZE; TORCH_FR_BUFFER_SIZE in newer torch), dumps it when NCCL times

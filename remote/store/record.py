@@ -225,9 +225,9 @@ class Recorder:
         self.names: dict[int, str] = {}  # the same keys: the log's file name
         self.chars = 0  # characters waiting, all logs together
         # The writes (and offsets.json after them) run in a thread of their own, in order:
-        # at 4,096 ranks a checkpoint is 4,096 writes, 20-40 ms the event loop (the dashboard's
-        # keys) would otherwise wait for every second. Only that thread touches `logs` and
-        # `sizes` once it runs.
+        # at thousands of ranks a checkpoint is thousands of writes, which the event loop (the
+        # dashboard's keys) would otherwise wait for every second. Only that thread touches `logs`
+        # and `sizes` once it runs.
         self.writer: ThreadPoolExecutor | None = None
         # The writes handed over and not seen done. The loop waits for the oldest only when
         # WRITES_QUEUED are: while it is busy the writer gets the GIL back only every switch

@@ -3,7 +3,7 @@ function of its own (a data loader that never returns) while every other rank wa
 barrier. On GPUs it runs on NCCL, whose own watchdog serves the flight recorder's pipe.
 
 With the flight recorder's variables set (`nccl.flight_recorder: true`), each rank also plays
-the part NCCL's watchdog plays for its dump pipe (design §8), which gloo on CPU lacks: it makes
+the part NCCL's watchdog plays for its dump pipe, which gloo on CPU lacks: it makes
 `<TORCH_NCCL_DEBUG_INFO_PIPE_FILE><rank>.pipe` and, for each byte written there, writes its
 real flight recorder trace (gloo keeps one: TORCH_FR_BUFFER_SIZE) to
 `<TORCH_FR_DUMP_TEMP_FILE><rank>`, as NCCL's ranks do.

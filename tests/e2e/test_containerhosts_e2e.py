@@ -1,4 +1,4 @@
-"""Podman on the test hosts, and the host side of containers on them (design §11): the command
+"""Podman on the test hosts, and the host side of containers on them: the command
 line remote/host/container.py builds runs over ssh, its checks answer, and a killed client
 leaves no container. (The supervisor's use of it is tested with the agent.)"""
 

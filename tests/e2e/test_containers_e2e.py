@@ -1,4 +1,4 @@
-"""Jobs in containers through ddptui itself, on podman test hosts (design §11: runc, an image
+"""Jobs in containers through ddptui itself, on podman test hosts (runc, an image
 imported from a tarball, no registry): torchrun across 3 hosts, each node in one attached
 container; a failing node named; Ctrl-C; the launcher SIGKILLed; a missing image refused by the
 checks; every rank's stack read from inside its container. Nothing is left after any of them."""

@@ -1,4 +1,4 @@
-"""Jobs in docker containers (design §11): docker's host network is its daemon's own namespace,
+"""Jobs in docker containers: docker's host network is its daemon's own namespace,
 so two nodes on this machine (`transport: local`) with a dockerd of the tests' own that leaves
 iptables alone. A job runs to its end in its containers; Ctrl-C ends it and leaves none."""
 

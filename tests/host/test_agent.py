@@ -97,7 +97,7 @@ async def test_a_slow_login_is_starting_not_lost(tmp_path: Path) -> None:
 
 
 async def test_the_agent_leaves_when_the_launcher_falls_silent() -> None:
-    """A cut link never closes its stdin (design §7): its lease ends it."""
+    """A cut link never closes its stdin: its lease ends it."""
     agent = await started(lease=1.0)
     assert agent.proc is not None
     agent._tasks[1].cancel()  # the pings stop; stdin stays open

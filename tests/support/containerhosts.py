@@ -1,4 +1,4 @@
-"""Podman on the test hosts (design §11): ``TestCluster(..., containers=True)``.
+"""Podman on the test hosts: ``TestCluster(..., containers=True)``.
 
 What it takes on this machine (Debian bookworm: podman 4.3.1, runc 1.1.5, catatonit):
 
@@ -192,7 +192,7 @@ def _python_json(python: str, expr: str) -> str:
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout
 
 
-# -- docker, here (design §11: its host network is dockerd's own namespace: `transport: local`) --
+# -- docker, here (its host network is dockerd's own namespace: `transport: local`) --
 
 DOCKER_DATA = Path("/var/tmp/ddptui-docker")  # its images, kept between sessions
 DOCKER_RUN = Path("/run/ddptui-docker")

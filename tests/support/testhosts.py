@@ -815,7 +815,7 @@ def netns_popen(cluster: TestCluster, i: int, argv: list[str]) -> subprocess.Pop
 
 # -- a slow link (tc tbf) --------------------------------------------------------------------
 
-THROTTLE = ("burst", "32kbit", "latency", "400ms")  # a token bucket's depth and queue (design §10)
+THROTTLE = ("burst", "32kbit", "latency", "400ms")  # a token bucket's depth and queue
 
 
 def throttle(cluster: TestCluster, i: int, rate: str = "20mbit") -> None:

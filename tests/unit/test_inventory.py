@@ -262,7 +262,7 @@ def test_ssh_config_is_a_path_beside_the_inventory(tmp_path: Path) -> None:
     assert [h.ssh_config for h in inv.hosts] == [str(tmp_path / "cluster.conf"), "/etc/other.conf"]
 
 
-# -- containers (design §11) -------------------------------------------------------------------
+# -- containers -------------------------------------------------------------------
 
 CONTAINERS = """\
 defaults:

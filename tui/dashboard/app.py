@@ -74,10 +74,9 @@ MAIN_ACTIONS = {
 # What a read-only dashboard (`ddptui serve` without --control) refuses: whatever starts, stops
 # or takes over a job or a host (a shell on it).
 CONTROL_ACTIONS = {"launch", "stop", "restart", "deep", "shell"}
-# Under a flood the young generation filled every ~10 ms (the default 700 objects): what lived
-# for a frame or a batch (strips, timers, held records) reached the oldest generation, whose
-# full collections (~50 ms at 4,096 ranks) then ran every second. Collected every 10k objects,
-# they die young.
+# Under a flood the young generation (the default 700 objects) filled many times a frame: what
+# lived for a frame or a batch (strips, timers, held records) reached the oldest generation,
+# whose full collections then ran every second. Collected every 10k objects, they die young.
 YOUNG_GC = 10_000
 GC_DEFAULT = gc.get_threshold()
 FIND_HINTS = {"hosts": "find hosts: name or address", "views": "find views: r12, node3, …"}
@@ -245,8 +244,8 @@ class Dashboard(App[int]):
             self._inventory_error(exc)
         self.show_status()
         # Everything so far (modules, widgets, styles) lives as long as the app: moved out of
-        # the cycle collector's way, a full collection under bench_dashboard.py's flood took
-        # ~20 ms instead of ~85 ms (the stalls a keypress waits behind).
+        # the cycle collector's way, a full collection under bench_dashboard.py's flood takes a
+        # fraction of the time (the stalls a keypress waits behind).
         gc.freeze()
         gc.set_threshold(YOUNG_GC, *GC_DEFAULT[1:])
         if self.start == "launch" and self.inventory is not None:

@@ -200,7 +200,7 @@ class HostsTable(DataTable[Text]):
     """The hosts pane. Enter (or a click) on a row opens that host's details.
 
     One DataTable cell per row, laid out here in fixed-width fields: the table renders each
-    cell through Rich (~1 ms a cell here) and every visible cell again after any change, so
+    cell through Rich and every visible cell again after any change, so
     eight columns made 32 hosts answering the checks cost the loop that their logins needed.
     """
 

@@ -40,8 +40,8 @@ Kind = Literal["out", "err", "tb"]  # stdout, stderr, a traceback line (on eithe
 
 
 # A line is a plain tuple, not a NamedTuple: CPython's cycle collector stops tracking an exact
-# tuple of atoms, but never a subclass's. With ~300k lines kept, tracked lines made each full
-# collection take ~150 ms: the dashboard's worst stalls under a flood (bench_dashboard.py).
+# tuple of atoms, but never a subclass's. With hundreds of thousands of lines kept, tracked lines
+# made full collections the dashboard's worst stalls under a flood (bench_dashboard.py).
 Line = tuple[int | None, int, str, Kind, str]  # rank (None: the node's own), node, host, kind, text
 RANK: Final = 0
 NODE: Final = 1
@@ -104,8 +104,9 @@ class Lines:
     """The last lines of one buffer (`cap` times `scale`), kept in the chunks they came in.
 
     Chunks, not single lines: the cycle collector visits every element of every container on
-    a full collection. 300k single lines made each one take 20-90 ms (a stall the user feels);
-    a few thousand chunks cost nothing. A buffer may hold up to one chunk more than its limit.
+    a full collection. Hundreds of thousands of single lines made each one a stall the user
+    feels; a few thousand chunks cost nothing. A buffer may hold up to one chunk more than its
+    limit.
     """
 
     __slots__ = ("cap", "chunks", "count", "scale")

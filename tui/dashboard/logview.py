@@ -145,7 +145,7 @@ class RankLog(ScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         width = self.scrollable_content_region.width
         # The widget's style is worked out once, not once per line drawn: it walks every
-        # ancestor's styles (~0.5 ms a line here).
+        # ancestor's styles.
         if self._base_style is None:
             self._base_style = self.rich_style
         style = self._base_style

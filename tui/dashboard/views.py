@@ -4,8 +4,8 @@ list narrows it to the rows containing a text (2,048 ranks don't fit a screen).
 
 Virtualised, as k9s and lazygit do it: the rows are a plain list of views, and only the rows
 on screen are drawn, each from its label at the moment it is drawn (`label` and `silence`, the
-log pane's). A list widget with an object per row (OptionList) measured every one of 4,098
-rows again whenever a rank joined, and held them all.
+log pane's). A list widget with an object per row (OptionList) measured every one of thousands
+of rows again whenever a rank joined, and held them all.
 """
 
 from __future__ import annotations

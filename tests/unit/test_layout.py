@@ -1,0 +1,129 @@
+"""The tree as written down: docs/design.md's Layout names every module and package, each package
+described as its own docstring says; comments cite only files the repository has; and the
+package installs as `ddptui.*` alone."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import tokenize
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+PACKAGES = ("remote", "tui")
+# A path a comment or docstring names: remote/agents/fleet.py, tests/data/kernel-log
+CITED = re.compile(r"(?<![\w./%-])((?:remote|tui|tests|scripts|docs|examples)/[\w./-]*[\w/])")
+CODE = [p for d in (*PACKAGES, "tests", "scripts") for p in (ROOT / d).rglob("*.py")]
+
+
+def layout() -> list[tuple[int, str, str]]:
+    """(indent, name, description) per entry of the Layout block: `name/` or `name.py`."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    block = text.split("```", 2)[1]
+    entries: list[tuple[int, str, str]] = []
+    for line in block.splitlines():
+        m = re.match(r"^( *)(\S+?(?:/|\.py))(?: +(.*))?$", line)
+        if m:
+            entries.append((len(m[1]), m[2], m[3] or ""))
+        elif entries and line.strip():
+            indent, name, desc = entries[-1]
+            entries[-1] = (indent, name, f"{desc} {line.strip()}")
+    return entries
+
+
+def tree() -> dict[str, str]:
+    """Every entry the layout must hold, by path (`remote/agents/`, `remote/agents/fleet.py`):
+    a package maps to its docstring's first paragraph."""
+    found: dict[str, str] = {}
+    for top in PACKAGES:
+        for init in sorted((ROOT / top).rglob("__init__.py")):
+            pkg = init.parent
+            doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+            found[f"{pkg.relative_to(ROOT)}/"] = " ".join(doc.split("\n\n")[0].split())
+            for mod in sorted(pkg.glob("*.py")):
+                if mod.name != "__init__.py":
+                    found[str(mod.relative_to(ROOT))] = ""
+    return found
+
+
+def layout_paths() -> dict[str, str]:
+    """The layout's entries as full paths (an entry is inside the last package above it)."""
+    paths: dict[str, str] = {}
+    stack: list[tuple[int, str]] = []
+    for indent, name, desc in layout():
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = (stack[-1][1] if stack else "") + name
+        paths[path] = " ".join(desc.split())
+        if name.endswith("/"):
+            stack.append((indent, path))
+    return paths
+
+
+def test_the_layout_names_every_module_and_no_other() -> None:
+    written = {p for p in layout_paths() if p.startswith(tuple(f"{t}/" for t in PACKAGES))}
+    missing = sorted(set(tree()) - written)
+    gone = sorted(written - set(tree()))
+    assert not missing, f"docs/design.md's Layout lacks {missing}"
+    assert not gone, f"docs/design.md's Layout names what is not there: {gone}"
+
+
+def test_each_package_is_described_as_its_docstring_says() -> None:
+    written = layout_paths()
+    for path, doc in tree().items():
+        if path.endswith("/"):
+            assert doc, f"{path}__init__.py has no docstring"
+            assert written[path] == doc, (
+                f"{path}: the Layout says {written[path]!r}, the docstring {doc!r}"
+            )
+
+
+def prose(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of every comment and docstring-like (triple-quoted) string."""
+    found = []
+    with path.open() as f:
+        for tok in tokenize.generate_tokens(f.readline):
+            if tok.type == tokenize.COMMENT or (
+                tok.type == tokenize.STRING
+                and tok.string.lstrip("rbuRBU").startswith(('"""', "'''"))
+            ):
+                found += [(tok.start[0] + i, t) for i, t in enumerate(tok.string.splitlines())]
+    return found
+
+
+def test_comments_cite_only_files_the_repository_has() -> None:
+    broken = []
+    for p in CODE:
+        for n, line in prose(p):
+            for m in CITED.finditer(line):
+                cited = m[1].rstrip(".")
+                if not (ROOT / cited).exists():
+                    broken.append(f"{p.relative_to(ROOT)}:{n}: {cited}")
+            if re.search(r"design(\.md)? ?§|\.\./shared", line):
+                broken.append(f"{p.relative_to(ROOT)}:{n}: cites a document not in the repository")
+    assert not broken, "\n".join(broken)
+
+
+@pytest.mark.timeout(600)
+def test_it_installs_as_ddptui_alone(tmp_path: Path) -> None:
+    """`pip install .` puts `ddptui/` in site-packages, no generic `remote` or `tui`."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    [wheel] = tmp_path.glob("ddptui-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert tops == {
+        "ddptui",
+        wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info",
+    }
+    names = zipfile.ZipFile(wheel).namelist()
+    for must in ("ddptui/remote/host/daemon.py", "ddptui/remote/inventory.schema.json",
+                 "ddptui/tui/dashboard/app.tcss", "ddptui/remote/run/runner.py"):  # fmt: skip
+        assert must in names
