@@ -20,7 +20,7 @@ import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
 from testhosts import TestCluster, veth_name
 
-from ddptui.remote.host import procs
+from ddptui.remote.host import nodes, procs
 
 TRAIN = ["--epochs", "100", "--step-time", "0.1"]  # long enough to be killed in
 STYLES = {
@@ -73,7 +73,7 @@ def cut(cluster: TestCluster, i: int) -> Iterator[None]:
 
 def supervisors(run_id: str) -> list[int]:
     """The run's supervisors on any host (their command line names the run's directory)."""
-    return [p for p in procs.all_pids() if run_id in cmdline(p) and "daemon" in cmdline(p)]
+    return [p for p in procs.all_pids() if run_id in cmdline(p) and nodes.DAEMON_BOOT in cmdline(p)]
 
 
 def node_dir(cluster: TestCluster, run_id: str, k: int) -> Path:

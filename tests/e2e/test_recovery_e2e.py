@@ -16,7 +16,7 @@ import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
 from testhosts import TestCluster, veth_name
 
-from ddptui.remote.host import procs
+from ddptui.remote.host import nodes, procs
 
 pytestmark = pytest.mark.e2e
 
@@ -38,7 +38,7 @@ def greeting(log: list[str], text: str) -> int:
 
 def supervisors(run_id: str) -> list[int]:
     """The run's supervisors on any host (their command line names the run's directory)."""
-    return [p for p in procs.all_pids() if run_id in cmdline(p) and "daemon" in cmdline(p)]
+    return [p for p in procs.all_pids() if run_id in cmdline(p) and nodes.DAEMON_BOOT in cmdline(p)]
 
 
 def test_a_failed_rank_restarts_the_job_and_the_next_attempt_succeeds(

@@ -19,7 +19,7 @@ from runtools import run_job
 
 from ddptui.remote import inventory
 from ddptui.remote.events import Event, LogBatch, NodeRanks, NodeStarted
-from ddptui.remote.host import procs
+from ddptui.remote.host import nodes, procs
 from ddptui.remote.run.runner import Run
 
 SLEEPER = "import os, time\nprint('up', os.environ['NODE_RANK'], flush=True)\ntime.sleep(300)\n"
@@ -57,7 +57,7 @@ def supervisors(run_id: str) -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        if run_id.encode() in cmd and b"daemon" in cmd:
+        if run_id.encode() in cmd and nodes.DAEMON_BOOT.encode() in cmd:
             found.append(pid)
     return found
 
