@@ -159,10 +159,20 @@ class RunRestarting(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class BadHost(Event):
+    """The run's hub will not use this host again (its GPUs or NICs failed): a spare takes
+    its node rank."""
+
+    host: str
+    node_rank: int
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Alert(Event):
     """Something happened that job.notify tells of (its command runs on node 0's host):
-    failed, succeeded, lost, stopped, restarted or hang. wanted: one of the events asked for
-    (an attached dashboard rings the bell); error: why the notify command failed."""
+    failed, succeeded, lost, stopped, restarted, hang or straggler. wanted: one of the events
+    asked for (an attached dashboard rings the bell); error: why the notify command failed."""
 
     event: str
     status: str
@@ -368,6 +378,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
         RunStarted,
+        BadHost,
         HostState,
         NodeStarted,
         NodeRanks,

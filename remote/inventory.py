@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
@@ -33,8 +33,12 @@ EnvValue = str | int | float | bool
 Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-NotifyEvent = Literal["failed", "succeeded", "lost", "stopped", "restarted", "hang"]
-NOTIFY_DEFAULT: tuple[NotifyEvent, ...] = ("failed", "lost", "stopped", "restarted", "hang")
+NotifyEvent = Literal["failed", "succeeded", "lost", "stopped", "restarted", "hang", "straggler"]
+NOTIFY_DEFAULT: tuple[NotifyEvent, ...] = (
+    "failed", "lost", "stopped", "restarted", "hang", "straggler",
+)  # fmt: skip
+RestartCause = Literal["hang", "lost", "gpu", "failed"]
+ExitCode = Annotated[int, Field(ge=1, le=255)]
 
 
 class InventoryError(Exception):
@@ -404,6 +408,11 @@ class Job(_Strict):
     restart_delay: NonNegative = Field(
         default=10.0, description="Seconds before the first restart, doubling, at most 5 min"
     )
+    restart_on: list[ExitCode | RestartCause] | None = Field(
+        default=None,
+        description="What restarts the job: a failing rank's exit codes, or causes (hang, lost, "
+        "gpu, failed: any exit); anything else ends the run. Default: all",
+    )
     notify: Notify | None = Field(default=None, description=Notify.__doc__)
     stop_grace: NonNegative = Field(
         default=5.0, description="Seconds between TERM and KILL when stopping"
@@ -420,7 +429,14 @@ class Job(_Strict):
     )
     hang_after: Positive | None = Field(
         default=600.0,
-        description="Seconds of silence (or idle GPUs) before a hang is reported; null: off",
+        description="Seconds of silence (or idle GPUs) before a hang is reported; null: off. "
+        "The run's own watch names a hang sooner (about a minute) from the ranks' stacks, "
+        "within three quarters of this where set lower",
+    )
+    on_hang: Literal["restart", "stop", "warn"] = Field(
+        default="restart",
+        description="What a hang the run's watch confirmed does: restart (the attempt fails as "
+        "hung; the job restarts if restarts remain), stop (the run ends) or warn",
     )
     nccl: Nccl = Field(default_factory=Nccl, description=Nccl.__doc__)
     spawn_args: SpawnArgs = Field(
@@ -454,6 +470,18 @@ class Job(_Strict):
                 "the regex names no group: name them, e.g. "
                 "`step (?P<step>\\d+) loss (?P<loss>\\S+)`"
             )
+        return value
+
+    @field_validator("restart_on", mode="before")
+    @classmethod
+    def _restart_on(cls, value: Any) -> Any:
+        """One message for a wrong item, where the union's two would name neither well."""
+        causes = get_args(RestartCause)
+        for item in value if isinstance(value, list) else ():
+            if isinstance(item, bool) or not (item in causes or isinstance(item, int)):
+                raise ValueError(f"{item!r} is neither an exit code nor one of {', '.join(causes)}")
+            if isinstance(item, int) and not 1 <= item <= 255:
+                raise ValueError(f"{item} is no failing exit code (1 to 255)")
         return value
 
     @field_validator("sync", mode="before")

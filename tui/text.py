@@ -108,6 +108,7 @@ def run_row(r: runs.RunRecord) -> dict[str, Any]:
         "failing_rank": s.get("failing_rank"),
         "failing_host": s.get("failing_host"),
         "attempts": attempts(r),
+        "bad_hosts": [{"host": h, "why": why} for h, why in runs.bad_hosts(r).items()],
         "progress": progress,
         "links": links,
         "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
@@ -136,10 +137,12 @@ def run_cells(r: dict[str, Any]) -> tuple[str, ...]:
     failing = "" if r["failing_rank"] is None else f"{r['failing_rank']} ({r['failing_host']})"
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
     tries = f" ({r['attempts']} attempts)" if (r.get("attempts") or 0) > 1 else ""
+    bad = ", ".join(b["host"] for b in r.get("bad_hosts") or ())
     return (
         r["id"],
         (r["status"] or "…") + tries,
-        f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0",
+        (f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0")
+        + (f" (bad: {bad})" if bad else ""),
         "" if r["world_size"] is None else str(r["world_size"]),
         started,
         "" if r["elapsed"] is None else runs.age(r["elapsed"]),

@@ -26,12 +26,13 @@ import json
 import os
 import re
 import select
+import shutil
 import socket
 import subprocess
 import threading
 import time
 
-from . import container, job, linebuf, netif, procs, protocol, ranktag, wire
+from . import container, healthwatch, job, linebuf, netif, procs, protocol, ranktag, vitals, wire
 from .common import log, rmtree, thread
 from .hub import Hub, HubLink
 from .notify import Notifier
@@ -42,6 +43,7 @@ from .spool import Spool
 from .state import STATE
 from .tail import RankTail
 from .viewers import Viewers
+from .watch import Guard
 
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
@@ -70,6 +72,10 @@ class Attempt:
         self.scratch = None  # torchrun's --log-dir: fresh for each attempt
         self.err = b""  # the end of the job's own stderr: torchrun's report names the rank
         self.died = None  # (rank, exit code or None, time): the first rank process to end
+        self.sick = None  # why this host's GPUs or NICs failed during the attempt
+        self.watch = None  # the attempt's health watch, once it has read how the host began
+        self.reading = threading.Lock()  # one read of the watch at a time
+        self.lines = 0  # the lines its ranks printed: how far it got (remote/host/retry.py)
 
 
 class Daemon:
@@ -99,6 +105,10 @@ class Daemon:
         self.hub = self.link = self.notifier = None
         self.policy = None  # node 0: what follows each attempt (remote/host/policy.py)
         self.progress = None  # node 0: its ranks' training curve (remote/host/progress.py)
+        self.smi = shutil.which("nvidia-smi")
+        self.watch_health = healthwatch.worth_watching(self.smi)  # a CPU host watches nothing
+        self.vitals = vitals.Node()  # its ranks' progress, for the run's hang watch
+        self.hangs = None  # node 0: the run's hang watch (remote/host/watch.py)
         self.state = {"run_id": spec["run_id"], "node": self.node, "pid": os.getpid()}
         self.state_lock = threading.Lock()
 
@@ -144,10 +154,11 @@ class Daemon:
             )
             if spec["progress"] is not False:  # job.progress: false reads no line for it
                 self.progress = Keeper(spec["progress"], self.dir, self.notifier.said_links)
+            self.hangs = Guard(self.hub, spec, self.dir, self.vitals, self._word)
         else:
             self.link = HubLink(
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
-                since=spec["attempt"],
+                since=spec["attempt"], on_sample=self.vitals.sample,
             )  # fmt: skip
         self.viewers.serve(server)
         thread(self._reap)
@@ -184,9 +195,15 @@ class Daemon:
         if number or after:
             self._mark(number, after)
         self.save_state(status="starting", attempt=number)
+        self.vitals.start()
         started = self._start_job(att)
+        if started is not None and self.spec["hang_after"] is not None:  # the watch is on
+            thread(self.vitals.look, att.done)
+        watch = self.hangs.start(number) if self.hangs and started is not None else None
         if started is not None:
             att.done.wait()
+            if watch is not None:
+                watch.stop()
             # The job is over; whatever it left behind (daemons, orphaned workers) goes too.
             att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
             for t in started:
@@ -258,6 +275,8 @@ class Daemon:
             )
             threads.append(thread(tail.run, att.done))
         threads.append(thread(self._watch_ranks, att))
+        if self.watch_health:
+            thread(self._watch_health, att)  # not joined: a hung read must not hold the end
         return threads
 
     def _redrawn(self, rank, shown):
@@ -268,7 +287,9 @@ class Daemon:
             self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.att.number)
 
     def _spool_lines(self, stream, data):
+        self.att.lines += data.count(b"\n")
         self._append(wire.record(stream, now_ms(), data))
+        self.vitals.line()
         if self.progress is not None:
             self.progress.feed(data, self.att.number)
 
@@ -337,14 +358,18 @@ class Daemon:
         if not_started:  # the runtime's words: no rank ever ran
             att.error = not_started
             self.note(t=protocol.ERROR, msg=not_started, attempt=att.number)
+        if code and not stopped and self._read_health(att):  # a GPU's failure that took its
+            att.by = protocol.BY_HEALTH  # rank down before the watch's next read: the cause
         if att.error:  # said already (ERROR): the launcher takes that as this attempt's end
             status, reason = "failed", f"{self.name} could not start its job: {att.error}"
         else:
-            if stopped:
+            if att.sick:  # its GPUs or NICs failed: the cause, whatever its ranks then did
+                status, att.reason = "failed", att.sick
+            elif stopped:
                 status = "lost" if att.by == protocol.BY_LEASE else "stopped"
             else:
                 status = "succeeded" if code == 0 else "failed"
-            if not stopped and code != 0:
+            if not stopped and code != 0 and not att.sick:
                 att.reason, echo = self._failed_text(att)
             reason = att.reason
             died = att.died and {"rank": att.died[0], "code": att.died[1], "at": att.died[2]}
@@ -355,17 +380,35 @@ class Daemon:
         self.save_state(status=status, exit_code=code, by=att.by, reason=reason,
                         survivors=att.survivors, ended=time.time())  # fmt: skip
         said = (status, reason)
-        if stopped and att.by == protocol.BY_PEER and code:
+        if stopped and att.by == protocol.BY_PEER and code and not att.sick:
             # A peer's echo (its rank lost ours) may have stopped us after our own failure:
             # the hub hears of ours, the cause.
             own = self._own_failure(att)
             said = ("failed", own) if own else said
         if att.scratch:
             rmtree(att.scratch)
+        facts = self._failure_facts(att, said[1], code)
         if self.link is not None:
-            self.link.end(*said, echo)
+            self.link.end(*said, echo, facts)
         else:
-            self.hub.own_end(*said, echo)
+            self.hub.own_end(*said, echo, facts)
+
+    def _failure_facts(self, att, reason, code):
+        """What the run's hub weighs a failure by (remote/host/retry.py): its cause, the
+        failing rank and its exit code, how far this node got; bad: this host may not run
+        the job again."""
+        m = re.match(r"rank (\d+) failed", reason or "")
+        codes = [c for _, _, c in failed_ranks(att.err) if c is not None]
+        if att.died and att.died[1] is not None:
+            codes.append(att.died[1])
+        return {
+            "cause": "gpu" if att.sick else "failed",
+            "rank": int(m.group(1)) if m else None,
+            "code": codes[0] if codes else code,
+            "lines": att.lines,
+            "bad": bool(att.sick),
+            "host": self.name,
+        }
 
     def _failed_text(self, att):
         """`rank 3 failed on node1 (killed by SIGKILL)` where the first rank to end was killed,
@@ -472,6 +515,35 @@ class Daemon:
         else:
             self.link.halt(status, reason)
 
+    def _watch_health(self, att):
+        """This host's GPUs and NICs, all along the attempt (remote/host/healthwatch.py): a
+        warning is told, a failure ends the attempt at once, naming the GPU, and the host is
+        bad for the rest of the run."""
+        with att.reading:
+            watch = healthwatch.Watch(self.smi)
+            watch.begin()
+            att.watch = watch
+        while not att.done.wait(healthwatch.INTERVAL_S):
+            if self._read_health(att):
+                self.stop(protocol.BY_HEALTH, att.sick, self.node, att.number)
+                return
+
+    def _read_health(self, att):
+        """One read of the watch: its news told; True once a failure made the host sick."""
+        with att.reading:
+            if att.sick or att.watch is None:
+                return False
+            failures, warnings = att.watch.poll()
+            for issue in failures + warnings:
+                text = healthwatch.describe(self.name, issue)
+                self.note(t=protocol.HEALTH, level=issue["level"], text=text, attempt=att.number)
+            if failures:
+                why = healthwatch.describe(self.name, failures[0])
+                log(why)
+                with self.stop_once:
+                    att.sick = why
+            return bool(failures)
+
     def _told_stop(self, reason, node, by=None):
         """The run's hub says stop (a peer failed or was lost; a halt elsewhere)."""
         self.stop(by if by in protocol.HALT_BY.values() else protocol.BY_PEER, reason, node)
@@ -483,11 +555,14 @@ class Daemon:
         att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
-        spare = set(self.spare)
-        for pid in list(self.notifier.running if self.notifier else ()):
-            spare.add(pid)  # a notify command under way is not the job's
-            spare.update(procs.descendants(pid))
-        return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare=spare)
+        if self.notifier is None:
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, self.spare)
+        with self.notifier.starting:  # no command starts unseen while the job is looked for
+            spare = set(self.spare)
+            for pid in list(self.notifier.running):
+                spare.add(pid)  # a notify command under way is not the job's
+                spare.update(procs.descendants(pid))
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, spare)
 
     def _tagged(self):
         """Whether the job's processes are found by their tags, not as this daemon's tree: what
@@ -573,7 +648,9 @@ class Daemon:
             cut = data.rfind(b"\n") + 1
             rest = data[cut:]
             if cut:
+                att.lines += data.count(b"\n", 0, cut)
                 self._append(wire.record(stream, now_ms(), data[:cut]))
+                self.vitals.line()
                 if self.progress is not None:
                     self.progress.feed(data[:cut], att.number)
             if len(rest) >= wire.RECORD_MAX:  # a runaway line: pass it on in pieces
@@ -595,6 +672,7 @@ class Daemon:
         tree = None if self._tagged() else os.getpid()  # the job's tree holds every rank
         by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn,
                                    tree)  # fmt: skip
+        self.vitals.by_pid = by_pid
         if by_pid:  # until the job ends, or is told to stop: what follows a stop is ours
             att.died = procs.first_end(by_pid, lambda: att.done.is_set() or att.stopped.is_set(),
                                        self._reaped)  # fmt: skip

@@ -58,6 +58,7 @@ SLOWDOWN = {
     "sw_thermal_slowdown": "thermal slowdown",
 }
 LOST = ("ERR!", "GPU is lost")  # what a field of a GPU gone wrong reads
+UNREADABLE = "unreadable"  # an issue's kind: a GPU (or all) that nvidia-smi cannot read
 
 # Xid 45 is a job's own cleanup (its processes killed); these mean the GPU or its links failed:
 # 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 off the bus, 94/95 contained/uncontained
@@ -68,17 +69,19 @@ _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)[^)]
 
 
 def read(smi: str | None, kmsg: str = KMSG, journalctl: str | None = "journalctl",
-         ib_root: str = SYS_IB, timeout: float = SMI_TIMEOUT) -> dict[str, Any]:  # fmt: skip
+         ib_root: str = SYS_IB, timeout: float = SMI_TIMEOUT,
+         since: float | None = None) -> dict[str, Any]:  # fmt: skip
     """This host's health. smi: nvidia-smi's path (None: no GPU to read, no Xid to look for);
     kmsg, journalctl (a name looked up on PATH, a path, or None: not asked) and ib_root: the
-    kernel log's device and reader and the InfiniBand sysfs class, which tests stand in."""
+    kernel log's device and reader and the InfiniBand sysfs class, which tests stand in.
+    since: the journal from then on (time.time()), not the whole boot's."""
     out: dict[str, Any] = {"gpus": None, "issues": [], "kernel_log": None,
                            "kernel_log_error": None, "ib": []}  # fmt: skip
     issues = out["issues"]
     if smi:
         rows = _gpu_rows(smi, timeout, issues)
         out["gpus"] = None if rows is None else len(rows)
-        out["kernel_log"], lines, out["kernel_log_error"] = kernel_log(kmsg, journalctl)
+        out["kernel_log"], lines, out["kernel_log_error"] = kernel_log(kmsg, journalctl, since)
         issues.extend(xid_issues(lines, rows or {}))
     out["ib"] = ib_ports(ib_root)
     issues.extend(ib_issues(out["ib"]))
@@ -87,10 +90,12 @@ def read(smi: str | None, kmsg: str = KMSG, journalctl: str | None = "journalctl
     return out
 
 
-def _issue(level: str, source: str, what: str, gpu: int | None = None,
-           bus_id: str | None = None) -> dict[str, Any]:  # fmt: skip
+def _issue(level: str, source: str, what: str, gpu: int | None = None, bus_id: str | None = None,
+           kind: str = "", count: int = 0) -> dict[str, Any]:  # fmt: skip
+    """kind names what is wrong apart from its count (`ecc`, `xid 79`), which a run's watch
+    compares read to read (remote/host/healthwatch.py)."""
     return {"level": level, "source": source, "gpu": gpu, "bus_id": bus_id,
-            "what": what[:TEXT_MAX]}  # fmt: skip
+            "what": what[:TEXT_MAX], "kind": kind or what[:TEXT_MAX], "count": count}  # fmt: skip
 
 
 # -- nvidia-smi ----------------------------------------------------------------------------------
@@ -115,7 +120,7 @@ def _gpu_rows(smi: str, timeout: float, issues: list[Any]) -> dict[int, str] | N
         issues.append(_issue("warning", "nvidia-smi", "health fields not supported: " + why))
         return {}
     issues.append(_issue("failure", "nvidia-smi", "GPUs cannot be read: " + why,
-                         bus_id=_lost_bus(why)))  # fmt: skip
+                         bus_id=_lost_bus(why), kind=UNREADABLE))  # fmt: skip
     return None
 
 
@@ -133,17 +138,18 @@ def parse_rows(fields: tuple[str, ...], text: str, issues: list[Any]) -> dict[in
 
 
 def _gpu_issues(row: dict[str, str], gpu: int, bus: str | None, whole: bool) -> list[Any]:
-    def issue(level: str, what: str) -> dict[str, Any]:
-        return _issue(level, "nvidia-smi", what, gpu, bus)
+    def issue(level: str, what: str, kind: str = "", count: int = 0) -> dict[str, Any]:
+        return _issue(level, "nvidia-smi", what, gpu, bus, kind, count)
 
     lost = [v for v in row.values() if any(mark in v for mark in LOST)]
     if lost or not whole:
         return [issue("failure", "cannot be read: nvidia-smi answers {}".format(
-            lost[0] if lost else "a short row"))]  # fmt: skip
+            lost[0] if lost else "a short row"), UNREADABLE)]  # fmt: skip
     found = []
     uncorrected = _count(row.get("ecc.errors.uncorrected.volatile.total"))
     if uncorrected:
-        found.append(issue("failure", "{} uncorrectable ECC errors".format(uncorrected)))
+        found.append(issue("failure", "{} uncorrectable ECC errors".format(uncorrected),
+                           "ecc", uncorrected))  # fmt: skip
     if _yes(row.get("remapped_rows.failure")):
         found.append(issue("failure", "row remapping failed"))
     if _yes(row.get("remapped_rows.pending")):
@@ -152,7 +158,8 @@ def _gpu_issues(row: dict[str, str], gpu: int, bus: str | None, whole: bool) -> 
         found.append(issue("failure", "retired pages pending (the GPU needs a reset)"))
     corrected = _count(row.get("ecc.errors.corrected.volatile.total"))
     if corrected:
-        found.append(issue("warning", "{} correctable ECC errors".format(corrected)))
+        found.append(issue("warning", "{} correctable ECC errors".format(corrected),
+                           "ecc corrected", corrected))  # fmt: skip
     slow = [text for name, text in SLOWDOWN.items() if _active(row, name)]
     if slow:
         found.append(issue("warning", "clocks held down: " + ", ".join(slow)))
@@ -205,7 +212,7 @@ def run(argv: list[str], timeout: float) -> tuple[int | None, str, str]:
 # -- the kernel log ------------------------------------------------------------------------------
 
 
-def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl"
+def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl", since: float | None = None
                ) -> tuple[str | None, list[str], str | None]:  # fmt: skip
     """(where it was read, its Xid lines, why it could not be). journalctl first: the journal
     keeps the whole boot where the kernel's ring buffer may have dropped old lines; then the
@@ -214,9 +221,12 @@ def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl"
     journalctl = journalctl and shutil.which(journalctl)
     if journalctl:
         argv = [journalctl, "-k", "-b", "-q", "--no-pager", "-o", "cat"]
+        if since is not None:  # a run's watch reads every few seconds: not the boot's every time
+            argv += ["--since", "@{}".format(int(since))]
         code, out, err = run(argv, LOG_TIMEOUT)
         lines = out[-LOG_MAX:].splitlines()
-        if code == 0 and lines and "not seeing messages" not in err:
+        # since: the journal was read before (a run's watch), so nothing new is an answer
+        if code == 0 and (lines or since is not None) and "not seeing messages" not in err:
             return "journalctl -k", [ln for ln in lines if "Xid" in ln], None
         silent = "no answer in {:g} s".format(LOG_TIMEOUT) if code is None else "nothing read"
         why.append("journalctl -k: " + (_said("", err) or silent))
@@ -273,7 +283,7 @@ def xid_issues(lines: list[str], gpus: dict[int, str]) -> list[Any]:
         what = "Xid {}{}{}".format(xid, " ({} times)".format(times) if times > 1 else "",
                                    ": " + words if words else "")  # fmt: skip
         index, named = known.get(_bus_key(bus), (None, bus))
-        issues.append(_issue(level, "kernel", what, index, named))
+        issues.append(_issue(level, "kernel", what, index, named, "xid {}".format(xid), times))
     return issues
 
 

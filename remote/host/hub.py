@@ -24,9 +24,12 @@ import time
 from . import channel, protocol
 from .common import thread
 from .policy import Outcome
+from .vitals import fit
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
+    from typing import Any
+
     from .channel import Channel
 
 RETRY_S = 1.0  # a peer's wait before it connects again
@@ -66,6 +69,9 @@ class Hub:
             None  # (reason, node): the first failure of this attempt (its own)
         )
         self.echo = False  # the failure is a rank that died of a peer's failure
+        # that failure's kind, rank, exit code and lines (remote/host/retry.py)
+        self.facts: dict[str, Any] = {}
+        self.bad: dict[int, tuple[str, str]] = {}  # node -> (host, why): never used again this run
         self.lost: dict[
             int, int
         ] = {}  # node -> the attempt it was lost in: a spare must take its place
@@ -75,6 +81,8 @@ class Hub:
         self.given_up: str | None = None  # why no spare can come (the launcher said so)
         self.go = None  # (attempt, after): the restart said to the peers
         self.over = None  # the run is over: said to every peer that comes
+        self.final = False  # this attempt's failure ends the run (job.on_hang: stop)
+        self.sampled = lambda node, seq, sample: None  # a peer's sample (remote/host/watch.py)
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
@@ -92,10 +100,11 @@ class Hub:
 
     # -- node 0's supervisor ------------------------------------------------------------------
 
-    def own_end(self, status, reason, echo=False):
+    def own_end(self, status, reason, echo=False, facts=None):
         """Node 0's job ended; a failure of its own stops the others. echo: its failing rank
-        died of a peer's failure (a failure of another's own is the cause)."""
-        self._ended(0, self.attempt, status, reason, echo)
+        died of a peer's failure (a failure of another's own is the cause). facts: the
+        failure's, as Daemon._failure_facts gives them."""
+        self._ended(0, self.attempt, status, reason, echo, facts)
 
     def halt(self, status, reason):
         """No attempt follows this one: a user's stop, or a lease (no launcher heard from).
@@ -121,6 +130,32 @@ class Hub:
             chan.send(t="stop", reason=reason, node=node, attempt=attempt, by=by)
         self.on_stop(reason, node, by)
 
+    def fail(self, reason, node, final=False, bad=False):
+        """A failure the hub itself found (a hang): every node stops, the attempt fails for
+        `node`'s sake (its cause "hang", as job.restart_on names it); final: no attempt follows
+        (job.on_hang: stop); bad: `node`'s host is bad for the run (hung twice in a row), so a
+        spare must take its place, as a lost node's."""
+        chan = None
+        with self.cond:
+            if self.failure is None:
+                self.failure, self.echo, self.facts = (reason, node), False, {"cause": "hang"}
+            self.final = self.final or final
+            if bad and node is not None:
+                self.bad[node] = (self.names[node], reason)
+                if node:
+                    self.lost[node] = self.attempt
+                    chan = self.peers.get(node)
+        self.stop_all(reason, node)
+        if chan is not None:  # its supervisor leaves once its job is stopped
+            chan.send(t="over", reason=f"this host is bad for the run: {reason}")
+
+    def ask(self, seq, stacks):
+        """Every peer samples its ranks (their stacks too): each answers `sampled`."""
+        with self.cond:
+            peers = list(self.peers.values())
+        for chan in peers:
+            chan.send(t="sample", seq=seq, stacks=stacks)
+
     def settle(self) -> Outcome:
         """Wait until every node's job of this attempt has ended: its Outcome (a node lost
         counts as ended)."""
@@ -128,14 +163,17 @@ class Hub:
             self.cond.wait_for(self._all_ended)
             status, reason, node = "succeeded", None, None
             stopped = [(r, k) for k, (s, r) in sorted(self.ended.items()) if s != "succeeded"]
+            facts: dict[str, Any] = {}
             if self.halted is not None:
                 status, reason = self.halted
             elif self.failure is not None:
-                status, (reason, node) = "failed", self.failure
+                status, (reason, node), facts = "failed", self.failure, self.facts
             elif stopped:  # stopped, without a failure of its own: a launcher saw one
                 status, (reason, node) = "failed", stopped[0]
             return Outcome(status, reason, node, sorted(self.lost), self.halted is not None,
-                           self.isolated)  # fmt: skip
+                           self.isolated, str(facts.get("cause") or "failed"),
+                           _opt_int(facts.get("code")), _opt_int(facts.get("rank")),
+                           _int(facts.get("lines")), dict(self.bad), self.final)  # fmt: skip
 
     def expect(self, node, ticket):
         """A launcher sends a spare to take lost `node`'s place; it proves itself with ticket."""
@@ -171,6 +209,8 @@ class Hub:
         with self.cond:
             self.attempt, self.go = attempt, (attempt, after)
             self.ended, self.stopping, self.failure, self.echo = {}, None, None, False
+            self.facts = {}
+            self.final = False
             if len(self.names) > 1:
                 self.all_ended.clear()
             peers = list(self.peers.values())
@@ -252,14 +292,18 @@ class Hub:
             self.heard[node] = time.monotonic()
             kind = msg.get("t")
             if kind == "end":
-                echo = msg.get("echo") is True
-                self._ended(node, msg.get("attempt"), msg.get("status"), msg.get("reason"), echo)
+                echo, facts = msg.get("echo") is True, msg.get("facts")
+                self._ended(node, msg.get("attempt"), msg.get("status"), msg.get("reason"), echo,
+                            facts if isinstance(facts, dict) else None)  # fmt: skip
             elif kind == "halt" and msg.get("status") in protocol.HALT_BY:
                 self.halt(msg["status"], str(msg.get("reason")))
             elif kind == "hb":
                 chan.send(t="hb")
+            elif kind == "sampled" and msg.get("attempt") == self.attempt:
+                self.sampled(node, msg.get("seq"), msg.get("sample"))
 
-    def _ended(self, node, attempt, status, reason, echo=False):
+    def _ended(self, node, attempt, status, reason, echo=False, facts=None):
+        facts = facts or {}
         with self.cond:
             if attempt != self.attempt or node in self.ended or node in self.lost:
                 return  # the end of an earlier attempt, or of a node given up for lost
@@ -267,9 +311,18 @@ class Hub:
             failed = status == "failed"
             if failed and (self.failure is None or (self.echo and not echo)):
                 self.failure, self.echo = (reason or f"{self.names[node]} failed", node), echo
+                self.facts = facts
+            bad = facts.get("bad") is True
+            if bad:
+                self.bad[node] = (str(facts.get("host") or self.names[node]), str(reason))
+                if node:  # a spare must take its place, as a lost node's
+                    self.lost[node] = self.attempt
+            chan = self.peers.get(node) if bad else None
             if node and all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
                 self.all_ended.set()
             self.cond.notify_all()
+        if chan is not None:  # its supervisor leaves: no attempt of this run is its again
+            chan.send(t="over", reason=f"this host is bad for the run: {reason}")
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
@@ -340,7 +393,7 @@ class Hub:
             for k in nodes:
                 self.lost[k] = self.attempt
             if running and self.failure is None:
-                self.failure = (short, culprit)
+                self.failure, self.facts = (short, culprit), {"cause": "lost"}
             if all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
                 self.all_ended.set()
             self.cond.notify_all()
@@ -352,14 +405,19 @@ def _int(value):
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _opt_int(value):
+    return None if value is None else _int(value)
+
+
 class HubLink:
     """A peer's side: connects to the hub, keeps the lease, obeys its stop (on_stop(reason,
     node, by), as the hub's), and hears from it what follows each attempt (`word`). since:
     the attempt its supervisor started at (a spare joins a run going, before its attempt)."""
 
-    def __init__(self, secret, node, link_timeout, beat, on_stop, since=0):
+    def __init__(self, secret, node, link_timeout, beat, on_stop, since=0, on_sample=None):
         self.secret, self.node, self.link_timeout, self.beat = secret, node, link_timeout, beat
         self.on_stop = on_stop
+        self.on_sample = on_sample  # stacks -> this node's sample (remote/host/vitals.py)
         self.since, self.attempt = since, max(0, since - 1)
         self.cond = threading.Condition()
         self.chan = None
@@ -386,12 +444,12 @@ class HubLink:
             self.attempt, self.ending = attempt, None
             self.delivered.clear()
 
-    def end(self, status, reason, echo=False):
+    def end(self, status, reason, echo=False, facts=None):
         """Our job ended: say so (now, or once connected), so the hub need not wait for us."""
         if self.addr is None:  # the hub's address may still come: a lease from now
             self.heard = time.monotonic()
         self.ending = {"t": "end", "attempt": self.attempt, "status": status, "reason": reason,
-                       "echo": echo}  # fmt: skip
+                       "echo": echo, "facts": facts}  # fmt: skip
         self._say(self.ending, self.delivered)
 
     def halt(self, status, reason):
@@ -466,6 +524,13 @@ class HubLink:
                 self.cond.notify_all()
         elif kind == "over":
             self._over(str(msg.get("reason") or "the run is over"))
+        elif kind == "sample" and self.on_sample is not None:
+            thread(self._sample, msg.get("seq"), msg.get("stacks") is True, self.attempt)
+
+    def _sample(self, seq, stacks, attempt):
+        """The hub's ask, answered in a thread of its own: py-spy takes a moment."""
+        sample = fit(self.on_sample(stacks), channel.LINE_MAX // 2)
+        self._say({"t": "sampled", "seq": seq, "attempt": attempt, "sample": sample})
 
     def _beat(self, chan):
         while self.chan is chan and self.over is None:

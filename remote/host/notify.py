@@ -35,6 +35,10 @@ class Notifier:
         self.run_id, self.failed, self.timeout = run_id, failed, timeout
         self.wait = wait or _wait
         self.running = set()  # pids of commands under way: never the job's to sweep
+        # Held from a command's start to its pid in `running`, and by a sweep while it looks
+        # for the job's processes: a command started as the job is stopped is never taken
+        # for one of the job's (a hang's word goes out as its stop begins).
+        self.starting = threading.Lock()
         self.todo = queue.Queue()
         self.thread = None
         self.links = ""  # DDPTUI_LINKS: the trackers' links seen so far (remote/host/progress.py)
@@ -78,14 +82,15 @@ class Notifier:
             DDPTUI_MESSAGE=" ".join(message.split()),  # one line
             DDPTUI_LINKS=self.links,  # trackers' links node 0's ranks printed, space-separated
         )  # fmt: skip
-        try:
-            proc = subprocess.Popen(
-                ["sh", "-c", self.command], env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
-        except OSError as exc:
-            return "cannot run sh: {}".format(exc.strerror)
-        self.running.add(proc.pid)
+        with self.starting:
+            try:
+                proc = subprocess.Popen(
+                    ["sh", "-c", self.command], env=env, stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
+            except OSError as exc:
+                return "cannot run sh: {}".format(exc.strerror)
+            self.running.add(proc.pid)
         tail = []
         reader = threading.Thread(target=_keep_tail, args=(proc.stdout, tail), daemon=True)
         reader.start()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import NamedTuple
 
-from . import protocol
+from . import protocol, retry
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
@@ -36,11 +36,23 @@ class Outcome(NamedTuple):
     lost: list[int]  # the nodes lost: a spare must take each one's place before another attempt
     halted: bool  # a user's stop or a lease: no attempt may follow
     isolated: bool  # node 0 heard from no peer: its own network was cut
+    # The failure as job.restart_on and the no-progress rule weigh it (remote/host/retry.py):
+    kind: str = "failed"  # failed (a rank's exit), gpu (its host's GPUs or NICs), lost, hang
+    code: int | None = None  # the failing rank's exit code
+    rank: int | None = None  # the failing rank, where one is named
+    lines: int = 0  # the lines the failing node's ranks printed in the attempt
+    bad: dict[int, tuple[str, str]] = {}  # node -> (host, why): no attempt may use it again
+    final: bool = False  # its failure ends the run (a hang, with job.on_hang: stop)
 
     @property
     def cause(self) -> str:
-        """What ended a failed attempt, as job.notify names it: a node lost, or a failure."""
-        return "lost" if self.node in self.lost else "failed"
+        """What ended a failed attempt, as job.notify names it: a node lost, or a failure (a
+        bad host is in `lost` too, for a spare to take its place: it failed)."""
+        return "lost" if self.node in self.lost and self.node not in self.bad else "failed"
+
+    def failure(self) -> dict[str, Any]:
+        return {"cause": self.kind, "code": self.code, "node": self.node, "rank": self.rank,
+                "lines": self.lines}  # fmt: skip
 
 
 class Decision(NamedTuple):
@@ -55,15 +67,30 @@ class Decision(NamedTuple):
 RESTART = Decision(True)
 
 
-def decide(out: Outcome, attempt: int, restarts: int, spares: int) -> Decision:
+def decide(
+    out: Outcome,
+    attempt: int,
+    restarts: int,
+    spares: int,
+    restart_on: list[Any] | None = None,
+    last: Outcome | None = None,
+) -> Decision:
     """What follows attempt `attempt` (of at most `restarts` more). spares: how many spare
-    hosts are left to take lost nodes' places."""
+    hosts are left to take lost nodes' places; restart_on: job.restart_on; last: the attempt
+    before, if it failed (remote/host/retry.py)."""
     if out.status != "failed" or out.halted:
         return Decision(False, out.status, "")
+    if out.final:
+        return Decision(False, "failed", "job.on_hang: stop")
     if attempt >= restarts:
         return Decision(False, "failed", "no restarts left" if restarts else "")
     if out.isolated:
         return Decision(False, "failed", "the run's hub was cut off: no restart")
+    if 0 in out.bad:
+        return Decision(False, "failed", "node 0's host is bad, and no spare takes the hub's place")
+    why = retry.why_not(restart_on, last and last.failure(), out.failure())
+    if why is not None:
+        return Decision(False, "failed", why)
     if len(out.lost) > spares:
         return Decision(False, "failed", NO_SPARE)
     return RESTART
@@ -86,12 +113,17 @@ class Policy:
         self.hub, self.spec = hub, spec
         self.note, self.save_state, self.word = note, save_state, word
         self.hang_up_s = hang_up_s  # how long the peers get to hang up at the end
+        self.last: Outcome | None = None  # the last attempt's, if it failed
+        self.told: dict[str, list[str]] = {}  # the bad hosts said so far: node -> [host, why]
 
     def after(self, number: int) -> tuple[int, str | None] | None:
         """Once every node's job of attempt `number` ended: (attempt, after) to start next,
         after the delay and once a spare took each lost node's place; or None: the run ends."""
         out = self.hub.settle()
-        decision = decide(out, number, self.spec["restarts"], self.spares_left())
+        self.bad_hosts(out.bad)
+        decision = decide(out, number, self.spec["restarts"], self.spares_left(),
+                          self.spec["restart_on"], self.last)  # fmt: skip
+        self.last = out
         if not decision.restart:
             self.end(out, decision.status, decision.why)
             return None
@@ -102,6 +134,16 @@ class Policy:
             self.end(out, "failed", why)
             return None
         return self.restart(out, number + 1)
+
+    def bad_hosts(self, bad: dict[int, tuple[str, str]]) -> None:
+        """Hosts newly found bad: said in the stream (runs, summary.json and the dashboard
+        list them) and kept in node 0's state (`runs` of a detached run)."""
+        new = {str(k): [name, why] for k, (name, why) in bad.items() if str(k) not in self.told}
+        for k, (name, why) in new.items():
+            self.note(t=protocol.BAD_HOST, node=int(k), name=name, why=why)
+        if new:
+            self.told.update(new)
+            self.save_state(bad_hosts=self.told)
 
     def spares_left(self) -> int:
         return int(self.spec["spares"]) - self.hub.replaced

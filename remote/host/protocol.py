@@ -78,6 +78,9 @@ MODE = "mode"  # {mode}: attached or detached
 # {rank, text}: the last drawing of a rank's line still redrawn with \r (a tqdm bar), at most
 # once a second a rank: read for progress only (remote/host/progress.py), never a log line
 REDRAWN = "redrawn"
+HEALTH = "health"  # {level, text, attempt}: this host's GPUs or NICs, news since the attempt began
+# node 0's stream: {node, name, why}: a host no attempt of this run may use again
+BAD_HOST = "bad-host"
 # control frames only
 STREAM_HELLO = "hello"  # {node, run_id, mode, live, spool_start, spool_end, state}
 HEARTBEAT = "hb"
@@ -87,6 +90,7 @@ EOF = "eof"  # {end}: the stream is complete
 BY_LAUNCHER = "launcher"  # a launcher said stop
 BY_PEER = "peer"  # the run's hub said stop (another node failed or was lost)
 BY_LEASE = "lease"  # no launcher heard from for link_timeout
+BY_HEALTH = "health"  # this host's GPUs or NICs failed (remote/host/healthwatch.py)
 HALT_BY = {"stopped": BY_LAUNCHER, "lost": BY_LEASE}  # stops that end a run: none follows
 
 # Launcher to a node's supervisor: text lines on its stream.
@@ -105,8 +109,8 @@ SAY_NOTIFY = "notify"  # notify EVENT MESSAGE...: node 0: tell job.notify (a han
 # -- restarts and word of them (job.restarts, job.notify) ---------------------------------------
 
 RESTART_DELAY_MAX = 300.0  # the doubling delay between attempts stops here (unless set above)
-NOTIFY_EVENTS = ("failed", "succeeded", "lost", "stopped", "restarted", "hang")
-NOTIFY_DEFAULT = ("failed", "lost", "stopped", "restarted", "hang")
+NOTIFY_EVENTS = ("failed", "succeeded", "lost", "stopped", "restarted", "hang", "straggler")
+NOTIFY_DEFAULT = ("failed", "lost", "stopped", "restarted", "hang", "straggler")
 NOTIFY_TIMEOUT = 30.0  # seconds a notify command may run
 
 
@@ -148,8 +152,11 @@ SPEC_DEFAULTS = {
     "restarts": 0,  # attempts after the first, at most (job.restarts)
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
+    "restart_on": None,  # node 0: job.restart_on (None: every failure restarts)
     "notify": None,  # node 0: {command, events} (job.notify)
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
+    "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
+    "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
 }
 
 

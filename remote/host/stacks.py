@@ -82,9 +82,12 @@ def _in_container(runtime: str, name: str) -> list[int]:
     return [pid, *procs.own_descendants(pid)] if pid > 0 else []
 
 
-def dump_all(spy: str, by_pid: dict[int, int], native: bool) -> dict[str, Any]:
-    """{rank: {pid, threads}} for every rank process, the dumps running side by side."""
-    extra = ["--native"] if native else []
+def dump_all(
+    spy: str, by_pid: dict[int, int], native: bool, nonblocking: bool = False
+) -> dict[str, Any]:
+    """{rank: {pid, threads}} for every rank process, the dumps running side by side.
+    nonblocking: the ranks are not paused while read (the hang watch's samples)."""
+    extra = (["--native"] if native else []) + (["--nonblocking"] if nonblocking else [])
     running = {pid: _start([spy, "dump", "--json", "--pid", str(pid), *extra]) for pid in by_pid}
     out = {}
     for pid, proc in running.items():

@@ -26,6 +26,7 @@ from ddptui.remote.agents.link import Item, NodeLink, Record
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import (
     Alert,
+    BadHost,
     Event,
     Failure,
     HostState,
@@ -399,6 +400,10 @@ class Gang:
             self._conclude(node, link, "")
         elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
             self._hub_said(node, msg, at)
+        elif isinstance(msg, nodemsg.Health):
+            self.emit(Notice("error" if msg.level == "failure" else "warning", msg.text, name))
+        elif isinstance(msg, nodemsg.BadHost):
+            self.emit(BadHost(msg.name, msg.node, msg.why))
 
     def _hub_at(self, port: int) -> None:
         """Node 0's hub listens at `port`: every other node's supervisor is told."""

@@ -186,8 +186,11 @@ class Launch:
                 "restarts": job.restarts,
                 "restart_delay": job.restart_delay,
                 "spares": len(inv.usable_spares),
+                "restart_on": job.restart_on,
                 "notify": notify,
                 "progress": job.progress,
+                "hang_after": job.hang_after,
+                "on_hang": job.on_hang,
             }
         )
 

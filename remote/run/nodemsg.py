@@ -117,6 +117,24 @@ class Mode:
 
 
 @dataclass(frozen=True, slots=True)
+class Health:
+    """News of a host's GPUs or NICs since the attempt began: a failure ends it."""
+
+    level: str  # failure, warning
+    text: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class BadHost:
+    """Node 0's hub: a host no attempt of the run may use again, and why."""
+
+    node: int
+    name: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class Redrawn:
     """A rank's line still being redrawn (a tqdm bar): its last drawing, for progress only."""
 
@@ -137,6 +155,8 @@ Message = (
     | Notify
     | NotifyFailed
     | Redrawn
+    | Health
+    | BadHost
 )
 
 
@@ -226,4 +246,6 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     ),
     protocol.NOTIFY_FAILED: lambda m: NotifyFailed(_text(m["event"]), _text(m.get("error", ""))),
     protocol.REDRAWN: lambda m: Redrawn(_int(m["rank"]), _text(m["text"])),
+    protocol.HEALTH: lambda m: Health(_text(m.get("level", "")), _text(m["text"]), _attempt(m)),
+    protocol.BAD_HOST: lambda m: BadHost(_int(m["node"]), _text(m["name"]), _text(m["why"])),
 }  # fmt: skip

@@ -38,10 +38,16 @@ class Recovery:
     """Spares put in lost nodes' places, for one run, as its hub asks."""
 
     def __init__(
-        self, launch: Launch, gang: Gang, emit: Emit, new_stream: Callable[[int, int], None]
+        self,
+        launch: Launch,
+        gang: Gang,
+        emit: Emit,
+        new_stream: Callable[[int, int], None],
+        bad: dict[str, str],
     ) -> None:
         self.launch, self.gang, self.emit = launch, gang, emit
         self.new_stream = new_stream  # node k's logs go on from a spare's stream at attempt n
+        self.bad = bad  # the run's: host -> why its hub will not use it again
         self.tasks: list[asyncio.Future[None]] = []
         self.asked: set[tuple[int, int]] = set()  # (node, attempt) seen to already
         self.refused: set[str] = set()  # spares that failed their checks: not tried again
@@ -64,7 +70,8 @@ class Recovery:
                 await self._start(k, attempt, lost.name)
                 return True
             lost = dataclasses.replace(lost, name=f"node {k}")
-        self.emit(Notice("warning", f"{lost.name} was lost: a spare host takes node {k}'s place"))
+        state = "is bad for the run" if lost.name in self.bad else "was lost"
+        self.emit(Notice("warning", f"{lost.name} {state}: a spare host takes node {k}'s place"))
         for j, spare in self._candidates():
             why = await self._check(j, spare, k)
             if self.gang.user_stop:  # stopped meanwhile: the hub ends the run, no spare needed

@@ -27,6 +27,7 @@ from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
+    BadHost,
     ChecksDone,
     DeepChecked,
     DeepProgress,
@@ -96,6 +97,7 @@ class Run:
         self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
         self.stop_now = False
         self.leftovers: list[str] = []  # what a stop could not kill
+        self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
         job = inv.job
         self.progress = Watch(job.progress if isinstance(job.progress, str) else None, self.emit)
         self.gang = Gang(
@@ -106,7 +108,9 @@ class Run:
         )  # fmt: skip
         self._series_at = 0.0  # when series.json was last written
         self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
-        self.recovery = recover.Recovery(self.launch, self.gang, self.emit, self._new_stream)
+        self.recovery = recover.Recovery(
+            self.launch, self.gang, self.emit, self._new_stream, self.bad
+        )
 
     @property
     def inv(self) -> Inventory:
@@ -168,6 +172,8 @@ class Run:
         # auto: known once the GPUs are counted; spawn: the script decides
         world = None if auto or inv.job.launcher == "spawn" else sum(launch.nprocs())
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
+        for text in runs.bad_before(inv, self.run_id):
+            self.emit(Notice("warning", text))
         if not await self._until_stopped(launch.checks()) or self.stopping:
             return self._finish()
         if not await self._until_stopped(launch.deep_check()):
@@ -343,6 +349,10 @@ class Run:
         if isinstance(event, HangDetected):  # job.notify's command runs on node 0's host
             self.gang.say(0, f"{protocol.SAY_NOTIFY} hang {hang.describe(event)}")
         self._hang.feed(event)
+        if isinstance(event, BadHost) and event.host not in self.bad:
+            self.bad[event.host] = event.why
+            if self.recorder is not None and not self.recorder.passive:  # a later launch warns
+                runs.write_info(self.run_dir, bad_hosts=self.bad)
         if self.recorder is not None:
             self.recorder(event)
         self._emit_to(event)

@@ -35,6 +35,7 @@ STOP_CAUSES = {
     protocol.BY_LAUNCHER: "user",
     protocol.BY_PEER: "failure",
     protocol.BY_LEASE: "lease",
+    protocol.BY_HEALTH: "failure",  # its own GPUs or NICs
 }
 
 # (host, exit code, host clock of the exit) → the failures its ranks' stderr shows
@@ -95,6 +96,11 @@ class Verdict:
         errors = tuple(f"{text} could not be killed" for text in end.survivors)
         if end.code == 0 and not end.stopped:
             return NodeEnding("done", "", 0, errors=errors)
+        if end.by == protocol.BY_HEALTH:  # its GPUs or NICs failed: the cause, as the stop says
+            when = stopped_at or at
+            self.stop("failure", when)
+            sick = Failure(name, None, None, end.reason or "its GPUs failed", seen_at=when)
+            return self.failed(sick, code=end.code, errors=errors)
         if not end.stopped:
             return self.failed(*tracebacks(name, end.code, at), code=end.code, errors=errors)
         if self.cause is None:  # not our stop: a stop from elsewhere, or its lease

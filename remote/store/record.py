@@ -35,6 +35,7 @@ from typing import IO, Any
 
 from ddptui.remote.events import (
     AttemptResult,
+    BadHost,
     Event,
     GpuStats,
     LogBatch,
@@ -251,8 +252,13 @@ class Recorder:
         self.unread: list[dict[str, Any]] = []
         # The training's curves and last values (remote/run/progress.py), kept at the end.
         self.series: dict[str, Any] | None = None
+        self.bad: list[dict[str, Any]] = []  # hosts the run's hub will not use again, and why
 
     def __call__(self, event: Event) -> None:
+        if isinstance(event, BadHost):  # a replay (an attach again) says it again
+            bad = {"host": event.host, "node": event.node_rank, "why": event.why}
+            if bad not in self.bad:
+                self.bad.append(bad)
         if self.events is None:  # passive: the other writer stores it all; the end, both
             if isinstance(event, RunStarted):
                 self.started = event
@@ -429,6 +435,7 @@ class Recorder:
             "failing_host": fin.failure.host if fin.failure else None,
             "reason": fin.reason,
             "attempts": [_attempt(a) for a in fin.attempts],
+            "bad_hosts": self.bad,
             "unread": self.unread,
             "progress": self.series["last"] if self.series else None,
             "links": self.series["links"] if self.series else [],

@@ -127,6 +127,34 @@ def all_runs() -> list[RunRecord]:
     return sorted(found, key=lambda r: (r.started_at, r.run_id), reverse=True)
 
 
+def bad_hosts(r: RunRecord) -> dict[str, str]:
+    """The hosts the run's hub would not use again, and why: the summary's, else run.json's
+    (what an attached launcher heard), else node 0's state (`statuses` asked it)."""
+    listed = (r.summary or {}).get("bad_hosts")
+    if isinstance(listed, list) and listed:
+        return {str(b.get("host")): str(b.get("why")) for b in listed if isinstance(b, dict)}
+    heard = r.info.get("bad_hosts")
+    if isinstance(heard, dict) and heard:
+        return {str(k): str(v) for k, v in heard.items()}
+    told = (r.states.get(0) or {}).get("bad_hosts")
+    pairs = told.values() if isinstance(told, dict) else ()
+    return {str(p[0]): str(p[1]) for p in pairs if isinstance(p, list) and len(p) == 2}
+
+
+def bad_before(inv: Inventory, run_id: str) -> list[str]:
+    """A launch's warnings: this inventory's hosts marked bad in the last run on any of them."""
+    names = {h.name for h in inv.everyone}
+    last = next((r for r in all_runs() if r.run_id != run_id and names & set(r.info.get("hosts")
+                 or ())), None)  # fmt: skip
+    if last is None:
+        return []
+    return [
+        f"{name} was marked bad in the last run on these hosts ({last.run_id}): {why}"
+        for name, why in bad_hosts(last).items()
+        if name in names
+    ]
+
+
 def resolve(spec: str) -> RunRecord:
     """RUN as a user writes it: a run directory, a run id, or a unique prefix of one."""
     path = Path(spec).expanduser()
@@ -152,12 +180,11 @@ def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
     known = [s for s in states.values() if s and "error" not in s]
     if any(s.get("alive") for s in known):
         waiting = [name for s in known for name in s.get("waiting") or ()]
-        if waiting:  # node 0's hub: a lost node's place for a spare, which needs a launcher
-            lost = ", ".join(waiting)
-            return (
-                "running",
-                f"{lost} lost: waiting for `ddptui attach` to put a spare in its place",
-            )
+        if waiting:  # node 0's hub: a lost (or bad) node's place for a spare: a launcher's to do
+            told = (states.get(0) or {}).get("bad_hosts")
+            bad = {str(p[0]) for p in told.values() if isinstance(p, list)} if told else set()
+            lost = ", ".join(f"{name} {'bad' if name in bad else 'lost'}" for name in waiting)
+            return "running", f"{lost}: waiting for `ddptui attach` to put a spare in its place"
         return "running", ""
     if errors and not known:
         return "lost", f"hosts unreachable: {errors[0]}"

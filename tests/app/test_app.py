@@ -25,6 +25,7 @@ from ddptui.remote import inventory
 from ddptui.remote.events import (
     Alert,
     AttemptResult,
+    BadHost,
     Event,
     HostState,
     LogBatch,
@@ -388,6 +389,27 @@ def test_engine_runs_get_the_run_dir_and_extra_args(inv: Path, tmp_path: Path) -
     assert isinstance(run, Run)
     assert run.run_dir == tmp_path / "runs" / "20250101-000000-beef"
     assert run.launch.extra_args == ("--epochs", "5") and run.run_id == "20250101-000000-beef"
+
+
+async def test_a_bad_host_says_so_in_its_row(inv: Path) -> None:
+    """The run's hub will not use node1 again (its GPU failed): its row says why, in red."""
+    why = "GPU 3 (00000000:5D:00.0) on node1: 2 uncorrectable ECC errors"
+
+    def script(run_id: str) -> list[Event]:
+        return [
+            RunStarted(run_id, f"/runs/{run_id}", ("node0", "node1"), 2, "torchrun"),
+            HostState("node1", 1, "failed", why),
+            BadHost("node1", 1, why),
+        ]
+
+    app, _ = fake_app(inv, script)
+    async with app.run_test(size=(200, 30)) as pilot:
+        await pilot.press("l")
+        await settle(pilot)
+        info = app.hosts.info(1)
+        assert info is not None and info.bad == why
+        assert info.state_text().startswith("bad: GPU 3 (")  # cut to the column
+        assert info.state_style() == "text-error"
 
 
 async def test_a_restart_is_said_and_rings_when_notify_asks(inv: Path) -> None:

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
 from testhosts import TestCluster, veth_name
 
-from ddptui.remote.host import nodes, procs
+from ddptui.remote.host import procs
 
 TRAIN = ["--epochs", "100", "--step-time", "0.1"]  # long enough to be killed in
 STYLES = {
@@ -69,11 +69,6 @@ def cut(cluster: TestCluster, i: int) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["ip", "link", "set", veth, "up"], check=True)
-
-
-def supervisors(run_id: str) -> list[int]:
-    """The run's supervisors on any host (their command line names the run's directory)."""
-    return [p for p in procs.all_pids() if run_id in cmdline(p) and nodes.DAEMON_BOOT in cmdline(p)]
 
 
 def node_dir(cluster: TestCluster, run_id: str, k: int) -> Path:

@@ -13,10 +13,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, cmdline, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
 from testhosts import TestCluster, veth_name
-
-from ddptui.remote.host import nodes, procs
 
 pytestmark = pytest.mark.e2e
 
@@ -34,11 +32,6 @@ def data_home(tmp_path: Path) -> dict[str, str]:
 def greeting(log: list[str], text: str) -> int:
     """Where the line holding `text` is (torch may warn before it)."""
     return next(i for i, line in enumerate(log) if text in line)
-
-
-def supervisors(run_id: str) -> list[int]:
-    """The run's supervisors on any host (their command line names the run's directory)."""
-    return [p for p in procs.all_pids() if run_id in cmdline(p) and nodes.DAEMON_BOOT in cmdline(p)]
 
 
 def test_a_failed_rank_restarts_the_job_and_the_next_attempt_succeeds(
@@ -132,8 +125,9 @@ def test_a_detached_run_restarts_with_nobody_attached(
     cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
     assert cli.wait(120) == 0, cli.stderr
     run_id = cli.stdout.splitlines()[-1]
+    # nothing left may be seen between the attempts: the supervisors leave once the second ends
     assert_nothing_left(cluster, run_id, timeout=150)  # failed, restarted, done: alone
-    wait_for(lambda: not supervisors(run_id), 20, "every supervisor to leave")
+    wait_for(lambda: not supervisors(run_id), 120, "every supervisor to leave")
     attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
     assert attach.wait(60) == 0, attach.stderr
     assert "restarting in 0.5 s: attempt 2 of 2 (after rank 1 failed on node0)" in attach.stderr

@@ -261,9 +261,9 @@ def outcome(status: str = "failed", lost: tuple[int, ...] = (), halted: bool = F
     return Outcome(status, "why", 1, list(lost), halted, False)
 
 
-def next_step(out: Outcome, attempt: int, restarts: int, spares: int) -> object:
+def next_step(out: Outcome, attempt: int, restarts: int, spares: int, *more: Any) -> object:
     """None for another attempt, else (the run's status, why it ends here)."""
-    decision = policy.decide(out, attempt, restarts, spares)
+    decision = policy.decide(out, attempt, restarts, spares, *more)
     return None if decision.restart else (decision.status, decision.why)
 
 
@@ -284,6 +284,42 @@ def test_what_follows_an_attempt(
     out: Outcome, attempt: int, restarts: int, spares: int, want: object
 ) -> None:
     assert next_step(out, attempt, restarts, spares) == want
+
+
+def test_restart_on_and_no_progress_end_the_chain() -> None:
+    """job.restart_on and an attempt that got no further (remote/host/retry.py) end it."""
+    out = outcome()._replace(code=7, rank=3, lines=40)
+    assert next_step(out, 0, 3, 0, [137]) == ("failed", "job.restart_on does not name exit 7")
+    assert next_step(out, 0, 3, 0, [7]) is None
+    assert next_step(out, 1, 3, 0, None, out) == (
+        "failed", "no progress: it failed as the last attempt did, no further",
+    )  # fmt: skip
+    assert next_step(out, 1, 3, 0, None, out._replace(lines=39)) is None
+    bad0 = out._replace(bad={0: ("node0", "GPU 1 on node0: Xid 79")})
+    assert next_step(bad0, 0, 3, 3) == (
+        "failed", "node 0's host is bad, and no spare takes the hub's place",
+    )  # fmt: skip
+
+
+def test_a_bad_host_is_told_it_is_over_and_needs_a_spare() -> None:
+    """Its GPU failed: the others stop, its supervisor leaves, a spare must take its place."""
+    h, stops = hub(3)
+    links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    joined(h, *links)
+    why = "GPU 3 (00000000:5D:00.0) on node1: Xid 79: GPU has fallen off the bus."
+    facts = {"cause": "gpu", "rank": None, "code": None, "lines": 12, "bad": True, "host": "node1"}
+    links[0].end("failed", why, facts=facts)
+    assert stops.event.wait(3) and stops.said == [(why, 1)]
+    assert links[0].word() is None and links[0].over == f"this host is bad for the run: {why}"
+    links[1].end("stopped", why)
+    h.own_end("stopped", why)
+    out = h.settle()
+    assert (out.reason, out.kind, out.lost, out.cause) == (why, "gpu", [1], "failed")
+    assert out.bad == {1: ("node1", why)}
+    assert next_step(out, 0, 1, 0) == ("failed", "no spare host left to take its place")
+    assert next_step(out, 0, 1, 1) is None
 
 
 def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
@@ -477,3 +513,41 @@ def test_the_end_waits_for_no_lost_peer_to_hang_up() -> None:
     h.finish("node2 was lost", 10)
     assert time.monotonic() - t0 < 2 and link.word() is None
     cut.close()
+
+
+def test_the_hub_asks_every_peer_for_a_sample_and_a_hang_fails_the_attempt() -> None:
+    """The hang watch's round trip over the hub link, then its verdict: every node stops for
+    the culprit's node, and the attempt's outcome is a failure that ends the run (on_hang:
+    stop)."""
+    h, hub_stops = hub(2)
+    asked: list[bool] = []
+
+    def sample(stacks: bool) -> dict[str, Any]:
+        asked.append(stacks)
+        return {"quiet": 31.0, "ranks": {"1": {"cpu": 1.5, "io": 10, "frames": [["f", "a.py", 3]]}}}
+
+    peer = Stops()
+    link = HubLink(SECRET, 1, 5.0, 0.1, peer, on_sample=sample)
+    link.connect("127.0.0.1", h.port)
+    joined(h, link)
+    got = threading.Event()
+    seen: list[Any] = []
+    h.sampled = lambda node, seq, s: (seen.append((node, seq, s)), got.set())
+    h.ask(7, True)
+    assert got.wait(3)
+    assert seen == [(1, 7, sample(True))] and asked[0] is True
+
+    h.fail("hung: rank 1 on node1 stuck in f (a.py:3)", 1, final=True)
+    assert peer.event.wait(3) and hub_stops.said == [
+        ("hung: rank 1 on node1 stuck in f (a.py:3)", 1)
+    ]
+    h.own_end("stopped", "hung")
+    link.end("stopped", "hung")
+    out = h.settle()
+    assert (out.status, out.reason, out.node, out.final) == (
+        "failed",
+        "hung: rank 1 on node1 stuck in f (a.py:3)",
+        1,
+        True,
+    )
+    assert policy.decide(out, 0, 3, 0) == policy.Decision(False, "failed", "job.on_hang: stop")

@@ -4,10 +4,13 @@ attempt of a small job with no torch; the test hosts' end-to-end tests add torch
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+import nvidia_smi
 import pytest
 import yaml
 from runtools import run_job
@@ -140,3 +143,55 @@ async def test_a_hang_the_launcher_sees_is_word_from_node_0(tmp_path: Path) -> N
     (alert,) = [e for e in events if isinstance(e, Alert) and e.event == "hang"]
     assert alert.wanted and "no rank printed a line for" in alert.message
     assert notified.read_text().startswith("hang: no rank printed a line for")
+
+
+async def test_restart_on_ends_the_run_for_an_exit_it_does_not_name(tmp_path: Path) -> None:
+    """Node 1 exits 3; job.restart_on names only 5 and hangs: no restart, said why."""
+    inv = write(tmp_path, 2, "0", 0.2, restarts=2, restart_on=[5, "hang"])
+    fin, events = await run(inv, tmp_path)
+    assert (fin.status, [a.status for a in fin.attempts]) == ("failed", ["failed"])
+    [alert] = [e for e in events if isinstance(e, Alert)]
+    assert alert.message == "node1 failed (exit 3); job.restart_on does not name exit 3"
+    assert not [e for e in events if isinstance(e, RunRestarting)]
+
+
+async def test_an_attempt_that_gets_no_further_stops_the_chain(tmp_path: Path) -> None:
+    """Node 1 fails the same way after the same line every attempt: the second such failure
+    ends the run, two restarts left unused."""
+    inv = write(tmp_path, 2, "0,1,2,3", 0.2, restarts=3)
+    fin, events = await run(inv, tmp_path)
+    assert [a.status for a in fin.attempts] == ["failed", "failed"]
+    last = [e for e in events if isinstance(e, Alert)][-1]
+    assert last.message == (
+        "node1 failed (exit 3); no progress: it failed as the last attempt did, no further"
+    )
+
+
+SICK = """
+import shutil, sys, time
+time.sleep(2)  # the watch has read how the host began (well under 2 s); its next read is at 4 s
+shutil.copy(sys.argv[1], sys.argv[2])  # GPU 3's uncorrectable ECC count rises...
+sys.exit(1)  # ...and takes the rank down before the watch reads again
+"""
+
+
+async def test_a_gpu_that_took_its_rank_down_is_the_cause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rank died of its GPU before the watch's next read: the node's end reads once more,
+    and names the GPU, not the rank."""
+    machine = tmp_path / "h100"
+    shutil.copytree(nvidia_smi.DATA / nvidia_smi.H100_BUSY, machine)
+    nvidia_smi.install(tmp_path / "bin", str(machine))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    (tmp_path / "sick.py").write_text(SICK)
+    write(tmp_path, 1, "", 0)
+    doc = yaml.safe_load((tmp_path / "inventory.yaml").read_text())
+    ecc = nvidia_smi.DATA / "health" / "ecc" / "health.csv"
+    doc["job"].update(script="sick.py", args=[str(ecc), str(machine / "health.csv")], restarts=1)
+    (tmp_path / "inventory.yaml").write_text(yaml.safe_dump(doc))
+    fin, _ = await run(inventory.load(tmp_path / "inventory.yaml"), tmp_path)
+    assert fin.failure is not None
+    assert fin.failure.message == "GPU 3 (00000000:5D:00.0) on node0: 2 uncorrectable ECC errors"
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [a["status"] for a in summary["attempts"]] == ["failed"]  # node 0 bad: no restart

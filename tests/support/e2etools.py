@@ -14,6 +14,8 @@ from typing import Any
 
 from testhosts import REPO, TestCluster
 
+from ddptui.remote.host import nodes, procs
+
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
@@ -88,6 +90,12 @@ class Cli(Cmd):
             return True
 
         wait_for(started, timeout, f"{world} ranks to start")
+
+
+def supervisors(run_id: str) -> list[int]:
+    """The run's supervisors (and their guardians) on any host: their command line is the
+    supervisor's boot (nodes.DAEMON_BOOT) with the run's id."""
+    return [p for p in procs.all_pids() if run_id in cmdline(p) and nodes.DAEMON_BOOT in cmdline(p)]
 
 
 def ssh_home(config: Path, home: Path) -> dict[str, str]:

@@ -178,6 +178,12 @@ def test_new_job_keys_have_defaults() -> None:
         ("  args: [--epochs, null]", ["job.args[1]", "string"]),
         ("  restarts: -1", ["job.restarts", "greater than or equal to 0"]),
         ("  restart_delay: -1", ["job.restart_delay", "greater than or equal to 0"]),
+        (
+            "  restart_on: [oom]",
+            ["job.restart_on", "'oom' is neither an exit code nor one of hang"],
+        ),
+        ("  restart_on: [gpu, 0]", ["job.restart_on", "0 is no failing exit code (1 to 255)"]),
+        ("  restart_on: gpu", ["job.restart_on", "list"]),
         ("  notify: {command: x, on: [failed]}", ["job.notify", "`on:` reads as `true`"]),
         ("  notify: {command: x, events: [oops]}", ["job.notify.events[0]", "'failed'"]),
         ("  notify: {events: [failed]}", ["job.notify.command", "required"]),
@@ -423,6 +429,7 @@ job:
   script: t.py
   restarts: 3
   restart_delay: 0
+  restart_on: [gpu, lost, 137]
   master_port: auto
   notify: {command: "curl -d @- https://chat.example/hook"}
 """
@@ -437,6 +444,7 @@ def test_spares_wait_after_the_nodes_and_skipped_hosts_are_not_listed() -> None:
     assert inv.everyone == inv.hosts + inv.spares == inv.hosts + inv.usable_spares
     job = inv.job
     assert (job.restarts, job.restart_delay, job.master_port) == (3, 0, "auto")
+    assert job.restart_on == ["gpu", "lost", 137] and parse(GOOD).job.restart_on is None
     assert job.notify is not None and job.notify.events == list(inventory.NOTIFY_DEFAULT)
     assert "succeeded" not in job.notify.events
 

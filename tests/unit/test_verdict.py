@@ -63,6 +63,22 @@ def test_a_failed_rank_is_the_root_and_the_others_stopped_are_its_echo() -> None
     assert ordered == (own,)  # node0's TERM came after the stop: an echo, not a failure
 
 
+def test_a_host_whose_gpu_failed_is_the_cause_over_the_ranks_it_took_down() -> None:
+    """node1 stopped its job for its GPU: node0's ranks then lost their peer (a traceback of
+    their own, seen later): the GPU is the root cause."""
+    v = Verdict()
+    why = "GPU 3 (00000000:5D:00.0) on node1: 2 uncorrectable ECC errors"
+    reset = Failure("node0", 0, 1, "RuntimeError: Connection reset by peer", seen_at=12.0)
+    end, bad = exit_(-15, True, "health", why, 1), tracebacks_of(reset)
+    sick = v.ended(
+        "node1", end, 13.0, gone="", tracebacks=bad, peer_name=NAMES.get, stopped_at=11.0
+    )
+    assert (sick.state, sick.detail) == ("failed", why)
+    ended(v, "node0", exit_(1), tracebacks=tracebacks_of(reset))
+    status, _, root, _ = v.outcome()
+    assert (status, root) == ("failed", Failure("node1", None, None, why, seen_at=11.0))
+
+
 def test_a_user_stop_makes_later_failures_its_echo() -> None:
     v = Verdict()
     assert v.stop("user", 1.0) and not v.stop("failure", 2.0)  # the first cause counts

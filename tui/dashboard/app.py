@@ -508,10 +508,13 @@ class Dashboard(App[int]):
         self.notify(f"{ev.host}: {ev.text()}", severity="error" if ev.error else "information")
 
     def _alert(self, ev: Alert) -> None:
-        """What job.notify tells of (failed, lost, restarted...): the bell, and a toast."""
+        """What job.notify tells of (failed, lost, restarted...): the bell, and a toast; a hang
+        the run's watch found is always shown, as an error."""
         if ev.wanted:
             self.bell()
-            self.notify(f"{ev.event}: {ev.message}", title="ddptui", timeout=10)
+        if ev.wanted or ev.event == "hang":
+            severity = SEVERITY[{"hang": "error", "straggler": "warning"}.get(ev.event, "info")]
+            self.notify(f"{ev.event}: {ev.message}", title="ddptui", timeout=10, severity=severity)
 
     def _run_restarting(self, ev: RunRestarting) -> None:
         """The hub starts the job again: the banner keeps the failure that caused it, and the

@@ -20,6 +20,7 @@ from textual.widgets import DataTable
 
 from ddptui.remote import fold
 from ddptui.remote.events import (
+    BadHost,
     Event,
     Finding,
     Gpu,
@@ -92,6 +93,7 @@ class HostInfo:
     facts: dict[str, Any] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
     history: GpuHistory = field(default_factory=GpuHistory)
+    bad: str = ""  # why the run's hub will not use this host again (its GPUs failed)
 
     user: str | None = None
     port: int | None = None
@@ -121,7 +123,9 @@ class HostInfo:
 
     def state_text(self, now: float | None = None) -> str:
         text = STATE_NAMES.get(self.state, self.state)
-        if self.state in SHOW_SINCE and self.since is not None and now is not None:
+        if self.bad:  # whatever it does next, the run is over for it
+            text = f"bad: {self.bad}"
+        elif self.state in SHOW_SINCE and self.since is not None and now is not None:
             text = f"{text} {age(now - self.since)}"
         elif self.state == "idle" and self.reach in ("connecting", "unreachable"):
             text = f"{self.reach}: {self.reach_detail}" if self.reach_detail else self.reach
@@ -141,6 +145,8 @@ class HostInfo:
         return "ready" if self.facts else ""
 
     def state_style(self) -> str | None:
+        if self.bad:
+            return "text-error"
         if self.state == "idle" and self.reach in ("connecting", "unreachable"):
             return STATE_STYLES[self.reach]
         if any(f.level == "failure" for f in self.findings) and self.state in ("idle", "connected"):
@@ -232,6 +238,12 @@ class HostsTable(DataTable[Text]):
 
     def apply(self, event: Event) -> None:
         """A run's event (or the checks'), on the row of the host it concerns."""
+        if isinstance(event, BadHost):  # by name: a spare holds its node rank next
+            for bad in self.infos.values():
+                if bad.name == event.host:
+                    bad.bad = event.why
+                    self.refresh_host(bad.node_rank)
+            return
         info = self.infos.get(getattr(event, "node_rank", -1))
         if info is None:
             return

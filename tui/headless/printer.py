@@ -18,6 +18,7 @@ from operator import itemgetter
 from typing import TextIO
 
 from ddptui.remote.events import (
+    Alert,
     ChecksDone,
     CodeSynced,
     DeepChecked,
@@ -106,6 +107,8 @@ class Printer:
             self._progress(event)
         elif isinstance(event, TrackerLink):
             self.say(event.text())
+        elif isinstance(event, Alert) and event.event in ("hang", "straggler"):  # the run's watch
+            self.say(f"{event.event}: {event.message}")
 
     def _progress(self, progress: Progress) -> None:
         """The live line on a terminal; in a pipe, a line at most once a minute."""

@@ -1,0 +1,47 @@
+"""Whether a failed attempt is worth another: job.restart_on, and an attempt that got no further.
+
+The run's hub (node 0's supervisor) asks both once an attempt has failed and restarts remain.
+Pure rules over the attempts' outcomes, each a dict with
+    cause  "failed" (a rank's exit), "gpu" (a host's GPU or NIC failed), "lost" (a host), "hang"
+    code   the failing rank's exit code (cause "failed"), else None
+    node, rank   where it failed (rank None when no rank is named)
+    lines  the lines that node's ranks printed in the attempt
+python3 >= 3.8, standard library only.
+"""
+
+from __future__ import annotations  # py3.8: annotations stay unevaluated
+
+TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
+CAUSES = ("hang", "lost", "gpu", "failed")
+
+
+def restarts_on(restart_on: list[Any] | None, outcome: dict[str, Any]) -> bool:
+    """job.restart_on (None: everything restarts): a cause it names, or for a rank's exit, its
+    code (SkyPilot's recover_on_exit_codes)."""
+    if restart_on is None:
+        return True
+    cause, code = outcome.get("cause") or "failed", outcome.get("code")
+    return cause in restart_on or (cause == "failed" and code is not None and code in restart_on)
+
+
+def no_progress(last: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """The attempt failed as the last one did (same cause, exit code, node and rank) and its
+    node printed no line beyond where the last one's stopped: another would fail there too."""
+    if last is None:
+        return False
+    same = all(last.get(k) == now.get(k) for k in ("cause", "code", "node", "rank"))
+    return same and (now.get("lines") or 0) <= (last.get("lines") or 0)
+
+
+def why_not(restart_on: list[Any] | None, last: dict[str, Any] | None,
+            now: dict[str, Any]) -> str | None:  # fmt: skip
+    """Why the failed attempt `now` is not restarted (None: it is); last: the attempt before."""
+    if not restarts_on(restart_on, now):
+        what = "exit {}".format(now["code"]) if now.get("code") is not None else now.get("cause")
+        return "job.restart_on does not name {}".format(what or "failed")
+    if no_progress(last, now):
+        return "no progress: it failed as the last attempt did, no further"
+    return None

@@ -1,0 +1,204 @@
+"""The run's hang watch, on node 0's supervisor (the hub), with or without a launcher attached:
+every few seconds it asks every node for a sample of its ranks (remote/host/vitals.py; their
+stacks too once the rule wants them), feeds the hang rule (remote/host/hangrule.py) and, at a
+hang, hands it on (`on_hang`) with every rank's last sample and host.
+
+A node that does not answer in time is left out of that sample: its ranks count as moving, so a
+slow or lost node can delay a verdict but never make one (the hub's own watch loses it).
+python3 >= 3.8, stdlib only.
+"""
+
+from __future__ import annotations  # py3.8: annotations stay unevaluated
+
+import json
+import os
+import threading
+import time
+
+from .hangrule import HangRule
+from .straggle import Stragglers
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, List, Optional
+
+POLL_S = 5.0  # between two asks
+ANSWER_S = 10.0  # how long one ask's answers are waited for (py-spy reads a few ranks)
+
+
+class Watch:
+    """ask(seq, stacks): asks every node (node 0's own supervisor too); each answers through
+    `answer(node, seq, sample)`. on_hang(hang, ranks, hosts) runs in the watch's thread."""
+
+    def __init__(
+        self,
+        names: List[str],
+        hang_after: Optional[float],
+        ask: Callable[[int, bool], None],
+        on_hang: Callable[[Any, Dict[int, Any], Dict[int, str]], None],
+        clock: Callable[[], float] = time.monotonic,
+        poll: float = POLL_S,
+        on_straggler: Optional[Callable[[Any, Dict[int, str]], None]] = None,
+    ) -> None:
+        self.names, self.ask, self.on_hang, self.clock = names, ask, on_hang, clock
+        self.on_straggler = on_straggler  # ((rank, how much slower), hosts)
+        self.rule = HangRule(hang_after)
+        self.stragglers = Stragglers()
+        self.poll = poll
+        self.cond = threading.Condition()
+        self.seq = 0
+        self.answers: Dict[int, Any] = {}  # node -> its sample for self.seq
+        self.quiet: Optional[float] = None  # the job's silence, as of the last answers
+        self.heard = 0.0  # when they came
+        self.stopped = threading.Event()
+
+    def answer(self, node: int, seq: Any, sample: Any) -> None:
+        if not isinstance(sample, dict) or not isinstance(sample.get("ranks"), dict):
+            return
+        with self.cond:
+            if seq == self.seq and 0 <= node < len(self.names):
+                self.answers[node] = sample
+                self.cond.notify_all()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.cond:
+            self.cond.notify_all()
+
+    def run(self) -> None:
+        """Until stop(): one attempt's watch (a new attempt gets a new Watch)."""
+        while not self.stopped.is_set():
+            self.step()
+            self.stopped.wait(self.poll)
+
+    def step(self) -> None:
+        """One ask, its answers, and the rule fed when it asked for stacks."""
+        now = self.clock()
+        stacks = self.rule.due(now, None if self.quiet is None else self.quiet + now - self.heard)
+        with self.cond:
+            self.seq += 1
+            self.answers, seq = {}, self.seq
+        self.ask(seq, stacks)
+        deadline = self.clock() + ANSWER_S
+        with self.cond:
+            self.cond.wait_for(
+                lambda: len(self.answers) == len(self.names) or self.stopped.is_set(),
+                max(0.0, deadline - self.clock()),
+            )
+            answers = dict(self.answers)
+        if not answers or self.stopped.is_set():
+            return
+        ranks, hosts, quiet = merge(answers, self.names)
+        self.quiet = quiet if len(answers) == len(self.names) else None
+        self.heard = self.clock()
+        counts = {r: tuple(s["asleep"]) for r, s in ranks.items() if _pair(s.get("asleep"))}
+        if self.on_straggler is not None and counts and len(answers) == len(self.names):
+            found = self.stragglers.feed(self.heard, counts)
+            if found is not None:
+                self.on_straggler(found, hosts)
+        if stacks and quiet is not None:
+            hang = self.rule.feed(self.clock(), quiet, ranks)
+            if hang is not None:
+                self.on_hang(hang, ranks, hosts)
+
+
+class Guard:
+    """Node 0's side: a Watch over each attempt, and what a hang does. hub: the run's Hub;
+    node: node 0's own vitals.Node; word(event, status, message): the daemon's (the stream,
+    the console, job.notify)."""
+
+    THEN = {"restart": "the attempt ends", "stop": "the run stops",
+            "warn": "left running (job.on_hang: warn)"}  # fmt: skip
+
+    def __init__(self, hub: Any, spec: Dict[str, Any], where: str, node: Any, word: Any) -> None:
+        self.hub, self.spec, self.where, self.node, self.word = hub, spec, where, node, word
+        self.last: Any = None  # (attempt, the culprits' hosts) of the last hang
+
+    def start(self, attempt: int) -> Optional[Watch]:
+        """The attempt's watch, running; None where job.hang_after is off."""
+        if self.spec["hang_after"] is None:
+            return None
+
+        def ask(seq: int, stacks: bool) -> None:
+            self.hub.ask(seq, stacks)
+            _thread(lambda: watch.answer(0, seq, self.node.sample(stacks)))
+
+        watch = Watch(self.spec["names"], self.spec["hang_after"], ask,
+                      lambda *found: self.hung(attempt, *found),
+                      on_straggler=self.straggler)  # fmt: skip
+        self.hub.sampled = watch.answer
+        _thread(watch.run)
+        return watch
+
+    def straggler(self, found: Any, hosts: Dict[int, str]) -> None:
+        """A rank slower than the rest: word of it (job.on_straggler: warn)."""
+        rank, slower = found
+        self.word("straggler", "running", "rank {} on {} is a straggler: it waits least in the "
+                  "collectives, and the job runs about {:.0f} % slower for it".format(
+                      rank, hosts.get(rank, "?"), 100 * slower))  # fmt: skip
+
+    def hung(self, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict[int, str]) -> None:
+        """Every rank's stack kept, word of the hang, then job.on_hang: the attempt fails as
+        hung (restart), the run ends (stop), or only the word (warn). The same hosts to blame
+        in two attempts in a row: said as a bad host."""
+        action = self.spec["on_hang"]
+        try:
+            kept = "every rank's stack kept in " + keep(self.where, attempt, hang, ranks, hosts)
+        except OSError as exc:
+            kept = "the stacks could not be kept: {}".format(exc)
+        culprits = sorted({hosts[r] for r in hang.culprits if r in hosts})
+        twice = bool(culprits) and self.last == (attempt - 1, culprits)
+        if twice:
+            kept += "; {} hung twice in a row: a bad host".format(", ".join(culprits))
+        self.last = (attempt, culprits)
+        self.word("hang", "running", "{}; {}; {}".format(hang.text(hosts), kept, self.THEN[action]))
+        if action != "warn":
+            names = self.spec["names"]
+            node = names.index(culprits[0]) if culprits and culprits[0] in names else None
+            self.hub.fail("hung: " + hang.text(hosts), node, final=action == "stop", bad=twice)
+
+
+def _pair(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int) and v >= 0 for v in value))  # fmt: skip
+
+
+def _thread(fn: Callable[..., Any]) -> None:
+    threading.Thread(target=fn, daemon=True).start()
+
+
+def merge(answers: Dict[int, Any], names: List[str]) -> Any:
+    """Every node's answer as one: ({rank: sample}, {rank: host}, the job's silence: the
+    shortest of the nodes'; None if a node has not started its job)."""
+    ranks: Dict[int, Any] = {}
+    hosts: Dict[int, str] = {}
+    quiets = []
+    for node, sample in answers.items():
+        quiets.append(sample.get("quiet"))
+        for rank, got in sample["ranks"].items():
+            try:
+                ranks[int(rank)] = got
+                hosts[int(rank)] = names[node]
+            except ValueError:
+                continue
+    known = [q for q in quiets if isinstance(q, (int, float))]
+    quiet = min(known) if known and len(known) == len(quiets) else None
+    return ranks, hosts, quiet
+
+
+def keep(where: str, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict[int, str]) -> str:
+    """Every rank's last sample (stack, CPU, I/O) and the verdict, as hang-ATTEMPT.json in the
+    node's directory (node 0's: an attach or `ddptui stacks` reads it there); its path."""
+    path = os.path.join(where, "hang-{}.json".format(attempt))
+    found = {
+        "text": hang.text(hosts),
+        "culprits": hang.culprits,
+        "waiting": hang.waiting,
+        "silent_s": round(hang.silent_s, 1),
+        "ranks": {str(r): dict(ranks[r], host=hosts.get(r)) for r in sorted(ranks)},
+    }
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(found, f, indent=1)
+    os.replace(tmp, path)
+    return path

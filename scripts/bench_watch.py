@@ -1,0 +1,150 @@
+"""What the run's own watch (hangs and stragglers) costs a job, and how soon it names a hang.
+
+    .venv/bin/python scripts/bench_watch.py [--reps 5] [--hang-reps 3] [--seconds 30]
+
+Throughput: the same 4-host job (tests/data/straggler.py, balanced: one rank a host, each step
+some matrix products and an all_reduce), launched with the watch (the default) and without it
+(`job.hang_after: null`), alternating, `--reps` each; steps per second of the job, medians. The
+load is checked: every rank reports the same step count, the job ran its seconds, and it
+succeeded. Detection: tests/data/hang_once.py detached on 2 hosts x 2 ranks (rank 3 asleep
+before an all_reduce on attempt 0), `--hang-reps` times; the seconds from the job's last line to
+the hang named (node 0's hang-0.json), and whether attempt 1 then succeeded. Test hosts of its
+own (root needed); figures in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_common import (
+    REPO,
+    cluster,
+    ddptui_command,
+    load,
+    median,
+    tail,
+    timed,
+    workspace,
+)
+from testhosts import TestCluster
+
+from ddptui.remote.host import vitals
+from ddptui.remote.host.watch import POLL_S
+
+DATA = REPO / "tests" / "data"
+DONE = re.compile(r"rank (\d+) done after (\d+) steps")
+TARGET_COST = 0.01  # the watch may cost the job at most 1 % of its steps per second
+TARGET_NAMED_S = 120.0
+
+
+def throughput(c: TestCluster, work: Path, rep: int, watch: bool, seconds: float) -> float:
+    """Steps per second of one run; exits if the run did not do what it claims."""
+    job = {
+        "script": str(DATA / "straggler.py"), "nproc_per_node": 1, "master_port": "auto",
+    }  # fmt: skip
+    if not watch:
+        job["hang_after"] = None
+    name = f"{'watch' if watch else 'off'}-{rep}"
+    inv = c.write_inventory(work / f"{name}.yaml", job, hosts=[0, 1, 2, 3],
+                            env={"SECONDS_": str(seconds)})  # fmt: skip
+    run = timed([*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir",
+                 str(work / name)], work / f"{name}.out", work / f"{name}.err")  # fmt: skip
+    done = {int(r): int(n) for r, n in DONE.findall(run.out.read_text())}
+    if run.code != 0 or sorted(done) != [0, 1, 2, 3] or len(set(done.values())) != 1:
+        sys.exit(f"bench: {name} did not run its 4 ranks to the end:\n{tail(run.err)}")
+    if run.wall < seconds:
+        sys.exit(f"bench: {name} took {run.wall:.1f} s, less than its {seconds:g} s of steps")
+    return done[0] / seconds
+
+
+def node_cpu(ranks: int = 8, rounds: int = 500) -> float:
+    """The CPU a node's supervisor spends on the watch, as a share of one core: a poll every
+    POLL_S (each rank's tree's CPU and I/O) and a look a second (each rank's main thread), on
+    `ranks` sleeping processes here. Robust where wall-clock throughput is not: it counts
+    the supervisor's own CPU seconds."""
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time\nwhile 1: time.sleep(1)"])
+                for _ in range(ranks)]  # fmt: skip
+    try:
+        node = vitals.Node()
+        node.by_pid = {p.pid: r for r, p in enumerate(sleepers)}
+        t0 = time.process_time()
+        for _ in range(rounds):
+            node.sample(False)
+        poll = (time.process_time() - t0) / rounds
+        t0 = time.process_time()
+        for _ in range(rounds):
+            for pid in node.by_pid:
+                vitals._state(pid)
+        look = (time.process_time() - t0) / rounds
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+    return poll / POLL_S + look / vitals.LOOK_S
+
+
+def detection(c: TestCluster, work: Path, rep: int) -> float:
+    """Seconds from the job's last line to the hang named, detached, nobody attached."""
+    job = {
+        "script": str(DATA / "hang_once.py"), "nproc_per_node": 2, "master_port": "auto",
+        "restarts": 1, "restart_delay": 0.5,
+    }  # fmt: skip
+    inv = c.write_inventory(work / f"hang-{rep}.yaml", job, hosts=[0, 1])
+    run = timed([*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir",
+                 str(work / f"hang-{rep}"), "--detach"], work / f"hang-{rep}.out",
+                work / f"hang-{rep}.err")  # fmt: skip
+    run_id = run.out.read_text().split()[-1]
+    node0 = c.hosts[0].home / f".local/state/ddptui/runs/{run_id}/n0"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        state = json.loads((node0 / "state.json").read_text())
+        if state.get("run_status"):
+            break
+        time.sleep(1)
+    kept = node0 / "hang-0.json"
+    if not kept.exists() or state.get("run_status") != "succeeded":
+        sys.exit(f"bench: hang {rep}: no hang named, or attempt 1 did not succeed ({state})")
+    found = json.loads(kept.read_text())
+    if found["culprits"] != [3]:
+        sys.exit(f"bench: hang {rep}: named {found['culprits']}, not rank 3")
+    return float(found["silent_s"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--hang-reps", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--testhosts", default="ddptw:10.213.19")
+    args = ap.parse_args()
+    with workspace("watch", args.keep) as work, cluster(4, work / "hosts",
+                                                        testhosts=args.testhosts) as c:  # fmt: skip
+        print(load())
+        share = node_cpu()
+        print(f"a node's supervisor watching 8 ranks: {share:.3%} of a core")
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        for rep in range(args.reps):
+            for watch in (rep % 2 == 0, rep % 2 != 0):  # alternating which goes first
+                rates[watch].append(throughput(c, work, rep, watch, args.seconds))
+                print(f"rep {rep + 1} {'watch' if watch else 'off  '}: "
+                      f"{rates[watch][-1]:.2f} steps/s")  # fmt: skip
+        named = [detection(c, work, rep) for rep in range(args.hang_reps)]
+        print(load())
+    on, off = median(rates[True]), median(rates[False])
+    cost = 1 - on / off
+    print(f"steps/s, median of {args.reps}: watch {on:.2f}, off {off:.2f}: cost {cost:+.1%} "
+          f"(target <= {TARGET_COST:.0%})")  # fmt: skip
+    print(f"hang named after the last line: {', '.join(f'{s:.1f} s' for s in named)} "
+          f"(target <= {TARGET_NAMED_S:g} s)")  # fmt: skip
+    return 0 if cost <= TARGET_COST and max(named, default=0) <= TARGET_NAMED_S else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Hangs the run finds on its own, on real sshd test hosts with real torchrun and gloo, detached
+and with nobody attached: node 0's supervisor samples every rank (CPU, I/O, py-spy stacks) once
+the job falls silent, names the rank that hangs and acts on it (job.on_hang)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from e2etools import Cli, Cmd, assert_nothing_left, wait_for
+from testhosts import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+DATA = Path(__file__).parents[1] / "data"
+NAMED_WITHIN_S = 120.0  # of the last progress, with the default settings
+
+
+@pytest.fixture
+def data_home(tmp_path: Path) -> dict[str, str]:
+    return {"XDG_DATA_HOME": str(tmp_path / "data")}
+
+
+def test_a_detached_run_names_a_hang_and_restarts_with_nobody_attached(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """Rank 3 (node1) sleeps before an all_reduce on attempt 0; attempt 1 runs through."""
+    notified = tmp_path / "notified"
+    line = '"$DDPTUI_EVENT|$DDPTUI_MESSAGE"'
+    job = {
+        "script": str(DATA / "hang_once.py"), "nproc_per_node": 2, "master_port": 29791,
+        "restarts": 1, "restart_delay": 0.5,
+        "notify": {"command": f"echo {line} >> {notified}", "events": ["hang", "succeeded"]},
+    }  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
+    assert cli.wait(120) == 0, cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+    t0 = time.monotonic()
+
+    def told() -> list[str] | None:  # hung, restarted, succeeded: alone
+        words = notified.read_text().splitlines() if notified.exists() else []
+        return words if any(w.startswith("succeeded|") for w in words) else None
+
+    words = wait_for(told, 300, "the run to succeed")
+    took = time.monotonic() - t0
+    assert_nothing_left(cluster, run_id)
+    hang = next(w for w in words if w.startswith("hang|"))
+    assert "rank 3 on node1 stuck in load_batch (hang_once.py:" in hang, words
+    assert "ranks 0,1,2 wait in all_reduce" in hang
+    assert "the attempt ends" in hang
+    assert words[-1] == "succeeded|every rank succeeded"
+
+    kept = cluster.hosts[0].home / f".local/state/ddptui/runs/{run_id}/n0/hang-0.json"
+    found = json.loads(kept.read_text())
+    assert found["culprits"] == [3] and found["ranks"]["3"]["host"] == "node1"
+    assert found["ranks"]["3"]["frames"][0][0] == "load_batch"
+    # named within the target of the job's last line (the silence the rule measured)
+    assert found["silent_s"] <= NAMED_WITHIN_S
+    print(f"hang named {found['silent_s']} s after the last line; the run took {took:.0f} s")
+
+    attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
+    assert attach.wait(60) == 0, attach.stderr
+    assert "hang: hung " in attach.stderr and "rank 3 on node1 stuck" in attach.stderr
+    assert "run succeeded after 2 attempts" in attach.stderr
+    assert "[r3 node1] rank 3 done" in attach.stdout
+
+
+@pytest.mark.slow_hangs
+@pytest.mark.timeout(900)
+def test_jobs_silent_but_alive_for_minutes_are_never_called_hung(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """A first step loading data, a checkpoint, an evaluation: 90 s of silence each."""
+    notified = tmp_path / "notified"
+    job = {
+        "script": str(DATA / "silent_alive.py"), "nproc_per_node": 2, "master_port": 29792,
+        "notify": {"command": f'echo "$DDPTUI_EVENT|$DDPTUI_MESSAGE" >> {notified}',
+                   "events": ["hang", "succeeded", "failed"]},
+    }  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
+    assert cli.wait(120) == 0, cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+    words = wait_for(lambda: notified.exists() and notified.read_text().splitlines(), 600,
+                     "the run to end")  # fmt: skip
+    assert words == ["succeeded|every rank succeeded"]
+    assert_nothing_left(cluster, run_id)
+    node0 = cluster.hosts[0].home / f".local/state/ddptui/runs/{run_id}/n0"
+    assert not list(node0.glob("hang-*.json"))
+
+
+@pytest.mark.slow_hangs
+@pytest.mark.parametrize("straggler", [3, None], ids=["rank3-30pc-slower", "balanced"])
+def test_a_rank_30_percent_slower_is_named_and_none_on_a_balanced_job(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str], straggler: int | None
+) -> None:
+    notified = tmp_path / "notified"
+    env = {"SECONDS_": "150"} | ({"STRAGGLER": str(straggler)} if straggler is not None else {})
+    job = {
+        "script": str(DATA / "straggler.py"), "nproc_per_node": 2, "master_port": 29793,
+        "notify": {"command": f'echo "$(date +%s)|$DDPTUI_EVENT|$DDPTUI_MESSAGE" >> {notified}',
+                   "events": ["straggler", "hang", "succeeded", "failed"]},
+    }  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1], env=env)
+    t0 = time.time()
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
+    assert cli.wait(120) == 0, cli.stderr
+    run_id = cli.stdout.splitlines()[-1]
+
+    def ended() -> list[str] | None:
+        words = notified.read_text().splitlines() if notified.exists() else []
+        return words if any("|succeeded|" in w or "|failed|" in w for w in words) else None
+
+    said = [w.split("|", 1) for w in wait_for(ended, 400, "the run to end")]
+    words = [w for _, w in said]
+    assert words[-1] == "succeeded|every rank succeeded", words
+    named = [(float(at) - t0, w) for at, w in said if w.startswith("straggler|")]
+    assert_nothing_left(cluster, run_id)
+    if straggler is None:
+        assert named == []
+        return
+    took, first = named[0]
+    assert first.startswith("straggler|rank 3 on node1 is a straggler"), words
+    assert took <= NAMED_WITHIN_S + 15  # from the launch: the ranks' start included
+    print(f"{took:.0f} s after the launch: {first}")
