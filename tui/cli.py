@@ -74,7 +74,7 @@ def parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(handler=dashboard, command=None)
     sub = p.add_subparsers(title="commands", metavar="COMMAND", parser_class=_Parser)
-    launch_p = _command(sub, "launch", launch, "start the job on every host")
+    launch_p = _command(sub, "launch", launch_command, "start the job on every host")
     launch_p.add_argument(
         "--run-dir",
         type=Path,
@@ -93,26 +93,32 @@ def parser() -> argparse.ArgumentParser:
     _quiet(launch_p)
     _exclude(launch_p)
     _deep(launch_p, "--headless: the deep check first; its failures refuse the launch")
-    check_p = _command(sub, "check", check, "check every host: nothing starts")
+    check_p = _command(sub, "check", check_command, "check every host: nothing starts")
     check_p.add_argument("--json", action="store_true", help="print the facts as JSON (headless)")
     _exclude(check_p)
     _deep(check_p, "the fabric measured too: all-reduce, every host's links, every GPU")
-    attach_p = _command(sub, "attach", attach, "replay and follow a run (Ctrl-C detaches)")
+    attach_p = _command(sub, "attach", attach_command, "replay and follow a run (Ctrl-C detaches)")
     attach_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     attach_p.add_argument("--tail", type=int, metavar="N", help="replay only the last N lines")
     _quiet(attach_p)
-    stop_p = _command(sub, "stop", stop, "stop a run on every host, and prove nothing is left")
+    stop_p = _command(
+        sub, "stop", stop_command, "stop a run on every host, and prove nothing is left"
+    )
     stop_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
-    runs_p = _command(sub, "runs", runs, "every run, newest first, with its status")
+    runs_p = _command(sub, "runs", runs_command, "every run, newest first, with its status")
     runs_p.add_argument("--json", action="store_true", help="print them as JSON")
-    plot_p = _command(sub, "plot", plot, "a metric's curve over the steps, in the terminal")
+    plot_p = _command(sub, "plot", plot_command, "a metric's curve over the steps, in the terminal")
     plot_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     plot_p.add_argument("metric", metavar="METRIC", nargs="?", help="default: loss")
-    stacks_p = _command(sub, "stacks", stacks, "every rank's Python stack, grouped (py-spy)")
+    stacks_p = _command(
+        sub, "stacks", stacks_command, "every rank's Python stack, grouped (py-spy)"
+    )
     stacks_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     stacks_p.add_argument("--json", action="store_true", help="print them as JSON")
     stacks_p.add_argument("--native", action="store_true", help="C/C++ frames too (py-spy)")
-    serve_p = _command(sub, "serve", serve, "the dashboard in a browser (a URL with a token)")
+    serve_p = _command(
+        sub, "serve", serve_command, "the dashboard in a browser (a URL with a token)"
+    )
     serve_p.add_argument("run", metavar="RUN", nargs="?", help="open on this run (attach)")
     serve_p.add_argument(
         "--host",
@@ -124,21 +130,27 @@ def parser() -> argparse.ArgumentParser:
     serve_p.add_argument(
         "--control", action="store_true", help="allow launch, stop and restart (default: watch)"
     )
-    init_p = _command(sub, "init", init, "write an inventory from ~/.ssh/config, then check it")
+    init_p = _command(
+        sub, "init", init_command, "write an inventory from ~/.ssh/config, then check it"
+    )
     init_p.add_argument("hosts", nargs="*", metavar="PATTERN|HOST", help=INIT_HOSTS)
     init_p.add_argument("--script", default="train.py", help="the job's script (train.py)")
     init_p.add_argument("--workdir", metavar="DIR", help="the job's dir (default: this one's)")
     init_p.add_argument("--no-check", action="store_true", help="write it, check nothing")
     init_p.add_argument("--force", action="store_true", help="overwrite an existing inventory")
-    ssh_p = _command(sub, "ssh", ssh, "a shell on a host, in the job's workdir (OpenSSH's ssh)")
+    ssh_p = _command(
+        sub, "ssh", ssh_command, "a shell on a host, in the job's workdir (OpenSSH's ssh)"
+    )
     ssh_p.add_argument("target", metavar="HOST|NODE|rN", help=SSH_TARGET)
     ssh_p.add_argument("--run", metavar="RUN", help="rN as this run placed it, its inventory's")
-    schema_p = _command(sub, "schema", schema, "print the inventory's JSON Schema (for editors)")
+    schema_p = _command(
+        sub, "schema", schema_command, "print the inventory's JSON Schema (for editors)"
+    )
     schema_p.add_argument(
         "--path", action="store_true", help="print where the installed schema file is instead"
     )
     completion_p = _command(
-        sub, "completion", completion, "print tab completion for a shell (source it)"
+        sub, "completion", completion_command, "print tab completion for a shell (source it)"
     )
     completion_p.add_argument("shell", choices=SHELLS, help="the shell: " + ", ".join(SHELLS))
     # Hidden: what tab completion asks for RUN (tui/completion.py), fast.
@@ -303,7 +315,7 @@ def _dashboard_on_run(args: argparse.Namespace) -> int:
     return create_app(args.inventory, start=args.command, run=run).run() or 0
 
 
-def launch(args: argparse.Namespace, extra: list[str]) -> int:
+def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`launch`: the dashboard launching at once, or --headless: print every line, exit."""
     if not args.headless:
         return dashboard(args, extra)
@@ -316,21 +328,21 @@ def launch(args: argparse.Namespace, extra: list[str]) -> int:
 
     from ddptui.remote.run.runner import new_run_id
 
-    from .headless import launch as headless
+    from .headless import launch
 
     run_id = new_run_id()
     if args.run_dir:
         run_dir = usable(args.run_dir, "--run-dir", empty=True)
     else:
         run_dir = runs_root(args) / run_id
-    launching = headless.launch(
+    launching = launch.launch(
         inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id,
         deep=_deep_seconds(args), verbose=args.verbose, quiet=args.quiet,
     )  # fmt: skip
     return asyncio.run(launching)
 
 
-def check(args: argparse.Namespace, extra: list[str]) -> int:
+def check_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`check`: the dashboard on the hosts, or --headless (or --json): a table, exit 0/1/3."""
     if not (args.headless or args.json):
         return dashboard(args, extra)
@@ -339,13 +351,11 @@ def check(args: argparse.Namespace, extra: list[str]) -> int:
     inv = load_inventory(args.inventory, args.exclude)
     import asyncio
 
-    from .headless.check import check as headless_check
+    from .headless.check import check
 
     deep = _deep_seconds(args)
     root = runs_root(args) if deep is not None else None
-    checking = headless_check(
-        inv, as_json=args.json, deep=deep, runs_root=root, verbose=args.verbose
-    )
+    checking = check(inv, as_json=args.json, deep=deep, runs_root=root, verbose=args.verbose)
     return asyncio.run(checking)
 
 
@@ -358,7 +368,7 @@ def _deep_seconds(args: argparse.Namespace) -> float | None:
     return float(args.deep_seconds)
 
 
-def attach(args: argparse.Namespace, extra: list[str]) -> int:
+def attach_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`attach RUN`: its lines from the first, then live; its exit status (130: detached)."""
     from .headless import lifecycle
 
@@ -369,33 +379,33 @@ def attach(args: argparse.Namespace, extra: list[str]) -> int:
     )
 
 
-def stop(args: argparse.Namespace, extra: list[str]) -> int:
+def stop_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`stop RUN`: 0 once nothing of it is left on its hosts, 1 naming what is."""
     from .headless import lifecycle
 
     return _on_run(args, extra, lambda: lifecycle.stop(args.run, verbose=args.verbose))
 
 
-def runs(args: argparse.Namespace, extra: list[str]) -> int:
+def runs_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`runs`: the history, its statuses asked of the hosts where no summary says."""
     from .headless import lifecycle
 
     return _on_run(args, extra, lambda: lifecycle.history(args.json))
 
 
-def plot(args: argparse.Namespace, extra: list[str]) -> int:
+def plot_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`plot RUN [METRIC]`: the curve in the terminal (always: there is no dashboard view)."""
-    from .headless.plot import plot as draw
+    from .headless.plot import plot
 
     args.headless = True
-    return _on_run(args, extra, lambda: draw(args.run, args.metric))
+    return _on_run(args, extra, lambda: plot(args.run, args.metric))
 
 
-def stacks(args: argparse.Namespace, extra: list[str]) -> int:
+def stacks_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`stacks RUN`: every rank's stack, grouped and saved in the run dir; 1 if any is missing."""
-    from .headless import stacks as headless_stacks
+    from .headless.stacks import print_stacks
 
-    return _on_run(args, extra, lambda: headless_stacks.stacks(
+    return _on_run(args, extra, lambda: print_stacks(
         args.run, as_json=args.json, native=args.native, verbose=args.verbose))  # fmt: skip
 
 
@@ -420,7 +430,7 @@ def _on_run(
         raise UsageError(str(exc)) from None
 
 
-def serve(args: argparse.Namespace, extra: list[str]) -> int:
+def serve_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`serve [RUN]`: the dashboard (on RUN) served to browsers until Ctrl-C."""
     if args.headless or args.verbose or extra:
         raise UsageError("serve takes no --headless, --verbose or script arguments")
@@ -444,21 +454,23 @@ def serve(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
-def init(args: argparse.Namespace, extra: list[str]) -> int:
+def init_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`init [PATTERN|HOST ...]`: an inventory of ~/.ssh/config's hosts written as -i names it
     (never over one, unless --force), then checked (exit as `check`) unless --no-check."""
     _no_extra(args, extra)
     import asyncio
 
-    from ddptui.remote import init_inventory as writer
+    from ddptui.remote import init_inventory
 
     path: Path = args.inventory
     if path.exists() and not args.force:
         raise UsageError(f"{path} exists: give another -i, or --force to overwrite it")
     workdir = args.workdir or str(Path.cwd())
     try:
-        text, found = asyncio.run(writer.inventory(args.hosts, script=args.script, workdir=workdir))
-    except writer.InitError as exc:
+        text, found = asyncio.run(
+            init_inventory.inventory(args.hosts, script=args.script, workdir=workdir)
+        )
+    except init_inventory.InitError as exc:
         raise UsageError(str(exc)) from None
     try:
         path.write_text(text, encoding="utf-8")
@@ -469,10 +481,10 @@ def init(args: argparse.Namespace, extra: list[str]) -> int:
         return 0
     print(f"ddptui: checking it (ddptui --headless check -i {path})", file=sys.stderr)
     args.headless, args.json, args.exclude, args.deep = True, False, None, False
-    return check(args, [])
+    return check_command(args, [])
 
 
-def ssh(args: argparse.Namespace, extra: list[str]) -> int:
+def ssh_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`ssh HOST|NODE|rN`: OpenSSH's ssh to that host with the inventory's settings, a login
     shell in the job's workdir; this process becomes it (its exit status is ssh's)."""
     _no_extra(args, extra)
@@ -507,15 +519,15 @@ def _no_extra(args: argparse.Namespace, extra: list[str]) -> None:
         raise UsageError(f"{args.command} takes no script arguments (after --)")
 
 
-def schema(args: argparse.Namespace, extra: list[str]) -> int:
+def schema_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`schema`: the inventory's JSON Schema, from the model (or --path: the shipped file's)."""
-    from ddptui.remote import schema as inventory_schema
+    from ddptui.remote import schema
 
-    sys.stdout.write(f"{inventory_schema.FILE}\n" if args.path else inventory_schema.text())
+    sys.stdout.write(f"{schema.FILE}\n" if args.path else schema.text())
     return 0
 
 
-def completion(args: argparse.Namespace, extra: list[str]) -> int:
+def completion_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`completion SHELL`: the script that completes ddptui's commands, options, inventory
     files and run ids in that shell."""
     from .completion import script
@@ -556,9 +568,9 @@ def _with_sync(inv: Inventory, on: bool) -> Inventory:
 
 
 def runs_root(args: argparse.Namespace) -> Path:
-    from ddptui.remote.store.runlist import root as default_root
+    from ddptui.remote.store import runlist
 
-    return usable(args.runs_root or default_root(), "runs root", empty=False)
+    return usable(args.runs_root or runlist.root(), "runs root", empty=False)
 
 
 def usable(path: Path, what: str, *, empty: bool) -> Path:

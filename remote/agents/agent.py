@@ -321,6 +321,8 @@ class Agent:
             raise HostError(self.name, why)
         if not answers:
             raise HostError(self.name, f"{op}: no answer")
+        if not isinstance(answers[-1], dict):  # what a host sends is data
+            raise HostError(self.name, f"{op}: its agent's answer is not understood")
         if answers[-1].get("error"):  # the op failed on the host (or refused what it was sent)
             raise HostError(self.name, f"{op}: {str(answers[-1]['error'])[:1000]}")
         return answers[-1]

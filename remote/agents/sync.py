@@ -1,4 +1,4 @@
-"""`job.sync`: push the local code to every host's workdir before launch, over the open connections.
+"""`job.sync`, launcher side: the local code pushed to every host's workdir before launch.
 
 Without a shared filesystem the same script path holds different code on different hosts; the
 checks report a fingerprint per host and warn when they differ (remote/checks/judge.py). This makes
@@ -31,10 +31,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import CodeSynced, Event
-from ddptui.remote.host import protocol
 from ddptui.remote.host.sync import file_sha256
 from ddptui.remote.inventory import Host, Inventory, Sync
 
@@ -201,14 +201,11 @@ async def _push_one(
     t0 = time.monotonic()
     manifest = {rel: [f.size, f.sha256, f.mtime] for rel, f in files.items()}
     data = json.dumps(manifest).encode()
-    answer = await agent.request(
-        protocol.SYNC_PLAN, {"dest": dest}, data=data, timeout=PLAN_TIMEOUT
-    )
-    need = tuple(str(rel) for rel in answer.get("need", ()) if rel in files)
+    lacked = await ops.sync_plan(agent, dest, data, PLAN_TIMEOUT)
+    need = tuple(rel for rel in lacked if rel in files)
     if need:
         tar = await tar_for(need)
-        timeout = PLAN_TIMEOUT + len(tar) / MIN_RATE
-        await agent.request(protocol.SYNC_PUT, {"dest": dest}, data=tar, timeout=timeout)
+        await ops.sync_put(agent, dest, tar, PLAN_TIMEOUT + len(tar) / MIN_RATE)
     size = sum(files[rel].size for rel in need)
     took = time.monotonic() - t0
     unchanged = len(files) - len(need)

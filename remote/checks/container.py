@@ -1,4 +1,4 @@
-"""Judging a host's container facts (remote/host/container.py's check()) into findings. Pure.
+"""A job in a container, launcher side: the host's container facts judged into findings. Pure.
 
 The probe puts them under facts["container"]; remote/checks/judge.py calls `findings` for each host
 and compares `image_key` across hosts, as it does the job's code.

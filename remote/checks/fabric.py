@@ -1,4 +1,4 @@
-"""The deep check judged: remote/host/fabric.py's result line read, its figures worded as
+"""The deep check, launcher side: remote/host/fabric.py's result line read, its figures worded as
 findings (remote/checks/judge.py's shape) and, per host, as figures for `--json`. Pure: no I/O.
 
 The line comes from a host: it is read defensively (bounded, every field checked, a malformed

@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from ddptui.remote.checks import container as container_checks
+from ddptui.remote.checks import container
 from ddptui.remote.events import ChecksDone, Finding, Gpu, HostChecked
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.stalls.stacks import PTRACE_NEEDED
@@ -51,7 +51,7 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
     _network(add, facts)
     _stacks(add, facts)
     if facts.get("container"):  # the job runs in a container (remote/host/container.py)
-        container_checks.judge(add, facts["container"], facts.get("run_id"))
+        container.judge(add, facts["container"], facts.get("run_id"))
     if facts.get("git_error"):
         why = f"git in {facts.get('workdir')}: {facts['git_error']}"
         add("warning", "code", f"{why}; the code's fingerprint is the script's hash alone")
@@ -66,7 +66,7 @@ def _software(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
         return
     add("ok", "python", f"python {f['python']} ({f.get('python_exe')})")
     if f.get("container"):
-        return  # the job's python and torch are the image's: its dry run says (container_checks)
+        return  # the job's python and torch are the image's: its dry run says (container.py)
     if f.get("torch") is None or f.get("torch_error"):
         why = f.get("torch_error") or "not installed"
         if why == "not installed":
@@ -240,7 +240,7 @@ SAME: tuple[tuple[str, str, Callable[[HostChecked], Any]], ...] = (
     ("same-cuda", "CUDA (driver)", lambda h: h.facts.get("cuda")),
     ("same-driver", "driver", lambda h: h.facts.get("driver")),
     ("same-gpu", "GPU model", _model_key),
-    ("same-image", "container image", lambda h: container_checks.image_key(h.facts)),
+    ("same-image", "container image", lambda h: container.image_key(h.facts)),
 )
 
 

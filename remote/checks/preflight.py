@@ -17,12 +17,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ddptui.remote import inventory
 from ddptui.remote.agents import sync
 from ddptui.remote.agents.agent import AgentError
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
-from ddptui.remote.checks import judge as checker
-from ddptui.remote.checks import probe
+from ddptui.remote.checks import judge, probe
 from ddptui.remote.events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
 from ddptui.remote.inventory import Host, Inventory
 from ddptui.remote.stalls import flight
@@ -76,7 +76,7 @@ class Preflight:
 
     def nprocs(self) -> list[int]:
         """Processes per host. `auto` uses the GPUs found on the host, else `gpus:`, else 1."""
-        return checker.nprocs(self.inv, self.gpu_counts)
+        return judge.nprocs(self.inv, self.gpu_counts)
 
     # -- connecting -----------------------------------------------------------------------------
 
@@ -116,11 +116,15 @@ class Preflight:
             if k < len(self.inv.hosts):
                 self.failures.append(Failure(host.name, None, None, reason, seen_at=time.time()))
 
-    def forget(self, k: int, name: str) -> None:
-        """Node k's host was lost and a spare took its place: what it failed is not the run's."""
+    def swap_in(self, k: int, j: int, spare: str, attempt: int) -> None:
+        """Node k's host was lost: the spare in fleet slot j takes its place from `attempt` on
+        (the inventory and the fleet say so), and what the lost host failed is not the run's."""
+        lost = self.inv.hosts[k].name
+        self.inv = inventory.swap_in(self.inv, k, spare, attempt)
+        self.fleet.swap(k, j, self.inv.hosts[k])
         self.unreachable.pop(k, None)
         self.broken.pop(k, None)
-        self.failures = [f for f in self.failures if f.host != name]
+        self.failures = [f for f in self.failures if f.host != lost]
 
     # -- the checks -----------------------------------------------------------------------------
 
@@ -159,12 +163,12 @@ class Preflight:
             if k == 0 and checked.facts.get("port_auto"):
                 self.master_port = checked.facts.get("port")
             if k >= len(self.inv.hosts):
-                checked = checker.as_spare(checked)
+                checked = judge.as_spare(checked)
             self.emit(checked)
             return checked
 
         everyone = range(len(self.inv.everyone))
-        done = checker.done(await asyncio.gather(*(one(k) for k in everyone)))
+        done = judge.done(await asyncio.gather(*(one(k) for k in everyone)))
         for k in self.unreachable.keys() - range(len(self.inv.hosts)):
             del self.unreachable[k]  # a spare: named in its findings, never the run's
         for k in self.broken.keys() - range(len(self.inv.hosts)):

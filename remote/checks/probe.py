@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.transport import HostError
-from ddptui.remote.checks import judge as checks
-from ddptui.remote.checks import visible
+from ddptui.remote.checks import judge, visible
 from ddptui.remote.events import Gpu, HostChecked
-from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host, Job
 from ddptui.remote.smi import (
     SMI_RUNS,
@@ -75,7 +74,7 @@ async def probe(
     host = t.host
     asked = spec(job, master_addr, workdir, host.node_rank == 0, host, run_id, warm)
     try:
-        found = await agent.request(protocol.PROBE, asked, timeout=PROBE_TIMEOUT)
+        found = await ops.probe(agent, asked, PROBE_TIMEOUT)
     except HostError as exc:
         facts = _base(host, connect_s, master_addr, t.address)
         return checked(host, {**facts, "probe_error": exc.reason})
@@ -101,7 +100,7 @@ def unreachable(host: Host, reason: str) -> HostChecked:
 
 
 def checked(host: Host, facts: dict[str, Any], gpus: Sequence[Gpu] = ()) -> HostChecked:
-    findings = checks.host_findings(host.name, facts, gpus)
+    findings = judge.host_findings(host.name, facts, gpus)
     return HostChecked(host.name, host.node_rank, facts, tuple(gpus), findings)
 
 
@@ -222,7 +221,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
 
 
 def _health(found: Any) -> dict[str, Any] | None:
-    """The host's health (remote/host/health.py), as checks.py reads it: issues of the wrong
+    """The host's health (remote/host/health.py), as judge.py reads it: issues of the wrong
     shape are dropped, texts bounded."""
     if not isinstance(found, dict):
         return None
@@ -269,7 +268,7 @@ def _code(found: dict[str, Any]) -> dict[str, Any]:
         "git_dirty_sha256": git.get("dirty_sha256"),
         "git_error": git.get("error"),
     }
-    facts["code"] = checks.fingerprint(facts)
+    facts["code"] = judge.fingerprint(facts)
     return facts
 
 
@@ -279,12 +278,10 @@ def _code(found: dict[str, Any]) -> dict[str, Any]:
 async def count_visible(agent: Agent) -> visible.Visible | None:
     """The devices a job on this host would see; None without a working nvidia-smi."""
     try:
-        found = await agent.request(protocol.COUNT, timeout=REFRESH_TIMEOUT)
+        found = await ops.count(agent, REFRESH_TIMEOUT)
     except HostError:
         return None
-    listed = found.get("list")
-    if not isinstance(listed, dict) or listed.get("code") != 0:
+    if found.listed is None:
         return None
-    gpus = visible.parse_list(str(listed.get("out", "")))
-    cvd = found.get("cuda_visible_devices")
-    return _job_sees(agent.transport.host, gpus, None if cvd is None else str(cvd))
+    gpus = visible.parse_list(found.listed)
+    return _job_sees(agent.transport.host, gpus, found.cuda_visible_devices)

@@ -1,4 +1,4 @@
-"""A node's job in a container: the runtime's command line, the sweep, the checks.
+"""A node's job in a container, host side: the runtime's command line, the sweep, the checks.
 
 Runs on the hosts (python3 >= 3.8, standard library only). The supervisor wraps the node's argv
 with `command()`; inside, remote/host/shim.py starts the job and ends it when its stdin closes.

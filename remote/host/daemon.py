@@ -32,7 +32,19 @@ import subprocess
 import threading
 import time
 
-from . import container, healthwatch, job, linebuf, netif, procs, protocol, torchrun, vitals, wire
+from . import (
+    container,
+    healthwatch,
+    job,
+    linebuf,
+    netif,
+    procs,
+    protocol,
+    ranktag,
+    torchrun,
+    vitals,
+    wire,
+)
 from .common import log, rmtree, thread
 from .hub import Hub, HubLink
 from .notify import Notifier
@@ -740,9 +752,7 @@ class Daemon:
 def split_line(data):
     """A line too long for one record, cut into pieces that each end a line; a torchrun rank
     prefix is repeated on each piece so they stay that rank's. The last element is the rest."""
-    prefix = b""
-    if data.startswith(b"[") and b"]:" in data[:12]:
-        prefix = data[: data.index(b"]:") + 2]
+    prefix = ranktag.prefix(data)
     size = wire.RECORD_MAX - len(prefix)
     pieces = [data[:size] + b"\n"]
     data = data[size:]

@@ -1,4 +1,4 @@
-"""The deep check's worker: the fabric measured by the job's own world before a long run.
+"""The deep check, host side: its worker, the fabric measured by the job's own world.
 
 Started like a training job (torchrun, the job's hosts, processes per host, interface settings
 and master), with the job's interpreter, torch and backend. Within a time budget it measures:

@@ -34,7 +34,7 @@ class _Lines(io.TextIOWrapper):
     Each thread keeps its own unfinished line: one thread's half line must not take in
     another's."""
 
-    _tag = None  # "[3]:" once known
+    _tag = None  # "[3]:" once known (remote/host/ranktag.py's tag; not importable here)
     _bol = True  # the next character starts a line
     _rests = None  # thread id -> its unfinished line, [length, pieces] (set by _wrap)
 

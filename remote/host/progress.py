@@ -1,4 +1,4 @@
-"""Progress, metrics and tracker links read from a training job's own lines, no change to it.
+"""The training's progress, host side: progress, metrics and links parsed from a job's lines.
 
 Recognised on their own: tqdm bars (`45%|████ | 450/1000 [01:02<01:18, 7.20it/s, loss=0.41]`,
 as Lightning and Hugging Face print them, redrawn with `\\r`), Hugging Face Trainer's log dicts
@@ -19,12 +19,13 @@ import re
 import threading
 import time
 
+from . import ranktag
+
 # A line worth parsing holds one of these (it/s, step, iter, epoch, a dict, a link); most lines
 # of a job hold none. Each alternative starts with a character rare in text, so the scan in C
 # seldom stops to try one.
 HINT = re.compile(r"/s|/it|te[pr]|TE[PR]|poch|POCH|\{'|:/")
 # The launcher's and the supervisor's tag: `[3]:text`; a node's own lines have none.
-TAGGED = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)$", re.MULTILINE)
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 # tqdm's bar, with or without a total; the postfix (Lightning's `loss=0.41`) after the rate.
@@ -308,9 +309,9 @@ class Tracker:
     def _lines(self, text, attempt, at):
         if not self.parser.hinted(text):
             return
-        for tag, line in TAGGED.findall(text):
-            if tag:
-                self.feed(int(tag), line, attempt, at)
+        for rank, line in ranktag.untag(text):
+            if rank is not None:
+                self.feed(rank, line, attempt, at)
 
     def feed(self, rank, line, attempt, at=None):
         """One line of `rank`'s (hinted or not: parsed here)."""

@@ -1,4 +1,4 @@
-"""Every rank's stack on this host, in one op of its agent: `py-spy dump` on each rank process of
+"""Every rank's stack, host side: one op of its agent runs `py-spy dump` on each rank process of
 a run's node, all at once, and with the flight recorder on, each rank's NCCL trace as well.
 
 Only what this host's side started counts: the node's supervisor (from its state in the private

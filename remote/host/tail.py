@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 
-from . import procs, wire
+from . import procs, ranktag, wire
 
 CHUNK = 1 << 18
 SCAN_S = 0.25  # how often new attempt and rank directories are looked for
@@ -115,7 +115,7 @@ class RankTail:
             self.redrawn(f.rank, shown)
 
     def _lines(self, f, data):
-        tag = b"[local rank %d] " % f.local if f.rank is None else b"[%d]:" % f.rank
+        tag = b"[local rank %d] " % f.local if f.rank is None else ranktag.tag(f.rank)
         self.emit(f.stream, tag + data[:-1].replace(b"\n", b"\n" + tag) + b"\n")
 
     def _known(self, f, final):

@@ -18,10 +18,9 @@ from pathlib import Path
 
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import Transport
-from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import ChecksDone, DeepChecked, Event, HostState
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import deepcheck
+from ddptui.remote.run import runner
 from ddptui.remote.stalls import stacks
 
 LOST = "connection lost (c checks again)"
@@ -56,7 +55,7 @@ class Cluster:
         """Probe every host over its agent (started afresh where it was lost)."""
         self._checking = self._checking or asyncio.Lock()
         async with self._checking:
-            done = await Preflight(self.inv, self.fleet, self._emit_to).check()
+            done = await runner.check(self.inv, self._emit_to, fleet=self.fleet)
         loop = asyncio.get_running_loop()
         self._watch_later = loop.call_later(WATCH_AFTER_S, self._watch)
         return done
@@ -71,13 +70,14 @@ class Cluster:
         self, run_id: str, run_dir: Path, *, flight: bool = False
     ) -> tuple[stacks.Report, Path]:
         """Every rank's stack of a run on these hosts, grouped and saved in its run dir."""
-        return await stacks.capture(self.fleet, run_id, run_dir, flight=flight)
+        return await stacks.capture(self.fleet, run_id, run_dir, flight_recorder=flight)
 
     async def deep(self, seconds: float, runs_dir: Path | None = None) -> DeepChecked:
         """The deep check (remote/run/deepcheck.py) over these agents: its progress and verdict
         emitted; the job it runs is registered under `runs_dir`."""
-        return await deepcheck.run(self.inv, self.fleet, self._emit_to, seconds=seconds,
-                                   runs_dir=runs_dir)  # fmt: skip
+        return await runner.deep_check(
+            self.inv, self.fleet, self._emit_to, seconds=seconds, runs_dir=runs_dir
+        )
 
     def pause(self, paused: bool) -> None:
         """A run streams the figures to the dashboard itself meanwhile: not twice."""

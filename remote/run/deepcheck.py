@@ -7,19 +7,17 @@ on every rank the job would have: its hosts, nproc_per_node, interface settings,
 interpreter (gloo on CPU hosts, NCCL where the job would use it). Each host's supervisor starts
 and sweeps it like a job (its tags, the subreaper, a container where the job has one), so a
 Ctrl-C, or the time bound running out, leaves nothing. Rank 0's progress lines are said as
-they come; its result line is judged by remote/checks/fabric.py.
+they come; its result line is judged by remote/checks/fabric.py. The job is launched and
+followed like any run, by remote/run/runner.py's deep_check(); here are its inventory, what is
+read of its lines, and its verdict.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.checks import fabric
 from ddptui.remote.events import (
     DeepChecked,
@@ -33,7 +31,6 @@ from ddptui.remote.events import (
 from ddptui.remote.host import protocol
 from ddptui.remote.host.fabric import MARK, PROGRESS
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run.runner import Run, new_run_id
 
 SECONDS = 60.0  # --deep-seconds: the whole deep check, start to verdict
 STARTUP_S = 15.0  # of it, what torchrun and `import torch` take before the worker's clock
@@ -84,40 +81,13 @@ class Collector:
             self.emit(event)
 
 
-async def run(
-    inv: Inventory,
-    fleet: Fleet,
-    emit: Emit,
-    *,
-    seconds: float = SECONDS,
-    runs_dir: Path | None = None,
+def verdict(
+    collect: Collector, fin: RunFinished | None, names: list[str], seconds: float, t0: float
 ) -> DeepChecked:
-    """The deep check on `fleet`'s hosts, bounded by `seconds`; its verdict, emitted too."""
-    t0 = time.monotonic()
-    run_id = new_run_id() + "-deep"
-    collect = Collector(emit)
-    emit(DeepProgress(f"the fabric measured on every rank, at most {seconds:g} s"))
-    run = Run(
-        deep_inventory(inv, seconds),
-        collect,
-        fleet=fleet,
-        checks=False,
-        run_id=run_id,
-        run_dir=runs_dir / run_id if runs_dir is not None else None,
-    )
-    fin: RunFinished | None = None  # None: the time bound ran out (its nodes are stopped)
-    with contextlib.suppress(TimeoutError):
-        fin = await asyncio.wait_for(run.execute(), seconds)
-    names = [h.name for h in inv.hosts]
+    """The deep check's verdict on its run's end (`fin`; None: out of time), started at t0."""
     findings, figures = judge(collect, fin, names, seconds)
-    done = DeepChecked(
-        not any(f.level == "failure" for f in findings),
-        findings,
-        figures,
-        round(time.monotonic() - t0, 3),
-    )
-    emit(done)
-    return done
+    ok = not any(f.level == "failure" for f in findings)
+    return DeepChecked(ok, findings, figures, round(time.monotonic() - t0, 3))
 
 
 def judge(

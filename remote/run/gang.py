@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import itemgetter
 from typing import Any
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Channel
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.link import Item, NodeLink, Record
@@ -44,11 +42,10 @@ from ddptui.remote.host import protocol
 from ddptui.remote.run import nodemsg
 from ddptui.remote.run.failures import FailureTracker
 from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.ranktag import untag
 from ddptui.remote.run.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
-# A line as a rank's is spooled, `[<global rank>]:text`; \d is what int() reads.
-RANK_TAG = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
 AWAY_BEATS = 3  # the launcher's own clock jumped by this many beats: it was not running
 
 
@@ -66,6 +63,9 @@ class Node:
     at: float = 0.0  # host clock of that word
     stopped_at: float | None = None  # host clock of its word that it was told to stop
     concluded: bool = False  # its ending of `attempt` is told (NodeExited)
+
+
+Start = tuple[Node, str, dict[str, Any]]  # a node, the op that starts it, its arguments
 
 
 @dataclass
@@ -141,6 +141,23 @@ class Gang:
             link.close()  # the supervisor lets this viewer go; the stream ends
 
     # -- following ------------------------------------------------------------------------------
+
+    def start(
+        self,
+        starts: Sequence[Start],
+        master_addr: str,
+        *,
+        stored: dict[int, int] | None = None,
+        seeded: bool = False,
+    ) -> None:
+        """Follow every node from its start (or attach): the peers reach node 0's hub at
+        master_addr; `stored`, node → spool offset the run dir's logs hold already (shown, not
+        stored again); `seeded`: the progress is known, an attach's replay is not read for it."""
+        self.master_addr = master_addr
+        self.stored = dict(stored or {})
+        self.replayed_progress = not seeded
+        for node, op, args in starts:
+            self.begin(node, op, args)
 
     def begin(self, node: Node, op: str, args: dict[str, Any]) -> None:
         """Follow a node from now on (start or attach): `wait` waits for it too."""
@@ -505,9 +522,7 @@ class Gang:
         """Stop what is left of node k on its host, by the run's tags: what could not be killed.
         Raises HostError."""
         agent = await self.fleet.agent(k, self.emit)
-        args = {"run_id": self.run_id, "node": k, "grace": self.grace}
-        got = await agent.request(protocol.SWEEP, args)
-        return [str(text)[:1000] for text in got.get("survivors") or ()]
+        return await ops.sweep(agent, self.run_id, k, self.grace)
 
     async def settle(self) -> None:
         """Wait for the sweeps of nodes whose supervisor died."""
@@ -529,15 +544,6 @@ class Gang:
     @property
     def failures(self) -> list[Failure]:
         return self.verdict.failures
-
-
-def untag(data: str) -> tuple[tuple[int | None, str], ...]:
-    """Each whole line of data: `[3]:hello` → (3, "hello"); a node's own lines carry no tag."""
-    found = RANK_TAG.findall(data)  # one pass in C over the whole chunk
-    ranks = {tag: int(tag) if tag else None for tag in set(map(itemgetter(0), found))}
-    if len(ranks) == 1:  # the usual chunk: one rank's lines
-        return tuple(zip(repeat(ranks.popitem()[1]), map(itemgetter(1), found)))
-    return tuple([(ranks[tag], text) for tag, text in found])
 
 
 async def _unless(event: asyncio.Event, work: Coroutine[Any, Any, Any]) -> bool:

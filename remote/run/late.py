@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.link import Item, NodeLink, Record
@@ -25,14 +26,14 @@ from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, LogBatch, Notice
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
-from ddptui.remote.run.gang import STREAMS, untag
+from ddptui.remote.run.gang import STREAMS
+from ddptui.remote.run.ranktag import Lines, untag
 from ddptui.remote.store.record import Recorder, replace_private
 from ddptui.remote.store.runs import SUMMARY, RunError, RunRecord
 
 READ_TIMEOUT = 120.0  # one host's spool, from where the logs stop to its end
 
 Emit = Callable[[Event], None]
-Lines = tuple[tuple[int | None, str], ...]
 Batches = list[tuple[bytes, Lines]]  # (stream, lines) as the spool holds them
 
 
@@ -100,8 +101,8 @@ async def _read(run_id: str, host: Host | None, u: Unread) -> Batches | None:
     fleet = Fleet([host])
     try:
         agent = await fleet.agent(0, lambda event: None)
-        got = await agent.request(protocol.STATUS, {"nodes": [[run_id, u.node, u.since]]})
-        state = (got.get("runs") or {}).get(run_id, {}).get(str(u.node))
+        runs_there = await ops.status(agent, [(run_id, u.node, u.since)])
+        state = runs_there.get(run_id, {}).get(u.node)
         if not isinstance(state, dict):
             return []
         if state.get("alive"):

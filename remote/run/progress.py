@@ -1,4 +1,4 @@
-"""The training as its lines tell it: step, speed, time left, metrics, trackers' links.
+"""The training's progress, launcher side: step, speed, time left, metrics, trackers' links.
 
 The launcher's relay hands every chunk of a node's lines to `Watch.feed` (remote/run/gang.py); a
 chunk where nothing looks like progress costs one regex scan (remote/host/progress.py). The

@@ -16,21 +16,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
-from ddptui.remote import inventory
 from ddptui.remote.agents import sync
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.checks import probe
 from ddptui.remote.events import Notice
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
-from ddptui.remote.run.gang import Node
-from ddptui.remote.store import runs
-
-if TYPE_CHECKING:
-    from ddptui.remote.run.nodemsg import Restart
-    from ddptui.remote.run.runner import Run
+from ddptui.remote.run.gang import Gang, Node
+from ddptui.remote.run.launch import Emit, Launch
+from ddptui.remote.run.nodemsg import Restart
 
 DETACHED = (
     "a lost host's place goes to a spare only while ddptui is attached (a spare needs a "
@@ -41,8 +37,17 @@ DETACHED = (
 class Recovery:
     """Spares put in lost nodes' places, for one run, as its hub asks."""
 
-    def __init__(self, run: Run) -> None:
-        self.run = run
+    def __init__(
+        self,
+        launch: Launch,
+        gang: Gang,
+        emit: Emit,
+        new_stream: Callable[[int, int], None],
+        bad: dict[str, str],
+    ) -> None:
+        self.launch, self.gang, self.emit = launch, gang, emit
+        self.new_stream = new_stream  # node k's logs go on from a spare's stream at attempt n
+        self.bad = bad  # the run's: host -> why its hub will not use it again
         self.tasks: list[asyncio.Future[None]] = []
         self.asked: set[tuple[int, int]] = set()  # (node, attempt) seen to already
         self.refused: set[str] = set()  # spares that failed their checks: not tried again
@@ -59,31 +64,31 @@ class Recovery:
                 return
 
     async def _one(self, k: int, attempt: int) -> bool:
-        run = self.run
-        lost = run.inv.hosts[k]
+        lost = self.launch.inv.hosts[k]
         if lost.since == attempt:  # given a spare already, by a launcher that left before it ran
             if await self._check(k, lost, k) is None:
                 await self._start(k, attempt, lost.name)
                 return True
             lost = dataclasses.replace(lost, name=f"node {k}")
-        state = "is bad for the run" if lost.name in run.bad else "was lost"
-        run.emit(Notice("warning", f"{lost.name} {state}: a spare host takes node {k}'s place"))
+        state = "is bad for the run" if lost.name in self.bad else "was lost"
+        self.emit(Notice("warning", f"{lost.name} {state}: a spare host takes node {k}'s place"))
         for j, spare in self._candidates():
             why = await self._check(j, spare, k)
-            if run.gang.user_stop:  # stopped meanwhile: the hub ends the run, no spare needed
+            if self.gang.user_stop:  # stopped meanwhile: the hub ends the run, no spare needed
                 return False
             if why is None:
                 await self._take(k, j, spare, attempt)
                 return True
             self.refused.add(spare.name)
-            run.emit(Notice("warning", f"spare {spare.name} not used: {why}", host=spare.name))
+            self.emit(Notice("warning", f"spare {spare.name} not used: {why}", host=spare.name))
         why = f"no spare host could take {lost.name}'s place"
-        run.gang.say(0, f"{protocol.SAY_NO_SPARE} {why}")
-        run.emit(Notice("error", f"{why}: the run ends"))
+        self.gang.say(0, f"{protocol.SAY_NO_SPARE} {why}")
+        self.emit(Notice("error", f"{why}: the run ends"))
         return False
 
     def _candidates(self) -> list[tuple[int, Host]]:
-        inv, n = self.run.inv, len(self.run.inv.hosts)
+        inv = self.launch.inv
+        n = len(inv.hosts)
         return [
             (j, h)
             for j, h in enumerate(inv.everyone)
@@ -92,26 +97,27 @@ class Recovery:
 
     async def _check(self, j: int, spare: Host, k: int) -> str | None:
         """Why the spare in fleet slot j cannot take node k's place; None: it can."""
-        run = self.run
-        job = run.inv.job
+        launch = self.launch
+        inv, fleet, job = launch.inv, launch.fleet, launch.inv.job
         try:
-            agent = await run.fleet.agent(j, run.emit)
+            agent = await fleet.agent(j, self.emit)
         except HostError as exc:
             return f"unreachable: {exc.reason}"
-        workdir = run.preflight.workdir(spare)
+        workdir = launch.preflight.workdir(spare)
         if job.sync is not None:
-            alone = dataclasses.replace(run.inv, hosts=(spare,))
-            (pushed,) = await sync.push(alone, [agent], [workdir], run.emit)
+            alone = dataclasses.replace(inv, hosts=(spare,))
+            (pushed,) = await sync.push(alone, [agent], [workdir], self.emit)
             if pushed.error:
                 return pushed.text()
         checked = await probe.probe(
-            agent, job, run.gang.master_addr, workdir=workdir, connect_s=run.fleet.took.get(j),
-            warm=run.run_id,
+            agent, job, self.gang.master_addr, workdir=workdir, connect_s=fleet.took.get(j),
+            warm=launch.run_id,
         )  # fmt: skip
         failed = [f for f in checked.findings if f.level == "failure"]
         if failed:
             return f"check failed ({failed[0].check}): {failed[0].message}"
-        planned = run.nprocs_planned[k] if k < len(run.nprocs_planned) else run.nprocs()[k]
+        nprocs = launch.nprocs_planned
+        planned = nprocs[k] if k < len(nprocs) else launch.nprocs()[k]
         if job.nproc_per_node == "auto":
             sees = checked.facts.get("visible_gpus", len(checked.gpus)) or spare.gpus or 1
             if sees != planned:
@@ -121,29 +127,24 @@ class Recovery:
     async def _take(self, k: int, j: int, spare: Host, attempt: int) -> None:
         """The spare in slot j becomes node k from `attempt` on (the run dir says so, for a
         later attach), then starts."""
-        run = self.run
-        lost = run.inv.hosts[k]
-        await run.gang.retire(k)
-        run.inv = run.preflight.inv = inventory.swap_in(run.inv, k, spare.name, attempt)
-        run.fleet.swap(k, j, run.inv.hosts[k])
-        run.preflight.forget(k, lost.name)
-        runs.replaced(run.run_dir, k, spare.name, attempt)
+        lost = self.launch.inv.hosts[k]
+        await self.gang.retire(k)
+        self.launch.swap_in(k, j, spare.name, attempt)
         await self._start(k, attempt, lost.name)
 
     async def _start(self, k: int, attempt: int, lost: str) -> None:
         """Node k's supervisor on its spare, with a ticket node 0's hub is told to expect."""
-        run, gang = self.run, self.run.gang
-        host = run.inv.hosts[k]
-        gang.stored.pop(k, None)
-        if run.recorder is not None:
-            run.recorder.new_stream(k, attempt)
+        gang = self.gang
+        host = self.launch.inv.hosts[k]
+        self.new_stream(k, attempt)
         ticket = secrets.token_hex(16)
         gang.say(0, f"{protocol.SAY_REPLACE} {k} {ticket}")
-        node = run.plan(run.nprocs_planned or run.nprocs()).nodes[k]
+        node = self.launch.node_plan(k)
         # as the run is: a detached run's spare needs no launcher either
         hub = gang.links.get(0)
         detached = hub is not None and hub.hello.get("mode") == "detached"
-        spec = {**run.spec(node, attempt=attempt, secret=ticket), "detached": detached}
+        spec = self.launch.spec(node, gang.master_addr, attempt=attempt, secret=ticket)
         text = f"{host.name} takes {lost}'s place as node {k} from attempt {attempt + 1}"
-        run.emit(Notice("info", text))
-        gang.begin(Node(host.name, k, node.ranks, since=attempt), protocol.START, {"spec": spec})
+        self.emit(Notice("info", text))
+        node_start = Node(host.name, k, node.ranks, since=attempt)
+        gang.begin(node_start, protocol.START, {"spec": {**spec, "detached": detached}})

@@ -14,40 +14,36 @@ login shell more), else opens its own and closes it at the end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import HostError, Transport
-from ddptui.remote.checks.judge import master_problem
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
     BadHost,
     ChecksDone,
+    DeepChecked,
+    DeepProgress,
     Event,
-    Failure,
     HangDetected,
     Notice,
     RunFinished,
     RunStarted,
 )
-from ddptui.remote.exits import (
-    EXIT_FAILED as EXIT_FAILED,  # re-exported: callers take them from here
-)
-from ddptui.remote.exits import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from ddptui.remote.exits import EXIT_OK as EXIT_OK
-from ddptui.remote.exits import EXIT_UNREACHABLE as EXIT_UNREACHABLE
-from ddptui.remote.exits import EXIT_USAGE as EXIT_USAGE
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import nodemsg, recover
-from ddptui.remote.run import plan as planner
+from ddptui.remote.run import deepcheck, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
+from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
-from ddptui.remote.stalls import flight, hang
+from ddptui.remote.stalls import hang, stacks
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
 
@@ -78,21 +74,24 @@ class Run:
         detach: bool = False,
         deep: float | None = None,
     ) -> None:
-        self.inv = inv
-        self.deep = (
-            deep  # the deep check first, in so many seconds at most (remote/run/deepcheck.py)
-        )
         self.run_id = run_id or new_run_id()
         self.run_dir = run_dir or runs.default_dir(self.run_id)
-        self.extra_args = tuple(extra_args)
         self.own_fleet = fleet is None
         self.fleet = fleet or fleet_for(inv, transports)
         self._emit_to = emit
         self.checks = checks  # probe every host first; any failed check stops the launch
         self.detach_when_running = detach  # leave the run to itself once every node runs
         self.preflight = Preflight(inv, self.fleet, self.emit, checks=checks, run_id=self.run_id)
+        deep_first = None
+        if deep is not None:  # the deep check first, in so many seconds at most
+            deep_first = partial(
+                deep_check, inv, self.fleet, self.emit, seconds=deep, runs_dir=self.run_dir.parent
+            )
+        self.launch = Launch(
+            self.preflight, self.emit, run_id=self.run_id, run_dir=self.run_dir,
+            extra_args=extra_args, secret=secrets.token_hex(16), deep=deep_first,
+        )  # fmt: skip
         self._phase: asyncio.Future[bool] | None = None  # connecting, checking: stop cancels it
-        self._secret = secrets.token_hex(16)  # the supervisors' proof to each other (hub)
         self._t0 = time.monotonic()
         self.recorder: Recorder | None = None
         self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
@@ -100,20 +99,23 @@ class Run:
         self.leftovers: list[str] = []  # what a stop could not kill
         self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
         job = inv.job
+        self.progress = Watch(job.progress if isinstance(job.progress, str) else None, self.emit)
         self.gang = Gang(
             self.run_id, self.fleet, self.emit, job.link_timeout, job.stop_grace,
             names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),
+            progress=self.progress if job.progress is not False else None,  # false: not read
+            on_replace=self._replace,
         )  # fmt: skip
-        self.gang.on_replace = self._replace
-        self.progress = Watch(job.progress if isinstance(job.progress, str) else None, self.emit)
-        if job.progress is not False:  # false: no line is read for progress
-            self.gang.progress = self.progress
         self._series_at = 0.0  # when series.json was last written
         self._hang = hang.HangWatch(job.hang_after)  # fed every event (emit)
-        # What a spare in a lost node's place is planned with: as the run began.
-        self.nprocs_planned: list[int] = []
-        self.master_port: int | None = job.master_port if job.master_port != "auto" else None
-        self.recovery = recover.Recovery(self)
+        self.recovery = recover.Recovery(
+            self.launch, self.gang, self.emit, self._new_stream, self.bad
+        )
+
+    @property
+    def inv(self) -> Inventory:
+        """The run's inventory (its preflight's): a spare in a lost node's place changes it."""
+        return self.preflight.inv
 
     @classmethod
     def rejoin(
@@ -162,86 +164,26 @@ class Run:
     # -- the run ----------------------------------------------------------------------------
 
     async def _execute(self) -> RunFinished:
-        inv = self.inv
+        """The launch's steps in turn (remote/run/launch.py), each able to refuse it; then
+        every node followed to its end."""
+        inv, launch = self.inv, self.launch
         names = tuple(h.name for h in inv.hosts)
         auto = inv.job.nproc_per_node == "auto"
         # auto: known once the GPUs are counted; spawn: the script decides
-        world = None if auto or inv.job.launcher == "spawn" else sum(self.nprocs())
+        world = None if auto or inv.job.launcher == "spawn" else sum(launch.nprocs())
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         for text in runs.bad_before(inv, self.run_id):
             self.emit(Notice("warning", text))
-        if not await self._until_stopped(self.preflight.run()) or self.stopping:
+        if not await self._until_stopped(launch.checks()) or self.stopping:
             return self._finish()
-        if self.deep is not None and not await self._until_stopped(self._deep_check()):
+        if not await self._until_stopped(launch.deep_check()):
             return self._finish()
-        nprocs = self.nprocs()
-        if auto:
-            per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
-            self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
-        addrs = self.addresses()
-        why = master_problem(inv.job.master_addr or addrs[0], addrs)
-        if why is None and self.master_port is None:
-            self.master_port = self.preflight.master_port or await self._pick_port()
-            why = None if self.master_port else "node 0 could not pick a free port (master_port)"
-        if why is not None:
-            self.preflight.failures.append(
-                Failure(inv.master.name, None, None, why, seen_at=time.time())
-            )
-            self.emit(Notice("error", f"not starting: {why}"))
+        nprocs = launch.ranks()
+        if not await launch.port():
             return self._finish()
-        plan = self.plan(nprocs)
-        for text in plan.notices:
-            self.emit(Notice("warning", text))
-        self.gang.master_addr = plan.master_addr
-        self.nprocs_planned = nprocs
-        runs.write_info(
-            self.run_dir, master_addr=plan.master_addr, world_size=plan.world_size,
-            master_port=self.master_port, nprocs=nprocs, extra_args=list(self.extra_args),
-        )  # fmt: skip
-        starts = [
-            (Node(n.host.name, n.node_rank, n.ranks), protocol.START, {"spec": self.spec(n)})
-            for n in plan.nodes
-        ]
-        await self._follow(starts)
+        planned, starts = launch.start(nprocs)
+        await self._follow(partial(self.gang.start, starts, planned.master_addr))
         return self._finish()
-
-    def addresses(self) -> list[str]:
-        """Where the peers reach each node's host."""
-        return [t.address for t in self.fleet.transports[: len(self.inv.hosts)]]
-
-    def plan(self, nprocs: Sequence[int]) -> planner.Plan:
-        return planner.build(
-            self.inv, run_id=self.run_id, nprocs=nprocs, extra_args=self.extra_args,
-            addrs=self.addresses(), master_port=self.master_port,
-        )  # fmt: skip
-
-    async def _pick_port(self) -> int | None:
-        """job.master_port: auto without the checks: node 0's agent picks one."""
-        try:
-            agent = await self.fleet.agent(0, self.emit)
-            got = await agent.request(protocol.PORT, {})
-        except HostError:
-            return None
-        port = got.get("port")
-        return port if isinstance(port, int) and 0 < port < 65536 else None
-
-    async def _deep_check(self) -> bool:
-        """The fabric measured first; a failure refuses the launch, as a failed check does."""
-        from ddptui.remote.run import deepcheck
-
-        assert self.deep is not None
-        done = await deepcheck.run(
-            self.inv, self.fleet, self.emit, seconds=self.deep, runs_dir=self.run_dir.parent
-        )
-        failed = [f for f in done.findings if f.level == "failure"]
-        for f in failed:
-            message = f"deep check failed ({f.check}): {f.message}"
-            self.preflight.failures.append(
-                Failure(f.host or "deep check", None, None, message, seen_at=0.0)
-            )
-        if failed:
-            self.emit(Notice("error", "not starting: the deep check failed"))
-        return not failed
 
     async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
         inv, info = self.inv, record.info
@@ -250,17 +192,12 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
-        await self._seed_progress()
-        self.gang.master_addr = str(info.get("master_addr") or "")
-        self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]
-        self.extra_args = tuple(str(a) for a in info.get("extra_args") or ())
-        port = info.get("master_port")
-        self.master_port = port if isinstance(port, int) else self.master_port
+        seeded = await self._seed_progress()
+        self.launch.resume(info)
+        stored = {}
         if (rec := self.recorder) is not None:  # lines the run dir has: shown, not stored again
             here = {k: h.since for k, h in enumerate(inv.hosts)}  # a spare's spool is another
-            self.gang.stored = {
-                k: o for k, o in rec.stored.items() if rec.since.get(k, 0) == here.get(k)
-            }
+            stored = {k: o for k, o in rec.stored.items() if rec.since.get(k, 0) == here.get(k)}
         if self.stop_now:
             self.gang.stop("user")
         starts = [
@@ -272,27 +209,28 @@ class Run:
             for k, h in enumerate(inv.hosts)
             if k not in self.preflight.unreachable
         ]
-        await self._follow(starts)
+        master_addr = str(info.get("master_addr") or "")
+        await self._follow(
+            partial(self.gang.start, starts, master_addr, stored=stored, seeded=seeded)
+        )
         if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
             await self._sweep_all()
         return self._finish()
 
-    async def _seed_progress(self) -> None:
+    async def _seed_progress(self) -> bool:
         """An attach replays the run from its first line, faster than lines are read for
-        progress (remote/host/progress.py): node 0's host's curve stands in for the replay."""
+        progress (remote/host/progress.py): node 0's host's curve stands in for the replay.
+        True if it does."""
         if 0 in self.preflight.unreachable or self.gang.progress is None:
-            return
-        ask = {"nodes": [[self.run_id, 0, 0]], "series": True}
+            return False
         try:
             agent = await self.fleet.agent(0, self.emit)
-            got = await agent.request(protocol.STATUS, ask)
+            runs_there = await ops.status(agent, [(self.run_id, 0, 0)], series=True)
         except HostError:
-            return
-        series: Any = got
-        for key in ("runs", self.run_id, "0", "series"):  # what a host sends is data: checked
-            series = series.get(key) if isinstance(series, dict) else None
-        if isinstance(series, dict) and self.progress.seed(series):
-            self.gang.replayed_progress = False
+            return False
+        state = runs_there.get(self.run_id, {}).get(0) or {}
+        series = state.get("series")
+        return isinstance(series, dict) and self.progress.seed(series)
 
     async def _sweep_all(self) -> None:
         async def one(k: int) -> list[str]:
@@ -318,13 +256,11 @@ class Run:
         finally:
             self._phase = None
 
-    def nprocs(self) -> list[int]:
-        return self.preflight.nprocs()
-
     # -- nodes ------------------------------------------------------------------------------
 
-    async def _follow(self, starts: list[tuple[Node, str, dict[str, Any]]]) -> None:
-        """Follow every node to its end, the leases kept and the GPU figures coming."""
+    async def _follow(self, start: Callable[[], None]) -> None:
+        """`start` every node (the gang's start()), then follow each to its end, the leases
+        kept and the GPU figures coming."""
         gang = self.gang
         self.fleet.listen(self.emit)
         helpers = [
@@ -333,8 +269,7 @@ class Run:
             asyncio.ensure_future(self._checkpoints()),
             asyncio.ensure_future(self.progress.run()),
         ]
-        for node, op, args in starts:
-            gang.begin(node, op, args)
+        start()
         if self.detach_when_running:
             nodes = list(gang.tasks.values())
             helpers.append(asyncio.ensure_future(self._detach_once_running(nodes)))
@@ -353,10 +288,10 @@ class Run:
         await hang.guard(self._hang, self.emit, self._capture_stacks)
 
     async def _capture_stacks(self) -> object:
-        from ddptui.remote.stalls import stacks  # at a stall only: not part of every launch's start
-
-        flight = self.inv.job.nccl.flight_recorder
-        return await stacks.capture(self.fleet, self.run_id, self.run_dir, self.emit, flight=flight)
+        return await stacks.capture(
+            self.fleet, self.run_id, self.run_dir, self.emit,
+            flight_recorder=self.inv.job.nccl.flight_recorder,
+        )  # fmt: skip
 
     async def _checkpoints(self) -> None:
         """Every second, note in the run dir how far each node's logs go (ends by cancel)."""
@@ -383,44 +318,11 @@ class Run:
         """Node 0's hub waits for spares in lost nodes' places (remote/run/recover.py)."""
         self.recovery.start(restart)
 
-    def spec(self, node: planner.NodePlan, attempt: int = 0, secret: str = "") -> dict[str, Any]:
-        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket)."""
-        job = self.inv.job
-        notify = job.notify.model_dump() if job.notify else None
-        return protocol.spec(
-            {
-                "run_id": self.run_id,
-                "node": node.node_rank,
-                "names": [h.name for h in self.inv.hosts],
-                "argv": list(node.argv),
-                "expand": list(node.expand),
-                "scratch_arg": planner.SCRATCH,
-                "env": flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),
-                "workdir": self.preflight.workdir(node.host),
-                "route_to": node.route_to,
-                "ifname_vars": list(planner.IFNAME_VARS),
-                "master_addr": self.gang.master_addr,
-                "grace": job.stop_grace,
-                "unset": list(node.unset),
-                "ranks": list(node.ranks),
-                "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
-                "tail_ranks": node.tail_ranks,
-                "line_buffer": not node.tail_ranks,
-                "container": node.host.container.spec() if node.host.container else None,
-                "link_timeout": job.link_timeout,
-                "spool_max": int(job.spool_max_mb * (1 << 20)),
-                "secret": secret or self._secret,
-                "attempt": attempt,
-                "restarts": job.restarts,
-                "restart_delay": job.restart_delay,
-                "spares": len(self.inv.usable_spares),
-                "restart_on": job.restart_on,
-                "notify": notify,
-                "progress": job.progress,
-                "hang_after": job.hang_after,
-                "on_hang": job.on_hang,
-            }
-        )
+    def _new_stream(self, k: int, attempt: int) -> None:
+        """Node k's logs go on from a spare's stream (its spool starts anew)."""
+        self.gang.stored.pop(k, None)
+        if self.recorder is not None:
+            self.recorder.new_stream(k, attempt)
 
     def _finish(self) -> RunFinished:
         if self.record is not None and self.record.started_at:  # the run's, not this attach's
@@ -457,11 +359,54 @@ class Run:
 
 
 async def check(
-    inv: Inventory, emit: Emit, transports: Sequence[Transport] | None = None
+    inv: Inventory,
+    emit: Emit,
+    transports: Sequence[Transport] | None = None,
+    *,
+    fleet: Fleet | None = None,
+    deep: float | None = None,
+    runs_dir: Path | None = None,
 ) -> ChecksDone:
-    """`ddptui --headless check`: every host's agent, its probe, all judged; nothing starts."""
-    fleet = fleet_for(inv, transports)
+    """The checks, and the deep check after them if asked (`deep` seconds at most) and they
+    passed (its verdict emitted, DeepChecked): `ddptui check` and the dashboard's. Over `fleet`
+    if given, else a fleet of its own, closed after; nothing starts."""
+    own = fleet is None
+    fleet = fleet or fleet_for(inv, transports)
     try:
-        return await Preflight(inv, fleet, emit).check()
+        done = await Preflight(inv, fleet, emit).check()
+        if deep is not None and done.ok:
+            await deep_check(inv, fleet, emit, seconds=deep, runs_dir=runs_dir)
+        return done
     finally:
-        await fleet.close()
+        if own:
+            await fleet.close()
+
+
+async def deep_check(
+    inv: Inventory,
+    fleet: Fleet,
+    emit: Emit,
+    *,
+    seconds: float = deepcheck.SECONDS,
+    runs_dir: Path | None = None,
+) -> DeepChecked:
+    """The deep check (remote/run/deepcheck.py) on `fleet`'s hosts: the fabric test launched
+    as a run of its own, bounded by `seconds`; its verdict, emitted too."""
+    t0 = time.monotonic()
+    run_id = new_run_id() + "-deep"
+    collect = deepcheck.Collector(emit)
+    emit(DeepProgress(f"the fabric measured on every rank, at most {seconds:g} s"))
+    run = Run(
+        deepcheck.deep_inventory(inv, seconds),
+        collect,
+        fleet=fleet,
+        checks=False,
+        run_id=run_id,
+        run_dir=runs_dir / run_id if runs_dir is not None else None,
+    )
+    fin: RunFinished | None = None  # None: the time bound ran out (its nodes are stopped)
+    with contextlib.suppress(TimeoutError):
+        fin = await asyncio.wait_for(run.execute(), seconds)
+    done = deepcheck.verdict(collect, fin, [h.name for h in inv.hosts], seconds, t0)
+    emit(done)
+    return done

@@ -1,4 +1,4 @@
-"""Every rank's stack, grouped: what a stalled job is doing, on every host at once.
+"""Every rank's stack, launcher side: grouped, what a stalled job is doing on every host at once.
 
 `dump()` asks every host's agent in one op (remote/host/stacks.py: py-spy on each rank process
 of the run, side by side) and groups identical stacks (LLNL STAT's idea): with 512 dumps, the
@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.remote import fold
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Notice, StacksCaptured
-from ddptui.remote.host import protocol
-from ddptui.remote.stalls import flight as recorder
+from ddptui.remote.stalls import flight
 from ddptui.remote.store.record import private_dir, replace_private
 
 TIMEOUT = 60.0
@@ -85,11 +85,11 @@ class Report:
     groups: tuple[Group, ...] = ()
     problems: dict[str, str] = field(default_factory=dict)  # host → why it gave no stacks
     elapsed: float = 0.0
-    flight: recorder.Collected | None = None
+    flight: flight.Collected | None = None
 
-    def text(self, frames: int = SHOWN_FRAMES, flight: bool = True) -> str:
+    def text(self, frames: int = SHOWN_FRAMES, flight_recorder: bool = True) -> str:
         """One line per group, odd ones out first, then each host that gave nothing, then
-        (unless not `flight`) what became of the flight recorder's traces."""
+        (unless not `flight_recorder`) what became of the flight recorder's traces."""
         labels = [g.label() for g in self.groups]
         width = max(map(len, labels), default=0) + 2
         lines = [
@@ -97,7 +97,7 @@ class Report:
             for label, g in zip(labels, self.groups, strict=True)
         ]
         lines += [f"{host}: {why}" for host, why in self.problems.items()]
-        if flight and self.flight is not None:
+        if flight_recorder and self.flight is not None:
             lines += self.flight.lines()
         return "\n".join(lines or ["no rank of this run found on any host"])
 
@@ -131,13 +131,13 @@ async def dump(fleet: Fleet, emit: Emit, run_id: str, *, native: bool = False) -
         if isinstance(answer, str):
             problems[name] = answer
             continue
-        if answer.get("problem"):
-            problems[name] = str(answer["problem"])[:1000]
+        if answer.problem:
+            problems[name] = answer.problem
         stacks += _rank_stacks(name, answer)
     return Report(run_id, group(stacks), problems, time.monotonic() - t0)
 
 
-async def traces(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Collected:
+async def traces(fleet: Fleet, emit: Emit, run_id: str) -> flight.Collected:
     """Every rank's flight recorder trace, asked for through its dump pipe. An op of its own
     beside the stacks': a rank's first dump can take seconds."""
     answers = await _ask(fleet, emit, run_id, stacks=False, flight_wait=FLIGHT_WAIT)
@@ -146,61 +146,52 @@ async def traces(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Collected:
     for answer in answers:
         if isinstance(answer, str):
             continue  # the stacks' op says why the host gave nothing
-        for rank, got in (answer.get("flight") or {}).items():
-            if isinstance(got, dict) and "trace" in got:
-                found[int(rank)] = got["trace"]
+        for rank, got in answer.flight.items():
+            if got.error is None:
+                found[rank] = got.trace
             else:
-                missing[int(rank)] = str(got.get("error", "no trace"))[:1000]
-    return recorder.Collected(found, missing)
+                missing[rank] = got.error
+    return flight.Collected(found, missing)
 
 
-def analyser(fleet: Fleet, emit: Emit, run_id: str) -> recorder.Analyse:
+def analyser(fleet: Fleet, emit: Emit, run_id: str) -> flight.Analyse:
     """torch's analyser, run by node 0's host on the traces (its python, its private dir)."""
 
     async def analyse(data: bytes) -> str:
         try:
             agent = await fleet.agent(0, emit)
-            got = await agent.request(
-                protocol.FLIGHT, {"run_id": run_id, "node": 0}, data=data, timeout=ANALYSE_S
-            )
+            return await ops.flight(agent, run_id, 0, data, ANALYSE_S)
         except HostError as exc:
             return f"the analyser could not run on {fleet.hosts[0].name}: {exc.reason}"
-        return str(got.get("verdict") or "")
 
     return analyse
 
 
-async def _ask(fleet: Fleet, emit: Emit, run_id: str, **what: object) -> list[dict[str, Any] | str]:
+async def _ask(fleet: Fleet, emit: Emit, run_id: str, **what: object) -> list[ops.Stacks | str]:
     """Every host's answer, or why it gave none."""
     nnodes = fleet.nnodes
 
-    async def one(k: int) -> dict[str, Any] | str:
+    async def one(k: int) -> ops.Stacks | str:
         since = fleet.hosts[k].since  # a spare in a lost node's place keeps it apart
         spec = {"run_id": run_id, "node": k, "since": since, "nnodes": nnodes, **what}
         try:
             agent = await fleet.agent(k, emit)
-            return await agent.request(protocol.STACKS, spec, timeout=TIMEOUT)
+            return await ops.stacks(agent, spec, TIMEOUT)
         except HostError as exc:
             return exc.reason
 
     return list(await asyncio.gather(*(one(k) for k in range(nnodes))))
 
 
-def _rank_stacks(host: str, answer: dict[str, Any]) -> list[RankStack]:
+def _rank_stacks(host: str, answer: ops.Stacks) -> list[RankStack]:
     out = []
-    for rank, got in answer.get("ranks", {}).items():
-        error = got.get("error")
+    for rank, got in answer.ranks.items():
+        error = got.error
         if error and _refused(error):
             error = f"{error} ({PTRACE_NEEDED})"
-        threads = got.get("threads") or []
-        main = next((th for th in threads if th.get("main")), threads[0] if threads else None)
-        frames = tuple(_frame(f) for f in (main or {}).get("frames", ()))
-        out.append(RankStack(int(rank), host, got.get("pid"), frames, error))
+        frames = tuple(Frame(*f) for f in got.frames)
+        out.append(RankStack(rank, host, got.pid, frames, error))
     return out
-
-
-def _frame(f: dict[str, Any]) -> Frame:
-    return Frame(f.get("function") or "?", f.get("file") or "?", f.get("line"), f.get("path") or "")
 
 
 def _refused(error: str) -> bool:
@@ -246,7 +237,7 @@ async def capture(
     emit: Emit | None = None,
     *,
     native: bool = False,
-    flight: bool = False,
+    flight_recorder: bool = False,
     dumped: Callable[[Report], None] | None = None,
 ) -> tuple[Report, Path]:
     """Dump, then save the report in the run dir (`stacks-<time>.txt` and `.json`); with the
@@ -254,7 +245,7 @@ async def capture(
     `dumped` sees the stacks before the traces (they take longer) and their analysis. Hosts
     whose agent is not up yet are connected to first."""
     say = emit or (lambda event: None)
-    flights = asyncio.ensure_future(traces(fleet, say, run_id)) if flight else None
+    flights = asyncio.ensure_future(traces(fleet, say, run_id)) if flight_recorder else None
     try:
         report = await dump(fleet, say, run_id, native=native)
     except BaseException:

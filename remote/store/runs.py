@@ -4,24 +4,20 @@ Every run directory holds `run.json` (id, hosts, when, the master address) and `
 (the inventory it was started with: attach, stop and history need no `-i`). Runs live under the
 user data dir's `runs/`; a run whose directory is elsewhere (`--run-dir`) is linked there, so
 one place lists them all. A run that may still be going is asked of its hosts, not only of the
-local files (a detached run, or one whose launcher died, writes no local summary).
+local files (a detached run, or one whose launcher died, writes no local summary):
+remote/run/statuses.py asks, judge() here reads their answers.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddptui.remote import inventory
-from ddptui.remote.agents.fleet import Fleet
-from ddptui.remote.agents.transport import HostError
-from ddptui.remote.host import protocol
-from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.inventory import Inventory
 from ddptui.remote.store.record import (
     SERIES,
     RunDirError,
@@ -174,43 +170,7 @@ def resolve(spec: str) -> RunRecord:
     raise RunError(f"{spec!r} matches {len(matches)} runs ({ids}...): give more of the id")
 
 
-# -- status from the hosts -------------------------------------------------------------------
-
-
-async def statuses(records: Sequence[RunRecord]) -> None:
-    """Fill each record's status: its summary's, or what its hosts' supervisors say. A run
-    that ended with a host lost has the lines that host printed meanwhile read now, if it
-    can be reached (remote/run/late.py)."""
-    from ddptui.remote.run import late  # it reads run records: imported here, not at the top
-
-    unread = [r for r in records if r.summary is not None and r.summary.get("unread")]
-    await asyncio.gather(*(late.fetch(r) for r in unread))
-    ask = [r for r in records if r.summary is None]
-    for r in records:
-        if r.summary is not None:
-            r.status, r.detail = str(r.summary.get("status")), str(r.summary.get("reason") or "")
-    if not ask:
-        return
-    pairs: dict[tuple[Any, ...], tuple[Host, list[tuple[str, int, int]]]] = {}
-    for r in ask:
-        try:
-            hosts = r.inventory().hosts
-        except RunError as exc:
-            r.status, r.detail = "lost", str(exc)
-            continue
-        for h in hosts:
-            key = _reach(h)
-            pairs.setdefault(key, (h, []))[1].append((r.run_id, h.node_rank, h.since))
-    answers = await asyncio.gather(*(_ask(h, nodes) for h, nodes in pairs.values()))
-    for (_, nodes), got in zip(pairs.values(), answers, strict=True):
-        for run_id, node, _ in nodes:
-            state = got.get(run_id, {}).get(str(node)) if isinstance(got, dict) else None
-            for r in ask:
-                if r.run_id == run_id:
-                    r.states[node] = state if isinstance(got, dict) else {"error": got}
-    for r in ask:
-        if not r.status:
-            r.status, r.detail = judge(r.states)
+# -- status from the hosts ---------------------------------------------------------------
 
 
 def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
@@ -239,27 +199,6 @@ def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
     if got == {"succeeded"} and len(known) == len(states):
         return "succeeded", ""
     return "lost", "its supervisors are gone without a word"
-
-
-def _reach(h: Host) -> tuple[Any, ...]:
-    """Hosts reached the same way share one connection."""
-    return (h.transport, h.host, h.port, h.user, h.identity_file, h.known_hosts, h.python)
-
-
-async def _ask(host: Host, nodes: list[tuple[str, int, int]]) -> dict[str, Any] | str:
-    """{run_id: {node: state or None}} from the host's agent (one login), or why not; node 0's
-    state holds its training curve (`series`)."""
-    fleet = Fleet([host])
-    try:
-        agent = await fleet.agent(0, lambda event: None)
-        ask = {"nodes": [list(n) for n in nodes], "series": True}
-        got = await agent.request(protocol.STATUS, ask)
-    except HostError as exc:
-        return exc.reason
-    finally:
-        await fleet.close()
-    found = got.get("runs", {})
-    return found if isinstance(found, dict) else "its agent's answer is not understood"
 
 
 def training(r: RunRecord) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

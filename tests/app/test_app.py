@@ -388,7 +388,7 @@ def test_engine_runs_get_the_run_dir_and_extra_args(inv: Path, tmp_path: Path) -
     run = make(inventory.load(inv), lambda event: None, "20250101-000000-beef")
     assert isinstance(run, Run)
     assert run.run_dir == tmp_path / "runs" / "20250101-000000-beef"
-    assert run.extra_args == ("--epochs", "5") and run.run_id == "20250101-000000-beef"
+    assert run.launch.extra_args == ("--epochs", "5") and run.run_id == "20250101-000000-beef"
 
 
 async def test_a_bad_host_says_so_in_its_row(inv: Path) -> None:

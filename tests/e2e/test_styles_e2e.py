@@ -28,8 +28,9 @@ from ddptui.remote.events import (
     RunFinished,
     RunStarted,
 )
+from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
 from ddptui.remote.inventory import load
-from ddptui.remote.run.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.run.runner import Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 

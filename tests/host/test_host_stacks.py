@@ -93,7 +93,7 @@ async def test_capture_brings_the_traces_as_json_and_node0_analyses(
     fleet = fleet_for(fake_run.inv)
     try:
         report, path = await stacks.capture(
-            fleet, fake_run.run_id, tmp_path / "out", seen.append, flight=True
+            fleet, fake_run.run_id, tmp_path / "out", seen.append, flight_recorder=True
         )
     finally:
         await fleet.close()
@@ -165,7 +165,9 @@ async def test_a_process_dressed_as_a_rank_is_left_alone(fake_run: Run, tmp_path
         assert evil.stdout is not None and evil.stdout.readline() == b"ready\n"
         fleet = fleet_for(fake_run.inv)
         try:
-            report, _ = await stacks.capture(fleet, fake_run.run_id, tmp_path / "out", flight=True)
+            report, _ = await stacks.capture(
+                fleet, fake_run.run_id, tmp_path / "out", flight_recorder=True
+            )
         finally:
             await fleet.close()
         ranks = sorted(r for g in report.groups for r in g.ranks)

@@ -13,8 +13,7 @@ import yaml
 from ddptui.remote import inventory
 from ddptui.remote.checks.judge import Finding
 from ddptui.remote.events import DeepChecked, Event, NodeStarted
-from ddptui.remote.run import deepcheck
-from ddptui.remote.run.runner import Run
+from ddptui.remote.run import runner
 
 
 async def test_a_failing_deep_check_refuses_the_launch(
@@ -33,9 +32,9 @@ async def test_a_failing_deep_check_refuses_the_launch(
         asked.append(seconds)
         return DeepChecked(False, (slow,))
 
-    monkeypatch.setattr(deepcheck, "run", failing)
+    monkeypatch.setattr(runner, "deep_check", failing)
     events: list[Event] = []
-    run = Run(inventory.load(tmp_path / "inv.yaml"), events.append, run_dir=tmp_path / "run",
+    run = runner.Run(inventory.load(tmp_path / "inv.yaml"), events.append, run_dir=tmp_path / "run",
               checks=False, deep=30.0)  # fmt: skip
     fin = await run.execute()
     assert asked == [30.0]

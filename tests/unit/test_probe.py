@@ -242,7 +242,7 @@ def test_a_failed_check_refuses_the_launch(tmp_path: Path) -> None:
 def test_auto_uses_the_gpus_found(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     with_gpus(monkeypatch, tmp_path, A100)
     inv = local_inventory(tmp_path, job="  nproc_per_node: auto\n")
-    assert Run(inv, lambda e: None).nprocs() == [1, 1]  # before any probe: `gpus:` or 1
+    assert Run(inv, lambda e: None).launch.nprocs() == [1, 1]  # before any probe: `gpus:` or 1
     pre, done = preflight(inv)
     assert done.ok
     assert pre.nprocs() == [4, 4]
@@ -287,8 +287,8 @@ def test_a_prepared_node_is_the_one_its_start_asks_for(tmp_path: Path) -> None:
     from ddptui.remote.host import protocol
 
     run = Run(local_inventory(tmp_path), lambda e: None)
-    for k, node in enumerate(run.plan(run.nprocs()).nodes):
-        assert run.preflight.early(k) == protocol.early(run.spec(node))
+    for k, node in enumerate(run.launch.plan(run.launch.nprocs()).nodes):
+        assert run.preflight.early(k) == protocol.early(run.launch.spec(node, "10.0.0.1"))
     assert (
         probe.spec(run.inv.job, "10.0.0.1", None, True, warm=run.preflight.early(1))["warm"]["node"]
         == 1

@@ -14,6 +14,7 @@ import pytest
 from apptools import write_inventory
 
 from ddptui.remote import inventory
+from ddptui.remote.agents import ops
 from ddptui.remote.checks import judge as checks
 from ddptui.remote.host import probe as host_probe
 from ddptui.remote.run import plan
@@ -73,7 +74,7 @@ def test_long_stacks_are_cut_on_their_line_only() -> None:
 
 def test_ptrace_refused_is_explained() -> None:
     answer = {"ranks": {"0": {"pid": 5, "error": "py-spy: Permission Denied: Try sudo"}}}
-    [stack] = stacks._rank_stacks("a", answer)
+    [stack] = stacks._rank_stacks("a", ops.read_stacks(answer))
     assert stack.error is not None and "CAP_SYS_PTRACE" in stack.error
 
 

@@ -47,8 +47,9 @@ from ddptui.remote.events import (
     RunRestarting,
     RunStarted,
 )
+from ddptui.remote.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from ddptui.remote.run.failures import first
-from ddptui.remote.run.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Emit, Run, new_run_id
+from ddptui.remote.run.runner import Emit, Run, new_run_id
 from ddptui.remote.store import runs
 
 from ..text import run_ended

@@ -24,8 +24,8 @@ from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.monitor import Emit
 from ddptui.remote.events import ChecksDone, DeepChecked, Event
 from ddptui.remote.inventory import Host, Inventory
+from ddptui.remote.run import deepcheck
 from ddptui.remote.run.cluster import Cluster
-from ddptui.remote.run.deepcheck import SECONDS as DEEP_SECONDS
 from ddptui.remote.stalls.stacks import Report
 
 from ..text import tilde
@@ -119,7 +119,7 @@ class Glance:
         ClusterEvents (the checks pane shows them)."""
         self.open(inv)
         if self.cluster is not None and not self.deep_checking:
-            work = self.cluster.deep(DEEP_SECONDS, runs_dir)
+            work = self.cluster.deep(deepcheck.SECONDS, runs_dir)
             self.app.run_worker(work, name="deep", group="deep", exit_on_error=False)
 
     # -- every rank's stack ---------------------------------------------------------------

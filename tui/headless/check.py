@@ -12,9 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ddptui.remote.agents.fleet import fleet_for
 from ddptui.remote.checks.judge import gpu_summary, is_busy
-from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
     ChecksDone,
     DeepChecked,
@@ -26,7 +24,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import deepcheck
+from ddptui.remote.run import runner
 
 from ..text import Fold
 from .console import isatty, silence, terminal_safe
@@ -220,19 +218,16 @@ async def check(
     def collect(event: Event) -> None:
         if isinstance(event, HostChecked):
             hosts.append(event)
+        elif isinstance(event, DeepChecked):
+            deeps.append(event)
         elif isinstance(event, Notice | DeepProgress) and deep is not None:
             printer(event)
 
-    fleet = fleet_for(inv)
-    deep_done: DeepChecked | None = None
-    try:
-        done = await Preflight(inv, fleet, collect).check()
-        if deep is not None and done.ok:
-            deep_done = await deepcheck.run(inv, fleet, collect, seconds=deep, runs_dir=runs_root)
-        elif deep is not None:
-            printer.say("deep check skipped: the checks failed")
-    finally:
-        await fleet.close()
+    deeps: list[DeepChecked] = []
+    done = await runner.check(inv, collect, deep=deep, runs_dir=runs_root)
+    deep_done = deeps[-1] if deeps else None
+    if deep is not None and not done.ok:
+        printer.say("deep check skipped: the checks failed")
     out = out or sys.stdout
     addresses = {h.name: h.host for h in inv.hosts}
     try:

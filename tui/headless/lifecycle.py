@@ -26,8 +26,9 @@ from ddptui.remote.events import (
     attempt_from,
     failure_from,
 )
-from ddptui.remote.run import late
-from ddptui.remote.run.runner import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Run
+from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
+from ddptui.remote.run import late, statuses
+from ddptui.remote.run.runner import Run
 from ddptui.remote.store import runs
 
 from ..text import RUN_COLUMNS, run_cells, run_row
@@ -182,7 +183,7 @@ async def history(as_json: bool = False, out: TextIO | None = None) -> int:
     """`ddptui --headless runs`: every run, newest first, its status from its hosts if need be."""
     out = out or sys.stdout
     records = runs.all_runs()
-    await runs.statuses(records)
+    await statuses.fill(records)
     rows = [run_row(r) for r in records]
     if as_json:
         out.write(json.dumps({"runs": rows}, indent=2) + "\n")

@@ -17,14 +17,14 @@ from typing import TextIO
 
 from ddptui.remote.agents.fleet import fleet_for
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK
-from ddptui.remote.stalls import stacks as dumper
+from ddptui.remote.stalls import stacks
 from ddptui.remote.store import runs
 
 from ..text import Fold
 from .console import isatty, terminal_safe
 
 
-async def stacks(
+async def print_stacks(
     spec: str,
     *,
     as_json: bool,
@@ -41,14 +41,14 @@ async def stacks(
 
     safe = terminal_safe if isatty(out) else str
 
-    def show(report: dumper.Report) -> None:  # the stacks at once; the analyser takes seconds
+    def show(report: stacks.Report) -> None:  # the stacks at once; the analyser takes seconds
         out.write(safe(text(report, {h.name: h.host for h in inv.hosts}, verbose)) + "\n")
         out.flush()
 
     try:
-        report, path = await dumper.capture(
+        report, path = await stacks.capture(
             fleet, record.run_id, record.dir, native=native,
-            flight=inv.job.nccl.flight_recorder, dumped=None if as_json else show,
+            flight_recorder=inv.job.nccl.flight_recorder, dumped=None if as_json else show,
         )  # fmt: skip
     finally:
         await fleet.close()
@@ -62,14 +62,18 @@ async def stacks(
     return EXIT_OK if complete else EXIT_FAILED
 
 
-def text(report: dumper.Report, addresses: dict[str, str], verbose: bool) -> str:
+def text(report: stacks.Report, addresses: dict[str, str], verbose: bool) -> str:
     """The groups, then each host that gave nothing: once for all the hosts that gave the
     same reason, unless `verbose`."""
     if verbose or not report.problems:
-        return report.text(flight=False)
+        return report.text(flight_recorder=False)
     same = Fold(addresses)
     for host, why in report.problems.items():
         same.add(host, why)
-    groups = dataclasses.replace(report, problems={}).text(flight=False) if report.groups else ""
+    groups = (
+        dataclasses.replace(report, problems={}).text(flight_recorder=False)
+        if report.groups
+        else ""
+    )
     lines = [f"{hosts}: {why}" for _, hosts, why in same.take()]
     return "\n".join([groups, *lines] if groups else lines)

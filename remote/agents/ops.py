@@ -1,0 +1,193 @@
+"""The agent's one-answer ops, launcher side: one typed function per op, the only place an
+op's answer is read.
+
+The ops and their arguments are named in remote/host/protocol.py; each host serves them in
+remote/host/agent.py. What a host answers is data: each function checks its answer's shape
+once and hands on typed values, and an answer of the wrong shape raises ReplyError (a
+HostError naming the host), never a KeyError in the code that asked. The streams (start,
+attach, monitor) are read by remote/agents/link.py and remote/agents/monitor.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.transport import HostError
+from ddptui.remote.host import protocol
+
+TEXT_MAX = 1000  # characters kept of a text a host sends (a reason, a path, a verdict)
+
+NodeState = dict[str, Any]  # a node's state.json as its host reads it (remote/host/nodes.py)
+Runs = dict[str, dict[int, NodeState | None]]  # run id → node → its state (None: none kept)
+
+
+class ReplyError(HostError):
+    """A host's answer to an op was not of the shape the op promises."""
+
+
+class Count(NamedTuple):
+    """What `count` found: nvidia-smi's list (None: it failed), and the host's
+    CUDA_VISIBLE_DEVICES (None: unset)."""
+
+    listed: str | None
+    cuda_visible_devices: str | None
+
+
+class RankDump(NamedTuple):
+    """One rank's stack: its main thread's frames, innermost first, each (function, file,
+    line, path); `error` when it could not be read."""
+
+    pid: int | None
+    frames: tuple[tuple[str, str, int | None, str], ...]
+    error: str | None
+
+
+class FlightDump(NamedTuple):
+    """One rank's flight recorder trace (JSON), or why there is none."""
+
+    trace: Any
+    error: str | None
+
+
+class Stacks(NamedTuple):
+    """A host's answer to `stacks`: its ranks' stacks and traces, and what stopped it, if
+    anything did."""
+
+    problem: str
+    ranks: dict[int, RankDump]
+    flight: dict[int, FlightDump]
+
+
+async def probe(agent: Agent, asked: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """The checks' facts (remote/host/probe.py), as a dict: remote/checks/probe.py parses
+    them, each field of the wrong shape a probe error of its own."""
+    return await agent.request(protocol.PROBE, asked, timeout=timeout)
+
+
+async def count(agent: Agent, timeout: float) -> Count:
+    found = await agent.request(protocol.COUNT, timeout=timeout)
+    listed, cvd = found.get("list"), found.get("cuda_visible_devices")
+    ok = isinstance(listed, dict) and listed.get("code") == 0
+    out = str(listed.get("out", "")) if ok and isinstance(listed, dict) else None
+    return Count(out, None if cvd is None else str(cvd))
+
+
+async def sync_plan(agent: Agent, dest: str, manifest: bytes, timeout: float) -> tuple[str, ...]:
+    """The files of `manifest` (JSON: path → [size, sha256, mtime]) the host lacks in dest."""
+    found = await agent.request(protocol.SYNC_PLAN, {"dest": dest}, data=manifest, timeout=timeout)
+    need = found.get("need", [])
+    if not isinstance(need, list):
+        raise _wrong(agent, protocol.SYNC_PLAN)
+    return tuple(str(rel) for rel in need)
+
+
+async def sync_put(agent: Agent, dest: str, tar: bytes, timeout: float) -> None:
+    await agent.request(protocol.SYNC_PUT, {"dest": dest}, data=tar, timeout=timeout)
+
+
+async def stacks(agent: Agent, spec: dict[str, Any], timeout: float) -> Stacks:
+    """Every rank's stack and trace of a node (remote/host/stacks.py), as `spec` asks."""
+    found = await agent.request(protocol.STACKS, spec, timeout=timeout)
+    try:
+        return read_stacks(found)
+    except (TypeError, ValueError, AttributeError):
+        raise _wrong(agent, protocol.STACKS) from None
+
+
+def read_stacks(found: dict[str, Any]) -> Stacks:
+    """A `stacks` answer, typed; raises TypeError, ValueError or AttributeError if it is not
+    of that shape."""
+    ranks = {int(r): _rank_dump(got) for r, got in _dict(found.get("ranks")).items()}
+    flight = {int(r): _flight_dump(got) for r, got in _dict(found.get("flight")).items()}
+    return Stacks(_text(found.get("problem")), ranks, flight)
+
+
+async def flight(agent: Agent, run_id: str, node: int, traces: bytes, timeout: float) -> str:
+    """torch's analyser's verdict on the traces, run on this host (remote/stalls/flight.py)."""
+    args = {"run_id": run_id, "node": node}
+    found = await agent.request(protocol.FLIGHT, args, data=traces, timeout=timeout)
+    return str(found.get("verdict") or "")
+
+
+async def sweep(agent: Agent, run_id: str, node: int, grace: float) -> list[str]:
+    """Stop what is left of a node by the run's tags: what could not be killed."""
+    args = {"run_id": run_id, "node": node, "grace": grace}
+    found = await agent.request(protocol.SWEEP, args)
+    survivors = found.get("survivors") or []
+    if not isinstance(survivors, list):
+        raise _wrong(agent, protocol.SWEEP)
+    return [_text(text) for text in survivors]
+
+
+async def status(
+    agent: Agent, nodes: Sequence[tuple[str, int, int]], *, series: bool = False
+) -> Runs:
+    """The states of nodes (run id, node, since) this host keeps; node 0's with its training
+    curve under "series" when asked."""
+    ask: dict[str, Any] = {"nodes": [list(n) for n in nodes]}
+    if series:
+        ask["series"] = True
+    found = await agent.request(protocol.STATUS, ask)
+    try:
+        return {
+            str(run_id): {int(k): _state(state) for k, state in _dict(states).items()}
+            for run_id, states in _dict(found.get("runs", {})).items()
+        }
+    except (TypeError, ValueError):
+        raise _wrong(agent, protocol.STATUS) from None
+
+
+async def port(agent: Agent) -> int | None:
+    """A free TCP port on the host; None if what it said is not one."""
+    got = (await agent.request(protocol.PORT)).get("port")
+    return got if isinstance(got, int) and 0 < got < 65536 else None
+
+
+# -- the shape of an answer ---------------------------------------------------------------------
+
+
+def _wrong(agent: Agent, op: str) -> ReplyError:
+    return ReplyError(agent.name, f"{op}: its agent's answer is not understood")
+
+
+def _dict(value: Any) -> dict[Any, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(type(value).__name__)
+    return value
+
+
+def _text(value: Any) -> str:
+    return str(value or "")[:TEXT_MAX]
+
+
+def _state(value: Any) -> NodeState | None:
+    if value is not None and not isinstance(value, dict):
+        raise TypeError(type(value).__name__)
+    return value
+
+
+def _rank_dump(got: dict[str, Any]) -> RankDump:
+    threads = got.get("threads") or []
+    main = next((th for th in threads if th.get("main")), threads[0] if threads else None)
+    frames = tuple(
+        (str(f.get("function") or "?"), str(f.get("file") or "?"), _line(f.get("line")),
+         str(f.get("path") or ""))
+        for f in _dict(main).get("frames", ())
+    )  # fmt: skip
+    pid = got.get("pid")
+    error = got.get("error")
+    return RankDump(pid if isinstance(pid, int) else None, frames, _text(error) if error else None)
+
+
+def _flight_dump(got: Any) -> FlightDump:
+    if isinstance(got, dict) and "trace" in got:
+        return FlightDump(got["trace"], None)
+    return FlightDump(None, str(_dict(got).get("error", "no trace"))[:TEXT_MAX])
+
+
+def _line(value: Any) -> int | None:
+    return value if isinstance(value, int) else None

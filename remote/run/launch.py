@@ -1,0 +1,209 @@
+"""Launching a run, step by step: every host's agent up and checked (remote/checks/preflight.py),
+the deep check if asked, the ranks per node, node 0's port, the plan, each node's spec.
+remote/run/runner.py takes these steps in turn, each one able to refuse the launch, then
+follows what they started; a spare in a lost node's place is planned and specified here too
+(remote/run/recover.py).
+
+The deep check is a run of its own (runner.py's deep_check), handed in as a step: launching
+knows it refuses on a failure, not how the fabric is measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ddptui.remote.agents import ops
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.transport import HostError
+from ddptui.remote.checks.judge import master_problem
+from ddptui.remote.checks.preflight import Preflight
+from ddptui.remote.events import DeepChecked, Event, Failure, Notice
+from ddptui.remote.host import protocol
+from ddptui.remote.inventory import Inventory
+from ddptui.remote.run.gang import Node, Start
+from ddptui.remote.run.plan import IFNAME_VARS, SCRATCH, NodePlan, Plan, build
+from ddptui.remote.stalls import flight
+from ddptui.remote.store import runs
+
+Emit = Callable[[Event], None]
+DeepCheck = Callable[[], Awaitable[DeepChecked]]
+
+
+class Launch:
+    """One run's launch: the steps that start it, and what they decided (the port, the ranks
+    per node) for a spare that comes later."""
+
+    def __init__(
+        self,
+        preflight: Preflight,
+        emit: Emit,
+        *,
+        run_id: str,
+        run_dir: Path,
+        extra_args: Sequence[str],
+        secret: str,
+        deep: DeepCheck | None = None,
+    ) -> None:
+        self.preflight, self.emit = preflight, emit
+        self.run_id, self.run_dir = run_id, run_dir
+        self.extra_args = tuple(extra_args)
+        self._secret = secret  # the supervisors' proof to each other (the hub)
+        self.deep = deep  # the deep check before the start (runner.py's deep_check)
+        job = preflight.inv.job
+        self.master_port: int | None = job.master_port if job.master_port != "auto" else None
+        self.nprocs_planned: list[int] = []  # what a spare is planned with: as the run began
+
+    @property
+    def inv(self) -> Inventory:
+        return self.preflight.inv
+
+    @property
+    def fleet(self) -> Fleet:
+        return self.preflight.fleet
+
+    # -- the steps, in order (each False: the launch is refused, and says why) ------------------
+
+    async def checks(self) -> bool:
+        return await self.preflight.run()
+
+    async def deep_check(self) -> bool:
+        """The fabric measured first; a failure refuses the launch, as a failed check does."""
+        if self.deep is None:
+            return True
+        done = await self.deep()
+        failed = [f for f in done.findings if f.level == "failure"]
+        for f in failed:
+            message = f"deep check failed ({f.check}): {f.message}"
+            self.preflight.failures.append(
+                Failure(f.host or "deep check", None, None, message, seen_at=0.0)
+            )
+        if failed:
+            self.emit(Notice("error", "not starting: the deep check failed"))
+        return not failed
+
+    async def port(self) -> bool:
+        """Node 0's address usable by every peer, and a port on it (job.master_port: auto)."""
+        inv = self.inv
+        addrs = self.addresses()
+        why = master_problem(inv.job.master_addr or addrs[0], addrs)
+        if why is None and self.master_port is None:
+            self.master_port = self.preflight.master_port or await self._pick_port()
+            why = None if self.master_port else "node 0 could not pick a free port (master_port)"
+        if why is not None:
+            self.preflight.failures.append(
+                Failure(inv.master.name, None, None, why, seen_at=time.time())
+            )
+            self.emit(Notice("error", f"not starting: {why}"))
+        return why is None
+
+    def ranks(self) -> list[int]:
+        """Each node's processes, as the checks found them (nproc_per_node: auto, said)."""
+        inv, nprocs = self.inv, self.nprocs()
+        if inv.job.nproc_per_node == "auto":
+            per_host = ", ".join(f"{n} on {h.name}" for n, h in zip(nprocs, inv.hosts, strict=True))
+            self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
+        return nprocs
+
+    def start(self, nprocs: list[int]) -> tuple[Plan, list[Start]]:
+        """The plan, noted in the run dir, and each node's start."""
+        planned = self.plan(nprocs)
+        for text in planned.notices:
+            self.emit(Notice("warning", text))
+        self.nprocs_planned = nprocs
+        runs.write_info(
+            self.run_dir, master_addr=planned.master_addr, world_size=planned.world_size,
+            master_port=self.master_port, nprocs=nprocs, extra_args=list(self.extra_args),
+        )  # fmt: skip
+        starts = [
+            (
+                Node(n.host.name, n.node_rank, n.ranks),
+                protocol.START,
+                {"spec": self.spec(n, planned.master_addr)},
+            )
+            for n in planned.nodes
+        ]
+        return planned, starts
+
+    # -- what the steps decided ---------------------------------------------------------------
+
+    def resume(self, info: dict[str, Any]) -> None:
+        """A run started earlier (attach): what its launch decided, from its run.json."""
+        self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]
+        self.extra_args = tuple(str(a) for a in info.get("extra_args") or ())
+        port = info.get("master_port")
+        self.master_port = port if isinstance(port, int) else self.master_port
+
+    def nprocs(self) -> list[int]:
+        return self.preflight.nprocs()
+
+    def node_plan(self, k: int) -> NodePlan:
+        """Node k as the run was planned (a spare takes its place so)."""
+        return self.plan(self.nprocs_planned or self.nprocs()).nodes[k]
+
+    def addresses(self) -> list[str]:
+        """Where the peers reach each node's host."""
+        return [t.address for t in self.fleet.transports[: len(self.inv.hosts)]]
+
+    def plan(self, nprocs: Sequence[int]) -> Plan:
+        return build(
+            self.inv, run_id=self.run_id, nprocs=nprocs, extra_args=self.extra_args,
+            addrs=self.addresses(), master_port=self.master_port,
+        )  # fmt: skip
+
+    def spec(
+        self, node: NodePlan, master_addr: str, attempt: int = 0, secret: str = ""
+    ) -> dict[str, Any]:
+        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket)."""
+        inv, job = self.inv, self.inv.job
+        notify = job.notify.model_dump() if job.notify else None
+        return protocol.spec(
+            {
+                "run_id": self.run_id,
+                "node": node.node_rank,
+                "names": [h.name for h in inv.hosts],
+                "argv": list(node.argv),
+                "expand": list(node.expand),
+                "scratch_arg": SCRATCH,
+                "env": flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),
+                "workdir": self.preflight.workdir(node.host),
+                "route_to": node.route_to,
+                "ifname_vars": list(IFNAME_VARS),
+                "master_addr": master_addr,
+                "grace": job.stop_grace,
+                "unset": list(node.unset),
+                "ranks": list(node.ranks),
+                "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
+                "tail_ranks": node.tail_ranks,
+                "line_buffer": not node.tail_ranks,
+                "container": node.host.container.spec() if node.host.container else None,
+                "link_timeout": job.link_timeout,
+                "spool_max": int(job.spool_max_mb * (1 << 20)),
+                "secret": secret or self._secret,
+                "attempt": attempt,
+                "restarts": job.restarts,
+                "restart_delay": job.restart_delay,
+                "spares": len(inv.usable_spares),
+                "restart_on": job.restart_on,
+                "notify": notify,
+                "progress": job.progress,
+                "hang_after": job.hang_after,
+                "on_hang": job.on_hang,
+            }
+        )
+
+    async def _pick_port(self) -> int | None:
+        """job.master_port: auto without the checks: node 0's agent picks one."""
+        try:
+            agent = await self.fleet.agent(0, self.emit)
+            return await ops.port(agent)
+        except HostError:
+            return None
+
+    def swap_in(self, k: int, j: int, spare: str, attempt: int) -> None:
+        """The spare in fleet slot j becomes node k from `attempt` on: the inventory, the
+        fleet's slots and the run dir say so; what the lost host failed is not the run's."""
+        self.preflight.swap_in(k, j, spare, attempt)
+        runs.replaced(self.run_dir, k, spare, attempt)
