@@ -141,7 +141,8 @@ class Daemon:
         if self.node == 0:
             self.hub = Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
-                spec["master_addr"], self._launcher_heard,
+                spec["master_addr"], self._launcher_heard, spec["standbys"],
+                lambda text: self._word("lost", "running", text),
             )  # fmt: skip
             self.hub.start()
             self.policy = Policy(self.hub, spec, self.note, self.save_state, self._word,
@@ -156,6 +157,8 @@ class Daemon:
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
                 since=spec["attempt"],
             )  # fmt: skip
+            if spec["hub_port"]:  # a hot spare's node: no launcher need say where the hub is
+                self.link.connect(spec["master_addr"], spec["hub_port"])
         self.viewers.serve(server)
         thread(self._reap)
         thread(self._watch_lease)

@@ -13,6 +13,9 @@ stops itself; a hub that hears from no peer at all is the one cut off, and says 
 A spare that takes a lost node's place (job.restarts) proves a ticket of its own, which the
 launcher gave node 0 and the spare over SSH; the lost node, if it comes back, is told it is
 over.
+Hot spares (remote/host/standby.py) connect as peers numbered after the nodes, each in its
+spare's fleet slot: idle, until the hub tells one to take a lost node's place ("take"); one
+that dies or falls silent meanwhile is named and no longer counted.
 """
 
 from __future__ import annotations
@@ -46,7 +49,16 @@ class Hub:
     halt (a user's stop, a lease) ends those waits: a stopped run is never restarted."""
 
     def __init__(
-        self, secret, names, link_timeout, beat, on_stop, bind=None, launcher=None
+        self,
+        secret,
+        names,
+        link_timeout,
+        beat,
+        on_stop,
+        bind=None,
+        launcher=None,
+        standbys=(),
+        on_news=None,
     ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_stop = on_stop
@@ -80,6 +92,14 @@ class Hub:
         self.given_up: str | None = None  # why no spare can come (the launcher said so)
         self.go = None  # (attempt, after): the restart said to the peers
         self.over = None  # the run is over: said to every peer that comes
+        # Hot spares: their names by slot (len(names) on); the live ones' channels, when each
+        # was last heard, the node each was told to take, and the slots given up (dead, cut).
+        self.standby_names = {len(names) + i: name for i, name in enumerate(standbys)}
+        self.standbys: dict[int, Channel] = {}
+        self.standby_heard: dict[int, float] = {}
+        self.taking: dict[int, int] = {}
+        self.standbys_gone: set[int] = set()
+        self.on_news = on_news or (lambda text: None)  # word of a standby lost (stream, notify)
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
@@ -87,7 +107,8 @@ class Hub:
         self.port = self.server.getsockname()[1]
 
     def start(self):
-        thread(channel.Door(self.server, self._secrets, len(self.names), self._admit).run)
+        peers = len(self.names) + len(self.standby_names)
+        thread(channel.Door(self.server, self._secrets, peers, self._admit).run)
         thread(self._watch)
 
     def _secrets(self, node):
@@ -195,7 +216,7 @@ class Hub:
         with self.cond:
             self.over = reason
             peers = list(self.peers.values())
-        for chan in peers:
+        for chan in [*peers, *self.standbys.values()]:
             chan.send(t="over", reason=reason)
         with self.cond:  # a close before they read it could reset what they were sent
             self.cond.wait_for(lambda: not [k for k in self.peers if k not in self.lost], wait)
@@ -216,6 +237,8 @@ class Hub:
     def _peer(self, node, chan, proof):
         if not channel.prove(chan, proof):
             return
+        if node in self.standby_names:
+            return self._stand_by(node, chan)
         with contextlib.suppress(OSError):  # reset by the peer: the same as its going silent
             msgs = iter(chan)
             join = next(msgs, None)
@@ -296,6 +319,60 @@ class Hub:
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
+    # -- hot spares ---------------------------------------------------------------------------
+
+    def standbys_left(self):
+        """Hot spares not yet used nor given up (live, or yet to connect)."""
+        return len(self.standby_names) - len(self.taking) - len(self.standbys_gone)
+
+    def take(self, attempt):
+        """Each lost node not yet given a standby gets the first live one: it starts that
+        node's supervisor, which joins at `attempt` (Hub._join). Returns [(node, name)]."""
+        with self.cond:
+            todo = sorted(set(self.lost) - set(self.taking.values()))
+            slots = sorted(self.standbys)[: len(todo)]  # zip(strict=) is not python 3.8's
+            given = [(k, slot, self.standbys.pop(slot)) for k, slot in zip(todo, slots)]  # noqa: B905
+            self.taking.update((slot, k) for k, slot, _ in given)
+        for k, _, chan in given:
+            chan.send(t="take", node=k, attempt=attempt)
+        return [(k, self.standby_names[slot]) for k, slot, _ in given]
+
+    def _stand_by(self, slot, chan):
+        """A standby's link, until it takes a node, leaves, dies or falls silent (_watch)."""
+        with self.cond:
+            refused = self.over or (slot in self.standbys_gone and "given up for lost")
+            if not refused and slot not in self.taking:
+                self.standbys[slot] = chan
+                self.standby_heard[slot] = time.monotonic()
+        if refused or slot in self.taking:
+            chan.send(t="over", reason=refused or "taken")
+            return chan.close()
+        why = "it left"
+        with contextlib.suppress(OSError):
+            for msg in chan:
+                self.standby_heard[slot] = time.monotonic()
+                if msg.get("t") == "hb":
+                    chan.send(t="hb")
+                elif msg.get("t") == "took":  # its node's supervisor is up, or why not
+                    why = None if msg.get("ok") is True else str(msg.get("why"))
+        chan.close()
+        with self.cond:
+            live = self.standbys.get(slot) is chan
+            if live:
+                del self.standbys[slot]
+                self.standbys_gone.add(slot)
+            retake = why is not None and self.taking.get(slot) in self.lost and not self.over
+            if retake:  # it left before its node's supervisor joined: the next one goes
+                self.standbys_gone.add(slot)
+                del self.taking[slot]
+        name = self.standby_names[slot]
+        if live and self.over is None:
+            self.on_news(f"spare {name} no longer stands by (its standby died or was cut off): "
+                         "not counted as a spare any more")  # fmt: skip
+        elif retake:
+            self.on_news(f"spare {name} could not take the lost node's place: {why}")
+            self.take(self.attempt + 1)
+
     def gone(self, node, attempt, why):
         """A launcher found node's supervisor dead (its stream ended without a word): it is
         lost now, not after link_timeout of silence."""
@@ -309,6 +386,10 @@ class Hub:
         while self.over is None:
             time.sleep(self.beat)
             now = time.monotonic()
+            for slot, heard in list(self.standby_heard.items()):
+                chan = self.standbys.get(slot)
+                if chan is not None and now - heard > self.link_timeout:
+                    chan.close()  # its reader thread says it is gone
             silent = [k for k, heard in list(self.heard.items())
                       if k not in self.lost and now - heard > self.link_timeout]  # fmt: skip
             if not silent:
@@ -395,6 +476,7 @@ class HubLink:
         self.halting = None  # a stop that ends the run, said likewise
         self.delivered = threading.Event()  # the hub was sent our end
         self.go = None  # (attempt, after): the latest restart the hub said
+        self.take = None  # (node, attempt): a hot spare's standby is told to take that node
         self.over = None  # why no attempt follows here (the hub said so, a halt, the hub lost)
         self.addr = None
         thread(self._watch)
@@ -445,6 +527,17 @@ class HubLink:
             )
             return None if self.over is not None else self.go
 
+    def say(self, **msg):
+        """A word to the hub, if connected (a standby's "took")."""
+        self._say(msg)
+
+    def leave(self, reason):
+        """No more of this link: it hangs up (a standby whose part is over)."""
+        self._over(reason)
+        chan = self.chan
+        if chan is not None:
+            chan.close()
+
     def _say(self, msg, sent=None):
         chan = self.chan
         if chan is not None and chan.send(**msg) and sent is not None:
@@ -490,6 +583,10 @@ class HubLink:
             with self.cond:
                 if self.go is None or msg["attempt"] > self.go[0]:
                     self.go = (msg["attempt"], str(msg.get("after") or ""))
+                self.cond.notify_all()
+        elif kind == "take" and _int(msg.get("node")) and isinstance(msg.get("attempt"), int):
+            with self.cond:
+                self.take = (msg["node"], msg["attempt"])
                 self.cond.notify_all()
         elif kind == "over":
             self._over(str(msg.get("reason") or "the run is over"))

@@ -143,7 +143,8 @@ class Policy:
             self.save_state(bad_hosts=self.told)
 
     def spares_left(self) -> int:
-        return int(self.spec["spares"]) - self.hub.replaced
+        """Spares not used yet, less the hot ones given up (a standby dead or cut off)."""
+        return int(self.spec["spares"]) - self.hub.replaced - len(self.hub.standbys_gone)
 
     def of(self) -> int:
         return int(self.spec["restarts"]) + 1
@@ -163,6 +164,7 @@ class Policy:
                       node=out.node, delay=left, replace=replace)  # fmt: skip
             waiting = [self.spec["names"][k] for k in replace]
             self.save_state(status="waiting" if waiting else "restarting", waiting=waiting)
+            self.take_standbys(nxt)
             why = hub.wait_replaced()
             if why is not None:
                 return why
@@ -173,6 +175,17 @@ class Policy:
                 return ""
             if len(replace) > self.spares_left():
                 return NO_SPARE
+
+    def take_standbys(self, nxt: int) -> None:
+        """Nobody attached: a hot spare's standby takes each lost node's place (one attached
+        brings a spare itself, remote/run/recover.py; with no standby live, the next does)."""
+        if self.hub.launcher() is not None:
+            return
+        names = self.spec["names"]
+        for k, name in self.hub.take(nxt):
+            self.word("lost", "restarting",
+                      f"{name} takes {names[k]}'s place as node {k} from attempt {nxt + 1} "
+                      "(a hot spare)")  # fmt: skip
 
     def restart(self, out: Outcome, nxt: int) -> tuple[int, str | None]:
         self.hub.restart(nxt, out.reason)

@@ -48,6 +48,7 @@ FLIGHT = "flight"
 SWEEP = "sweep"
 STATUS = "status"
 PORT = "port"
+STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which node it takes
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
 )  # fmt: skip
@@ -152,6 +153,8 @@ SPEC_DEFAULTS = {
     "restarts": 0,  # attempts after the first, at most (job.restarts)
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
+    "standbys": [],  # node 0: the spares' names, in fleet order: each may stand by (hot)
+    "hub_port": None,  # where the hub listens, known at the start (a hot spare's node)
     "restart_on": None,  # node 0: job.restart_on (None: every failure restarts)
     "notify": None,  # node 0: {command, events} (job.notify)
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)

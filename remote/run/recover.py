@@ -9,6 +9,12 @@ planned. It proves itself to the hub with a ticket of its own, which node 0 is t
 over this launcher's link; once it has joined, the hub restarts every node. A spare that fails
 its checks is named and not used; with none left, the hub is told, and the run ends as it would
 have without spares.
+
+Hot spares: at the launch, each spare that passes its checks stands by (`stand_by`,
+remote/host/standby.py): idle, holding no GPU, connected to the hub, given node k's spec for
+every k it may take. With nobody attached, the hub swaps a lost or bad node for the first live
+standby itself; one attached brings a spare as above, and where no standby is live the next
+attach does.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ddptui.remote import inventory
 from ddptui.remote.agents import sync
@@ -25,6 +31,7 @@ from ddptui.remote.checks import probe
 from ddptui.remote.events import Notice
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Host
+from ddptui.remote.run import plan as planner
 from ddptui.remote.run.gang import Node
 from ddptui.remote.store import runs
 
@@ -44,8 +51,50 @@ class Recovery:
     def __init__(self, run: Run) -> None:
         self.run = run
         self.tasks: list[asyncio.Future[None]] = []
+        self.standing: asyncio.Future[None] | None = None  # the spares' standbys starting
         self.asked: set[tuple[int, int]] = set()  # (node, attempt) seen to already
         self.refused: set[str] = set()  # spares that failed their checks: not tried again
+
+    async def stand_by(self) -> None:
+        """Each spare that passes its checks stands by, once node 0's hub listens."""
+        run = self.run
+        if not run.inv.job.restarts or len(run.inv.hosts) < 2:
+            return
+        await run.gang.hub_heard.wait()
+        await asyncio.gather(*(self._stand_by(j, spare) for j, spare in self._candidates()))
+
+    async def _stand_by(self, j: int, spare: Host) -> None:
+        run = self.run
+        why = await self._check(j, spare, 1)
+        if why is None:
+            try:
+                agent = await run.fleet.agent(j, run.emit)
+                await agent.request(protocol.STANDBY, self._standby(j, spare))
+            except HostError as exc:
+                why = exc.reason
+        if why is not None:
+            text = f"spare {spare.name} does not stand by ({why}): an attach may still bring it"
+            run.emit(Notice("warning", text, host=spare.name))
+            return
+        text = f"spare {spare.name} stands by: it takes a lost or bad host's place, attached or not"
+        run.emit(Notice("info", text, host=spare.name))
+
+    def _standby(self, j: int, spare: Host) -> dict[str, Any]:
+        """The standby's request: node k's spec as the spare in its place, for every k but 0."""
+        run = self.run
+        addrs = run.addresses()
+        specs = {}
+        for k in range(1, len(run.inv.hosts)):
+            inv = inventory.swap_in(run.inv, k, spare.name, 0)
+            plan = planner.build(
+                inv, run_id=run.run_id, nprocs=run.nprocs_planned, extra_args=run.extra_args,
+                addrs=[*addrs[:k], run.fleet.transports[j].address, *addrs[k + 1 :]],
+                master_port=run.master_port,
+            )  # fmt: skip
+            specs[str(k)] = run.spec(plan.nodes[k], inv=inv)
+        return {"run_id": run.run_id, "slot": j, "specs": specs, "secret": specs["1"]["secret"],
+                "hub": [run.gang.master_addr, run.gang.hub_port],
+                "link_timeout": run.inv.job.link_timeout}  # fmt: skip
 
     def start(self, restart: Restart) -> None:
         todo = [k for k in restart.replace if (k, restart.attempt) not in self.asked]

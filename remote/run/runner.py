@@ -134,7 +134,7 @@ class Run:
 
     def detach(self) -> None:
         """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself."""
-        if self.inv.job.restarts and self.inv.usable_spares:
+        if self.inv.job.restarts and self.inv.usable_spares and not self.recovery.standing:
             self.emit(Notice("info", recover.DETACHED))
         self.gang.detach()
 
@@ -202,6 +202,8 @@ class Run:
             (Node(n.host.name, n.node_rank, n.ranks), protocol.START, {"spec": self.spec(n)})
             for n in plan.nodes
         ]
+        self.recovery.standing = asyncio.ensure_future(self.recovery.stand_by())
+        self.recovery.tasks.append(self.recovery.standing)
         await self._follow(starts)
         return self._finish()
 
@@ -376,6 +378,10 @@ class Run:
     async def _detach_once_running(self, nodes: Sequence[asyncio.Future[None]]) -> None:
         running: asyncio.Future[Any] = asyncio.ensure_future(self.gang.running.wait())
         await asyncio.wait([running, *nodes], return_when=asyncio.FIRST_COMPLETED)
+        if running.done() and self.recovery.standing is not None:  # the standbys up first
+            await asyncio.wait(
+                [self.recovery.standing, *nodes], return_when=asyncio.FIRST_COMPLETED
+            )
         if running.done() and not self.stopping:
             self.detach()
 
@@ -383,15 +389,23 @@ class Run:
         """Node 0's hub waits for spares in lost nodes' places (remote/run/recover.py)."""
         self.recovery.start(restart)
 
-    def spec(self, node: planner.NodePlan, attempt: int = 0, secret: str = "") -> dict[str, Any]:
-        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket)."""
-        job = self.inv.job
+    def spec(
+        self,
+        node: planner.NodePlan,
+        attempt: int = 0,
+        secret: str = "",
+        inv: Inventory | None = None,
+    ) -> dict[str, Any]:
+        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket); inv: the
+        hosts as a hot spare in node's place would have them (else the run's)."""
+        inv = inv or self.inv
+        job = inv.job
         notify = job.notify.model_dump() if job.notify else None
         return protocol.spec(
             {
                 "run_id": self.run_id,
                 "node": node.node_rank,
-                "names": [h.name for h in self.inv.hosts],
+                "names": [h.name for h in inv.hosts],
                 "argv": list(node.argv),
                 "expand": list(node.expand),
                 "scratch_arg": planner.SCRATCH,
@@ -413,7 +427,8 @@ class Run:
                 "attempt": attempt,
                 "restarts": job.restarts,
                 "restart_delay": job.restart_delay,
-                "spares": len(self.inv.usable_spares),
+                "spares": len(inv.usable_spares),
+                "standbys": [h.name for h in inv.usable_spares] if node.node_rank == 0 else [],
                 "restart_on": job.restart_on,
                 "notify": notify,
                 "progress": job.progress,

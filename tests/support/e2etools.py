@@ -14,7 +14,7 @@ from typing import Any
 
 from testhosts import REPO, TestCluster
 
-from ddptui.remote.host import nodes, procs
+from ddptui.remote.host import nodes, procs, standby
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -96,6 +96,16 @@ def supervisors(run_id: str) -> list[int]:
     """The run's supervisors (and their guardians) on any host: their command line is the
     supervisor's boot (nodes.DAEMON_BOOT) with the run's id."""
     return [p for p in procs.all_pids() if run_id in cmdline(p) and nodes.DAEMON_BOOT in cmdline(p)]
+
+
+def standbys(run_id: str) -> list[int]:
+    """The run's hot spares' standbys on any host (remote/host/standby.py's boot)."""
+    return [p for p in procs.all_pids() if run_id in cmdline(p) and standby.BOOT in cmdline(p)]
+
+
+def node_file(cluster: TestCluster, host: int, run_id: str, node: str, name: str) -> Path:
+    """A file of a node's directory on a test host (node: `n0`, a spare's `n1-a1`)."""
+    return cluster.hosts[host].home / ".local/state/ddptui/runs" / run_id / node / name
 
 
 def ssh_home(config: Path, home: Path) -> dict[str, str]:
