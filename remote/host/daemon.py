@@ -142,7 +142,7 @@ class Daemon:
             self.hub = Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
                 spec["master_addr"], self._launcher_heard, spec["standbys"],
-                lambda text: self._word("lost", "running", text),
+                self._spare_lost,
             )  # fmt: skip
             self.hub.start()
             self.policy = Policy(self.hub, spec, self.note, self.save_state, self._word,
@@ -470,6 +470,11 @@ class Daemon:
         wanted = self.notifier.wanted(event)
         self.note(t=protocol.NOTIFY, event=event, status=status, message=message, wanted=wanted)
         self.notifier(event, status, message)
+
+    def _spare_lost(self, text):
+        """A hot spare's standby died or was cut off: said, and to job.notify."""
+        self.note(t=protocol.SPARE_NEWS, level="warning", text=text)
+        self._word("lost", "running", text)
 
     def _notify_failed(self, event, why):
         log(f"notify ({event}) failed: {why}")

@@ -15,7 +15,7 @@ launcher gave node 0 and the spare over SSH; the lost node, if it comes back, is
 over.
 Hot spares (remote/host/standby.py) connect as peers numbered after the nodes, each in its
 spare's fleet slot: idle, until the hub tells one to take a lost node's place ("take"); one
-that dies or falls silent meanwhile is named and no longer counted.
+that dies or falls silent meanwhile is named and no longer counted as a hot spare.
 """
 
 from __future__ import annotations
@@ -321,10 +321,6 @@ class Hub:
 
     # -- hot spares ---------------------------------------------------------------------------
 
-    def standbys_left(self):
-        """Hot spares not yet used nor given up (live, or yet to connect)."""
-        return len(self.standby_names) - len(self.taking) - len(self.standbys_gone)
-
     def take(self, attempt):
         """Each lost node not yet given a standby gets the first live one: it starts that
         node's supervisor, which joins at `attempt` (Hub._join). Returns [(node, name)]."""
@@ -368,7 +364,8 @@ class Hub:
         name = self.standby_names[slot]
         if live and self.over is None:
             self.on_news(f"spare {name} no longer stands by (its standby died or was cut off): "
-                         "not counted as a spare any more")  # fmt: skip
+                         f"{len(self.standbys)} hot spare(s) left; an attach may still bring it "
+                         "in")  # fmt: skip
         elif retake:
             self.on_news(f"spare {name} could not take the lost node's place: {why}")
             self.take(self.attempt + 1)

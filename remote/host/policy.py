@@ -143,8 +143,9 @@ class Policy:
             self.save_state(bad_hosts=self.told)
 
     def spares_left(self) -> int:
-        """Spares not used yet, less the hot ones given up (a standby dead or cut off)."""
-        return int(self.spec["spares"]) - self.hub.replaced - len(self.hub.standbys_gone)
+        """Spares not used yet: a hot one whose standby died or was cut off still counts (an
+        attach may yet bring its host in, after its checks)."""
+        return int(self.spec["spares"]) - self.hub.replaced
 
     def of(self) -> int:
         return int(self.spec["restarts"]) + 1
@@ -183,9 +184,10 @@ class Policy:
             return
         names = self.spec["names"]
         for k, name in self.hub.take(nxt):
-            self.word("lost", "restarting",
-                      f"{name} takes {names[k]}'s place as node {k} from attempt {nxt + 1} "
-                      "(a hot spare)")  # fmt: skip
+            text = f"{name} takes {names[k]}'s place as node {k} from attempt {nxt + 1}"
+            text += " (a hot spare)"
+            self.note(t=protocol.SPARE_NEWS, level="info", text=text)
+            self.word("lost", "restarting", text)
 
     def restart(self, out: Outcome, nxt: int) -> tuple[int, str | None]:
         self.hub.restart(nxt, out.reason)
