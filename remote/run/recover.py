@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from ddptui.remote.run.runner import Run
 
 DETACHED = (
-    "a lost host's place goes to a spare only while ddptui is attached (a spare needs a "
-    "login): a detached run with a lost host waits for the next `ddptui attach`"
+    "no spare stands by: a lost host's place goes to a spare only while ddptui is attached (a "
+    "spare needs a login): a detached run with a lost host waits for the next `ddptui attach`"
 )
 
 
@@ -52,6 +52,7 @@ class Recovery:
         self.run = run
         self.tasks: list[asyncio.Future[None]] = []
         self.standing: asyncio.Future[None] | None = None  # the spares' standbys starting
+        self.hot: list[str] = []  # the spares standing by (this launcher started them)
         self.asked: set[tuple[int, int]] = set()  # (node, attempt) seen to already
         self.refused: set[str] = set()  # spares that failed their checks: not tried again
 
@@ -76,6 +77,7 @@ class Recovery:
             text = f"spare {spare.name} does not stand by ({why}): an attach may still bring it"
             run.emit(Notice("warning", text, host=spare.name))
             return
+        self.hot.append(spare.name)
         text = f"spare {spare.name} stands by: it takes a lost or bad host's place, attached or not"
         run.emit(Notice("info", text, host=spare.name))
 

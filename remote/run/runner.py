@@ -134,7 +134,7 @@ class Run:
 
     def detach(self) -> None:
         """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself."""
-        if self.inv.job.restarts and self.inv.usable_spares and not self.recovery.standing:
+        if self.inv.job.restarts and self.inv.usable_spares and not self.recovery.hot:
             self.emit(Notice("info", recover.DETACHED))
         self.gang.detach()
 
