@@ -16,11 +16,17 @@ from pathlib import Path
 
 import nvidia_smi
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, node_file, standbys, wait_for
+from e2etools import (
+    Cli,
+    Cmd,
+    assert_node1_ran_on_the_spare,
+    assert_nothing_left,
+    standbys,
+    wait_for,
+)  # fmt: skip
 from testhosts import REPO, TestCluster
 
 from ddptui.remote.host import procs
-from ddptui.remote.host.spool import PREFIX as spool_prefix
 
 pytestmark = pytest.mark.e2e
 
@@ -137,13 +143,7 @@ def test_a_detached_run_swaps_a_gpu_failure_for_a_hot_spare_with_nobody_attached
     wait_for(lambda: not procs.tagged_pids(node1), 30, "node1's job to end")
     took = time.monotonic() - began
     assert took < 15, f"{took:.1f} s"
-    hub = node_file(cluster, 0, run_id, "n0", "state.json")
-    status = lambda: json.loads(hub.read_text()).get("run_status")  # noqa: E731
-    wait_for(lambda: status() is not None, 180, "the run to end")
-    assert status() == "succeeded"
-    spare_dir = node_file(cluster, 2, run_id, "n1-a1", "state.json").parent
-    spool = b"".join(p.read_bytes() for p in spare_dir.glob(f"{spool_prefix}*"))
-    assert b"rank 2/4 on node2 (node 1" in spool and b"rank 3/4 on node2 (node 1" in spool
+    assert_node1_ran_on_the_spare(cluster, run_id)
     cause = "GPU 3 (00000000:5D:00.0) on node1: cannot be read: nvidia-smi answers ERR!"
     listed = Cmd(["runs", "--json"], tmp_path / "runs", home)
     assert listed.wait(60) == 0, listed.stderr

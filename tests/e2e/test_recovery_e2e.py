@@ -19,15 +19,14 @@ import pytest
 from e2etools import (
     Cli,
     Cmd,
+    assert_node1_ran_on_the_spare,
     assert_nothing_left,
-    node_file,
+    cut_off,
     standbys,
     supervisors,
     wait_for,
 )  # fmt: skip
 from testhosts import TestCluster, veth_name
-
-from ddptui.remote.host.spool import PREFIX as spool_prefix
 
 pytestmark = pytest.mark.e2e
 
@@ -198,23 +197,13 @@ def test_a_detached_run_swaps_a_lost_host_for_a_hot_spare_with_nobody_attached(
     """node1 cut off: the hub makes spare node2's standby node 1, nobody attached, and the
     job succeeds on attempt 2 in node 1's ranks; the standby leaves, its part over."""
     run_id, notified = detached_with_a_spare(cluster, tmp_path, data_home, 29784)
-    veth = veth_name(cluster.prefix, 1)
-    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
-    try:
-        hub = node_file(cluster, 0, run_id, "n0", "state.json")
-        status = lambda: json.loads(hub.read_text()).get("run_status")  # noqa: E731
-        wait_for(lambda: status() is not None, 180, "the run to end")
-        assert status() == "succeeded"
-        spare = node_file(cluster, 2, run_id, "n1-a1", "state.json").parent
-        spool = b"".join(p.read_bytes() for p in spare.glob(f"{spool_prefix}*"))
-        assert b"rank 2/4 on node2 (node 1" in spool and b"rank 3/4 on node2 (node 1" in spool
+    with cut_off(cluster, 1):
+        assert_node1_ran_on_the_spare(cluster, run_id)
         words = notified.read_text()
         assert "lost|node2 takes node1's place as node 1 from attempt 2 (a hot spare)" in words
         assert "succeeded|every rank succeeded" in words
         assert_nothing_left(cluster, run_id, timeout=30)
         wait_for(lambda: not standbys(run_id), 20, "the standby to leave")
-    finally:
-        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
     wait_for(lambda: not supervisors(run_id), 40, "every supervisor to leave")
 
 
@@ -228,9 +217,7 @@ def test_a_detached_run_whose_standby_died_waits_for_an_attach(
         os.kill(pid, signal.SIGKILL)
     named = lambda: notified.exists() and "no longer stands by" in notified.read_text()  # noqa: E731
     wait_for(named, 30, "the standby named")
-    veth = veth_name(cluster.prefix, 1)
-    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
-    try:
+    with cut_off(cluster, 1):
         # node 1 lost: every job stops, the hub waits for a launcher to bring a spare
         wait_for(lambda: len(supervisors(run_id)) == 2, 60, "the cut host's supervisor to leave")
         assert_nothing_left(cluster, run_id, timeout=30)
@@ -247,6 +234,4 @@ def test_a_detached_run_whose_standby_died_waits_for_an_attach(
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
         assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
         assert_nothing_left(cluster, run_id, timeout=10)
-    finally:
-        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
     wait_for(lambda: not supervisors(run_id), 30, "every supervisor to leave")
