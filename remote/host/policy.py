@@ -112,6 +112,7 @@ class Policy:
         self.hang_up_s = hang_up_s  # how long the peers get to hang up at the end
         self.last: Outcome | None = None  # the last attempt's, if it failed
         self.told: dict[str, list[str]] = {}  # the bad hosts said so far: node -> [host, why]
+        self.swapped: dict[str, list[Any]] = {}  # node -> [hot spare, attempt]: for an attach
 
     def after(self, number: int) -> tuple[int, str | None] | None:
         """Once every node's job of attempt `number` ended: (attempt, after) to start next,
@@ -188,6 +189,8 @@ class Policy:
             text += " (a hot spare)"
             self.note(t=protocol.SPARE_NEWS, level="info", text=text)
             self.word("lost", "restarting", text)
+            self.swapped[str(k)] = [name, nxt]
+            self.save_state(swapped=self.swapped)  # a later attach follows node k there
 
     def restart(self, out: Outcome, nxt: int) -> tuple[int, str | None]:
         self.hub.restart(nxt, out.reason)

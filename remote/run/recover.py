@@ -170,16 +170,42 @@ class Recovery:
         return None
 
     async def _take(self, k: int, j: int, spare: Host, attempt: int) -> None:
-        """The spare in slot j becomes node k from `attempt` on (the run dir says so, for a
-        later attach), then starts."""
+        """The spare in slot j becomes node k from `attempt` on, then starts."""
+        lost = self.run.inv.hosts[k]
+        await self.run.gang.retire(k)
+        self._swap(k, j, spare.name, attempt)
+        await self._start(k, attempt, lost.name)
+
+    def _swap(self, k: int, j: int, spare: str, attempt: int) -> None:
+        """The spare in slot j is node k from `attempt` on (the run dir says so, for a later
+        attach)."""
         run = self.run
         lost = run.inv.hosts[k]
-        await run.gang.retire(k)
-        run.inv = run.preflight.inv = inventory.swap_in(run.inv, k, spare.name, attempt)
+        run.inv = run.preflight.inv = inventory.swap_in(run.inv, k, spare, attempt)
         run.fleet.swap(k, j, run.inv.hosts[k])
         run.preflight.forget(k, lost.name)
-        runs.replaced(run.run_dir, k, spare.name, attempt)
-        await self._start(k, attempt, lost.name)
+        runs.replaced(run.run_dir, k, spare, attempt)
+
+    async def learn_swaps(self) -> None:
+        """An attach: the hot spares node 0's hub put in nodes' places with nobody attached
+        (its state says which), followed there as a launcher's spares are."""
+        run = self.run
+        try:
+            agent = await run.fleet.agent(0, run.emit)
+            got = await agent.request(protocol.STATUS, {"nodes": [[run.run_id, 0, 0]]})
+        except HostError:
+            return
+        found: Any = got
+        for key in ("runs", run.run_id, "0", "swapped"):  # what a host sends is data: checked
+            found = found.get(key) if isinstance(found, dict) else None
+        for node, said in sorted(found.items() if isinstance(found, dict) else ()):
+            if not (str(node).isdigit() and isinstance(said, list) and len(said) == 2):
+                continue
+            k, (name, since) = int(node), said
+            slot = next((j for j, h in self._candidates() if h.name == name), None)
+            known = 0 < k < len(run.inv.hosts) and run.inv.hosts[k].name != name
+            if known and slot is not None and isinstance(since, int):
+                self._swap(k, slot, name, since)
 
     async def _start(self, k: int, attempt: int, lost: str) -> None:
         """Node k's supervisor on its spare, with a ticket node 0's hub is told to expect."""

@@ -252,6 +252,9 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
+        if 0 not in self.preflight.unreachable:
+            await self.recovery.learn_swaps()
+            inv = self.inv  # with the hot spares' swaps
         await self._seed_progress()
         self.gang.master_addr = str(info.get("master_addr") or "")
         self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]

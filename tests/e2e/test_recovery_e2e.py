@@ -205,6 +205,14 @@ def test_a_detached_run_swaps_a_lost_host_for_a_hot_spare_with_nobody_attached(
         assert_nothing_left(cluster, run_id, timeout=30)
         wait_for(lambda: not standbys(run_id), 20, "the standby to leave")
     wait_for(lambda: not supervisors(run_id), 40, "every supervisor to leave")
+    attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)  # it sees the swap
+    assert attach.wait(120) == 0, attach.stderr
+    assert "spare node2 stands by" not in attach.stderr  # the launch's word, not node 0's
+    assert "node2 takes node1's place as node 1 from attempt 2 (a hot spare)" in attach.stderr
+    assert "[r2 node2] ddptui: attempt 2 of 2 (after node1 was lost)" in attach.stdout
+    assert "[r0 node0] done" in attach.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
 
 
 def test_a_detached_run_whose_standby_died_waits_for_an_attach(
