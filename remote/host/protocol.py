@@ -51,6 +51,7 @@ PORT = "port"
 STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which node it takes
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
+    STANDBY,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------
