@@ -139,6 +139,12 @@ async def status(
         raise _wrong(agent, protocol.STATUS) from None
 
 
+async def standby(agent: Agent, request: dict[str, Any]) -> None:
+    """A hot spare's standby started on this host (remote/host/standby.py): idle until node 0's
+    hub says which node it takes."""
+    await agent.request(protocol.STANDBY, request)
+
+
 async def port(agent: Agent) -> int | None:
     """A free TCP port on the host; None if what it said is not one."""
     got = (await agent.request(protocol.PORT)).get("port")

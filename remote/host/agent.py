@@ -164,6 +164,7 @@ OPS = {
     protocol.SWEEP: lambda agent, ch, req: _mod("nodes").sweep(ch, req),
     protocol.STATUS: lambda agent, ch, req: _mod("nodes").status(ch, req),
     protocol.PORT: lambda agent, ch, req: _mod("nodes").free_port(ch, req),
+    protocol.STANDBY: lambda agent, ch, req: _mod("standby").start(ch, req, agent.code_dir),
 }
 
 

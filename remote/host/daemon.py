@@ -171,7 +171,8 @@ class Daemon:
         if self.node == 0:
             self.hub = Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
-                spec["master_addr"], self._launcher_heard,
+                spec["master_addr"], self._launcher_heard, spec["standbys"],
+                self._spare_lost,
             )  # fmt: skip
             self.hub.start()
             self.policy = Policy(self.hub, spec, self.note, self.save_state, self._word,
@@ -187,6 +188,8 @@ class Daemon:
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
                 since=spec["attempt"], on_sample=self.vitals.sample,
             )  # fmt: skip
+            if spec["hub_port"]:  # a hot spare's node: no launcher need say where the hub is
+                self.link.connect(spec["master_addr"], spec["hub_port"])
         self.viewers.serve(server)
         thread(self._reap)
         thread(self._watch_lease)
@@ -483,6 +486,11 @@ class Daemon:
         wanted = notifier.wanted(event)
         self.note(t=protocol.NOTIFY, event=event, status=status, message=message, wanted=wanted)
         notifier(event, status, message)
+
+    def _spare_lost(self, text):
+        """A hot spare's standby died or was cut off: said, and to job.notify."""
+        self.note(t=protocol.SPARE_NEWS, level="warning", text=text)
+        self._word("lost", "running", text)
 
     def _notify_failed(self, event, why):
         log(f"notify ({event}) failed: {why}")

@@ -13,6 +13,9 @@ stops itself; a hub that hears from no peer at all is the one cut off, and says 
 A spare that takes a lost node's place (job.restarts) proves a ticket of its own, which the
 launcher gave node 0 and the spare over SSH; the lost node, if it comes back, is told it is
 over.
+Hot spares (remote/host/standby.py) connect as peers numbered after the nodes, each in its
+spare's fleet slot: idle, until the hub tells one to take a lost node's place ("take"); one
+that dies or falls silent meanwhile is named and no longer counted as a hot spare.
 """
 
 from __future__ import annotations
@@ -85,7 +88,16 @@ class Hub:
     halt (a user's stop, a lease) ends those waits: a stopped run is never restarted."""
 
     def __init__(
-        self, secret, names, link_timeout, beat, on_stop, bind=None, launcher=None
+        self,
+        secret,
+        names,
+        link_timeout,
+        beat,
+        on_stop,
+        bind=None,
+        launcher=None,
+        standbys=(),
+        on_news=None,
     ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_stop = on_stop
@@ -115,6 +127,14 @@ class Hub:
         self.over: str | None = None  # the run is over: said to every peer that comes
         self.final = False  # this attempt's failure ends the run (job.on_hang: stop)
         self.sampled = lambda node, seq, sample: None  # a peer's sample (remote/host/watch.py)
+        # Hot spares: their names by slot (len(names) on); the live ones' channels, when each
+        # was last heard, the node each was told to take, and the slots given up (dead, cut).
+        self.standby_names = {len(names) + i: name for i, name in enumerate(standbys)}
+        self.standbys: dict[int, Channel] = {}
+        self.standby_heard: dict[int, float] = {}
+        self.taking: dict[int, int] = {}
+        self.standbys_gone: set[int] = set()
+        self.on_news = on_news or (lambda text: None)  # word of a standby lost (stream, notify)
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
@@ -122,7 +142,8 @@ class Hub:
         self.port = self.server.getsockname()[1]
 
     def start(self):
-        thread(channel.Door(self.server, self._secrets, len(self.names), self._admit).run)
+        peers = len(self.names) + len(self.standby_names)
+        thread(channel.Door(self.server, self._secrets, peers, self._admit).run)
         thread(self._watch)
 
     def _secrets(self, node):
@@ -255,7 +276,7 @@ class Hub:
         with self.cond:
             self.over = reason
             peers = list(self.peers.values())
-        for chan in peers:
+        for chan in [*peers, *self.standbys.values()]:
             chan.send(t=protocol.HUB_OVER, reason=reason)
         with self.cond:  # a close before they read it could reset what they were sent
             self.cond.wait_for(lambda: not [k for k in self.peers if k not in self.lost], wait)
@@ -276,6 +297,8 @@ class Hub:
     def _peer(self, node, chan, proof):
         if not channel.prove(chan, proof):
             return
+        if node in self.standby_names:
+            return self._stand_by(node, chan)
         with contextlib.suppress(OSError):  # reset by the peer: the same as its going silent
             msgs = iter(chan)
             join = next(msgs, None)
@@ -362,6 +385,57 @@ class Hub:
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
+    # -- hot spares ---------------------------------------------------------------------------
+
+    def take(self, attempt):
+        """Each lost node not yet given a standby gets the first live one: it starts that
+        node's supervisor, which joins at `attempt` (Hub._join). Returns [(node, name)]."""
+        with self.cond:
+            todo = sorted(set(self.lost) - set(self.taking.values()))
+            slots = sorted(self.standbys)[: len(todo)]  # zip(strict=) is not python 3.8's
+            given = [(k, slot, self.standbys.pop(slot)) for k, slot in zip(todo, slots)]  # noqa: B905
+            self.taking.update((slot, k) for k, slot, _ in given)
+        for k, _, chan in given:
+            chan.send(t=protocol.HUB_TAKE, node=k, attempt=attempt)
+        return [(k, self.standby_names[slot]) for k, slot, _ in given]
+
+    def _stand_by(self, slot, chan):
+        """A standby's link, until it takes a node, leaves, dies or falls silent (_watch)."""
+        with self.cond:
+            refused = self.over or (slot in self.standbys_gone and "given up for lost")
+            if not refused and slot not in self.taking:
+                self.standbys[slot] = chan
+                self.standby_heard[slot] = time.monotonic()
+        if refused or slot in self.taking:
+            chan.send(t=protocol.HUB_OVER, reason=refused or "taken")
+            return chan.close()
+        why: str | None = "it left"
+        with contextlib.suppress(OSError):
+            for msg in chan:
+                self.standby_heard[slot] = time.monotonic()
+                if msg.get("t") == protocol.HUB_BEAT:
+                    chan.send(t=protocol.HUB_BEAT)
+                elif msg.get("t") == protocol.HUB_TOOK:  # its node's supervisor is up, or why not
+                    why = None if msg.get("ok") is True else str(msg.get("why"))
+        chan.close()
+        with self.cond:
+            live = self.standbys.get(slot) is chan
+            if live:
+                del self.standbys[slot]
+                self.standbys_gone.add(slot)
+            retake = why is not None and self.taking.get(slot) in self.lost and not self.over
+            if retake:  # it left before its node's supervisor joined: the next one goes
+                self.standbys_gone.add(slot)
+                del self.taking[slot]
+        name = self.standby_names[slot]
+        if live and self.over is None:
+            self.on_news(f"spare {name} no longer stands by (its standby died or was cut off): "
+                         f"{len(self.standbys)} hot spare(s) left; an attach may still bring it "
+                         "in")  # fmt: skip
+        elif retake:
+            self.on_news(f"spare {name} could not take the lost node's place: {why}")
+            self.take(self.attempt + 1)
+
     def gone(self, node, attempt, why):
         """A launcher found node's supervisor dead (its stream ended without a word): it is
         lost now, not after link_timeout of silence."""
@@ -375,6 +449,10 @@ class Hub:
         while self.over is None:
             time.sleep(self.beat)
             now = time.monotonic()
+            for slot, heard in list(self.standby_heard.items()):
+                chan = self.standbys.get(slot)
+                if chan is not None and now - heard > self.link_timeout:
+                    chan.close()  # its reader thread says it is gone
             silent = [k for k, heard in list(self.heard.items())
                       if k not in self.lost and now - heard > self.link_timeout]  # fmt: skip
             if not silent:
@@ -465,6 +543,7 @@ class HubLink:
         self.go: Go | None = None  # the latest restart the hub said
         self.over: str | None = None  # why no attempt follows here (the hub said so, a halt,
         # the hub lost)
+        self.take: tuple[int, int] | None = None  # (node, attempt): a standby takes that node
         self.addr: tuple[str, int] | None = None
         thread(self._watch)
 
@@ -517,6 +596,17 @@ class HubLink:
             )
             return None if self.over is not None else self.go
 
+    def say(self, **msg):
+        """A word to the hub, if connected (a standby's "took")."""
+        self._say(msg)
+
+    def leave(self, reason):
+        """No more of this link: it hangs up (a standby whose part is over)."""
+        self._over(reason)
+        chan = self.chan
+        if chan is not None:
+            chan.close()
+
     def _say(self, msg, sent=None):
         chan = self.chan
         if chan is not None and chan.send(**msg) and sent is not None:
@@ -562,6 +652,14 @@ class HubLink:
             with self.cond:
                 if self.go is None or msg["attempt"] > self.go.attempt:
                     self.go = Go(msg["attempt"], str(msg.get("after") or ""))
+                self.cond.notify_all()
+        elif (
+            kind == protocol.HUB_TAKE
+            and _int(msg.get("node"))
+            and isinstance(msg.get("attempt"), int)
+        ):
+            with self.cond:
+                self.take = (msg["node"], msg["attempt"])
                 self.cond.notify_all()
         elif kind == protocol.HUB_OVER:
             self._over(str(msg.get("reason") or "the run is over"))

@@ -130,7 +130,7 @@ def start(ch, req, code_dir, sources):
         spec = protocol.spec(spec)
     except protocol.SpecError as exc:
         return _error(ch, "this host's ddptui does not understand the launcher's: {}".format(exc))
-    why = _spawn(spec, code_dir, sources)
+    why = spawn(spec, code_dir, sources)
     if why:
         return _error(ch, why)
     relay(ch, state.node_dir(spec["run_id"], spec["node"], spec["attempt"]))
@@ -151,7 +151,7 @@ def _keep_code(ndir, sources):
     return path
 
 
-def _spawn(spec, code_dir, sources):
+def spawn(spec, code_dir, sources):
     """Start the node's supervisor (the one prepared for it, a warm one, or a fresh one); None
     once it says it is up, else why not. The go is the whole spec, on a line."""
     early = protocol.early(spec)

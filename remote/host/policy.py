@@ -114,6 +114,7 @@ class Policy:
         self.hang_up_s = hang_up_s  # how long the peers get to hang up at the end
         self.last: Outcome | None = None  # the last attempt's, if it failed
         self.told: dict[str, list[str]] = {}  # the bad hosts said so far: node -> [host, why]
+        self.swapped: dict[str, list[Any]] = {}  # node -> [hot spare, attempt]: for an attach
 
     def after(self, number: int) -> tuple[int, str | None] | None:
         """Once every node's job of attempt `number` ended: (attempt, after) to start next,
@@ -145,6 +146,8 @@ class Policy:
             self.save_state(bad_hosts=self.told)
 
     def spares_left(self) -> int:
+        """Spares not used yet: a hot one whose standby died or was cut off still counts (an
+        attach may yet bring its host in, after its checks)."""
         return int(self.spec["spares"]) - self.hub.replaced
 
     def of(self) -> int:
@@ -165,6 +168,7 @@ class Policy:
                       node=out.node, delay=left, replace=list(replace))  # fmt: skip
             waiting = [self.spec["names"][k] for k in replace]
             self.save_state(status="waiting" if waiting else "restarting", waiting=waiting)
+            self.take_standbys(nxt)
             why = hub.wait_replaced()
             if why is not None:
                 return why
@@ -175,6 +179,20 @@ class Policy:
                 return ""
             if len(replace) > self.spares_left():
                 return NO_SPARE
+
+    def take_standbys(self, nxt: int) -> None:
+        """Nobody attached: a hot spare's standby takes each lost node's place (one attached
+        brings a spare itself, remote/run/recover.py; with no standby live, the next does)."""
+        if self.hub.launcher() is not None:
+            return
+        names = self.spec["names"]
+        for k, name in self.hub.take(nxt):
+            text = f"{name} takes {names[k]}'s place as node {k} from attempt {nxt + 1}"
+            text += " (a hot spare)"
+            self.note(t=protocol.SPARE_NEWS, level="info", text=text)
+            self.word("lost", "restarting", text)
+            self.swapped[str(k)] = [name, nxt]
+            self.save_state(swapped=self.swapped)  # a later attach follows node k there
 
     def restart(self, out: Outcome, nxt: int) -> tuple[int, str | None]:
         self.hub.restart(nxt, out.reason)

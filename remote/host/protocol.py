@@ -135,8 +135,10 @@ FLIGHT = "flight"
 SWEEP = "sweep"
 STATUS = "status"
 PORT = "port"
+STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which node it takes
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
+    STANDBY,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------
@@ -167,6 +169,7 @@ MODE = "mode"  # {mode}: attached or detached
 REDRAWN = "redrawn"
 HEALTH = "health"  # {level, text, attempt}: this host's GPUs or NICs, news since the attempt began
 # node 0's stream: {node, name, why}: a host no attempt of this run may use again
+SPARE_NEWS = "spare-news"  # {level, text}: node 0: a hot spare's standby lost, or swapped in
 BAD_HOST = "bad-host"
 # control frames only
 STREAM_HELLO = "hello"  # {node, run_id, mode, live, spool_start, spool_end, state}
@@ -205,6 +208,8 @@ HUB_RESTART = "restart"  # hub: start attempt N
 HUB_OVER = "over"  # hub: the run is over (or another host took this node's place)
 HUB_SAMPLE = "sample"  # hub: sample your ranks (stacks too): the run's hang watch
 HUB_SAMPLED = "sampled"  # peer: its ranks' sample (remote/host/vitals.py), for that ask
+HUB_TAKE = "take"  # hub, to a hot spare's standby: start node N's supervisor from attempt M
+HUB_TOOK = "took"  # standby: its node's supervisor is up (ok), or why not
 
 # -- restarts and word of them (job.restarts, job.notify) ---------------------------------------
 
@@ -252,6 +257,8 @@ SPEC_DEFAULTS = {
     "restarts": 0,  # attempts after the first, at most (job.restarts)
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
+    "standbys": [],  # node 0: the spares' names, in fleet order: each may stand by (hot)
+    "hub_port": None,  # where the hub listens, known at the start (a hot spare's node)
     "restart_on": None,  # node 0: job.restart_on (None: every failure restarts)
     "notify": None,  # node 0: {command, events} (job.notify)
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)

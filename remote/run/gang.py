@@ -97,6 +97,8 @@ class Gang:
     retired: list[dict[str, Any]] = field(default_factory=list)  # unread() of retired nodes
     woke: float = 0.0  # when it ran again (monotonic): no silence before counts against a host
     _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
+    hub_port: int | None = None  # where node 0's hub listens, once it said so
+    hub_heard: asyncio.Event = field(default_factory=asyncio.Event)  # ... and it has
     _hub: str | None = None  # the line that tells a supervisor where node 0's hub listens
     _hub_told: dict[int, Channel] = field(default_factory=dict)  # node → the stream told it
 
@@ -402,12 +404,16 @@ class Gang:
             self._hub_said(node, msg, at)
         elif isinstance(msg, nodemsg.Health):
             self.emit(Notice("error" if msg.level == "failure" else "warning", msg.text, name))
+        elif isinstance(msg, nodemsg.SpareNews):
+            self.emit(Notice("warning" if msg.level == "warning" else "info", msg.text))
         elif isinstance(msg, nodemsg.BadHost):
             self.emit(BadHost(msg.name, msg.node, msg.why))
 
     def _hub_at(self, port: int) -> None:
         """Node 0's hub listens at `port`: every other node's supervisor is told."""
         hub = f"{protocol.SAY_HUB} {self.master_addr} {port}"
+        self.hub_port = port
+        self.hub_heard.set()
         if hub != self._hub:
             self._hub, self._hub_told = hub, {}
         for j, other in self.links.items():

@@ -22,7 +22,7 @@ from ddptui.remote.checks.judge import master_problem
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import DeepChecked, Event, Failure, Notice
 from ddptui.remote.host import protocol
-from ddptui.remote.inventory import Inventory
+from ddptui.remote.inventory import Inventory, swap_in
 from ddptui.remote.run.gang import Node, Start
 from ddptui.remote.run.plan import IFNAME_VARS, SCRATCH, NodePlan, Plan, build
 from ddptui.remote.stalls import flight
@@ -154,10 +154,17 @@ class Launch:
         )  # fmt: skip
 
     def spec(
-        self, node: NodePlan, master_addr: str, attempt: int = 0, secret: str = ""
+        self,
+        node: NodePlan,
+        master_addr: str,
+        attempt: int = 0,
+        secret: str = "",
+        inv: Inventory | None = None,
     ) -> dict[str, Any]:
-        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket)."""
-        inv, job = self.inv, self.inv.job
+        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket); inv: the
+        hosts as a hot spare in node's place would have them (else the run's)."""
+        inv = inv or self.inv
+        job = inv.job
         notify = job.notify.model_dump() if job.notify else None
         return protocol.spec(
             {
@@ -186,6 +193,7 @@ class Launch:
                 "restarts": job.restarts,
                 "restart_delay": job.restart_delay,
                 "spares": len(inv.usable_spares),
+                "standbys": [h.name for h in inv.usable_spares] if node.node_rank == 0 else [],
                 "restart_on": job.restart_on,
                 "notify": notify,
                 "progress": job.progress,
@@ -193,6 +201,23 @@ class Launch:
                 "on_hang": job.on_hang,
             }
         )
+
+    def standby(self, j: int, spare: str, master_addr: str, hub_port: int | None) -> dict[str, Any]:
+        """A hot spare's standby (fleet slot j): node k's spec as the spare in its place, for
+        every k but 0, and where the hub listens."""
+        addrs = self.addresses()
+        specs = {}
+        for k in range(1, len(self.inv.hosts)):
+            inv = swap_in(self.inv, k, spare, 0)
+            planned = build(
+                inv, run_id=self.run_id, nprocs=self.nprocs_planned, extra_args=self.extra_args,
+                addrs=[*addrs[:k], self.fleet.transports[j].address, *addrs[k + 1 :]],
+                master_port=self.master_port,
+            )  # fmt: skip
+            specs[str(k)] = self.spec(planned.nodes[k], master_addr, inv=inv)
+        link_timeout = self.inv.job.link_timeout
+        return {"run_id": self.run_id, "slot": j, "specs": specs, "secret": self._secret,
+                "hub": [master_addr, hub_port], "link_timeout": link_timeout}  # fmt: skip
 
     async def _pick_port(self) -> int | None:
         """job.master_port: auto without the checks: node 0's agent picks one."""

@@ -126,6 +126,14 @@ class Health:
 
 
 @dataclass(frozen=True, slots=True)
+class SpareNews:
+    """Node 0's hub: a hot spare's standby lost, or put in a lost or bad node's place."""
+
+    level: str  # info, warning
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class BadHost:
     """Node 0's hub: a host no attempt of the run may use again, and why."""
 
@@ -156,6 +164,7 @@ Message = (
     | NotifyFailed
     | Redrawn
     | Health
+    | SpareNews
     | BadHost
 )
 
@@ -247,5 +256,6 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     protocol.NOTIFY_FAILED: lambda m: NotifyFailed(_text(m["event"]), _text(m.get("error", ""))),
     protocol.REDRAWN: lambda m: Redrawn(_int(m["rank"]), _text(m["text"])),
     protocol.HEALTH: lambda m: Health(_text(m.get("level", "")), _text(m["text"]), _attempt(m)),
+    protocol.SPARE_NEWS: lambda m: SpareNews(_text(m.get("level", "")), _text(m["text"])),
     protocol.BAD_HOST: lambda m: BadHost(_int(m["node"]), _text(m["name"]), _text(m["why"])),
 }  # fmt: skip

@@ -9,6 +9,12 @@ planned. It proves itself to the hub with a ticket of its own, which node 0 is t
 over this launcher's link; once it has joined, the hub restarts every node. A spare that fails
 its checks is named and not used; with none left, the hub is told, and the run ends as it would
 have without spares.
+
+Hot spares: at the launch, each spare that passes its checks stands by (`stand_by`,
+remote/host/standby.py): idle, holding no GPU, connected to the hub, given node k's spec for
+every k it may take. With nobody attached, the hub swaps a lost or bad node for the first live
+standby itself; one attached brings a spare as above, and where no standby is live the next
+attach does.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ import asyncio
 import dataclasses
 import secrets
 from collections.abc import Callable
+from typing import Any
 
-from ddptui.remote.agents import sync
+from ddptui.remote.agents import ops, sync
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.checks import probe
 from ddptui.remote.events import Notice
@@ -29,8 +36,8 @@ from ddptui.remote.run.launch import Emit, Launch
 from ddptui.remote.run.nodemsg import Restart
 
 DETACHED = (
-    "a lost host's place goes to a spare only while ddptui is attached (a spare needs a "
-    "login): a detached run with a lost host waits for the next `ddptui attach`"
+    "no spare stands by: a lost host's place goes to a spare only while ddptui is attached (a "
+    "spare needs a login): a detached run with a lost host waits for the next `ddptui attach`"
 )
 
 
@@ -49,8 +56,36 @@ class Recovery:
         self.new_stream = new_stream  # node k's logs go on from a spare's stream at attempt n
         self.bad = bad  # the run's: host -> why its hub will not use it again
         self.tasks: list[asyncio.Future[None]] = []
+        self.standing: asyncio.Future[None] | None = None  # the spares' standbys starting
+        self.hot: list[str] = []  # the spares standing by (this launcher started them)
         self.asked: set[tuple[int, int]] = set()  # (node, attempt) seen to already
         self.refused: set[str] = set()  # spares that failed their checks: not tried again
+
+    async def stand_by(self) -> None:
+        """Each spare that passes its checks stands by, once node 0's hub listens."""
+        inv = self.launch.inv
+        if not inv.job.restarts or len(inv.hosts) < 2:
+            return
+        await self.gang.hub_heard.wait()
+        await asyncio.gather(*(self._stand_by(j, spare) for j, spare in self._candidates()))
+
+    async def _stand_by(self, j: int, spare: Host) -> None:
+        launch = self.launch
+        why = await self._check(j, spare, 1)
+        if why is None:
+            try:
+                agent = await launch.fleet.agent(j, self.emit)
+                hub = (self.gang.master_addr, self.gang.hub_port)
+                await ops.standby(agent, launch.standby(j, spare.name, *hub))
+            except HostError as exc:
+                why = exc.reason
+        if why is not None:
+            text = f"spare {spare.name} does not stand by ({why}): an attach may still bring it"
+            self.emit(Notice("warning", text, host=spare.name))
+            return
+        self.hot.append(spare.name)
+        text = f"spare {spare.name} stands by: it takes a lost or bad host's place, attached or not"
+        self.emit(Notice("info", text, host=spare.name))
 
     def start(self, restart: Restart) -> None:
         todo = [k for k in restart.replace if (k, restart.attempt) not in self.asked]
@@ -131,6 +166,26 @@ class Recovery:
         await self.gang.retire(k)
         self.launch.swap_in(k, j, spare.name, attempt)
         await self._start(k, attempt, lost.name)
+
+    async def learn_swaps(self) -> None:
+        """An attach: the hot spares node 0's hub put in nodes' places with nobody attached
+        (its state says which), followed there as a launcher's spares are."""
+        launch = self.launch
+        try:
+            agent = await launch.fleet.agent(0, self.emit)
+            found = await ops.status(agent, [(launch.run_id, 0, 0)])
+        except HostError:
+            return
+        state: Any = (found.get(launch.run_id) or {}).get(0) or {}
+        swapped = state.get("swapped") if isinstance(state, dict) else None
+        for node, said in sorted(swapped.items() if isinstance(swapped, dict) else ()):
+            if not (str(node).isdigit() and isinstance(said, list) and len(said) == 2):
+                continue  # what a host sends is data: checked
+            k, (name, since) = int(node), said
+            slot = next((j for j, h in self._candidates() if h.name == name), None)
+            known = 0 < k < len(launch.inv.hosts) and launch.inv.hosts[k].name != name
+            if known and slot is not None and isinstance(since, int):
+                launch.swap_in(k, slot, name, since)
 
     async def _start(self, k: int, attempt: int, lost: str) -> None:
         """Node k's supervisor on its spare, with a ticket node 0's hub is told to expect."""

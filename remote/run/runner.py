@@ -136,7 +136,7 @@ class Run:
 
     def detach(self) -> None:
         """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself."""
-        if self.inv.job.restarts and self.inv.usable_spares:
+        if self.inv.job.restarts and self.inv.usable_spares and not self.recovery.hot:
             self.emit(Notice("info", recover.DETACHED))
         self.gang.detach()
 
@@ -182,6 +182,8 @@ class Run:
         if not await launch.port():
             return self._finish()
         planned, starts = launch.start(nprocs)
+        self.recovery.standing = asyncio.ensure_future(self.recovery.stand_by())
+        self.recovery.tasks.append(self.recovery.standing)
         await self._follow(partial(self.gang.start, starts, planned.master_addr))
         return self._finish()
 
@@ -192,6 +194,9 @@ class Run:
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
+        if 0 not in self.preflight.unreachable:
+            await self.recovery.learn_swaps()
+            inv = self.inv  # with the hot spares' swaps
         seeded = await self._seed_progress()
         self.launch.resume(info)
         stored = {}
@@ -311,6 +316,10 @@ class Run:
     async def _detach_once_running(self, nodes: Sequence[asyncio.Future[None]]) -> None:
         running: asyncio.Future[Any] = asyncio.ensure_future(self.gang.running.wait())
         await asyncio.wait([running, *nodes], return_when=asyncio.FIRST_COMPLETED)
+        if running.done() and self.recovery.standing is not None:  # the standbys up first
+            await asyncio.wait(
+                [self.recovery.standing, *nodes], return_when=asyncio.FIRST_COMPLETED
+            )
         if running.done() and not self.stopping:
             self.detach()
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
-from testhosts import TestCluster, veth_name
+from e2etools import Cli, Cmd, assert_nothing_left, cut_off, supervisors, wait_for
+from testhosts import TestCluster
 
 from ddptui.remote.host import procs
 
@@ -58,17 +55,6 @@ def tick_job(port: int, **job: object) -> dict[str, object]:
 def data_home(tmp_path: Path) -> dict[str, str]:
     """Where the CLI keeps its runs (each test its own history)."""
     return {"XDG_DATA_HOME": str(tmp_path / "data")}
-
-
-@contextmanager
-def cut(cluster: TestCluster, i: int) -> Iterator[None]:
-    """Host i's link down (veth down: its sshd and supervisor see nothing), up again after."""
-    veth = veth_name(cluster.prefix, i)
-    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
 
 
 def node_dir(cluster: TestCluster, run_id: str, k: int) -> Path:
@@ -137,7 +123,7 @@ def test_a_detached_run_with_a_host_cut_names_that_host(
     assert cli.wait(120) == 0, cli.stderr
     run_id = cli.stdout.splitlines()[-1]
     time.sleep(1)  # the ranks tick
-    with cut(cluster, k):
+    with cut_off(cluster, k):
         assert_nothing_left(cluster, run_id, timeout=LEASE + 15)
         wait_for(lambda: not supervisors(run_id), LEASE + 15, "the supervisors to end")
     if k == 1:
@@ -173,7 +159,7 @@ def test_the_lines_of_a_host_cut_past_the_lease_come_late(
     run_id = cli.run_id()
     wait_for(lambda: "tick 3 20" in cli.stdout, 60, "every rank to tick")
     t0 = time.monotonic()
-    with cut(cluster, 1):
+    with cut_off(cluster, 1):
         assert cli.wait(LEASE + 30) == 1, cli.stderr
         took = time.monotonic() - t0
         wait_for(lambda: not supervisors(run_id), LEASE + 20, "node1's supervisor to end")

@@ -1,19 +1,31 @@
 """Runs that recover (job.restarts), on real sshd test hosts with real torchrun and gloo.
 
 A rank that fails on the first attempt and not on the second; a host cut off (veth down) whose
-node rank a spare host takes; a detached run that restarts with nobody attached; a stop during
-the restart delay. Each ends with nothing of the run left on any host.
+node rank a spare host takes; a detached run that restarts with nobody attached; a detached
+run whose cut host a hot spare's standby replaces, nobody attached, and one whose standby died
+(an attach brings the spare); a stop during the restart delay. Each ends with nothing of the
+run left on any host.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
+from e2etools import (
+    Cli,
+    Cmd,
+    assert_node1_ran_on_the_spare,
+    assert_nothing_left,
+    cut_off,
+    standbys,
+    supervisors,
+    wait_for,
+)  # fmt: skip
 from testhosts import TestCluster, veth_name
 
 pytestmark = pytest.mark.e2e
@@ -159,21 +171,61 @@ def test_a_stop_during_the_restart_delay_restarts_nothing(
     wait_for(lambda: not supervisors(run_id), 20, "every supervisor to leave")
 
 
-def test_a_detached_run_with_a_lost_host_waits_for_an_attach(
-    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
-) -> None:
-    """A spare needs a login: the hub waits, `runs` says so, and `attach` goes on with it."""
-    job = {**TRAIN, "args": ["--epochs", "4", "--step-time", "0.1"], "master_port": 29784,
-           "restarts": 1, "restart_delay": 0.5, "link_timeout": 6, "stop_grace": 2}  # fmt: skip
+def detached_with_a_spare(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str], port: int
+) -> tuple[str, Path]:
+    """A detached 2-host run with spare node2 standing by, node1 to be cut: its id and the
+    file job.notify writes its words in."""
+    notified = tmp_path / "notified"
+    job = {**TRAIN, "args": ["--epochs", "4", "--step-time", "0.1"], "master_port": port,
+           "restarts": 1, "restart_delay": 0.5, "link_timeout": 6, "stop_grace": 2,
+           "notify": {"command": f'echo "$DDPTUI_EVENT|$DDPTUI_MESSAGE" >> {notified}',
+                      "events": ["lost", "restarted", "succeeded"]}}  # fmt: skip
     spare = {"host": cluster.hosts[2].addr, "name": "node2", "spare": True}
     inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1, spare])
     cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
     assert cli.wait(120) == 0, cli.stderr
-    assert "a detached run with a lost host waits for the next `ddptui attach`" in cli.stderr
+    assert "spare node2 stands by" in cli.stderr
     run_id = cli.stdout.splitlines()[-1]
-    veth = veth_name(cluster.prefix, 1)
-    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
-    try:
+    wait_for(lambda: standbys(run_id), 30, "node2's standby")
+    return run_id, notified
+
+
+def test_a_detached_run_swaps_a_lost_host_for_a_hot_spare_with_nobody_attached(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """node1 cut off: the hub makes spare node2's standby node 1, nobody attached, and the
+    job succeeds on attempt 2 in node 1's ranks; the standby leaves, its part over."""
+    run_id, notified = detached_with_a_spare(cluster, tmp_path, data_home, 29784)
+    with cut_off(cluster, 1):
+        assert_node1_ran_on_the_spare(cluster, run_id)
+        words = notified.read_text()
+        assert "lost|node2 takes node1's place as node 1 from attempt 2 (a hot spare)" in words
+        assert "succeeded|every rank succeeded" in words
+        assert_nothing_left(cluster, run_id, timeout=30)
+        wait_for(lambda: not standbys(run_id), 20, "the standby to leave")
+    wait_for(lambda: not supervisors(run_id), 40, "every supervisor to leave")
+    attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)  # it sees the swap
+    assert attach.wait(120) == 0, attach.stderr
+    assert "spare node2 stands by" not in attach.stderr  # the launch's word, not node 0's
+    assert "node2 takes node1's place as node 1 from attempt 2 (a hot spare)" in attach.stderr
+    assert "[r2 node2] ddptui: attempt 2 of 2 (after node1 was lost)" in attach.stdout
+    assert "[r0 node0] done" in attach.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
+
+
+def test_a_detached_run_whose_standby_died_waits_for_an_attach(
+    cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
+) -> None:
+    """The standby killed: named, no longer counted; node1 lost, the hub waits, `runs` says
+    so, and `attach` brings the spare (it needs a login)."""
+    run_id, notified = detached_with_a_spare(cluster, tmp_path, data_home, 29785)
+    for pid in standbys(run_id):
+        os.kill(pid, signal.SIGKILL)
+    named = lambda: notified.exists() and "no longer stands by" in notified.read_text()  # noqa: E731
+    wait_for(named, 30, "the standby named")
+    with cut_off(cluster, 1):
         # node 1 lost: every job stops, the hub waits for a launcher to bring a spare
         wait_for(lambda: len(supervisors(run_id)) == 2, 60, "the cut host's supervisor to leave")
         assert_nothing_left(cluster, run_id, timeout=30)
@@ -183,12 +235,11 @@ def test_a_detached_run_with_a_lost_host_waits_for_an_attach(
         assert row["status"] == "running" and "node1" in row["detail"], row
         attach = Cmd(["attach", run_id], tmp_path / "attach", data_home)
         assert attach.wait(180) == 0, attach.stderr
+        assert "spare node2 no longer stands by" in attach.stderr
         assert "node2 takes node1's place as node 1 from attempt 2" in attach.stderr
         assert "[r2 node2] ddptui: attempt 2 of 2 (after node1 was lost)" in attach.stdout
         assert "[r0 node0] done" in attach.stdout
         summary = json.loads((tmp_path / "run" / "summary.json").read_text())
         assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
         assert_nothing_left(cluster, run_id, timeout=10)
-    finally:
-        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
     wait_for(lambda: not supervisors(run_id), 30, "every supervisor to leave")

@@ -556,3 +556,86 @@ def test_the_hub_asks_every_peer_for_a_sample_and_a_hang_fails_the_attempt() -> 
         True,
     )
     assert policy.decide(out, 0, 3, 0) == policy.Decision(False, "failed", "job.on_hang: stop")
+
+
+# -- hot spares' standbys (remote/host/standby.py) -----------------------------------------------
+
+
+def standing(n: int, spares: int) -> tuple[Hub, list[str], list[HubLink]]:
+    """A hub of n nodes (node 1 never comes: lost) with `spares` standbys connected; the news
+    it tells of them."""
+    news: list[str] = []
+    names = [f"node{k}" for k in range(n + spares)]
+    h = Hub(SECRET, names[:n], 0.6, 0.1, Stops(), "127.0.0.1", None, names[n:], news.append)
+    h.start()
+    links = [HubLink(SECRET, n + i, 5.0, 0.1, Stops()) for i in range(spares)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    until(lambda: len(h.standbys) == spares)
+    return h, news, links
+
+
+def until(cond: Any, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def lost_node1(h: Hub) -> None:
+    until(lambda: 1 in h.lost)
+    h.own_end("stopped", "node 1 lost")
+    assert h.settle().lost == [1]
+
+
+def test_a_standby_takes_a_lost_nodes_place_and_its_supervisor_joins() -> None:
+    h, news, (standby,) = standing(2, 1)
+    lost_node1(h)
+    assert h.take(1) == [(1, "node2")]
+    until(lambda: standby.take == (1, 1))
+    standby.say(t="took", ok=True, why=None)
+    standby.leave("its part is over")
+    node1 = HubLink(SECRET, 1, 5.0, 0.1, Stops(), since=1)  # the supervisor it started
+    node1.connect("127.0.0.1", h.port)
+    assert h.wait_replaced() is None and h.replaced == 1
+    assert h.take(1) == [] and news == []  # taken, not lost
+
+
+def test_a_standby_that_dies_is_named_and_never_taken() -> None:
+    h, news, (standby,) = standing(2, 1)
+    standby.leave("killed")
+    until(lambda: news)
+    assert news == ["spare node2 no longer stands by (its standby died or was cut off): 0 hot "
+                    "spare(s) left; an attach may still bring it in"]  # fmt: skip
+    lost_node1(h)
+    assert h.take(1) == []  # the hub waits for an attach, as without standbys
+    again = HubLink(SECRET, 2, 5.0, 0.1, Stops())
+    again.connect("127.0.0.1", h.port)
+    assert again.word() is None and again.over == "given up for lost"
+
+
+def test_a_silent_standby_is_given_up_at_its_link_timeout() -> None:
+    _, news, (standby,) = standing(2, 1)
+    standby.beat = 60.0  # its heartbeats stop (the next one is a minute away)
+    until(lambda: news, 10)
+    assert news[0].startswith("spare node2 no longer stands by")
+
+
+def test_a_standby_that_could_not_take_its_node_passes_it_on() -> None:
+    h, news, (first, second) = standing(2, 2)
+    lost_node1(h)
+    assert h.take(1) == [(1, "node2")]
+    until(lambda: first.take == (1, 1))
+    first.say(t="took", ok=False, why="cannot make the node's directory")
+    first.leave("its part is over")
+    until(lambda: second.take == (1, 1))
+    assert news == ["spare node2 could not take the lost node's place: cannot make the "
+                    "node's directory"]  # fmt: skip
+
+
+def test_every_standby_is_told_the_run_is_over() -> None:
+    h, _, links = standing(2, 2)
+    lost_node1(h)
+    h.finish("every rank succeeded", 1.0)
+    for link in links:
+        assert link.word() is None and link.over == "every rank succeeded"

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from testhosts import REPO, TestCluster
+from testhosts import REPO, TestCluster, veth_name
 
-from ddptui.remote.host import nodes, procs
+from ddptui.remote.host import nodes, procs, spool, standby
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -96,6 +97,39 @@ def supervisors(run_id: str) -> list[int]:
     """The run's supervisors (and their guardians) on any host: their command line is the
     supervisor's boot (nodes.DAEMON_BOOT) with the run's id."""
     return [p for p in procs.all_pids() if run_id in cmdline(p) and nodes.DAEMON_BOOT in cmdline(p)]
+
+
+def standbys(run_id: str) -> list[int]:
+    """The run's hot spares' standbys on any host (remote/host/standby.py's boot)."""
+    return [p for p in procs.all_pids() if run_id in cmdline(p) and standby.BOOT in cmdline(p)]
+
+
+def node_file(cluster: TestCluster, host: int, run_id: str, node: str, name: str) -> Path:
+    """A file of a node's directory on a test host (node: `n0`, a spare's `n1-a1`)."""
+    return cluster.hosts[host].home / ".local/state/ddptui/runs" / run_id / node / name
+
+
+def assert_node1_ran_on_the_spare(cluster: TestCluster, run_id: str) -> None:
+    """The run, detached, succeeded (node 0's state says so) with node 1's ranks on node2 from
+    attempt 2: a hot spare's standby took node 1 with nobody attached."""
+    hub = node_file(cluster, 0, run_id, "n0", "state.json")
+    status = lambda: json.loads(hub.read_text()).get("run_status")  # noqa: E731
+    wait_for(lambda: status() is not None, 180, "the run to end")
+    assert status() == "succeeded"
+    spare = node_file(cluster, 2, run_id, "n1-a1", "state.json").parent
+    kept = b"".join(p.read_bytes() for p in spare.glob(f"{spool.PREFIX}*"))
+    assert b"rank 2/4 on node2 (node 1" in kept and b"rank 3/4 on node2 (node 1" in kept
+
+
+@contextlib.contextmanager
+def cut_off(cluster: TestCluster, host: int) -> Iterator[None]:
+    """The host's link down (veth down: its sshd and supervisor see nothing), up again after."""
+    veth = veth_name(cluster.prefix, host)
+    subprocess.run(["ip", "link", "set", veth, "down"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)
 
 
 def ssh_home(config: Path, home: Path) -> dict[str, str]:
