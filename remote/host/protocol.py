@@ -157,6 +157,7 @@ SPEC_DEFAULTS = {
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
     "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
     "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
+    "on_straggler": "warn",  # node 0: job.on_straggler: warn | replace
 }
 
 

@@ -419,6 +419,7 @@ class Run:
                 "progress": job.progress,
                 "hang_after": job.hang_after,
                 "on_hang": job.on_hang,
+                "on_straggler": job.on_straggler,
             }
         )
 

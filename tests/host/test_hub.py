@@ -551,3 +551,22 @@ def test_the_hub_asks_every_peer_for_a_sample_and_a_hang_fails_the_attempt() -> 
         True,
     )
     assert policy.decide(out, 0, 3, 0) == policy.Decision(False, "failed", "job.on_hang: stop")
+
+
+@pytest.mark.parametrize("spares", [0, 1])
+def test_a_straggler_to_replace_later_is_a_bad_host_once_the_attempt_fails(spares: int) -> None:
+    """job.on_straggler: replace with no spare or restart to spend at once: node2 is swapped
+    when the attempt fails of something else, if a spare is left; its supervisor is told over."""
+    h, _, links = with_peers(5.0)
+    h.replace_later(2, "rank 3 on node2 is a straggler")
+    links[0].end("failed", "node 1 (node1) failed: exit 1")
+    h.own_end("stopped", "node 1 (node1) failed: exit 1")
+    links[1].end("stopped", "node 1 (node1) failed: exit 1")
+    spec = {"spares": spares}
+    pol = policy.Policy(h, spec, lambda **k: None, lambda **k: None, lambda *w: None, 0.1)
+    out = pol.swap(h.settle())
+    if spares:
+        assert out.lost == [2] and out.bad == {2: ("node2", "rank 3 on node2 is a straggler")}
+        assert out.cause == "failed" and links[1].word() is None  # over: it leaves
+    else:
+        assert out.lost == [] and out.bad == {} and h.swaps == {2: "rank 3 on node2 is a straggler"}
