@@ -160,6 +160,7 @@ OPS = {
     protocol.SWEEP: lambda agent, ch, req: _mod("nodes").sweep(ch, req),
     protocol.STATUS: lambda agent, ch, req: _mod("nodes").status(ch, req),
     protocol.PORT: lambda agent, ch, req: _mod("nodes").free_port(ch, req),
+    protocol.HANGS: _answer(lambda req: _mod("watch").kept(req)),
 }
 
 

@@ -48,8 +48,10 @@ FLIGHT = "flight"
 SWEEP = "sweep"
 STATUS = "status"
 PORT = "port"
+HANGS = "hangs"  # node 0's kept hangs (hang-<attempt>.json, remote/host/watch.py)
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
+    HANGS,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------

@@ -12,9 +12,11 @@ from __future__ import annotations  # py3.8: annotations stay unevaluated
 
 import json
 import os
+import re
 import threading
 import time
 
+from . import state
 from .hangrule import HangRule
 from .policy import spares_left
 from .straggle import Stragglers
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
 
 POLL_S = 5.0  # between two asks
 ANSWER_S = 10.0  # how long one ask's answers are waited for (py-spy reads a few ranks)
+KEPT_MAX = 16 << 20  # bytes of one kept hang a launcher fetches
+_HANG = re.compile(r"hang-[0-9]+\.json\Z")  # what keep() writes
 
 
 class Watch:
@@ -218,3 +222,23 @@ def keep(where: str, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict
         json.dump(found, f, indent=1)
     os.replace(tmp, path)
     return path
+
+
+def kept(req: Dict[str, Any]) -> Dict[str, Any]:
+    """The hangs node 0's watch kept for run `run_id` ({run_id, since}): {records: {name: its
+    JSON text}}, for a launcher to copy into its run directory; one too large is left out."""
+    where = state.node_dir(str(req["run_id"]), 0, int(req.get("since") or 0))
+    try:
+        names = sorted(n for n in os.listdir(where) if _HANG.match(n))
+    except OSError:
+        names = []
+    records = {}
+    for name in names:
+        try:
+            with open(os.path.join(where, name), "rb") as f:
+                text = f.read(KEPT_MAX + 1)
+        except OSError:
+            continue
+        if len(text) <= KEPT_MAX:
+            records[name] = text.decode("utf-8", "replace")
+    return {"records": records}

@@ -25,6 +25,7 @@ from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.checks.judge import master_problem
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
+    Alert,
     BadHost,
     ChecksDone,
     Event,
@@ -47,7 +48,7 @@ from ddptui.remote.run import nodemsg, recover
 from ddptui.remote.run import plan as planner
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.progress import Watch
-from ddptui.remote.stalls import flight, hang
+from ddptui.remote.stalls import flight, hang, kept
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
 
@@ -96,6 +97,7 @@ class Run:
         self._t0 = time.monotonic()
         self.recorder: Recorder | None = None
         self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
+        self._fetches: set[asyncio.Future[None]] = set()  # kept hangs being copied (kept.py)
         self.stop_now = False
         self.leftovers: list[str] = []  # what a stop could not kill
         self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
@@ -251,6 +253,8 @@ class Run:
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
         await self._seed_progress()
+        if 0 not in self.preflight.unreachable:  # the hangs kept while nobody was attached
+            await kept.fetch(self.fleet, self.emit, self.run_id, self.run_dir)
         self.gang.master_addr = str(info.get("master_addr") or "")
         self.nprocs_planned = [int(n) for n in info.get("nprocs") or ()]
         self.extra_args = tuple(str(a) for a in info.get("extra_args") or ())
@@ -342,6 +346,7 @@ class Run:
             await gang.wait()
             await gang.settle()
         finally:
+            await asyncio.gather(*self._fetches, return_exceptions=True)
             self.fleet.unlisten(self.emit)
             for task in [*helpers, *self.recovery.tasks]:
                 task.cancel()
@@ -445,6 +450,12 @@ class Run:
         return fin
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, Alert) and event.event == "hang":  # the run's watch kept it
+            task = asyncio.ensure_future(
+                kept.fetch(self.fleet, self.emit, self.run_id, self.run_dir)
+            )
+            self._fetches.add(task)
+            task.add_done_callback(self._fetches.discard)
         if isinstance(event, HangDetected):  # job.notify's command runs on node 0's host
             self.gang.say(0, f"{protocol.SAY_NOTIFY} hang {hang.describe(event)}")
         self._hang.feed(event)

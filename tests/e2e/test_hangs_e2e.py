@@ -66,6 +66,10 @@ def test_a_detached_run_names_a_hang_and_restarts_with_nobody_attached(
     assert "hang: hung " in attach.stderr and "rank 3 on node1 stuck" in attach.stderr
     assert "run succeeded after 2 attempts" in attach.stderr
     assert "[r3 node1] rank 3 done" in attach.stdout
+    # the attach copied the hang node 0 kept into its own run directory, and said where
+    said = "the hang's stacks and verdict, copied here: "
+    copied = Path(next(ln for ln in attach.stderr.splitlines() if said in ln).split(said)[1])
+    assert copied.name == "hang-0.json" and json.loads(copied.read_text()) == found
 
 
 @pytest.mark.slow_hangs
