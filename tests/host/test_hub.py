@@ -570,3 +570,15 @@ def test_a_straggler_to_replace_later_is_a_bad_host_once_the_attempt_fails(spare
         assert out.cause == "failed" and links[1].word() is None  # over: it leaves
     else:
         assert out.lost == [] and out.bad == {} and h.swaps == {2: "rank 3 on node2 is a straggler"}
+
+
+def test_a_straggler_replaced_now_ends_the_attempt_and_restarts_whatever_restart_on_says() -> None:
+    h, _, links = with_peers(5.0)
+    h.fail("straggler: rank 3 on node2 is a straggler", 2, bad=True, cause="straggler")
+    assert links[1].word() is None  # node2's supervisor is told it is over: it leaves
+    h.own_end("stopped", "straggler")
+    links[0].end("stopped", "straggler")
+    out = h.settle()
+    assert (out.kind, out.node, out.lost, list(out.bad)) == ("straggler", 2, [2], [2])
+    assert policy.decide(out, 0, 3, 1, ["failed"]) == policy.RESTART
+    assert policy.decide(out, 0, 3, 0, None).why == policy.NO_SPARE
