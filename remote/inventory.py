@@ -438,6 +438,12 @@ class Job(_Strict):
         description="What a hang the run's watch confirmed does: restart (the attempt fails as "
         "hung; the job restarts if restarts remain), stop (the run ends) or warn",
     )
+    on_straggler: Literal["warn", "replace"] = Field(
+        default="warn",
+        description="What a straggler the run's watch named does: warn, or replace (its host is "
+        "swapped for a spare: at once where a spare and a restart are left, else when the "
+        "attempt fails of something else)",
+    )
     nccl: Nccl = Field(default_factory=Nccl, description=Nccl.__doc__)
     spawn_args: SpawnArgs = Field(
         default_factory=lambda: SpawnArgs(), description=SpawnArgs.__doc__

@@ -165,6 +165,7 @@ OPS = {
     protocol.STATUS: lambda agent, ch, req: _mod("nodes").status(ch, req),
     protocol.PORT: lambda agent, ch, req: _mod("nodes").free_port(ch, req),
     protocol.STANDBY: lambda agent, ch, req: _mod("standby").start(ch, req, agent.code_dir),
+    protocol.HANGS: _answer(lambda req: _mod("watch").kept(req)),
 }
 
 

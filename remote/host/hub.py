@@ -119,6 +119,7 @@ class Hub:
         # that failure's kind, rank, exit code and lines (remote/host/retry.py)
         self.facts: dict[str, Any] = {}
         self.bad: dict[int, tuple[str, str]] = {}  # node -> (host, why): never used again this run
+        self.swaps: dict[int, str] = {}  # node -> why: to be swapped after the attempt (straggler)
         self.lost: dict[int, int] = {}  # node -> the attempt it was lost in: a spare must come
         self.isolated = False  # node 0 heard from no peer: its own network, not theirs
         self.halted: Halted | None = None  # no attempt follows (a user's stop, a lease)
@@ -183,22 +184,46 @@ class Hub:
             chan.send(t=protocol.HUB_STOP, reason=reason, node=node, attempt=attempt, by=by)
         self.on_stop(reason, node, by)
 
-    def fail(self, reason, node, final=False, bad=False):
-        """A failure the hub itself found (a hang): every node stops, the attempt fails for
-        `node`'s sake (its cause "hang", as job.restart_on names it); final: no attempt follows
-        (job.on_hang: stop); bad: `node`'s host is bad for the run (hung twice in a row), so a
-        spare must take its place, as a lost node's."""
-        chan = None
+    def fail(self, reason, node, final=False, bad=False, cause="hang"):
+        """A failure the hub itself found (a hang, a straggler to replace): every node stops,
+        the attempt fails for `node`'s sake (its cause as job.restart_on names it); final: no
+        attempt follows (job.on_hang: stop); bad: `node`'s host is bad for the run (hung twice
+        in a row, a straggler), so a spare must take its place, as a lost node's."""
         with self.cond:
             if self.failure is None:
-                self.failure, self.echo, self.facts = Blame(reason, node), False, {"cause": "hang"}
+                self.failure, self.echo, self.facts = Blame(reason, node), False, {"cause": cause}
             self.final = self.final or final
-            if bad and node is not None:
-                self.bad[node] = (self.names[node], reason)
-                if node:
-                    self.lost[node] = self.attempt
-                    chan = self.peers.get(node)
+            chan = self._bad(node, reason) if bad and node is not None else None
         self.stop_all(reason, node)
+        self._over(chan, reason)
+
+    def replace_later(self, node, reason):
+        """`node`'s host is to be swapped for a spare once the attempt fails of something else
+        (job.on_straggler: replace, with no spare or restart to spend now): see `swap`."""
+        with self.cond:
+            self.swaps.setdefault(node, reason)
+
+    def swap(self, room):
+        """After a failed attempt: up to `room` of the hosts `replace_later` named become bad,
+        for spares to take their places. The nodes swapped."""
+        with self.cond:
+            nodes = [k for k in sorted(self.swaps) if k not in self.lost][: max(0, room)]
+            chans = [(self._bad(k, self.swaps[k]), self.swaps.pop(k)) for k in nodes]
+        for chan, reason in chans:
+            self._over(chan, reason)
+        return nodes
+
+    def _bad(self, node, reason):
+        """(Under the lock) `node`'s host is never used again this run: a spare must take its
+        place (node 0's cannot: policy.decide ends the run). Its channel, to be told it is over."""
+        self.bad[node] = (self.names[node], reason)
+        if not node:
+            return None
+        self.lost[node] = self.attempt
+        return self.peers.get(node)
+
+    @staticmethod
+    def _over(chan, reason):
         if chan is not None:  # its supervisor leaves once its job is stopped
             chan.send(t=protocol.HUB_OVER, reason=f"this host is bad for the run: {reason}")
 

@@ -95,6 +95,11 @@ def decide(
     return Decision(True, replace=tuple(out.lost))
 
 
+def spares_left(spec: dict[str, Any], hub: Hub) -> int:
+    """Spare hosts still free to take a node's place."""
+    return int(spec["spares"]) - hub.replaced
+
+
 class Policy:
     """Node 0's side of a run with restarts: after each attempt, the next one or the end.
     note, save_state and word are the daemon's: a record in the node's stream, its state
@@ -119,7 +124,7 @@ class Policy:
     def after(self, number: int) -> tuple[int, str | None] | None:
         """Once every node's job of attempt `number` ended: (attempt, after) to start next,
         after the delay and once a spare took each lost node's place; or None: the run ends."""
-        out = self.hub.settle()
+        out = self.swap(self.hub.settle())
         self.bad_hosts(out.bad)
         decision = decide(out, number, self.spec["restarts"], self.spares_left(),
                           self.spec["restart_on"], self.last)  # fmt: skip
@@ -146,9 +151,16 @@ class Policy:
             self.save_state(bad_hosts=self.told)
 
     def spares_left(self) -> int:
-        """Spares not used yet: a hot one whose standby died or was cut off still counts (an
-        attach may yet bring its host in, after its checks)."""
-        return int(self.spec["spares"]) - self.hub.replaced
+        return spares_left(self.spec, self.hub)
+
+    def swap(self, out: Outcome) -> Outcome:
+        """A failed attempt that restarts: the stragglers job.on_straggler: replace named in it
+        become bad hosts, as many as spares are left beside the lost nodes'."""
+        if out.status != "failed" or out.halted or out.final:
+            return out
+        if not self.hub.swap(self.spares_left() - len(out.lost)):
+            return out
+        return out._replace(lost=sorted(self.hub.lost), bad=dict(self.hub.bad))
 
     def of(self) -> int:
         return int(self.spec["restarts"]) + 1

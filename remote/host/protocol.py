@@ -136,9 +136,10 @@ SWEEP = "sweep"
 STATUS = "status"
 PORT = "port"
 STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which node it takes
+HANGS = "hangs"  # node 0's kept hangs (hang-<attempt>.json, remote/host/watch.py)
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
-    STANDBY,
+    STANDBY, HANGS,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------
@@ -264,6 +265,7 @@ SPEC_DEFAULTS = {
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
     "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
     "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
+    "on_straggler": "warn",  # node 0: job.on_straggler: warn | replace
 }
 
 

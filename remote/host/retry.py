@@ -2,7 +2,8 @@
 
 The run's hub (node 0's supervisor) asks both once an attempt has failed and restarts remain.
 Pure rules over the attempts' outcomes, each a dict with
-    cause  "failed" (a rank's exit), "gpu" (a host's GPU or NIC failed), "lost" (a host), "hang"
+    cause  "failed" (a rank's exit), "gpu" (a host's GPU or NIC failed), "lost" (a host), "hang",
+           "straggler" (job.on_straggler: replace swaps its host: always restarts)
     code   the failing rank's exit code (cause "failed"), else None
     node, rank   where it failed (rank None when no rank is named)
     lines  the lines that node's ranks printed in the attempt
@@ -39,6 +40,8 @@ def no_progress(last: dict[str, Any] | None, now: dict[str, Any]) -> bool:
 def why_not(restart_on: list[Any] | None, last: dict[str, Any] | None,
             now: dict[str, Any]) -> str | None:  # fmt: skip
     """Why the failed attempt `now` is not restarted (None: it is); last: the attempt before."""
+    if now.get("cause") == "straggler":  # job.on_straggler: replace chose it, a spare is there
+        return None
     if not restarts_on(restart_on, now):
         what = "exit {}".format(now["code"]) if now.get("code") is not None else now.get("cause")
         return "job.restart_on does not name {}".format(what or "failed")

@@ -12,10 +12,13 @@ from __future__ import annotations  # py3.8: annotations stay unevaluated
 
 import json
 import os
+import re
 import threading
 import time
 
+from . import state
 from .hangrule import HangRule
+from .policy import spares_left
 from .straggle import Stragglers
 
 TYPE_CHECKING = False
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 
 POLL_S = 5.0  # between two asks
 ANSWER_S = 10.0  # how long one ask's answers are waited for (py-spy reads a few ranks)
+KEPT_MAX = 16 << 20  # bytes of one kept hang a launcher fetches
+_HANG = re.compile(r"hang-[0-9]+\.json\Z")  # what keep() writes
 
 
 class Watch:
@@ -125,17 +130,32 @@ class Guard:
 
         watch = Watch(self.spec["names"], self.spec["hang_after"], ask,
                       lambda *found: self.hung(attempt, *found),
-                      on_straggler=self.straggler)  # fmt: skip
+                      on_straggler=lambda *found: self.straggler(attempt, *found))  # fmt: skip
         self.hub.sampled = watch.answer
         _thread(watch.run)
         return watch
 
-    def straggler(self, found: Any, hosts: Dict[int, str]) -> None:
-        """A rank slower than the rest: word of it (job.on_straggler: warn)."""
+    def straggler(self, attempt: int, found: Any, hosts: Dict[int, str]) -> None:
+        """A rank slower than the rest: word of it, then job.on_straggler: replace swaps its
+        host for a spare, at once where a spare and a restart are left, else after the
+        attempt (policy.Policy.swap); warn only says it."""
         rank, slower = found
-        self.word("straggler", "running", "rank {} on {} is a straggler: it waits least in the "
-                  "collectives, and the job runs about {:.0f} % slower for it".format(
-                      rank, hosts.get(rank, "?"), 100 * slower))  # fmt: skip
+        host = hosts.get(rank, "?")
+        said = ("rank {} on {} is a straggler: it waits least in the collectives, and the job "
+                "runs about {:.0f} % slower for it").format(rank, host, 100 * slower)  # fmt: skip
+        names = self.spec["names"]
+        node = names.index(host) if host in names else None
+        then = ""
+        if self.spec["on_straggler"] == "replace" and node == 0:
+            then = "; node 0's host runs the hub: not replaced"
+        elif self.spec["on_straggler"] == "replace" and node is not None:
+            now = spares_left(self.spec, self.hub) > 0 and attempt < self.spec["restarts"]
+            then = "; a spare takes its place " + ("now" if now else "at the next restart")
+            if not now:
+                self.hub.replace_later(node, said)
+        self.word("straggler", "running", said + then)
+        if then.endswith(" now"):
+            self.hub.fail("straggler: " + said, node, bad=True, cause="straggler")
 
     def hung(self, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict[int, str]) -> None:
         """Every rank's stack kept, word of the hang, then job.on_hang: the attempt fails as
@@ -202,3 +222,23 @@ def keep(where: str, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict
         json.dump(found, f, indent=1)
     os.replace(tmp, path)
     return path
+
+
+def kept(req: Dict[str, Any]) -> Dict[str, Any]:
+    """The hangs node 0's watch kept for run `run_id` ({run_id, since}): {records: {name: its
+    JSON text}}, for a launcher to copy into its run directory; one too large is left out."""
+    where = state.node_dir(str(req["run_id"]), 0, int(req.get("since") or 0))
+    try:
+        names = sorted(n for n in os.listdir(where) if _HANG.match(n))
+    except OSError:
+        names = []
+    records = {}
+    for name in names:
+        try:
+            with open(os.path.join(where, name), "rb") as f:
+                text = f.read(KEPT_MAX + 1)
+        except OSError:
+            continue
+        if len(text) <= KEPT_MAX:
+            records[name] = text.decode("utf-8", "replace")
+    return {"records": records}

@@ -199,6 +199,7 @@ class Launch:
                 "progress": job.progress,
                 "hang_after": job.hang_after,
                 "on_hang": job.on_hang,
+                "on_straggler": job.on_straggler,
             }
         )
 

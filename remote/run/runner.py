@@ -27,6 +27,7 @@ from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
+    Alert,
     BadHost,
     ChecksDone,
     DeepChecked,
@@ -43,7 +44,7 @@ from ddptui.remote.run import deepcheck, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
-from ddptui.remote.stalls import hang, stacks
+from ddptui.remote.stalls import hang, kept, stacks
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
 
@@ -95,6 +96,7 @@ class Run:
         self._t0 = time.monotonic()
         self.recorder: Recorder | None = None
         self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
+        self._fetches: set[asyncio.Future[None]] = set()  # kept hangs being copied (kept.py)
         self.stop_now = False
         self.leftovers: list[str] = []  # what a stop could not kill
         self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
@@ -198,6 +200,8 @@ class Run:
             await self.recovery.learn_swaps()
             inv = self.inv  # with the hot spares' swaps
         seeded = await self._seed_progress()
+        if 0 not in self.preflight.unreachable:  # the hangs kept while nobody was attached
+            await kept.fetch(self.fleet, self.emit, self.run_id, self.run_dir)
         self.launch.resume(info)
         stored = {}
         if (rec := self.recorder) is not None:  # lines the run dir has: shown, not stored again
@@ -282,6 +286,7 @@ class Run:
             await gang.wait()
             await gang.settle()
         finally:
+            await asyncio.gather(*self._fetches, return_exceptions=True)
             self.fleet.unlisten(self.emit)
             for task in [*helpers, *self.recovery.tasks]:
                 task.cancel()
@@ -355,6 +360,12 @@ class Run:
         return fin
 
     def emit(self, event: Event) -> None:
+        if isinstance(event, Alert) and event.event == "hang":  # the run's watch kept it
+            task = asyncio.ensure_future(
+                kept.fetch(self.fleet, self.emit, self.run_id, self.run_dir)
+            )
+            self._fetches.add(task)
+            task.add_done_callback(self._fetches.discard)
         if isinstance(event, HangDetected):  # job.notify's command runs on node 0's host
             self.gang.say(0, f"{protocol.SAY_NOTIFY} hang {hang.describe(event)}")
         self._hang.feed(event)

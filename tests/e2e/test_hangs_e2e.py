@@ -66,6 +66,10 @@ def test_a_detached_run_names_a_hang_and_restarts_with_nobody_attached(
     assert "hang: hung " in attach.stderr and "rank 3 on node1 stuck" in attach.stderr
     assert "run succeeded after 2 attempts" in attach.stderr
     assert "[r3 node1] rank 3 done" in attach.stdout
+    # the attach copied the hang node 0 kept into its own run directory, and said where
+    said = "the hang's stacks and verdict, copied here: "
+    copied = Path(next(ln for ln in attach.stderr.splitlines() if said in ln).split(said)[1])
+    assert copied.name == "hang-0.json" and json.loads(copied.read_text()) == found
 
 
 @pytest.mark.slow_hangs
@@ -126,3 +130,31 @@ def test_a_rank_30_percent_slower_is_named_and_none_on_a_balanced_job(
     assert first.startswith("straggler|rank 3 on node1 is a straggler"), words
     assert took <= NAMED_WITHIN_S + 15  # from the launch: the ranks' start included
     print(f"{took:.0f} s after the launch: {first}")
+
+
+@pytest.mark.slow_hangs
+@pytest.mark.timeout(900)
+def test_job_on_straggler_replace_gives_the_stragglers_node_rank_to_a_spare(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    """Rank 3 (node1) 30 % slower, a spare (node2) and a restart left: the attempt ends as the
+    straggler is named, and node2 takes node 1's place (attempt 1 still runs rank 3 slower: it
+    is named again, with no spare left to take it)."""
+    job = {
+        "script": str(DATA / "straggler.py"), "nproc_per_node": 2, "master_port": 29794,
+        "restarts": 1, "restart_delay": 0.5, "on_straggler": "replace",
+    }  # fmt: skip
+    spare = {"host": cluster.hosts[2].addr, "name": "node2", "spare": True}
+    env = {"SECONDS_": "150", "STRAGGLER": "3"}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1, spare], env=env)
+    cli = Cli(inv, tmp_path / "run")
+    run_id = cli.run_id()
+    assert cli.wait(600) == 0, cli.stderr
+    assert "rank 3 on node1 is a straggler" in cli.stderr
+    assert "a spare takes its place now" in cli.stderr
+    assert "node2 takes node1's place as node 1 from attempt 2" in cli.stderr
+    first, second = cli.summary()["attempts"]
+    assert (first["status"], first["failure"]["host"]) == ("failed", "node1")
+    assert "straggler" in first["failure"]["message"]
+    assert second["status"] == "succeeded"
+    assert_nothing_left(cluster, run_id, timeout=30)

@@ -639,3 +639,34 @@ def test_every_standby_is_told_the_run_is_over() -> None:
     h.finish("every rank succeeded", 1.0)
     for link in links:
         assert link.word() is None and link.over == "every rank succeeded"
+
+
+@pytest.mark.parametrize("spares", [0, 1])
+def test_a_straggler_to_replace_later_is_a_bad_host_once_the_attempt_fails(spares: int) -> None:
+    """job.on_straggler: replace with no spare or restart to spend at once: node2 is swapped
+    when the attempt fails of something else, if a spare is left; its supervisor is told over."""
+    h, _, links = with_peers(5.0)
+    h.replace_later(2, "rank 3 on node2 is a straggler")
+    links[0].end("failed", "node 1 (node1) failed: exit 1")
+    h.own_end("stopped", "node 1 (node1) failed: exit 1")
+    links[1].end("stopped", "node 1 (node1) failed: exit 1")
+    spec = {"spares": spares}
+    pol = policy.Policy(h, spec, lambda **k: None, lambda **k: None, lambda *w: None, 0.1)
+    out = pol.swap(h.settle())
+    if spares:
+        assert out.lost == [2] and out.bad == {2: ("node2", "rank 3 on node2 is a straggler")}
+        assert out.cause == "failed" and links[1].word() is None  # over: it leaves
+    else:
+        assert out.lost == [] and out.bad == {} and h.swaps == {2: "rank 3 on node2 is a straggler"}
+
+
+def test_a_straggler_replaced_now_ends_the_attempt_and_restarts_whatever_restart_on_says() -> None:
+    h, _, links = with_peers(5.0)
+    h.fail("straggler: rank 3 on node2 is a straggler", 2, bad=True, cause="straggler")
+    assert links[1].word() is None  # node2's supervisor is told it is over: it leaves
+    h.own_end("stopped", "straggler")
+    links[0].end("stopped", "straggler")
+    out = h.settle()
+    assert (out.kind, out.node, out.lost, list(out.bad)) == ("straggler", 2, [2], [2])
+    assert policy.decide(out, 0, 3, 1, ["failed"]) == policy.Decision(True, replace=(2,))
+    assert policy.decide(out, 0, 3, 0, None).why == policy.NO_SPARE

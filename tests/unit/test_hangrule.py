@@ -205,11 +205,25 @@ class FakeHub:
     def __init__(self) -> None:
         self.failed: list[tuple[str, int | None, bool]] = []
         self.bad: list[int | None] = []
+        self.causes: list[str] = []
+        self.later: list[int] = []  # replace_later's nodes
+        self.replaced = 0
 
-    def fail(self, reason: str, node: int | None, final: bool = False, bad: bool = False) -> None:
+    def fail(
+        self,
+        reason: str,
+        node: int | None,
+        final: bool = False,
+        bad: bool = False,
+        cause: str = "hang",
+    ) -> None:
         self.failed.append((reason, node, final))
+        self.causes.append(cause)
         if bad:
             self.bad.append(node)
+
+    def replace_later(self, node: int, reason: str) -> None:
+        self.later.append(node)
 
 
 @pytest.mark.parametrize("action", ["restart", "stop", "warn"])
@@ -246,3 +260,36 @@ def test_the_same_host_hung_twice_in_a_row_is_said_to_be_bad(tmp_path: Path) -> 
     assert "bad host" not in said[0]
     assert "node1 hung twice in a row: a bad host" in said[1]
     assert hub.bad == [1]  # the hub marks it bad: a spare takes its place
+
+
+@pytest.mark.parametrize(
+    ("action", "spares", "restarts", "host", "then"),
+    [
+        ("warn", 1, 3, "node2", ""),
+        ("replace", 1, 3, "node2", "now"),
+        ("replace", 0, 3, "node2", "later"),  # no spare left: swapped if one frees up
+        ("replace", 1, 0, "node2", "later"),  # no restart left: no attempt to end for it
+        ("replace", 1, 3, "node0", ""),  # the hub's host is only named
+    ],
+)
+def test_job_on_straggler_swaps_its_host_now_later_or_only_says_it(
+    action: str, spares: int, restarts: int, host: str, then: str
+) -> None:
+    hub, said = FakeHub(), []
+    names = ["node0", "node1", "node2"]
+    spec = {"names": names, "on_straggler": action, "spares": spares, "restarts": restarts}
+    guard = Guard(hub, spec, "", None, lambda *w: said.append(w))
+    guard.straggler(0, (3, 0.3), {3: host})
+    [(event, status, message)] = said
+    assert (event, status) == ("straggler", "running")
+    assert message.startswith(f"rank 3 on {host} is a straggler")
+    node = names.index(host)
+    if then == "now":  # the bad-host path: a spare takes its node rank at once
+        assert message.endswith("a spare takes its place now")
+        assert [n for _, n, _ in hub.failed] == hub.bad == [node]
+        assert hub.causes == ["straggler"] and hub.later == []
+    else:
+        assert hub.failed == []
+        assert hub.later == ([node] if then == "later" else [])
+    if host == "node0":
+        assert message.endswith("node 0's host runs the hub: not replaced")

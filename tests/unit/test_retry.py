@@ -47,3 +47,10 @@ def test_no_progress_stops_the_chain() -> None:
     assert not retry.no_progress(last, outcome(code=2))  # another way
     assert not retry.no_progress(last, outcome("gpu", None))
     assert not retry.no_progress(None, outcome())  # the first failure
+
+
+def test_a_straggler_swapped_for_a_spare_always_restarts() -> None:
+    """job.on_straggler: replace ended the attempt: the user chose it, whatever restart_on
+    says and however the attempt before failed."""
+    now = outcome("straggler", None)
+    assert retry.why_not(["hang"], now, now) is None
