@@ -205,8 +205,11 @@ def test_a_stall_is_caught_and_every_rank_stack_grouped(
         "master_port": 29662,
         "stop_grace": 2,
         "hang_after": 15,
+        "on_hang": "warn",  # the stall stays for its stacks to be read (the run's own watch)
         "nccl": {"flight_recorder": True},
     }
+    for host in cluster.hosts[:3]:  # CPU hosts: the GPU stand-ins of the tests above go
+        (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)
     inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=(0, 1, 2))
     run_dir = tmp_path / "run"
     log = tmp_path / "launch.log"  # the ranks' lines and ddptui's own
