@@ -186,7 +186,7 @@ class Daemon:
         else:
             self.link = HubLink(
                 spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
-                since=spec["attempt"], on_sample=self.vitals.sample,
+                since=spec["attempt"], on_sample=self.vitals.sample, on_flight=self.vitals.traces,
             )  # fmt: skip
             if spec["hub_port"]:  # a hot spare's node: no launcher need say where the hub is
                 self.link.connect(spec["master_addr"], spec["hub_port"])
@@ -685,7 +685,7 @@ class Daemon:
         tree = None if self._tagged() else os.getpid()  # the job's tree holds every rank
         by_pid = procs.watch_ranks(att.job.pid, self.tags, self.node, self.nnodes, att.done, learn,
                                    tree)  # fmt: skip
-        self.vitals.by_pid = by_pid
+        self.vitals.by_pid, self.vitals.scratch = by_pid, att.scratch
         if by_pid:  # until the job ends, or is told to stop: what follows a stop is ours
             att.died = procs.first_end(by_pid, lambda: att.done.is_set() or att.stopped.is_set(),
                                        self._reaped)  # fmt: skip

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from . import channel, protocol
+from . import channel, hangtraces, protocol
 from .common import thread
 from .policy import Outcome
 from .vitals import fit
@@ -128,6 +128,7 @@ class Hub:
         self.over: str | None = None  # the run is over: said to every peer that comes
         self.final = False  # this attempt's failure ends the run (job.on_hang: stop)
         self.sampled = lambda node, seq, sample: None  # a peer's sample (remote/host/watch.py)
+        self.traced = lambda node, msg: None  # a piece of a peer's traces (hangtraces.py)
         # Hot spares: their names by slot (len(names) on); the live ones' channels, when each
         # was last heard, the node each was told to take, and the slots given up (dead, cut).
         self.standby_names = {len(names) + i: name for i, name in enumerate(standbys)}
@@ -233,6 +234,13 @@ class Hub:
             peers = list(self.peers.values())
         for chan in peers:
             chan.send(t=protocol.HUB_SAMPLE, seq=seq, stacks=stacks)
+
+    def ask_flight(self, seq):
+        """Every peer sends its ranks' flight recorder traces: pieces to `traced`."""
+        with self.cond:
+            peers = list(self.peers.values())
+        for chan in peers:
+            chan.send(t=protocol.HUB_FLIGHT, seq=seq)
 
     def settle(self) -> Outcome:
         """Wait until every node's job of this attempt has ended: its Outcome (a node lost
@@ -385,6 +393,8 @@ class Hub:
                 chan.send(t=protocol.HUB_BEAT)
             elif kind == protocol.HUB_SAMPLED and msg.get("attempt") == self.attempt:
                 self.sampled(node, msg.get("seq"), msg.get("sample"))
+            elif kind == protocol.HUB_TRACE:
+                self.traced(node, msg)
 
     def _ended(self, node, attempt, status, reason, echo=False, facts=None):
         facts = facts or {}
@@ -553,10 +563,13 @@ class HubLink:
     node, by), as the hub's), and hears from it what follows each attempt (`word`). since:
     the attempt its supervisor started at (a spare joins a run going, before its attempt)."""
 
-    def __init__(self, secret, node, link_timeout, beat, on_stop, since=0, on_sample=None):
+    def __init__(
+        self, secret, node, link_timeout, beat, on_stop, since=0, on_sample=None, on_flight=None
+    ):
         self.secret, self.node, self.link_timeout, self.beat = secret, node, link_timeout, beat
         self.on_stop = on_stop
         self.on_sample = on_sample  # stacks -> this node's sample (remote/host/vitals.py)
+        self.on_flight = on_flight  # () -> its ranks' traces (remote/host/hangtraces.py)
         self.since, self.attempt = since, max(0, since - 1)
         self.cond = threading.Condition()
         self.chan: Channel | None = None
@@ -690,11 +703,18 @@ class HubLink:
             self._over(str(msg.get("reason") or "the run is over"))
         elif kind == protocol.HUB_SAMPLE and self.on_sample is not None:
             thread(self._sample, msg.get("seq"), msg.get("stacks") is True, self.attempt)
+        elif kind == protocol.HUB_FLIGHT and self.on_flight is not None:
+            thread(self._flight, msg.get("seq"))
 
     def _sample(self, seq, stacks, attempt):
         """The hub's ask, answered in a thread of its own: py-spy takes a moment."""
         sample = fit(self.on_sample(stacks), channel.LINE_MAX // 2)
         self._say({"t": protocol.HUB_SAMPLED, "seq": seq, "attempt": attempt, "sample": sample})
+
+    def _flight(self, seq):
+        """The hub's ask at a hang: our ranks' traces, in pieces (a trace is megabytes)."""
+        for piece in hangtraces.pieces(seq, self.on_flight()):
+            self._say({"t": protocol.HUB_TRACE, **piece})
 
     def _beat(self, chan: Channel) -> None:
         while self.chan is chan and self.over is None:

@@ -209,6 +209,8 @@ HUB_RESTART = "restart"  # hub: start attempt N
 HUB_OVER = "over"  # hub: the run is over (or another host took this node's place)
 HUB_SAMPLE = "sample"  # hub: sample your ranks (stacks too): the run's hang watch
 HUB_SAMPLED = "sampled"  # peer: its ranks' sample (remote/host/vitals.py), for that ask
+HUB_FLIGHT = "flight"  # hub, at a hang: send your ranks' flight recorder traces
+HUB_TRACE = "trace"  # peer: a piece of them, or done (remote/host/hangtraces.py)
 HUB_TAKE = "take"  # hub, to a hot spare's standby: start node N's supervisor from attempt M
 HUB_TOOK = "took"  # standby: its node's supervisor is up (ok), or why not
 

@@ -240,12 +240,17 @@ def read_trace(path: str) -> Any:
 
 def analyse(ch: Any, req: dict[str, Any]) -> None:
     """The run's traces, sent as JSON ({rank: trace}), analysed here by torch's own analyser
-    with this host's python, in a fresh directory under the node's private one; the verdict
-    goes back as text. The pickles it reads are written here, from that JSON."""
+    with this host's python; the verdict goes back as text."""
     traces = json.loads(ch.read_all(TRACE_MAX * 8))
-    where = tempfile.mkdtemp(
-        prefix="flight-", dir=state.node_dir(req["run_id"], req["node"], req.get("since", 0))
-    )
+    where = state.node_dir(req["run_id"], req["node"], req.get("since", 0))
+    ch.answer(verdict(traces, where, ANALYSE_TIMEOUT))
+
+
+def verdict(traces: dict[str, Any], parent: str, timeout: float) -> dict[str, Any]:
+    """torch's analyser on traces ({rank: trace}, plain data), in a fresh directory under the
+    private `parent`: {verdict, code} | {error}. The pickles it reads are written here, from
+    that data, and gone after."""
+    where = tempfile.mkdtemp(prefix="flight-", dir=parent)
     try:
         for rank, trace in traces.items():
             path = os.path.join(where, TRACE + str(int(rank)))
@@ -254,11 +259,10 @@ def analyse(ch: Any, req: dict[str, Any]) -> None:
                 pickle.dump(trace, f)
         argv = [sys.executable, "-m", ANALYSER, "-p", TRACE, where]
         try:
-            res = subprocess.run(argv, capture_output=True, timeout=ANALYSE_TIMEOUT, check=False)
+            res = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
         except subprocess.TimeoutExpired:
-            ch.answer({"error": "no verdict in {:g} s".format(ANALYSE_TIMEOUT)})
-            return
+            return {"error": "no verdict in {:g} s".format(timeout)}
         text = (res.stdout + res.stderr).decode("utf-8", "replace")[-VERDICT_MAX:]
-        ch.answer({"verdict": text, "code": res.returncode})
+        return {"verdict": text, "code": res.returncode}
     finally:
         shutil.rmtree(where, ignore_errors=True)

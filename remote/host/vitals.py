@@ -15,7 +15,7 @@ import json
 import os
 import time
 
-from . import procs
+from . import hangtraces, procs
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
@@ -124,6 +124,7 @@ class Node:
         self.last_line = time.monotonic()  # an attempt's start counts as its first line
         self.spy: str | None = None
         self.looked = False  # for py-spy, once
+        self.scratch: str | None = None  # the attempt's private dir: the flight recorder's files
 
     def start(self) -> None:
         self.by_pid, self.last_line, self.asleep = {}, time.monotonic(), {}
@@ -141,6 +142,13 @@ class Node:
 
     def line(self) -> None:
         self.last_line = time.monotonic()
+
+    def traces(self, wait: float = hangtraces.DUMP_S) -> dict[str, Any]:
+        """Every rank's flight recorder trace, dumped through its pipe: {rank: {trace} | {error}}
+        (remote/host/stacks.py)."""
+        from .stacks import flight
+
+        return flight(self.scratch, sorted(set(self.by_pid.values())), wait)
 
     def sample(self, stacks: bool) -> dict[str, Any]:
         if stacks and not self.looked:

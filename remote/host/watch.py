@@ -10,13 +10,14 @@ python3 >= 3.8, stdlib only.
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
+import contextlib
 import json
 import os
 import re
 import threading
 import time
 
-from . import state
+from . import hangtraces, state
 from .hangrule import HangRule
 from .policy import spares_left
 from .straggle import Stragglers
@@ -27,8 +28,10 @@ if TYPE_CHECKING:
 
 POLL_S = 5.0  # between two asks
 ANSWER_S = 10.0  # how long one ask's answers are waited for (py-spy reads a few ranks)
-KEPT_MAX = 16 << 20  # bytes of one kept hang a launcher fetches
+KEPT_MAX = 6 << 20  # bytes of kept hangs a launcher fetches: one answer (wire.FRAME_MAX), escaped
 _HANG = re.compile(r"hang-[0-9]+\.json\Z")  # what keep() writes
+_FLIGHT = re.compile(r"flight-[0-9]+\Z")  # what hangtraces.keep() writes, and in it:
+_TRACE = re.compile(r"(nccl_trace_rank_[0-9]+\.json|analysis\.txt)\Z")
 
 
 class Watch:
@@ -118,6 +121,7 @@ class Guard:
     def __init__(self, hub: Any, spec: Dict[str, Any], where: str, node: Any, word: Any) -> None:
         self.hub, self.spec, self.where, self.node, self.word = hub, spec, where, node, word
         self.last: Any = None  # (attempt, the culprits' hosts) of the last hang
+        self.asked = 0  # flight recorder asks, for their seq
 
     def start(self, attempt: int) -> Optional[Watch]:
         """The attempt's watch, running; None where job.hang_after is off."""
@@ -158,14 +162,21 @@ class Guard:
             self.hub.fail("straggler: " + said, node, bad=True, cause="straggler")
 
     def hung(self, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict[int, str]) -> None:
-        """Every rank's stack kept, word of the hang, then job.on_hang: the attempt fails as
-        hung (restart), the run ends (stop), or only the word (warn). The same hosts to blame
-        in two attempts in a row: said as a bad host."""
+        """Every rank's stack kept (and the flight recorder's traces and verdict, where it is
+        on), word of the hang, then job.on_hang: the attempt fails as hung (restart), the run
+        ends (stop), or only the word (warn). The same hosts to blame in two attempts in a row:
+        said as a bad host. Where no stack names a culprit, the verdict's missing rank is it."""
         action = self.spec["on_hang"]
+        flight = self.flight(attempt) if hangtraces.wanted(self.spec) else None
+        if flight is not None and not hang.culprits:
+            hang.culprits = [r for r in flight["missing_ranks"] if r in hosts]
         try:
-            kept = "every rank's stack kept in " + keep(self.where, attempt, hang, ranks, hosts)
+            kept = "every rank's stack kept in " + keep(self.where, attempt, hang, ranks, hosts,
+                                                        flight)  # fmt: skip
         except OSError as exc:
             kept = "the stacks could not be kept: {}".format(exc)
+        if flight is not None:
+            kept += "; " + hangtraces.summary(flight)
         culprits = sorted({hosts[r] for r in hang.culprits if r in hosts})
         twice = bool(culprits) and self.last == (attempt - 1, culprits)
         if twice:
@@ -176,6 +187,22 @@ class Guard:
             names = self.spec["names"]
             node = names.index(culprits[0]) if culprits and culprits[0] in names else None
             self.hub.fail("hung: " + hang.text(hosts), node, final=action == "stop", bad=twice)
+
+    def flight(self, attempt: int) -> Optional[Dict[str, Any]]:
+        """Every node's ranks' flight recorder traces, sent here in pieces, kept in
+        flight-ATTEMPT/ with the analyser's verdict (remote/host/hangtraces.py); None where
+        they could not be kept."""
+        self.asked += 1
+        gather = hangtraces.Gather("{}.{}".format(attempt, self.asked), len(self.spec["names"]))
+        self.hub.traced = gather.add
+        self.hub.ask_flight(gather.seq)
+        for piece in hangtraces.pieces(gather.seq, self.node.traces()):
+            gather.add(0, piece)
+        traces, missing = gather.wait(hangtraces.ANSWER_S)
+        try:
+            return hangtraces.keep(self.where, attempt, traces, missing)
+        except OSError:
+            return None
 
 
 def _pair(value: Any) -> bool:
@@ -206,9 +233,17 @@ def merge(answers: Dict[int, Any], names: List[str]) -> Any:
     return ranks, hosts, quiet
 
 
-def keep(where: str, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict[int, str]) -> str:
-    """Every rank's last sample (stack, CPU, I/O) and the verdict, as hang-ATTEMPT.json in the
-    node's directory (node 0's: an attach or `ddptui stacks` reads it there); its path."""
+def keep(
+    where: str,
+    attempt: int,
+    hang: Any,
+    ranks: Dict[int, Any],
+    hosts: Dict[int, str],
+    flight: Optional[Dict[str, Any]] = None,
+) -> str:
+    """Every rank's last sample (stack, CPU, I/O) and the verdict (the flight recorder's too,
+    where it is on), as hang-ATTEMPT.json in the node's directory (node 0's: an attach or
+    `ddptui stacks` reads it there); its path."""
     path = os.path.join(where, "hang-{}.json".format(attempt))
     found = {
         "text": hang.text(hosts),
@@ -217,6 +252,8 @@ def keep(where: str, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict
         "silent_s": round(hang.silent_s, 1),
         "ranks": {str(r): dict(ranks[r], host=hosts.get(r)) for r in sorted(ranks)},
     }
+    if flight is not None:
+        found["flight_recorder"] = flight
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(found, f, indent=1)
@@ -225,20 +262,27 @@ def keep(where: str, attempt: int, hang: Any, ranks: Dict[int, Any], hosts: Dict
 
 
 def kept(req: Dict[str, Any]) -> Dict[str, Any]:
-    """The hangs node 0's watch kept for run `run_id` ({run_id, since}): {records: {name: its
-    JSON text}}, for a launcher to copy into its run directory; one too large is left out."""
+    """What node 0's watch kept at the hangs of run `run_id` ({run_id, since}): {records: {name:
+    its text}}: each hang-ATTEMPT.json, and the flight recorder's flight-ATTEMPT/ files, for
+    a launcher to copy into its run directory; at most KEPT_MAX bytes in all, the hangs first."""
     where = state.node_dir(str(req["run_id"]), 0, int(req.get("since") or 0))
     try:
-        names = sorted(n for n in os.listdir(where) if _HANG.match(n))
+        found = os.listdir(where)
     except OSError:
-        names = []
-    records = {}
+        found = []
+    names = sorted(n for n in found if _HANG.match(n))
+    for folder in sorted(n for n in found if _FLIGHT.match(n)):
+        with contextlib.suppress(OSError):
+            names += sorted(folder + "/" + n for n in os.listdir(os.path.join(where, folder))
+                            if _TRACE.match(n))  # fmt: skip
+    records, room = {}, KEPT_MAX
     for name in names:
         try:
             with open(os.path.join(where, name), "rb") as f:
-                text = f.read(KEPT_MAX + 1)
+                text = f.read(room + 1)
         except OSError:
             continue
-        if len(text) <= KEPT_MAX:
+        if len(text) <= room:
             records[name] = text.decode("utf-8", "replace")
+            room -= len(text)
     return {"records": records}

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddptui.remote.host.hangtraces import clean
 from ddptui.remote.store.record import private_dir, write_private
 
 BUFFER = 2000  # collectives each rank remembers
 PREFIX = "nccl_trace_rank_"  # remote/host/stacks.py: TRACE
 PIPE = "nccl_pipe_rank_"  # remote/host/stacks.py: PIPE
 VERDICT_LINES = 12  # of the analyser's output, on the console and in the dashboard
-_NOISE = ("tabulate is not installed",)
 
 # The traces as JSON ({rank: trace}) → the analyser's verdict, from a host.
 Analyse = Callable[[bytes], Awaitable[str]]
@@ -92,7 +92,7 @@ class Collected:
             write_private(where / f"{PREFIX}{rank}.json", json.dumps(trace))
         self.dir = where
         if analyse is not None:
-            self.verdict = _clean(await analyse(json.dumps(self.traces).encode()))
+            self.verdict = clean(await analyse(json.dumps(self.traces).encode()))
             write_private(where / "analysis.txt", self.verdict + "\n")
 
     def lines(self) -> list[str]:
@@ -112,9 +112,3 @@ class Collected:
             "missing": {str(r): why for r, why in sorted(self.missing.items())},
             "verdict": self.verdict,
         }
-
-
-def _clean(text: str) -> str:
-    """The analyser's findings, less its noise."""
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(_NOISE)]
-    return "\n".join(lines) or "the analyser found nothing wrong"

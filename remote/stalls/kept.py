@@ -2,8 +2,9 @@
 
 At a hang, node 0's supervisor writes every rank's last sample and the verdict as
 `hang-<attempt>.json` in its node directory (remote/host/watch.py), with or without a launcher
-attached. An attached launcher copies each new one into its run directory as the hang is said,
-and an attach copies those kept while nobody was attached. What the host sends is data: only
+attached, and with the flight recorder on, every rank's trace and torch's verdict on them in
+`flight-<attempt>/`. An attached launcher copies each new one into its run directory as the hang is
+said, and an attach copies those kept while nobody was attached. What the host sends is data: only
 names keep() writes, only valid JSON, written privately.
 """
 
@@ -18,9 +19,11 @@ from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Notice
 from ddptui.remote.host import protocol
-from ddptui.remote.store.record import write_private
+from ddptui.remote.store.record import private_dir, write_private
 
 NAME = re.compile(r"hang-[0-9]{1,6}\.json")
+# the flight recorder's traces at that hang, and the analyser's verdict (remote/host/hangtraces.py)
+TRACE = re.compile(r"(flight-[0-9]{1,6})/(nccl_trace_rank_[0-9]{1,7}\.json|analysis\.txt)")
 
 
 async def fetch(fleet: Fleet, emit: Callable[[Event], None], run_id: str, run_dir: Path) -> None:
@@ -36,12 +39,25 @@ async def fetch(fleet: Fleet, emit: Callable[[Event], None], run_id: str, run_di
         return
     records = got.get("records")
     for name, text in sorted(records.items() if isinstance(records, dict) else ()):
-        path = run_dir / str(name)
-        if not NAME.fullmatch(str(name)) or not isinstance(text, str) or path.exists():
+        path = _local(run_dir, str(name), text)
+        if path is None or path.exists():
             continue
+        if path.parent != run_dir:
+            private_dir(path.parent)
+        write_private(path, text)
+        if path.parent == run_dir:
+            emit(Notice("info", f"the hang's stacks and verdict, copied here: {path}"))
+
+
+def _local(run_dir: Path, name: str, text: object) -> Path | None:
+    """Where a kept record goes in run_dir: None for a name keep() never writes, or JSON that
+    is not."""
+    trace = TRACE.fullmatch(name)
+    if not isinstance(text, str) or not (NAME.fullmatch(name) or trace):
+        return None
+    if name.endswith(".json"):
         try:
             json.loads(text)
         except ValueError:
-            continue
-        write_private(path, text)
-        emit(Notice("info", f"the hang's stacks and verdict, copied here: {path}"))
+            return None
+    return run_dir / trace[1] / trace[2] if trace else run_dir / name

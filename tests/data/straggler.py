@@ -1,6 +1,7 @@
 """A job whose STRAGGLER rank (none if unset) computes 30 % more each step than the others, which
 wait for it in an all_reduce (gloo), for SECONDS; a line every 20 steps. Nothing in it tells
-ddptui which rank is slow."""
+ddptui which rank is slow. DEVICE_MS: each step also waits that long, as a rank waits for its GPU
+with its CPU free (scripts/bench_watch.py: a job that leaves the host's cores to the rest)."""
 
 import os
 import time
@@ -10,6 +11,7 @@ import torch.distributed as dist
 
 SECONDS = float(os.environ.get("SECONDS_", "150"))
 WORK = int(os.environ.get("WORK", "200"))  # matrix products a step
+DEVICE_S = float(os.environ.get("DEVICE_MS", "0")) / 1000
 
 
 def main() -> None:
@@ -23,6 +25,8 @@ def main() -> None:
     while True:
         for _ in range(work):
             a = torch.tanh(a @ a)
+        if DEVICE_S:
+            time.sleep(DEVICE_S)
         done = torch.tensor([float(time.monotonic() >= end)])
         dist.all_reduce(done)  # the gradients' all-reduce, and whether to stop
         step += 1

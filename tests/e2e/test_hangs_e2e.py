@@ -33,6 +33,7 @@ def test_a_detached_run_names_a_hang_and_restarts_with_nobody_attached(
         "script": str(DATA / "hang_once.py"), "nproc_per_node": 2, "master_port": 29791,
         "restarts": 1, "restart_delay": 0.5,
         "notify": {"command": f"echo {line} >> {notified}", "events": ["hang", "succeeded"]},
+        "nccl": {"flight_recorder": True},  # each rank serves its pipe as NCCL would
     }  # fmt: skip
     inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
     cli = Cli(inv, tmp_path / "run", flags=["--detach"], env=data_home)
@@ -51,12 +52,17 @@ def test_a_detached_run_names_a_hang_and_restarts_with_nobody_attached(
     assert "rank 3 on node1 stuck in load_batch (hang_once.py:" in hang, words
     assert "ranks 0,1,2 wait in all_reduce" in hang
     assert "the attempt ends" in hang
+    assert "flight recorder: 4 trace(s) kept in " in hang
+    assert "its verdict: rank(s) 3 missing from a collective" in hang
     assert words[-1] == "succeeded|every rank succeeded"
 
     kept = cluster.hosts[0].home / f".local/state/ddptui/runs/{run_id}/n0/hang-0.json"
     found = json.loads(kept.read_text())
     assert found["culprits"] == [3] and found["ranks"]["3"]["host"] == "node1"
     assert found["ranks"]["3"]["frames"][0][0] == "load_batch"
+    flight = found["flight_recorder"]
+    assert flight["ranks"] == [0, 1, 2, 3] and flight["missing_ranks"] == [3], flight
+    assert "missing ranks: {3}" in (kept.parent / "flight-0" / "analysis.txt").read_text()
     # named within the target of the job's last line (the silence the rule measured)
     assert found["silent_s"] <= NAMED_WITHIN_S
     print(f"hang named {found['silent_s']} s after the last line; the run took {took:.0f} s")
@@ -70,6 +76,8 @@ def test_a_detached_run_names_a_hang_and_restarts_with_nobody_attached(
     said = "the hang's stacks and verdict, copied here: "
     copied = Path(next(ln for ln in attach.stderr.splitlines() if said in ln).split(said)[1])
     assert copied.name == "hang-0.json" and json.loads(copied.read_text()) == found
+    traces = sorted(p.name for p in (copied.parent / "flight-0").iterdir())
+    assert traces == ["analysis.txt"] + [f"nccl_trace_rank_{r}.json" for r in range(4)]
 
 
 @pytest.mark.slow_hangs
