@@ -5,14 +5,15 @@
 (`--reps 0`: the hang runs alone, no throughput.)
 
 Throughput: the same 4-host job (tests/data/straggler.py, balanced: one rank a host, each step
-some matrix products and an all_reduce), launched with the watch (the default) and without it
-(`job.hang_after: null`), alternating, `--reps` each; steps per second of the job, medians. The
-load is checked: every rank reports the same step count, the job ran its seconds, and it
-succeeded. Detection: tests/data/hang_once.py detached on 2 hosts x 2 ranks (rank 3 asleep
-before an all_reduce on attempt 0), `--hang-reps` times; the seconds from the job's last line to
-the hang named (node 0's hang-0.json), then from the hang's word to attempt 1's first step (node
-0's spool, the host's clock), and whether attempt 1 then succeeded. Test hosts of its own (root
-needed); figures in docs/benchmarks.md.
+a few matrix products, `--device-ms` of waiting as for a GPU, and an all_reduce), launched with
+the watch (the default) and without it (`job.hang_after: null`), alternating, `--reps` each;
+steps per second of the job, medians, and each set's spread. The load is checked: every rank
+reports the same step count, the job ran its seconds and succeeded, and its rate is the one its
+device time allows (within a factor of 2). Detection: tests/data/hang_once.py detached on 2 hosts x
+2 ranks (rank 3 asleep before an all_reduce on attempt 0), `--hang-reps` times; the seconds from the
+job's last line to the hang named (node 0's hang-0.json), then from the hang's word to attempt 1's
+first step (node 0's spool, the host's clock), and whether attempt 1 then succeeded. Test hosts of
+its own (root needed); figures in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ TARGET_RESTART_S = 30.0  # the restarted attempt running, after the hang named (
 RESTART_DELAY_S = 0.5
 
 
-def throughput(c: TestCluster, work: Path, rep: int, watch: bool, seconds: float) -> float:
+def throughput(
+    c: TestCluster, work: Path, rep: int, watch: bool, args: argparse.Namespace
+) -> float:
     """Steps per second of one run; exits if the run did not do what it claims."""
     job = {
         "script": str(DATA / "straggler.py"), "nproc_per_node": 1, "master_port": "auto",
@@ -56,8 +59,9 @@ def throughput(c: TestCluster, work: Path, rep: int, watch: bool, seconds: float
     if not watch:
         job["hang_after"] = None
     name = f"{'watch' if watch else 'off'}-{rep}"
-    inv = c.write_inventory(work / f"{name}.yaml", job, hosts=[0, 1, 2, 3],
-                            env={"SECONDS_": str(seconds)})  # fmt: skip
+    seconds = args.seconds
+    env = {"SECONDS_": str(seconds), "WORK": str(args.work), "DEVICE_MS": str(args.device_ms)}
+    inv = c.write_inventory(work / f"{name}.yaml", job, hosts=[0, 1, 2, 3], env=env)
     run = timed([*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir",
                  str(work / name)], work / f"{name}.out", work / f"{name}.err")  # fmt: skip
     done = {int(r): int(n) for r, n in DONE.findall(run.out.read_text())}
@@ -65,7 +69,16 @@ def throughput(c: TestCluster, work: Path, rep: int, watch: bool, seconds: float
         sys.exit(f"bench: {name} did not run its 4 ranks to the end:\n{tail(run.err)}")
     if run.wall < seconds:
         sys.exit(f"bench: {name} took {run.wall:.1f} s, less than its {seconds:g} s of steps")
-    return done[0] / seconds
+    rate = done[0] / seconds
+    if args.device_ms and not 0.5 * 1000 / args.device_ms <= rate <= 1000 / args.device_ms:
+        sys.exit(f"bench: {name}: {rate:.1f} steps/s, not the load of {args.device_ms:g} ms "
+                 "of device time a step (its CPU work starved, or no wait)")  # fmt: skip
+    return rate
+
+
+def spread(rates: list[float]) -> float:
+    """(max - min) / median: how far one set's runs differ, the noise the cost sits in."""
+    return (max(rates) - min(rates)) / median(rates) if rates else 0.0
 
 
 def node_cpu(ranks: int = 8, rounds: int = 500) -> float:
@@ -145,6 +158,10 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--hang-reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=30.0)
+    # A step as on a GPU host: a little CPU work, then the device's time (the rank waits, its
+    # CPU free). 4 CPU-bound ranks on a 2-core machine measure the scheduler, not the watch.
+    ap.add_argument("--work", type=int, default=4, help="matrix products a step (CPU)")
+    ap.add_argument("--device-ms", type=float, default=25.0, help="0: CPU-bound steps")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--testhosts", default="ddptw:10.213.19")
     args = ap.parse_args()
@@ -156,7 +173,7 @@ def main() -> int:
         rates: dict[bool, list[float]] = {True: [], False: []}
         for rep in range(args.reps):
             for watch in (rep % 2 == 0, rep % 2 != 0):  # alternating which goes first
-                rates[watch].append(throughput(c, work, rep, watch, args.seconds))
+                rates[watch].append(throughput(c, work, rep, watch, args))
                 print(f"rep {rep + 1} {'watch' if watch else 'off  '}: "
                       f"{rates[watch][-1]:.2f} steps/s")  # fmt: skip
         found = [detection(c, work, rep) for rep in range(args.hang_reps)]
@@ -166,7 +183,8 @@ def main() -> int:
         on, off = median(rates[True]), median(rates[False])
         cost = 1 - on / off
         print(f"steps/s, median of {args.reps}: watch {on:.2f}, off {off:.2f}: cost {cost:+.1%} "
-              f"(target <= {TARGET_COST:.0%})")  # fmt: skip
+              f"(target <= {TARGET_COST:.0%}); spread of the runs: watch "
+              f"{spread(rates[True]):.1%}, off {spread(rates[False]):.1%}")  # fmt: skip
     named, restarted = [f[0] for f in found], [f[1] for f in found]
     print(f"hang named after the last line: {', '.join(f'{s:.1f} s' for s in named)} "
           f"(target <= {TARGET_NAMED_S:g} s)")  # fmt: skip

@@ -712,8 +712,14 @@ class HubLink:
         self._say({"t": protocol.HUB_SAMPLED, "seq": seq, "attempt": attempt, "sample": sample})
 
     def _flight(self, seq):
-        """The hub's ask at a hang: our ranks' traces, in pieces (a trace is megabytes)."""
-        for piece in hangtraces.pieces(seq, self.on_flight()):
+        """The hub's ask at a hang: our ranks' traces, in pieces (a trace is megabytes); done
+        at once where they cannot be read, so the hub need not wait for them."""
+        try:
+            found = self.on_flight()
+        except Exception as exc:  # a dump gone wrong must not leave the hub waiting
+            channel.log(f"node {self.node}: the flight recorder's traces: {exc}")
+            found = {}
+        for piece in hangtraces.pieces(seq, found):
             self._say({"t": protocol.HUB_TRACE, **piece})
 
     def _beat(self, chan: Channel) -> None:
