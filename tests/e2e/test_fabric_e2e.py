@@ -52,6 +52,7 @@ def test_a_throttled_host_is_named_alone(cluster: TestCluster, tmp_path: Path) -
     assert took < 60
 
 
+@pytest.mark.slow_e2e
 def test_healthy_links_name_none(cluster: TestCluster, tmp_path: Path) -> None:
     deep, took = deep_check(cluster, tmp_path, "healthy")
     assert deep["ok"] and named(deep, "slow-link") == [("ok", None)]

@@ -119,6 +119,7 @@ def test_a_gpu_failing_mid_run_ends_the_attempt_and_a_spare_takes_its_node(
     assert_nothing_left(cluster, run_id, timeout=30)
 
 
+@pytest.mark.slow_e2e
 def test_a_detached_run_swaps_a_gpu_failure_for_a_hot_spare_with_nobody_attached(
     gpu_node1: tuple[TestCluster, Path, Path], tmp_path: Path
 ) -> None:

@@ -68,6 +68,7 @@ def test_dropped_session_resumes_without_losing_a_line(
     assert_nothing_left(cluster, run_id)
 
 
+@pytest.mark.slow_e2e
 def test_cut_host_is_lost_and_stops_its_own_ranks(cluster: TestCluster, tmp_path: Path) -> None:
     job = tick_job(100_000, 0.05, 29632, link_timeout=20, stop_grace=3)
     inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1, 2])

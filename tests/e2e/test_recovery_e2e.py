@@ -215,6 +215,7 @@ def test_a_detached_run_swaps_a_lost_host_for_a_hot_spare_with_nobody_attached(
     assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
 
 
+@pytest.mark.slow_e2e
 def test_a_detached_run_whose_standby_died_waits_for_an_attach(
     cluster: TestCluster, tmp_path: Path, data_home: dict[str, str]
 ) -> None:
