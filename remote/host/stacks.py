@@ -160,15 +160,21 @@ def flight(scratch: str | None, ranks: list[int], wait: float) -> dict[str, Any]
         else:
             asked[rank] = (path, before)
     deadline = time.monotonic() + wait
+    torn: dict[int, dict[str, Any]] = {}  # rank → why its trace, as last read, was unreadable
     while asked and time.monotonic() < deadline:
         for rank, (path, before) in list(asked.items()):
             got = _fresh(path, before)
-            if got is not None:
+            if got is not None and "error" in got:
+                # another dump may be rewriting it (a user's `stacks` and the run's hang watch
+                # at once): read it again once it changes, until the deadline
+                torn[rank], asked[rank] = got, (path, _stat(path))
+            elif got is not None:
                 out[str(rank)] = got
                 del asked[rank]
         time.sleep(FLIGHT_POLL)
     for rank, (path, _) in asked.items():
-        out[str(rank)] = {"error": "no trace in {} after {:g} s".format(path, wait)}
+        no = {"error": "no trace in {} after {:g} s".format(path, wait)}
+        out[str(rank)] = torn.get(rank, no)
     return out
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import random
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -203,3 +205,26 @@ def test_a_launcher_copies_the_traces_beside_the_hang(
         "flight-0/nccl_trace_rank_1.json", "hang-0.json",
     ]  # fmt: skip
     assert "missing ranks: {1}" in (run_dir / "flight-0" / "analysis.txt").read_text()
+
+
+def test_a_trace_torn_by_another_dump_is_read_again_once_whole(tmp_path: Path) -> None:
+    """Two dumps at once (a user's `stacks` and the run's hang watch): the rank rewrites its
+    file while it is read. The torn read is not the answer; the whole one that follows is."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir(mode=0o700)
+    pipe, trace = scratch / "nccl_pipe_rank_0.pipe", scratch / "nccl_trace_rank_0"
+    os.mkfifo(pipe)
+    fd = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # as NCCL's watchdog holds it
+    whole = pickle.dumps({"entries": list(range(1000))})
+
+    def rank() -> None:
+        trace.write_bytes(whole[:100])  # torn: the other dump's write, caught half way
+        time.sleep(0.5)
+        trace.write_bytes(whole)
+
+    threading.Thread(target=rank, daemon=True).start()
+    try:
+        got = host_stacks.flight(str(scratch), [0], 5.0)
+    finally:
+        os.close(fd)
+    assert got == {"0": {"file": str(trace), "trace": {"entries": list(range(1000))}}}
