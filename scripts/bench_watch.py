@@ -1,6 +1,7 @@
 """What the run's own watch (hangs and stragglers) costs a job, and how soon it names a hang.
 
     .venv/bin/python scripts/bench_watch.py [--reps 5] [--hang-reps 3] [--seconds 30]
+        [--silent] [--flight-recorder]
 
 (`--reps 0`: the hang runs alone, no throughput.)
 
@@ -11,18 +12,20 @@ steps per second of the job, medians, and each set's spread. The load is checked
 reports the same step count, the job ran its seconds and succeeded, and its rate is the one its
 device time allows (within a factor of 2). Detection: tests/data/hang_once.py detached on 2 hosts x
 2 ranks (rank 3 asleep before an all_reduce on attempt 0), `--hang-reps` times; the seconds from the
-job's last line to the hang named (node 0's hang-0.json), then from the hang's word to attempt 1's
-first step (node 0's spool, the host's clock), and whether attempt 1 then succeeded. Test hosts of
-its own (root needed); figures in docs/benchmarks.md.
+job's last line to the hang named (node 0's hang-0.json), then from the hang confirmed to attempt
+1's first step (node 0's spool, the host's clock), and whether attempt 1 then succeeded. Test hosts
+of its own (root needed); figures in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -60,10 +63,14 @@ def throughput(
         job["hang_after"] = None
     name = f"{'watch' if watch else 'off'}-{rep}"
     seconds = args.seconds
-    env = {"SECONDS_": str(seconds), "WORK": str(args.work), "DEVICE_MS": str(args.device_ms)}
+    env = {"SECONDS_": str(seconds), "WORK": str(args.work), "DEVICE_MS": str(args.device_ms),
+           "LINE_EVERY": "0" if args.silent else "20"}  # fmt: skip
     inv = c.write_inventory(work / f"{name}.yaml", job, hosts=[0, 1, 2, 3], env=env)
-    run = timed([*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir",
-                 str(work / name)], work / f"{name}.out", work / f"{name}.err")  # fmt: skip
+    with Spied() as spied:
+        run = timed([*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir",
+                     str(work / name)], work / f"{name}.out", work / f"{name}.err")  # fmt: skip
+    if args.silent and watch and len(spied.pids) < 4:  # 4 ranks, read at least once
+        sys.exit(f"bench: {name}: the watch read {len(spied.pids)} stacks of a silent job")
     done = {int(r): int(n) for r, n in DONE.findall(run.out.read_text())}
     if run.code != 0 or sorted(done) != [0, 1, 2, 3] or len(set(done.values())) != 1:
         sys.exit(f"bench: {name} did not run its 4 ranks to the end:\n{tail(run.err)}")
@@ -74,6 +81,34 @@ def throughput(
         sys.exit(f"bench: {name}: {rate:.1f} steps/s, not the load of {args.device_ms:g} ms "
                  "of device time a step (its CPU work starved, or no wait)")  # fmt: skip
     return rate
+
+
+class Spied:
+    """The py-spy processes seen while it is open (a look every 50 ms): the stacks the watch
+    read, for a silent job whose load claims them."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._look, daemon=True)
+
+    def __enter__(self) -> Spied:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _look(self) -> None:
+        while not self.done.wait(0.05):
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if argv[0].endswith(b"py-spy") and b"dump" in argv:
+                    self.pids.add(int(pid))
 
 
 def spread(rates: list[float]) -> float:
@@ -107,13 +142,16 @@ def node_cpu(ranks: int = 8, rounds: int = 500) -> float:
     return poll / POLL_S + look / vitals.LOOK_S
 
 
-def detection(c: TestCluster, work: Path, rep: int) -> tuple[float, float]:
+def detection(c: TestCluster, work: Path, rep: int, flight: bool) -> tuple[float, float]:
     """Seconds from the job's last line to the hang named, and from then to the restarted
-    attempt running (its first step's line), detached, nobody attached."""
+    attempt running (its first step's line), detached, nobody attached. flight: with the
+    flight recorder on (each rank serves its pipe): every trace kept and analysed first."""
     job = {
         "script": str(DATA / "hang_once.py"), "nproc_per_node": 2, "master_port": "auto",
         "restarts": 1, "restart_delay": RESTART_DELAY_S,
     }  # fmt: skip
+    if flight:
+        job["nccl"] = {"flight_recorder": True}
     inv = c.write_inventory(work / f"hang-{rep}.yaml", job, hosts=[0, 1])
     run = timed([*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir",
                  str(work / f"hang-{rep}"), "--detach"], work / f"hang-{rep}.out",
@@ -132,25 +170,33 @@ def detection(c: TestCluster, work: Path, rep: int) -> tuple[float, float]:
     found = json.loads(kept.read_text())
     if found["culprits"] != [3]:
         sys.exit(f"bench: hang {rep}: named {found['culprits']}, not rank 3")
-    return float(found["silent_s"]), restarted_after(node0, rep)
+    kept = found.get("flight_recorder") or {}
+    if flight and (kept.get("ranks") != [0, 1, 2, 3] or kept.get("missing_ranks") != [3]):
+        sys.exit(f"bench: hang {rep}: the flight recorder's traces not kept, or no verdict: {kept}")
+    silent = float(found["silent_s"])
+    return silent, restarted_after(node0, rep) - silent
 
 
 def restarted_after(node0: Path, rep: int) -> float:
-    """From node 0's spool (host clock): the hang's word to attempt 1's first step on node 0
-    (a rank's `step 0` line: its process group up, one all_reduce done)."""
-    reader, named, running = wire.SpoolReader(), None, None
+    """From node 0's spool (host clock): its ranks' last line of attempt 0 to attempt 1's
+    first step on node 0 (a rank's `step 0` line: its process group up, one all_reduce done).
+    Less the silence the rule measured, it is the time from the hang confirmed to the restart,
+    what happens at a hang included (the stacks, and the flight recorder's traces, kept)."""
+    reader, last, named, running = wire.SpoolReader(), None, None, None
     for seg in sorted(node0.glob(spool.PREFIX + "*"), key=lambda p: int(p.name.split(".")[1])):
         for kind, ms, payload, _ in reader.feed(seg.read_bytes()):
             if kind == b"m" and named is None and json.loads(payload).get("event") == "hang":
                 named = ms
+            elif kind in (b"1", b"2") and named is None:
+                last = ms
             elif kind == b"1" and named is not None and b" step 0:" in payload:
                 running = ms
                 break
         if running is not None:
             break
-    if named is None or running is None:
-        sys.exit(f"bench: hang {rep}: no hang word, or no step of attempt 1 after it")
-    return (running - named) / 1000
+    if last is None or named is None or running is None:
+        sys.exit(f"bench: hang {rep}: no line, no hang word, or no step of attempt 1 after it")
+    return (running - last) / 1000
 
 
 def main() -> int:
@@ -162,6 +208,11 @@ def main() -> int:
     # CPU free). 4 CPU-bound ranks on a 2-core machine measure the scheduler, not the watch.
     ap.add_argument("--work", type=int, default=4, help="matrix products a step (CPU)")
     ap.add_argument("--device-ms", type=float, default=25.0, help="0: CPU-bound steps")
+    # A job that prints nothing: past 30 s of silence the watch reads every rank's stack
+    # (py-spy) every 15 s, the most it ever does.
+    ap.add_argument("--silent", action="store_true", help="the job prints no line until done")
+    ap.add_argument("--flight-recorder", action="store_true",
+                    help="the hangs with nccl.flight_recorder: true")  # fmt: skip
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--testhosts", default="ddptw:10.213.19")
     args = ap.parse_args()
@@ -176,7 +227,7 @@ def main() -> int:
                 rates[watch].append(throughput(c, work, rep, watch, args))
                 print(f"rep {rep + 1} {'watch' if watch else 'off  '}: "
                       f"{rates[watch][-1]:.2f} steps/s")  # fmt: skip
-        found = [detection(c, work, rep) for rep in range(args.hang_reps)]
+        found = [detection(c, work, rep, args.flight_recorder) for rep in range(args.hang_reps)]
         print(load())
     cost = 0.0
     if args.reps:  # --reps 0: the hangs alone
@@ -188,7 +239,8 @@ def main() -> int:
     named, restarted = [f[0] for f in found], [f[1] for f in found]
     print(f"hang named after the last line: {', '.join(f'{s:.1f} s' for s in named)} "
           f"(target <= {TARGET_NAMED_S:g} s)")  # fmt: skip
-    print(f"attempt 1 running after the hang named: {', '.join(f'{s:.1f} s' for s in restarted)} "
+    after = ", ".join(f"{s:.1f} s" for s in restarted)
+    print(f"attempt 1 running after the hang confirmed: {after} "
           f"(target <= {TARGET_RESTART_S:g} s + restart_delay {RESTART_DELAY_S:g} s)")  # fmt: skip
     met = (max(named, default=0) <= TARGET_NAMED_S
            and max(restarted, default=0) <= TARGET_RESTART_S + RESTART_DELAY_S)  # fmt: skip
