@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 
 PIECE = 40 << 10  # base64 characters of one piece: a hub-link line, with room to spare
 GATHER_MAX = 64 << 20  # bytes of every node's pieces together, as sent
-DUMP_S = 15.0  # how long a rank has to write its trace (NCCL's first dump: ~5 s)
-ANSWER_S = DUMP_S + 15.0  # how long node 0 waits for every node's pieces
-VERDICT_S = 20.0  # torch's analyser, at a hang: the restart waits for it
+# All of it comes before the attempt ends (a rank stopped dumps nothing), so together with the
+# restart it stays within the 30 s a restart after a hang may take.
+DUMP_S = 10.0  # how long a rank has to write its trace (NCCL's first dump: ~5 s on an H200)
+ANSWER_S = DUMP_S + 3.0  # how long node 0 waits for every node's pieces
+VERDICT_S = 10.0  # torch's analyser (~2 s here); past it the traces are kept, unanalysed
 VERDICT_LINES = 8  # of its findings, in the hang's word
 PIPE_VAR = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"  # set where nccl.flight_recorder is on
 _MISSING = re.compile(r"missing ranks: \{([0-9, ]+)\}")
@@ -138,7 +140,7 @@ def keep(
     said = None
     if traces:
         got = stacks.verdict(traces, folder, VERDICT_S)
-        said = clean(got["verdict"]) if "verdict" in got else "no verdict: {}".format(got["error"])
+        said = clean(got["verdict"]) if "verdict" in got else got["error"]  # no verdict in N s
         _write(os.path.join(folder, "analysis.txt"), said + "\n")
     return {
         "dir": folder,
