@@ -69,6 +69,7 @@ class Gather:
         self.seq, self.nodes = seq, nodes
         self.cond = threading.Condition()
         self.parts: Dict[str, List[str]] = {}  # rank -> its pieces so far
+        self.count: Dict[str, Any] = {}  # rank -> how many pieces its node said it sends
         self.missing: Dict[str, str] = {}  # rank -> why it has no trace
         self.done: Set[int] = set()
         self.size = 0
@@ -97,8 +98,7 @@ class Gather:
                 self.parts.pop(rank, None)
                 return
             self.parts.setdefault(rank, []).append(data)
-            if msg.get("n") == len(self.parts[rank]):
-                self.parts[rank].append("")  # whole: an empty piece marks it
+            self.count[rank] = msg.get("n")
 
     def wait(self, timeout: float) -> Tuple[Dict[str, Any], Dict[str, str]]:
         """({rank: trace}, {rank: why none}) once every node is done, or at the deadline."""
@@ -106,12 +106,12 @@ class Gather:
         with self.cond:
             self.cond.wait_for(lambda: len(self.done) >= self.nodes,
                                max(0.0, deadline - time.monotonic()))  # fmt: skip
-            parts, missing = dict(self.parts), dict(self.missing)
+            parts, count, missing = dict(self.parts), dict(self.count), dict(self.missing)
         from .stacks import TRACE_MAX
 
         traces = {}
         for rank, got in parts.items():
-            if not got or got[-1] != "":
+            if len(got) != count.get(rank):
                 missing[rank] = "its trace came only in part"
                 continue
             try:

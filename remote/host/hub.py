@@ -230,17 +230,17 @@ class Hub:
 
     def ask(self, seq, stacks):
         """Every peer samples its ranks (their stacks too): each answers `sampled`."""
-        with self.cond:
-            peers = list(self.peers.values())
-        for chan in peers:
-            chan.send(t=protocol.HUB_SAMPLE, seq=seq, stacks=stacks)
+        self._tell_peers(t=protocol.HUB_SAMPLE, seq=seq, stacks=stacks)
 
     def ask_flight(self, seq):
         """Every peer sends its ranks' flight recorder traces: pieces to `traced`."""
+        self._tell_peers(t=protocol.HUB_FLIGHT, seq=seq)
+
+    def _tell_peers(self, **msg):
         with self.cond:
             peers = list(self.peers.values())
         for chan in peers:
-            chan.send(t=protocol.HUB_FLIGHT, seq=seq)
+            chan.send(**msg)
 
     def settle(self) -> Outcome:
         """Wait until every node's job of this attempt has ended: its Outcome (a node lost
@@ -415,8 +415,7 @@ class Hub:
             if node and all(k in self.ended or k in self.lost for k in range(1, len(self.names))):
                 self.all_ended.set()
             self.cond.notify_all()
-        if chan is not None:  # its supervisor leaves: no attempt of this run is its again
-            chan.send(t=protocol.HUB_OVER, reason=f"this host is bad for the run: {reason}")
+        self._over(chan, reason)  # its supervisor leaves: no attempt of this run is its again
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
