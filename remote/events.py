@@ -25,7 +25,8 @@ HostStatus = Literal[
 ]
 # detached: the launcher left; the run goes on by itself on its hosts.
 # lost: no launcher was heard from for link_timeout, so the hosts stopped it.
-RunStatus = Literal["succeeded", "failed", "stopped", "lost", "unreachable", "detached"]
+# refused: its GPUs were held by other runs (or busy): nothing started.
+RunStatus = Literal["succeeded", "failed", "stopped", "lost", "unreachable", "detached", "refused"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +201,46 @@ class Gpu:
     utilization_pct: int | None = None
     temperature_c: int | None = None
     processes: tuple[GpuProcess, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHolder:
+    """A run's node that holds GPUs of a host (or waits for them, or held them and died)."""
+
+    user: str  # its login on the host
+    run_id: str
+    node: int | None = None
+    age: float | None = None  # seconds since it took them (or queued), by its host's own clock
+    mode: str = ""  # starting, attached, detached
+    launcher: str = ""  # who launched it, user@machine
+    gpus: tuple[int, ...] = ()  # their indices on that host
+    count: int = 0  # a launch waiting: how many GPUs it waits for
+    key: int | None = None  # a launch waiting: its place, the queue's order on every host
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLease:
+    """One GPU of a host and its lease (remote/host/lease.py): free, held by a run, or busy
+    (not held, running someone's work)."""
+
+    index: int
+    name: str
+    state: Literal["free", "held", "busy"]
+    holder: LeaseHolder | None = None
+    dead: LeaseHolder | None = None  # the run that held it last and died holding it
+    processes: tuple[GpuProcess, ...] = ()  # its compute apps: what makes it busy
+
+
+@dataclass(frozen=True, slots=True)
+class HostLeases(Event):
+    """A host's GPUs, each with its lease, and the launches waiting for them in order
+    (`ddptui who`, the dashboard's hosts pane)."""
+
+    host: str
+    node_rank: int
+    gpus: tuple[GpuLease, ...] | None  # None: no nvidia-smi, no GPU to lease
+    queue: tuple[LeaseHolder, ...] = ()
+    error: str = ""  # why its leases could not be read
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +439,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Alert,
         Progress,
         TrackerLink,
+        HostLeases,
     )
 }
 
@@ -418,6 +460,8 @@ def from_json(line: str) -> Event:
             data[key] = tuple(data[key])
     if "lines" in data:
         data["lines"] = tuple(tuple(x) for x in data["lines"])
+    if cls is HostLeases:
+        return _host_leases(data)
     if "gpus" in data:
         data["gpus"] = tuple(_gpu(g) for g in data["gpus"])
     if "findings" in data:
@@ -427,6 +471,25 @@ def from_json(line: str) -> Event:
 
 def _gpu(data: dict[str, Any]) -> Gpu:
     return Gpu(**{**data, "processes": tuple(GpuProcess(**p) for p in data.get("processes", ()))})
+
+
+def _holder(data: dict[str, Any] | None) -> LeaseHolder | None:
+    return LeaseHolder(**{**data, "gpus": tuple(data.get("gpus", ()))}) if data else None
+
+
+def _host_leases(data: dict[str, Any]) -> HostLeases:
+    gpus = data.get("gpus")
+    each = None
+    if gpus is not None:
+        each = tuple(
+            GpuLease(
+                **{**g, "holder": _holder(g.get("holder")), "dead": _holder(g.get("dead")),
+                   "processes": tuple(GpuProcess(**p) for p in g.get("processes", ()))}
+            )
+            for g in gpus
+        )  # fmt: skip
+    queue = tuple(h for h in map(_holder, data.get("queue", ())) if h is not None)
+    return HostLeases(**{**data, "gpus": each, "queue": queue})
 
 
 def attempt_from(data: dict[str, Any]) -> AttemptResult:

@@ -244,10 +244,10 @@ class _HostFields(_Strict):
     transport: Literal["ssh", "local"] | None = Field(
         default=None, description="ssh (default), or local: run on this machine, without SSH"
     )
-    gpus: int | None = Field(
+    gpus: Annotated[int, Field(ge=0)] | list[Annotated[int, Field(ge=0)]] | None = Field(
         default=None,
-        ge=0,
-        description="Processes for `nproc_per_node: auto` where the host has no GPU found",
+        description="The GPUs the job may take here, by index ([0, 1]); or a number: processes "
+        "for `nproc_per_node: auto` where the host has no GPU found",
     )
     # the job runs in a container
     container: ContainerFields | None = Field(default=None, description=ContainerFields.__doc__)
@@ -438,6 +438,11 @@ class Job(_Strict):
         description="What a hang the run's watch confirmed does: restart (the attempt fails as "
         "hung; the job restarts if restarts remain), stop (the run ends) or warn",
     )
+    busy_gpus: Literal["refuse", "wait", "share"] = Field(
+        default="refuse",
+        description="A GPU running work outside ddptui (nvidia-smi's compute apps) is never "
+        "taken (refuse), taken once that work is gone (wait), or taken anyway (share)",
+    )
     on_straggler: Literal["warn", "replace"] = Field(
         default="warn",
         description="What a straggler the run's watch named does: warn, or replace (its host is "
@@ -536,8 +541,9 @@ class Host:
     python: str
     workdir: str | None
     env: dict[str, str]
-    gpus: int | None
+    gpus: int | None  # processes for `auto` where no GPU is found
     container: Container | None = None
+    pins: tuple[int, ...] = ()  # `gpus: [0, 1]`: the only GPUs the job may take here
     ssh_config: str | None = None  # `ssh -F`: this file instead of ~/.ssh/config and /etc/ssh's
     # The attempt this node's supervisor started at: a spare's, the one it joined in a lost
     # node's place (its private directory on the host is n<rank>-a<since>).
@@ -713,7 +719,8 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
                 python=merged.get("python") or _default_python(merged.get("transport")),
                 workdir=merged.get("workdir"),
                 env={k: env_text(v) for k, v in env.items()},
-                gpus=merged.get("gpus"),
+                gpus=len(gpus) if isinstance(gpus := merged.get("gpus"), list) else gpus,
+                pins=tuple(gpus) if isinstance(gpus, list) else (),
                 container=_container(raw.defaults, entry, i, path, node),
                 ssh_config=_beside(path, merged.get("ssh_config")),
             )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.remote.events import Gpu, GpuProcess
+from ddptui.remote.host import gpuinfo
 
 GPU_FIELDS = (
     "index",
@@ -24,13 +25,12 @@ GPU_FIELDS = (
     "temperature.gpu",
     "driver_version",
 )
-APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
 CSV = "--format=csv,noheader,nounits"
 GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), CSV)
-APPS_QUERY = ("nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), CSV)
+APPS_QUERY = ("nvidia-smi", *gpuinfo.APPS)  # the host's leases ask the same (gpuinfo.py)
 # What the host runs, by name; plain `nvidia-smi` is the only place naming the driver's CUDA.
 # `-L`: the MIG devices, and the UUIDs CUDA_VISIBLE_DEVICES may name (remote/checks/visible.py).
-SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": (), "list": ("-L",)}
+SMI_RUNS = {"gpus": GPU_QUERY[1:], "apps": APPS_QUERY[1:], "summary": (), "list": gpuinfo.LIST}
 
 
 @dataclass(frozen=True)
@@ -91,17 +91,10 @@ def parse_gpus(text: str) -> list[GpuRow]:
 
 def parse_apps(text: str) -> list[tuple[str, GpuProcess]]:
     """(gpu uuid, process) pairs of `--query-compute-apps=<APP_FIELDS>`; no lines, no apps."""
-    apps = []
-    for line in text.splitlines():
-        fields = line.split(", ", 3)  # a process name may hold ", "
-        if len(fields) != len(APP_FIELDS):
-            continue  # "No running processes found" on some versions
-        uuid, pid, used, name = fields
-        pid_value = _int(pid)
-        if pid_value is None:
-            continue
-        apps.append((uuid.strip(), GpuProcess(pid_value, _int(used) or 0, name.strip())))
-    return apps
+    return [
+        (uuid, GpuProcess(pid, used or 0, name))
+        for uuid, pid, used, name in gpuinfo.parse_apps(text)
+    ]
 
 
 def attach_processes(rows: Sequence[GpuRow], apps_text: str) -> tuple[Gpu, ...]:

@@ -18,8 +18,9 @@ from ddptui.remote.exits import EXIT_INTERRUPTED, EXIT_USAGE
 USAGE = """\
 ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
        ddptui [--headless] launch [--run-dir DIR] [--skip-checks] [--[no-]sync] [--detach]
-                                  [--exclude HOSTS] [-- SCRIPT ARGS...]
+                                  [--wait [LIMIT]] [--exclude HOSTS] [-- SCRIPT ARGS...]
        ddptui [--headless] check [--json] [--exclude HOSTS]
+       ddptui who [--json]
        ddptui attach RUN [--tail N] [--quiet] | stop RUN | runs [--json]
        ddptui plot RUN [METRIC]
        ddptui stacks RUN [--json] [--native]
@@ -38,6 +39,8 @@ exit status:
   1    a rank failed; check: a check failed; launch: failed checks refused it
   2    bad usage, a mistake in the inventory (file:line named), an unusable run directory
   3    a host could not be reached or logged into (launch and check): nothing was started
+  75   launch: its GPUs are held by another run (or busy), named: nothing was started
+       (--wait queues for them instead)
   130  interrupted (Ctrl-C, SIGTERM, SIGHUP, or the output closed, e.g. `| head`):
        every host's part of the job was stopped, summary.json written"""
 
@@ -90,6 +93,14 @@ def parser() -> argparse.ArgumentParser:
     launch_p.add_argument(
         "--detach", action="store_true", help="--headless: print the run id, leave it running"
     )
+    launch_p.add_argument(
+        "--wait",
+        nargs="?",
+        const="inf",
+        metavar="LIMIT",
+        help="--headless: if its GPUs are held, wait in the queue for them (at most LIMIT: "
+        "90, 30s, 10m, 2h; default: no limit) instead of being refused",
+    )
     _quiet(launch_p)
     _exclude(launch_p)
     _deep(launch_p, "--headless: the deep check first; its failures refuse the launch")
@@ -97,6 +108,8 @@ def parser() -> argparse.ArgumentParser:
     check_p.add_argument("--json", action="store_true", help="print the facts as JSON (headless)")
     _exclude(check_p)
     _deep(check_p, "the fabric measured too: all-reduce, every host's links, every GPU")
+    who_p = _command(sub, "who", who_command, "every host's GPUs: free, held by whom, or busy")
+    who_p.add_argument("--json", action="store_true", help="print them as JSON")
     attach_p = _command(sub, "attach", attach_command, "replay and follow a run (Ctrl-C detaches)")
     attach_p.add_argument("run", metavar="RUN", help="a run id, a unique prefix, or a run dir")
     attach_p.add_argument("--tail", type=int, metavar="N", help="replay only the last N lines")
@@ -286,7 +299,7 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
             "--run-dir is one run's directory: use it with --headless launch "
             "(the dashboard puts each run under --runs-root)"
         )
-    for option in ("skip_checks", "detach", "verbose", "exclude"):
+    for option in ("skip_checks", "detach", "verbose", "exclude", "wait"):
         if getattr(args, option, False):
             raise UsageError(f"--{option.replace('_', '-')} needs --headless")
     if getattr(args, "sync", None) is not None:
@@ -338,8 +351,38 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
     launching = launch.launch(
         inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id,
         deep=_deep_seconds(args), verbose=args.verbose, quiet=args.quiet,
+        wait=_wait_seconds(args.wait),
     )  # fmt: skip
     return asyncio.run(launching)
+
+
+def _wait_seconds(text: str | None) -> float | None:
+    """--wait's limit in seconds (inf: none), or None without --wait: `90`, `30s`, `10m`, `2h`."""
+    if text is None:
+        return None
+    if text == "inf":
+        return float("inf")
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        seconds = -1.0
+    if not 0 < seconds < float("inf"):
+        raise UsageError(f"--wait {text}: give a time above 0 (90, 30s, 10m, 2h), or none")
+    return seconds
+
+
+def who_command(args: argparse.Namespace, extra: list[str]) -> int:
+    """`who`: every host's GPUs, free, held (by whom) or busy (with what), and the queue; it
+    always prints (the dashboard's hosts pane says it live)."""
+    _no_extra(args, extra)
+    inv = load_inventory(args.inventory)
+    import asyncio
+
+    from .headless.who import who
+
+    return asyncio.run(who(inv, as_json=args.json))
 
 
 def check_command(args: argparse.Namespace, extra: list[str]) -> int:

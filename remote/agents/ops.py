@@ -11,13 +11,16 @@ attach, monitor) are read by remote/agents/link.py and remote/agents/monitor.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.transport import HostError
+from ddptui.remote.events import GpuLease, GpuProcess, HostLeases, LeaseHolder
 from ddptui.remote.host import protocol
 
 TEXT_MAX = 1000  # characters kept of a text a host sends (a reason, a path, a verdict)
+GPUS_MAX = 1024  # GPUs of one host read at most (what a host sends is bounded)
+QUEUE_MAX = 256  # holders and waiters read at most
 
 NodeState = dict[str, Any]  # a node's state.json as its host reads it (remote/host/nodes.py)
 Runs = dict[str, dict[int, NodeState | None]]  # run id → node → its state (None: none kept)
@@ -145,6 +148,91 @@ async def standby(agent: Agent, request: dict[str, Any]) -> None:
     await agent.request(protocol.STANDBY, request)
 
 
+async def gpu_leases(agent: Agent, node_rank: int) -> HostLeases:
+    """Every GPU's lease on the host and the launches waiting for them (`ddptui who`)."""
+    found = await agent.request(protocol.GPU_LEASES)
+    name = agent.name
+    if found.get("error"):
+        return HostLeases(name, node_rank, None, error=_text(found["error"]))
+    try:
+        now = float(found["now"])
+        gpus = found.get("gpus")
+        each = None if gpus is None else tuple(_gpu_lease(g, now) for g in gpus[:GPUS_MAX])
+        queue = tuple(read_holder(t, now) for t in found.get("queue", ())[:QUEUE_MAX])
+    except (TypeError, ValueError, KeyError, AttributeError):
+        raise _wrong(agent, protocol.GPU_LEASES) from None
+    return HostLeases(name, node_rank, each, queue)
+
+
+class Leasing(NamedTuple):
+    """One word of a host's agent on a `gpu-lease` channel (remote/host/leaseop.py): `kind`
+    none, held, handed, short, wait, ready or error, and what goes with it."""
+
+    kind: str
+    counter: int = 0  # the queue's highest key on the host
+    gpus: tuple[int, ...] = ()  # held: their indices
+    cvd: str = ""  # held: the job's CUDA_VISIBLE_DEVICES
+    dead: tuple[LeaseHolder, ...] = ()  # held: runs that died holding some of them
+    held: tuple[LeaseHolder, ...] = ()  # short, wait: who holds what it needs
+    busy: tuple[tuple[int, GpuProcess], ...] = ()  # short, wait: (GPU, foreign process)
+    ahead: tuple[LeaseHolder, ...] = ()  # short, wait: launches waiting before it
+    never: bool = False  # short: refused however long it waited (busy GPUs, busy_gpus: refuse)
+    taking: int = 0  # GPUs it takes there
+    error: str = ""
+
+
+LEASINGS = ("none", "held", "handed", "short", "wait", "ready", "error")
+
+
+def read_leasing(msg: Any) -> Leasing:
+    """A `gpu-lease` word, typed; raises TypeError, ValueError, KeyError or AttributeError if
+    it is not of that shape."""
+    kind = msg["t"]
+    if kind not in LEASINGS:
+        raise ValueError(kind)
+    now = float(msg.get("now") or 0.0)
+    busy = tuple(
+        (int(b["gpu"]), GpuProcess(int(b["pid"]), 0, _text(b.get("process"))[:200],
+                                   _text(b.get("user"))[:64]))
+        for b in msg.get("busy", ())[:GPUS_MAX]
+    )  # fmt: skip
+    return Leasing(
+        kind, int(msg.get("counter") or 0), tuple(int(i) for i in msg.get("gpus", ())[:GPUS_MAX]),
+        _text(msg.get("cvd")),
+        tuple(read_holder(h, now) for h in msg.get("dead", ())[:QUEUE_MAX]),
+        tuple(read_holder(h, now) for h in msg.get("held", ())[:QUEUE_MAX]), busy,
+        tuple(read_holder(h, now) for h in msg.get("ahead", ())[:QUEUE_MAX]),
+        msg.get("never") is True, int(msg.get("count") or 0), _text(msg.get("error")),
+    )  # fmt: skip
+
+
+def read_holder(found: Any, now: float) -> LeaseHolder:
+    """A holder's (or waiter's) record as a host tells it; its age by the host's own clock."""
+    since, node = found.get("since"), found.get("node")
+    return LeaseHolder(
+        _text(found.get("user"))[:64] or "?", _text(found.get("run_id"))[:64] or "?",
+        node if isinstance(node, int) else None,
+        max(0.0, now - since) if isinstance(since, int | float) else None,
+        _text(found.get("mode"))[:16], _text(found.get("launcher"))[:128],
+        tuple(i for i in found.get("gpus") or () if isinstance(i, int))[:GPUS_MAX],
+        _int(found.get("count")) or 0, _int(found.get("key")),
+    )  # fmt: skip
+
+
+def _gpu_lease(found: Any, now: float) -> GpuLease:
+    holder, dead = found.get("holder"), found.get("dead")
+    procs = tuple(
+        GpuProcess(int(pid), 0, _text(name)[:200], _text(user)[:64])
+        for pid, name, user in found.get("procs", ())[:16]
+    )
+    state: Literal["free", "held", "busy"] = "held" if holder else "busy" if procs else "free"
+    return GpuLease(
+        int(found["index"]), _text(found.get("name"))[:100], state,
+        read_holder(holder, now) if holder else None, read_holder(dead, now) if dead else None,
+        procs,
+    )  # fmt: skip
+
+
 async def port(agent: Agent) -> int | None:
     """A free TCP port on the host; None if what it said is not one."""
     got = (await agent.request(protocol.PORT)).get("port")
@@ -197,3 +285,7 @@ def _flight_dump(got: Any) -> FlightDump:
 
 def _line(value: Any) -> int | None:
     return value if isinstance(value, int) else None
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -147,7 +147,7 @@ def _probe(agent, ch, req):
 # What a launch asks of an agent before its start (its checks' probe carries `warm`): the spare
 # supervisor waits through these (remote/host/prefork.py), and any other op ends it.
 LAUNCH_OPS = {protocol.SYNC_PLAN, protocol.SYNC_PUT, protocol.COUNT, protocol.PORT,
-              protocol.MONITOR, protocol.START}  # fmt: skip
+              protocol.MONITOR, protocol.GPU_LEASE, protocol.START}  # fmt: skip
 
 OPS = {
     protocol.PROBE: _probe,
@@ -166,6 +166,8 @@ OPS = {
     protocol.PORT: lambda agent, ch, req: _mod("nodes").free_port(ch, req),
     protocol.STANDBY: lambda agent, ch, req: _mod("standby").start(ch, req, agent.code_dir),
     protocol.HANGS: _answer(lambda req: _mod("watch").kept(req)),
+    protocol.GPU_LEASE: lambda agent, ch, req: _mod("leaseop").serve(ch, req),
+    protocol.GPU_LEASES: _answer(lambda req: _mod("leaseop").view(req)),
 }
 
 

@@ -19,6 +19,7 @@ from . import container, procs, protocol, state
 from .common import log, rmtree
 from .daemon import Daemon
 from .job import node_tags
+from .leasedir import LeaseError
 
 
 def daemon():
@@ -84,9 +85,15 @@ def daemon():
 
     code = 0
     try:
-        daemon = Daemon(protocol.spec(json.loads(go)), ndir)
-        daemon.subreaper, daemon.guard = subreaper, guard
+        spec = protocol.spec(json.loads(go))
+        held = _lease(spec, server)
+        daemon = Daemon(spec, ndir)
+        daemon.subreaper, daemon.guard, daemon.lease = subreaper, guard, held
         daemon.serve(server, ready)
+    except LeaseError as exc:  # its GPUs are not its to take: said, nothing started
+        log("no lease: {}".format(exc))
+        ready("cannot start the job: {}".format(exc))
+        code = 1
     except BaseException as exc:  # its log says why, and where
         import traceback
 
@@ -95,6 +102,16 @@ def daemon():
             ready("supervisor failed: {!r}".format(exc))
         code = 1
     os._exit(code)
+
+
+def _lease(spec, server):
+    """The node's GPUs' lease (remote/host/lease.py) before its job: handed over by the agent,
+    or taken here; None where it leases none."""
+    if not spec["lease"]:
+        return None
+    from . import lease
+
+    return lease.claim(spec, server)
 
 
 class _Lines:

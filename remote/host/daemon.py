@@ -137,6 +137,7 @@ class Daemon:
             "pid": os.getpid(),
         }
         self.state_lock = threading.Lock()
+        self.lease = None  # its GPUs' lease (remote/host/lease.py): given back at the end
 
     # -- records ------------------------------------------------------------------------------
 
@@ -461,8 +462,11 @@ class Daemon:
         return "{} failed (exit {})".format(self.name, att.code), False
 
     def _end(self):
-        """The run is over here: word goes out, then the viewers get the last bytes."""
+        """The run is over here: its GPUs given back first (the next launch in the queue
+        starts now), word goes out, then the viewers get the last bytes."""
         self.over = True
+        if self.lease is not None:
+            self.lease.give_back()
         if self.progress is not None:
             self.progress.flush()
         if self.notifier is not None:  # its failures are said in the spool: before it closes
@@ -727,6 +731,8 @@ class Daemon:
                 self.mode = mode
                 self.note(t=protocol.MODE, mode=mode)
                 self.save_state()
+                if self.lease is not None:  # `ddptui who` says it
+                    self.lease.note(mode=mode)
         elif verb == protocol.SAY_HUB and self.link is not None and len(args) == 2:
             with contextlib.suppress(ValueError):
                 self.link.connect(args[0], int(args[1]))

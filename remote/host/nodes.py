@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 from . import prefork, procs, protocol, state
 from .common import close
@@ -173,14 +174,39 @@ def spawn(spec, code_dir, sources):
             return "cannot start the supervisor: {}".format(exc)
     if proc is None:  # prepared: never without the warm one that was
         return "the prepared supervisor is gone"
+    go = json.dumps(spec).encode() + b"\n"
     try:  # it says "ok" (or why not) and lets go of its stdout; its parent leaves at once
-        said, _ = proc.communicate(json.dumps(spec).encode() + b"\n", timeout=START_TIMEOUT)
+        if spec["lease"] and spec["lease"].get("handoff"):  # the GPUs held here: theirs now
+            _hand_over(proc, go, spec)
+            go = b""
+        said, _ = proc.communicate(go, timeout=START_TIMEOUT)
     except subprocess.TimeoutExpired:
         proc.kill()
         return "the supervisor did not start within {:g} s".format(START_TIMEOUT)
+    except (OSError, ValueError) as exc:  # its lease: gone, or never taken over
+        _end(proc)
+        return "cannot start the supervisor: {}".format(exc)
     if said == b"ok":
         return None
     return said.decode("utf-8", "replace").strip() or "the supervisor died at its start"
+
+
+def _hand_over(proc, go, spec):
+    """The go, then the node's GPUs' lease, which the agent's `gpu-lease` op holds (leaseop.py),
+    handed to the supervisor over its socket: held all along, by one or the other."""
+    from . import lease, leaseop  # here: only a launch with GPUs to lease needs them
+
+    held = leaseop.take_over(spec["run_id"], spec["node"])
+    if held is None:
+        raise ValueError("its GPUs' lease is no longer held here (the launch let it go)")
+    ndir = state.node_dir(spec["run_id"], spec["node"], spec["attempt"])
+    try:
+        proc.stdin.write(go)
+        proc.stdin.flush()
+        lease.hand_over(held, lambda: connect(ndir), time.monotonic() + START_TIMEOUT)
+    except BaseException:
+        held.give_back()
+        raise
 
 
 # -- a node's stream -----------------------------------------------------------------------------

@@ -21,6 +21,9 @@ serves ops, each on a channel the launcher opens with a JSON request `{"op": OP,
   status     the state of some runs' nodes on this host (node 0's    one answer
              training curve too, with {"series": true})
   port       a free TCP port on this host (job.master_port: auto)  one answer
+  gpu-lease  a node's GPUs taken, or waited for in the queue, held   answers both ways
+             until its supervisor takes them over (leaseop.py)
+  gpu-leases every GPU's lease and the queue (`ddptui who`)        one answer
 
 Channel 0 carries the agent's own words: HELLO first, PONG to each PING, and LEASE from the
 launcher (seconds of silence after which the agent leaves).
@@ -137,9 +140,11 @@ STATUS = "status"
 PORT = "port"
 STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which node it takes
 HANGS = "hangs"  # node 0's kept hangs (hang-<attempt>.json, remote/host/watch.py)
+GPU_LEASE = "gpu-lease"  # a node's GPUs taken (or queued for), held until its supervisor's
+GPU_LEASES = "gpu-leases"  # every GPU's lease and the queue: `ddptui who`
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
-    STANDBY, HANGS,
+    STANDBY, HANGS, GPU_LEASE, GPU_LEASES,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------
@@ -268,6 +273,9 @@ SPEC_DEFAULTS = {
     "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
     "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
     "on_straggler": "warn",  # node 0: job.on_straggler: warn | replace
+    # the node's GPUs' lease (remote/host/lease.py): {run_id, node, count, pins, cvd, busy,
+    # launcher, handoff}; handoff: the agent holds it for the supervisor, else it takes its own
+    "lease": None,
 }
 
 

@@ -23,6 +23,7 @@ from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import DeepChecked, Event, Failure, Notice
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory, swap_in
+from ddptui.remote.leases import take as leases
 from ddptui.remote.run.gang import Node, Start
 from ddptui.remote.run.plan import IFNAME_VARS, SCRATCH, NodePlan, Plan, build
 from ddptui.remote.stalls import flight
@@ -46,6 +47,8 @@ class Launch:
         extra_args: Sequence[str],
         secret: str,
         deep: DeepCheck | None = None,
+        wait: float | None = None,
+        ask: leases.Ask | None = None,
     ) -> None:
         self.preflight, self.emit = preflight, emit
         self.run_id, self.run_dir = run_id, run_dir
@@ -53,6 +56,10 @@ class Launch:
         self._secret = secret  # the supervisors' proof to each other (the hub)
         self.deep = deep  # the deep check before the start (runner.py's deep_check)
         job = preflight.inv.job
+        # the GPUs' leases (remote/leases/take.py): `wait` seconds in the queue at most (None:
+        # refused at once, unless `ask`, the dashboard's question, says wait)
+        self.leases = leases.Leases(preflight.fleet, emit, preflight.failures, job.link_timeout)
+        self.wait, self.ask = wait, ask
         self.master_port: int | None = job.master_port if job.master_port != "auto" else None
         self.nprocs_planned: list[int] = []  # what a spare is planned with: as the run began
 
@@ -107,6 +114,15 @@ class Launch:
             self.emit(Notice("info", f"nproc_per_node auto: {per_host} (world size {sum(nprocs)})"))
         return nprocs
 
+    async def lease(self, nprocs: list[int]) -> bool:
+        """Every node's GPUs on every host, or none (held, or busy: the launch is refused, or
+        waits in the queue): each node's host holds them for its supervisor."""
+        asked = [
+            (k, leases.want(self.run_id, host, n, self.inv.job))
+            for k, (host, n) in enumerate(zip(self.inv.hosts, nprocs, strict=True))
+        ]
+        return await self.leases.take(asked, wait=self.wait, ask=self.ask)
+
     def start(self, nprocs: list[int]) -> tuple[Plan, list[Start]]:
         """The plan, noted in the run dir, and each node's start."""
         planned = self.plan(nprocs)
@@ -121,7 +137,7 @@ class Launch:
             (
                 Node(n.host.name, n.node_rank, n.ranks),
                 protocol.START,
-                {"spec": self.spec(n, planned.master_addr)},
+                {"spec": self.spec(n, planned.master_addr, handoff=True)},
             )
             for n in planned.nodes
         ]
@@ -160,11 +176,20 @@ class Launch:
         attempt: int = 0,
         secret: str = "",
         inv: Inventory | None = None,
+        handoff: bool = False,
     ) -> dict[str, Any]:
         """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket); inv: the
-        hosts as a hot spare in node's place would have them (else the run's)."""
+        hosts as a hot spare in node's place would have them (else the run's). handoff: its
+        GPUs' lease is held for it by its host's agent (a launch's node), else it takes its own
+        (a spare's)."""
         inv = inv or self.inv
         job = inv.job
+        k = node.node_rank
+        nprocs = self.nprocs_planned or self.nprocs()
+        asked = leases.want(self.run_id, node.host, nprocs[k], job, k)
+        lease = (
+            asked if not handoff else {**asked, "handoff": True} if k in self.leases.held else None
+        )
         notify = job.notify.model_dump() if job.notify else None
         return protocol.spec(
             {
@@ -200,6 +225,7 @@ class Launch:
                 "hang_after": job.hang_after,
                 "on_hang": job.on_hang,
                 "on_straggler": job.on_straggler,
+                "lease": lease,
             }
         )
 

@@ -40,6 +40,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
+from ddptui.remote.leases.take import Ask
 from ddptui.remote.run import deepcheck, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
@@ -74,6 +75,8 @@ class Run:
         checks: bool = True,
         detach: bool = False,
         deep: float | None = None,
+        wait: float | None = None,
+        ask: Ask | None = None,
     ) -> None:
         self.run_id = run_id or new_run_id()
         self.run_dir = run_dir or runs.default_dir(self.run_id)
@@ -90,7 +93,8 @@ class Run:
             )
         self.launch = Launch(
             self.preflight, self.emit, run_id=self.run_id, run_dir=self.run_dir,
-            extra_args=extra_args, secret=secrets.token_hex(16), deep=deep_first,
+            extra_args=extra_args, secret=secrets.token_hex(16), deep=deep_first, wait=wait,
+            ask=ask,
         )  # fmt: skip
         self._phase: asyncio.Future[bool] | None = None  # connecting, checking: stop cancels it
         self._t0 = time.monotonic()
@@ -156,6 +160,7 @@ class Run:
             runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
             return await self._execute()
         finally:
+            self.launch.leases.close()  # what no supervisor took over is given back
             if not self.gang.detached:  # after a cancel: stop what runs, read to the end
                 await self.gang.hang_up()
             self._checkpoint()  # the logs as they end: a later reader appends to them
@@ -182,6 +187,8 @@ class Run:
             return self._finish()
         nprocs = launch.ranks()
         if not await launch.port():
+            return self._finish()
+        if not await self._until_stopped(launch.lease(nprocs)) or self.stopping:
             return self._finish()
         planned, starts = launch.start(nprocs)
         self.recovery.standing = asyncio.ensure_future(self.recovery.stand_by())
@@ -348,6 +355,7 @@ class Run:
             self.preflight.failures,
             unreachable=bool(self.preflight.unreachable),
             detached=self.gang.detached,
+            refused=self.launch.leases.refused,
         )
         reason = self.gang.reason if status == "lost" else ""
         self.progress.tell()  # the last word before the end

@@ -26,7 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ddptui.remote.events import AttemptResult, Failure, HostStatus, RunStatus
-from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
+from ddptui.remote.exits import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+)
 from ddptui.remote.host import protocol
 from ddptui.remote.run.failures import describe_exit, echo_of_peer, first, is_echo
 from ddptui.remote.run.nodemsg import Exit, StartError
@@ -142,9 +148,10 @@ class Verdict:
         *,
         unreachable: bool = False,
         detached: bool = False,
+        refused: bool = False,
     ) -> tuple[RunStatus, int, Failure | None, tuple[Failure, ...]]:
         """(status, exit code, root cause, every failure in the order seen). earlier: failures
-        before any node started (logins, checks)."""
+        before any node started (logins, checks, the GPUs' leases)."""
         said = [self.hub_failure] if self.hub_failure else self.peer_failures
         failures = [*earlier, *(self.failures or said)]
         root = first(failures)
@@ -155,6 +162,8 @@ class Verdict:
             status, code = "detached", EXIT_OK
         elif unreachable:
             status, code = "unreachable", EXIT_UNREACHABLE
+        elif refused and self.cause != "user":
+            status, code = "refused", EXIT_REFUSED
         elif root is not None:
             status, code = "failed", EXIT_FAILED
         elif self.cause == "user":
@@ -203,7 +212,12 @@ class Attempts:
             verdict.peer_failures.append(Failure(host, None, None, why, seen_at=at))
 
     def outcome(
-        self, earlier: Sequence[Failure] = (), *, unreachable: bool = False, detached: bool = False
+        self,
+        earlier: Sequence[Failure] = (),
+        *,
+        unreachable: bool = False,
+        detached: bool = False,
+        refused: bool = False,
     ) -> tuple[Outcome, tuple[AttemptResult, ...]]:
         """The run's (status, exit code, root cause, failures): its last attempt's; and how each
         attempt that started went."""
@@ -215,7 +229,7 @@ class Attempts:
             started, finished = self.times[attempt]
             results.append(AttemptResult(attempt, started, finished, status, root))
         run = self.verdicts[self.current].outcome(
-            earlier, unreachable=unreachable, detached=detached
+            earlier, unreachable=unreachable, detached=detached, refused=refused
         )
         if results and not detached:  # the last attempt's, as the run's (lost, unreachable)
             results[-1] = dataclasses.replace(results[-1], status=run[0], failure=run[2])

@@ -30,6 +30,7 @@ async def launch(
     deep: float | None = None,
     verbose: bool = False,
     quiet: bool = False,
+    wait: float | None = None,
 ) -> int:
     stopping = False
 
@@ -53,7 +54,7 @@ async def launch(
     )
     run = Run(
         inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks,
-        detach=detach, deep=deep,
+        detach=detach, deep=deep, wait=wait,
     )  # fmt: skip
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -170,7 +170,9 @@ class Printer:
         self.flush()
         self.phases.end()
         self.console.show("")  # the training's live line goes with the run
-        if fin.failure is not None:
+        if fin.status == "refused":  # its notice named who holds its GPUs
+            self.say(f"run refused (exit {fin.exit_code}): nothing was started")
+        elif fin.failure is not None:
             self.say(f"run failed: {failure_line(fin.failure)}")
             tail = fin.failure.traceback[-TRACEBACK_SHOWN:]
             self.console.write(self.err, "".join(f"    {line}\n" for line in tail))

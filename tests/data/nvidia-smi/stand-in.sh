@@ -5,6 +5,7 @@
 # (remote/host/health.py) is answered by health.csv (a driver that names clocks_event_reasons) or
 # health-throttle.csv (an older one: clocks_throttle_reasons); a name the recording's driver does
 # not know fails as the real tool does. A recording with a `hang` file never answers.
+# GPU UUIDs: see below.
 GPUS="--query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,driver_version"
 APPS="--query-compute-apps=gpu_uuid,pid,used_memory,process_name"
 CSV="--format=csv,noheader,nounits"
@@ -26,6 +27,17 @@ if [ -n "$field" ] && [ ! -f "$data/$file" ] && [ ! -f "$data/exit-code" ]; then
     echo "Field \"$field\" is not a valid field to query." && exit 2
 fi
 [ -f "$data/$file" ] || file=stdout.txt
-cat "$data/$file"
+# Installed as a file (a test host's, a test's bin dir), it gives its GPUs UUIDs of their own:
+# the recorded ones with their first 8 hex digits from its path, so no two hosts share a GPU
+# (hosts that share /dev/shm share the leases' directory, keyed by UUID).
+case "$0" in
+    /*) salt=$(printf '%s' "$0" | cksum | { read -r sum _; printf '%08x' "$sum"; }) ;;
+    *) salt= ;;
+esac
+if [ -n "$salt" ]; then
+    sed -e "s/GPU-[0-9a-f]\{8\}/GPU-$salt/g" -e "s/MIG-[0-9a-f]\{8\}/MIG-$salt/g" "$data/$file"
+else
+    cat "$data/$file"
+fi
 [ -f "$data/exit-code" ] && exit "$(cat "$data/exit-code")"
 exit 0
