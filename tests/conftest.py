@@ -34,6 +34,21 @@ def _under_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def lease_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """This session's GPU leases, for what runs here (the local transport's agents inherit the
+    variable): /dev/shm/ddptui is every session's. The ssh test hosts keep the default: their
+    stand-ins' GPUs are each host's own (tests/data/nvidia-smi/stand-in.sh)."""
+    path = tmp_path_factory.mktemp("leases")
+    old = os.environ.get("DDPTUI_LEASE_DIR")
+    os.environ["DDPTUI_LEASE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("DDPTUI_LEASE_DIR", None)
+    else:
+        os.environ["DDPTUI_LEASE_DIR"] = old
+
+
 @pytest.fixture(scope="session")
 def require_testhosts() -> None:
     """Skip where this machine can't run test hosts, except under CI, where that fails."""

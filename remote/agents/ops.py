@@ -31,11 +31,13 @@ class ReplyError(HostError):
 
 
 class Count(NamedTuple):
-    """What `count` found: nvidia-smi's list (None: it failed), and the host's
-    CUDA_VISIBLE_DEVICES (None: unset)."""
+    """What `count` found: nvidia-smi's list (None: it failed), the host's
+    CUDA_VISIBLE_DEVICES (None: unset), and its GPUs' leases where asked (the probe's, raw:
+    remote/checks/probe.py reads them)."""
 
     listed: str | None
     cuda_visible_devices: str | None
+    leases: dict[str, Any] | None = None
 
 
 class RankDump(NamedTuple):
@@ -69,12 +71,15 @@ async def probe(agent: Agent, asked: dict[str, Any], timeout: float) -> dict[str
     return await agent.request(protocol.PROBE, asked, timeout=timeout)
 
 
-async def count(agent: Agent, timeout: float) -> Count:
-    found = await agent.request(protocol.COUNT, timeout=timeout)
+async def count(agent: Agent, timeout: float, asked: dict[str, Any] | None = None) -> Count:
+    found = await agent.request(protocol.COUNT, asked, timeout=timeout)
     listed, cvd = found.get("list"), found.get("cuda_visible_devices")
     ok = isinstance(listed, dict) and listed.get("code") == 0
     out = str(listed.get("out", "")) if ok and isinstance(listed, dict) else None
-    return Count(out, None if cvd is None else str(cvd))
+    leases = found.get("leases")
+    return Count(
+        out, None if cvd is None else str(cvd), leases if isinstance(leases, dict) else None
+    )
 
 
 async def sync_plan(agent: Agent, dest: str, manifest: bytes, timeout: float) -> tuple[str, ...]:
@@ -151,16 +156,21 @@ async def standby(agent: Agent, request: dict[str, Any]) -> None:
 async def gpu_leases(agent: Agent, node_rank: int) -> HostLeases:
     """Every GPU's lease on the host and the launches waiting for them (`ddptui who`)."""
     found = await agent.request(protocol.GPU_LEASES)
-    name = agent.name
-    if found.get("error"):
-        return HostLeases(name, node_rank, None, error=_text(found["error"]))
     try:
-        now = float(found["now"])
-        gpus = found.get("gpus")
-        each = None if gpus is None else tuple(_gpu_lease(g, now) for g in gpus[:GPUS_MAX])
-        queue = tuple(read_holder(t, now) for t in found.get("queue", ())[:QUEUE_MAX])
+        return read_host_leases(agent.name, node_rank, found)
     except (TypeError, ValueError, KeyError, AttributeError):
         raise _wrong(agent, protocol.GPU_LEASES) from None
+
+
+def read_host_leases(name: str, node_rank: int, found: Any) -> HostLeases:
+    """A host's leases as its agent tells them (`gpu-leases`, the probe's, `count`'s); raises
+    TypeError, ValueError, KeyError or AttributeError if they are not of that shape."""
+    if found.get("error"):
+        return HostLeases(name, node_rank, None, error=_text(found["error"]))
+    now = float(found["now"])
+    gpus = found.get("gpus")
+    each = None if gpus is None else tuple(_gpu_lease(g, now) for g in gpus[:GPUS_MAX])
+    queue = tuple(read_holder(t, now) for t in found.get("queue", ())[:QUEUE_MAX])
     return HostLeases(name, node_rank, each, queue)
 
 

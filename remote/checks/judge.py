@@ -106,6 +106,8 @@ def _gpus(add: Add, f: Mapping[str, Any], gpus: Sequence[Gpu]) -> None:
     if f.get("visible_note"):  # CUDA_VISIBLE_DEVICES, MIG: what the job sees, `auto` starts
         mistaken = f.get("visible_dropped") or (gpus and not f.get("visible_gpus"))
         add("warning" if mistaken else "ok", "gpu-visible", f["visible_note"])
+    if f.get("lease_note"):  # held by other runs, busy: what the job may take (leased.py)
+        add(f.get("lease_level", "warning"), "gpu-lease", f["lease_note"])
     busy = [busy_text(g) for g in gpus if is_busy(g)]
     if busy:
         add("warning", "gpu-busy", "; ".join(busy))

@@ -156,8 +156,9 @@ class Preflight:
                     run_id=self.run_id,
                     warm=self.early(k) if k < len(self.inv.hosts) else None,  # a launch's node
                 )
-            if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
-                self.gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))
+            if checked.gpus:  # those the job may take (its leases) of those it will see
+                seen = checked.facts.get("visible_gpus", len(checked.gpus))
+                self.gpu_counts[k] = min(seen, checked.facts.get("lease_gpus", seen))
             if version := flight.job_torch(checked.facts):
                 self.torch[host.name] = version
             if k == 0 and checked.facts.get("port_auto"):
@@ -202,10 +203,13 @@ class Preflight:
     async def _count_gpus(self) -> None:
         """`auto` without the checks: each host's agent lists its GPUs, nothing else."""
         agents = [self.fleet.ready(k) for k in range(len(self.inv.hosts))]
-        counts = await asyncio.gather(*(probe.count_visible(a) for a in agents if a is not None))
+        job = self.inv.job
+        counts = await asyncio.gather(
+            *(probe.count_visible(a, job) for a in agents if a is not None)
+        )
         for agent, seen in zip([a for a in agents if a is not None], counts, strict=True):
             if seen is not None:
-                self.gpu_counts[agent.transport.host.node_rank] = seen.count
+                self.gpu_counts[agent.transport.host.node_rank] = seen
 
     # -- the code -------------------------------------------------------------------------------
 

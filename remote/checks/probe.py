@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.transport import HostError
-from ddptui.remote.checks import judge, visible
+from ddptui.remote.checks import judge, leased, visible
 from ddptui.remote.events import Gpu, HostChecked
 from ddptui.remote.inventory import Host, Job
+from ddptui.remote.leases import take as leases
 from ddptui.remote.smi import (
     SMI_RUNS,
     GpuRow,
@@ -53,6 +54,8 @@ def spec(
         "master_port": job.master_port if is_master else None,
         "warm": warm,
     }
+    if host is not None:  # the GPUs' leases read with the GPUs: what `auto` may take
+        asked["lease"] = leases.allowed(host, job)
     if host is not None and host.container is not None:
         asked.update(container=host.container.spec(), node=host.node_rank, run_id=run_id,
                      env=host.env)  # fmt: skip
@@ -148,8 +151,18 @@ def _gpu_facts(host: Host, found: dict[str, Any], facts: dict[str, Any]) -> tupl
         driver=", ".join(sorted(drivers)) or None,
         cuda=cuda_version(smi["summary"]["out"]),
         **_visible(host, rows, smi.get("list"), found),
+        **_leased(host, found.get("leases")),
     )
     return gpus
+
+
+def _leased(host: Host, found: Any) -> dict[str, Any]:
+    """What the job may take of the GPUs it sees, their leases read (remote/checks/leased.py)."""
+    if not isinstance(found, dict):
+        return {}
+    held = ops.read_host_leases(host.name, host.node_rank, found)
+    candidates = [i for i in found.get("candidates") or () if isinstance(i, int)]
+    return leased.facts(held, candidates, str(found.get("busy") or "refuse"))
 
 
 def _visible(
@@ -275,13 +288,20 @@ def _code(found: dict[str, Any]) -> dict[str, Any]:
 # -- `auto` without the checks ----------------------------------------------------------------
 
 
-async def count_visible(agent: Agent) -> visible.Visible | None:
-    """The devices a job on this host would see; None without a working nvidia-smi."""
+async def count_visible(agent: Agent, job: Job) -> int | None:
+    """The devices a job on this host may take (of those it would see, their leases read);
+    None without a working nvidia-smi."""
+    host = agent.transport.host
+    asked = {"smi": {"list": list(SMI_RUNS["list"]), "apps": list(SMI_RUNS["apps"])},
+             "lease": leases.allowed(host, job)}  # fmt: skip
     try:
-        found = await ops.count(agent, REFRESH_TIMEOUT)
+        found = await ops.count(agent, REFRESH_TIMEOUT, asked)
     except HostError:
         return None
     if found.listed is None:
         return None
-    gpus = visible.parse_list(found.listed)
-    return _job_sees(agent.transport.host, gpus, found.cuda_visible_devices)
+    seen = _job_sees(host, visible.parse_list(found.listed), found.cuda_visible_devices).count
+    try:
+        return min(seen, int(_leased(host, found.leases).get("lease_gpus", seen)))
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return seen

@@ -151,7 +151,7 @@ LAUNCH_OPS = {protocol.SYNC_PLAN, protocol.SYNC_PUT, protocol.COUNT, protocol.PO
 
 OPS = {
     protocol.PROBE: _probe,
-    protocol.COUNT: _answer(lambda req: _mod("probe").visible_gpus()),
+    protocol.COUNT: _answer(lambda req: _mod("probe").visible_gpus(req)),
     protocol.SYNC_PLAN: lambda agent, ch, req: _mod("sync").serve(ch, req, "plan"),
     protocol.SYNC_PUT: lambda agent, ch, req: _mod("sync").serve(ch, req, "put"),
     protocol.MONITOR: lambda agent, ch, req: _mod("monitor").serve(ch, req),

@@ -98,7 +98,10 @@ def look(dir_fd, gpus, apps):
         procs.setdefault(uuid, []).append((pid, name[:200], _user_of(pid)))
     states = {}
     for g in gpus:
-        fd = leasedir.open_shared(dir_fd, leasedir.gpu_file(g.uuid))
+        fd = leasedir.open_shared(dir_fd, leasedir.gpu_file(g.uuid), make=False)
+        if fd is None:  # never leased here
+            states[g.uuid] = (None, None, procs.get(g.uuid, []))
+            continue
         try:
             if leasedir.try_lock(fd):
                 holder, dead = None, leasedir.read_record(fd)

@@ -106,15 +106,17 @@ def host_lock(dir_fd, wait=LOCK_WAIT_S):
         os.close(fd)
 
 
-def open_shared(dir_fd, name):
-    """A shared file of the directory (mode 0666), made if missing, opened for reading and
-    writing; never through a symlink, never a file that is not regular or that this user
-    cannot write (another user's, not shared): a LeaseError naming it and whose it is."""
+def open_shared(dir_fd, name, make=True):
+    """A shared file of the directory (mode 0666), made if missing (else None), opened for
+    reading and writing; never through a symlink, never a file that is not regular or that
+    this user cannot write (another user's, not shared): a LeaseError naming it and whose."""
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
     for _ in range(3):
         try:
             fd = os.open(name, flags, dir_fd=dir_fd)
         except FileNotFoundError:
+            if not make:
+                return None
             _make_shared(dir_fd, name)
             continue
         except OSError as exc:

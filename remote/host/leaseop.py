@@ -22,7 +22,7 @@ import os
 import threading
 import time
 
-from . import lease, leasedir
+from . import gpuinfo, lease, leasedir
 from .leasedir import LeaseError
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
@@ -227,14 +227,33 @@ def _ticket(rec):
 
 
 def view(req=None):
-    """`ddptui who`, the checks: each GPU free, held (by whom) or busy (with what), and the
-    launches waiting for GPUs here, in order. {"gpus": None} without nvidia-smi."""
-    said = {"t": "leases", "now": time.time(), "hostname": os.uname().nodename}
+    """`ddptui who`: each GPU free, held (by whom) or busy (with what), and the launches
+    waiting for GPUs here, in order. {"gpus": None} without nvidia-smi."""
     try:
         found = lease.read_gpus()
-        if not found:
-            return dict(said, gpus=None, queue=[])
-        gpus, apps = found
+    except LeaseError as exc:
+        return {"t": "leases", "now": time.time(), "error": str(exc)}
+    if not found:
+        return {"t": "leases", "now": time.time(), "gpus": None, "queue": []}
+    return view_of(*found)
+
+
+def for_probe(listed, apps, want):
+    """The checks' view, from the nvidia-smi answers the probe has: view_of's, and the GPUs
+    this node may take (`candidates`: its pins, or what CUDA_VISIBLE_DEVICES names)."""
+    gpus = gpuinfo.parse_list(listed)
+    said = dict(view_of(gpus, gpuinfo.parse_apps(apps)), busy=want.get("busy"))
+    try:
+        said["candidates"] = [g.index for g, _ in lease.candidates(gpus, want)]
+    except LeaseError as exc:
+        said["error"] = str(exc)
+    return said
+
+
+def view_of(gpus, apps):
+    """Each GPU's state and the launches waiting here, from nvidia-smi's list and apps."""
+    said = {"t": "leases", "now": time.time()}
+    try:
         dir_fd = leasedir.open_dir()
         try:
             with leasedir.host_lock(dir_fd):

@@ -40,6 +40,7 @@ def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, 
     workdir = workdir_info(spec.get("workdir"), spec["script"])
     box = spec.get("container")
     healthy = health.read(smi)  # its nvidia-smi runs while the queries above do
+    said = {name: _finish(proc) for name, proc in running.items()} if smi else None
     return {
         "container": _container(box, spec, workdir) if box else None,
         "hostname": socket.gethostname(),
@@ -54,7 +55,8 @@ def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, 
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "ifname": route_ifname(spec["master_addr"]),
         "port": port_info(spec["master_port"]) if spec.get("master_port") else None,
-        "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,
+        "smi": said,
+        "leases": _leases(said, spec.get("lease")),
         "health": healthy,
         "py_spy": {"path": find_py_spy(), "ptrace": ptrace_rights()},
     }
@@ -72,11 +74,29 @@ def _container(box: dict[str, Any], spec: dict[str, Any], workdir: dict[str, Any
                            workdir.get("path"), shim, spec.get("env") or {})  # fmt: skip
 
 
-def visible_gpus() -> dict[str, Any]:
-    """For nproc_per_node: auto without the checks: CUDA_VISIBLE_DEVICES and `nvidia-smi -L`."""
+def visible_gpus(req: dict[str, Any]) -> dict[str, Any]:
+    """For nproc_per_node: auto without the checks: CUDA_VISIBLE_DEVICES and `nvidia-smi -L`,
+    and the GPUs' leases where asked (`lease`: the node's pins and variable)."""
     smi = shutil.which("nvidia-smi")
-    listed = _finish(_start([smi, "-L"])) if smi else None
-    return {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "list": listed}
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if smi is None:
+        return {"cuda_visible_devices": cvd, "list": None, "leases": None}
+    asked = req.get("smi") or {"list": ["-L"]}
+    said = {name: _finish(_start([smi, *argv])) for name, argv in asked.items()}
+    return {"cuda_visible_devices": cvd, "list": said.get("list"),
+            "leases": _leases(said, req.get("lease"))}  # fmt: skip
+
+
+def _leases(said: dict[str, Any] | None, want: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Each GPU's lease and the queue (remote/host/leaseop.py), from the answers nvidia-smi
+    gave already; None where none was asked for, or nvidia-smi did not answer."""
+    listed, apps = (said or {}).get("list"), (said or {}).get("apps")
+    if want is None or not listed or not apps or listed["code"] or apps["code"]:
+        return None
+    from . import leaseop
+
+    found: dict[str, Any] = leaseop.for_probe(listed["out"], apps["out"], want)
+    return found
 
 
 def os_name() -> str:

@@ -37,13 +37,19 @@ Ask = Callable[[str], Awaitable[bool]]  # the dashboard: "wait for them?" answer
 BEAT_S = 1.0  # how often a host's silence is looked at while its words are awaited
 
 
+def allowed(host: Host, job: Job) -> dict[str, Any]:
+    """The GPUs a node's job may take on its host (remote/host/lease.py: candidates): its pins,
+    else what the inventory's CUDA_VISIBLE_DEVICES names (else the host's own), and what busy
+    GPUs mean to it."""
+    return {"pins": list(host.pins) or None, "cvd": host.env.get("CUDA_VISIBLE_DEVICES"),
+            "busy": job.busy_gpus}  # fmt: skip
+
+
 def want(run_id: str, host: Host, count: int, job: Job, node: int | None = None) -> dict[str, Any]:
-    """What a node asks of its host (remote/host/lease.py): `count` GPUs among those its
-    inventory entry allows."""
+    """What a node asks of its host: `count` GPUs among those it is allowed."""
     return {
-        "run_id": run_id, "node": host.node_rank if node is None else node, "count": count,
-        "pins": list(host.pins) or None, "cvd": host.env.get("CUDA_VISIBLE_DEVICES"),
-        "busy": job.busy_gpus, "launcher": launcher(),
+        **allowed(host, job), "run_id": run_id, "count": count, "launcher": launcher(),
+        "node": host.node_rank if node is None else node,
     }  # fmt: skip
 
 
