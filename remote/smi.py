@@ -16,9 +16,7 @@ from ddptui.remote.events import Gpu, GpuProcess
 from ddptui.remote.host import gpuinfo
 
 GPU_FIELDS = (
-    "index",
-    "uuid",
-    "name",
+    *gpuinfo.QUERY_HEAD,  # index, uuid, name: the host's live leases read these (monitor.py)
     "memory.total",
     "memory.used",
     "utilization.gpu",

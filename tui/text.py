@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.remote import fold
-from ddptui.remote.events import Failure, RunFinished, progress_text
+from ddptui.remote.events import Failure, LeaseHolder, RunFinished, progress_text
+from ddptui.remote.leases import words
 from ddptui.remote.run.failures import describe_exit
 from ddptui.remote.store import runs
 
@@ -159,3 +160,11 @@ def _training(last: dict[str, Any] | None) -> str:
     loss = [k for k in metrics if k == "loss"] or [k for k in metrics if "loss" in k]
     shown = {k: metrics[k] for k in (loss or list(metrics))[:1]}
     return progress_text(last.get("step"), last.get("total"), None, shown)
+
+
+def lease_holder(h: LeaseHolder) -> str:
+    """`bob's run R (node 1, since 12:01 (5 min), detached, from bob@laptop)`: who holds a GPU
+    (`ddptui who`, the dashboard's host view)."""
+    about = [f"node {h.node}" if h.node is not None else "", words.since(h), h.mode]
+    about.append(f"from {h.launcher}" if h.launcher else "")
+    return f"{words.run_of(h)} ({', '.join(a for a in about if a)})"

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ddptui.remote import smi
-from ddptui.remote.events import Event, Gpu, GpuStats
+from ddptui.remote.agents import ops
+from ddptui.remote.events import Event, Gpu, GpuStats, HostLeases, LeaseHolder
 from ddptui.remote.host import protocol
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class Monitor:
         self.agent, self.emit = agent, emit
         self.gpus: bool | None = None  # None until the host says
         self.ended: str | None = None
+        self.leases: HostLeases | None = None  # as last told
         host = agent.transport.host
         self.host, self.node_rank = host.name, host.node_rank
         spec = {
@@ -52,6 +54,20 @@ class Monitor:
         stats = parse(self.host, self.node_rank, msg)
         if stats is not None:
             self.emit(stats)
+        leases = self._leases(msg.get("leases"))
+        if leases is not None and leases != self.leases:  # told when they change
+            self.leases = leases
+            self.emit(leases)
+
+    def _leases(self, found: Any) -> HostLeases | None:
+        """Its GPUs' leases, read with the figures (ages rounded: a change, not the clock)."""
+        if not isinstance(found, dict):
+            return None
+        try:
+            leases = ops.read_host_leases(self.host, self.node_rank, found)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return None
+        return _coarse(leases)
 
     def _end(self, why: str | None) -> None:
         self.ended = why or "ended"
@@ -85,3 +101,16 @@ def _with_owners(gpus: Sequence[Gpu], owners: dict[str, str]) -> tuple[Gpu, ...]
         )
         for g in gpus
     )
+
+
+def _coarse(leases: HostLeases) -> HostLeases:
+    """Ages to the minute, so that leases that stay the same compare the same."""
+
+    def held(h: LeaseHolder | None) -> LeaseHolder | None:
+        return h and dataclasses.replace(h, age=h.age and h.age // 60 * 60)
+
+    gpus = leases.gpus and tuple(
+        dataclasses.replace(g, holder=held(g.holder), dead=held(g.dead)) for g in leases.gpus
+    )
+    queue = tuple(q for q in map(held, leases.queue) if q is not None)
+    return dataclasses.replace(leases, gpus=gpus, queue=queue)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 VAR = "CUDA_VISIBLE_DEVICES"
 LIST = ("-L",)  # nvidia-smi's list: index, model and UUID of each GPU, MIG devices under it
 APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
+QUERY_HEAD = ("index", "uuid", "name")  # the first fields of the launcher's --query-gpu
 APPS = ("--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits")
 
 _GPU = re.compile(r"^GPU (\d+): (.*?) \(UUID: (GPU-[^)\s]+)\)")
@@ -43,6 +44,16 @@ def parse_list(text: str) -> list[Gpu]:
         m = _MIG.match(line)
         if m and gpus:
             gpus[-1] = gpus[-1]._replace(migs=(*gpus[-1].migs, m.group(1)))
+    return gpus
+
+
+def parse_query(text: str) -> list[Gpu]:
+    """The GPUs of a `--query-gpu=index,uuid,name,...` answer (no MIG devices: `-L` has those)."""
+    gpus = []
+    for line in text.splitlines():
+        fields = [f.strip() for f in line.split(", ")]
+        if len(fields) >= len(QUERY_HEAD) and fields[0].isdigit() and fields[1].startswith("GPU-"):
+            gpus.append(Gpu(int(fields[0]), fields[1], (), fields[2]))
     return gpus
 
 

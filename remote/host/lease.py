@@ -95,8 +95,8 @@ def look(dir_fd, gpus, apps):
     run's record left in a free one, [(pid, process, user)] on it)}."""
     procs: dict[str, Any] = {}
     for uuid, pid, _, name in apps:
-        procs.setdefault(uuid, []).append((pid, name[:200], _user_of(pid)))
-    states = {}
+        procs.setdefault(uuid, []).append((pid, name[:200], leasedir.user_of(pid)))
+    states: dict[str, Any] = {}
     for g in gpus:
         fd = leasedir.open_shared(dir_fd, leasedir.gpu_file(g.uuid), make=False)
         if fd is None:  # never leased here
@@ -112,13 +112,6 @@ def look(dir_fd, gpus, apps):
             os.close(fd)
         states[g.uuid] = (holder, dead, procs.get(g.uuid, []))
     return states
-
-
-def _user_of(pid):
-    try:
-        return leasedir.user_name(os.stat("/proc/{}".format(pid)).st_uid)
-    except OSError:
-        return "?"  # another container's process, or gone
 
 
 def busy(state, policy):

@@ -53,6 +53,14 @@ def user_name(uid=None):
         return str(uid)
 
 
+def user_of(pid):
+    """Whose a process is, as this host can tell ("?": another container's, or gone)."""
+    try:
+        return user_name(os.stat("/proc/{}".format(pid)).st_uid)
+    except OSError:
+        return "?"
+
+
 def _describe(st):
     return "{}'s, mode {:04o}".format(user_name(st.st_uid), stat.S_IMODE(st.st_mode))
 

@@ -8,10 +8,9 @@ user owning the pid; "?" for a process of another container). python3 >= 3.8, st
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
-import os
-import pwd
 import shutil
 
+from .leasedir import user_of
 from .probe import _finish, _start
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
@@ -35,7 +34,20 @@ def serve(ch: Any, req: dict[str, Any]) -> None:
 def sample(smi: str, queries: dict[str, list[str]]) -> dict[str, Any]:
     running = {name: _start([smi, *argv]) for name, argv in queries.items()}
     runs = {name: _finish(proc) for name, proc in running.items()}
-    return {"smi": runs, "owners": owners(runs.get("apps", {}).get("out", ""))}
+    return {"smi": runs, "owners": owners(runs.get("apps", {}).get("out", "")),
+            "leases": leases(runs)}  # fmt: skip
+
+
+def leases(runs: dict[str, Any]) -> dict[str, Any] | None:
+    """Each GPU's lease and the queue (remote/host/leaseop.py), read with the figures."""
+    gpus, apps = runs.get("gpus"), runs.get("apps")
+    if not gpus or not apps or gpus["code"] or apps["code"]:
+        return None
+    from . import gpuinfo, leaseop
+
+    found: dict[str, Any] = leaseop.view_of(gpuinfo.parse_query(gpus["out"]),
+                                            gpuinfo.parse_apps(apps["out"]))  # fmt: skip
+    return found
 
 
 def owners(apps_csv: str) -> dict[str, str]:
@@ -47,14 +59,3 @@ def owners(apps_csv: str) -> dict[str, str]:
             pid = fields[1].strip()
             found[pid] = user_of(pid)
     return found
-
-
-def user_of(pid: str) -> str:
-    try:
-        uid = os.stat("/proc/" + pid).st_uid
-    except OSError:
-        return "?"  # another container's process, or gone
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)

@@ -80,7 +80,7 @@ async def test_quit_offers_detach_beside_stop(inv: Path) -> None:
 
 async def test_history_lists_runs_and_opens_one(inv: Path, history: str) -> None:
     rejoins = Rejoins()
-    app = create_app(inv, run_factory=lambda *a: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
+    app = create_app(inv, run_factory=lambda *a, **k: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
                      cluster_factory=_no_cluster)  # fmt: skip
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("h")
@@ -102,7 +102,7 @@ async def test_history_lists_runs_and_opens_one(inv: Path, history: str) -> None
 
 async def test_attach_command_opens_the_run(inv: Path, history: str) -> None:
     rejoins = Rejoins()
-    app = create_app(inv, run_factory=lambda *a: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
+    app = create_app(inv, run_factory=lambda *a, **k: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
                      cluster_factory=_no_cluster, start="attach", run=history[:12])  # fmt: skip
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: rejoins.opened, "the run to open")
@@ -138,7 +138,7 @@ def _no_cluster(inv: object, emit: Emit) -> ClusterLike:
 async def test_attach_checks_no_host_while_its_job_runs(inv: Path, history: str) -> None:
     """A running job's hosts fail the checks (its master port is taken): they come after."""
     rejoins, clusters = Rejoins(), FakeClusters()
-    app = create_app(inv, run_factory=lambda *a: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
+    app = create_app(inv, run_factory=lambda *a, **k: None, rejoin_factory=rejoins,  # type: ignore[arg-type]
                      cluster_factory=clusters, start="attach", run=history)  # fmt: skip
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: rejoins.opened, "the run to open")

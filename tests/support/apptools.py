@@ -112,7 +112,9 @@ class FakeRuns:
         self.script, self.finish = script, finish
         self.runs: list[FakeRun] = []
 
-    def __call__(self, inv: Inventory, emit: Emit, run_id: str, fleet: object = None) -> RunLike:
+    def __call__(
+        self, inv: Inventory, emit: Emit, run_id: str, fleet: object = None, ask: object = None
+    ) -> RunLike:
         run = FakeRun(emit, run_id, self.script(run_id), self.finish)
         self.runs.append(run)
         return run

@@ -11,6 +11,7 @@ second under a flood); every other event comes as an `EngineEvent` message, in o
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -48,6 +49,7 @@ from ddptui.remote.events import (
     RunStarted,
 )
 from ddptui.remote.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from ddptui.remote.leases.take import Ask
 from ddptui.remote.run.failures import first
 from ddptui.remote.run.runner import Emit, Run, new_run_id
 from ddptui.remote.store import runs
@@ -60,7 +62,7 @@ from .hosts import HostsTable
 from .logbuffer import View
 from .logpane import LogPane
 from .messages import ClusterEvent, EngineEvent, JumpToFailure
-from .screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
+from .screens import HostDetailScreen, InventoryErrorScreen, QuitScreen, WaitScreen
 from .stacks_screen import StacksScreen
 from .training import TrainingPanel
 from .widgets import FailureBanner, FindInput, Status, StatusBar
@@ -92,8 +94,9 @@ class RunLike(Protocol):
     def detach(self) -> None: ...
 
 
-# (inventory, emit, run id, the dashboard's connections to borrow or None)
-RunFactory = Callable[[inventory.Inventory, Emit, str, Fleet | None], RunLike]
+# (inventory, emit, run id, the dashboard's connections to borrow or None), and `ask`: the
+# question whether to wait in the queue when its GPUs are held (remote/leases/take.py)
+RunFactory = Callable[..., RunLike]
 # A run started earlier, opened again (attach, the history): (its record, emit, stop it, ...).
 RejoinFactory = Callable[[runs.RunRecord, Emit, bool, Fleet | None], RunLike]
 
@@ -109,10 +112,12 @@ def engine_runs(runs_dir: Path | None = None, extra_args: Sequence[str] = ()) ->
     `extra_args` go to the training script after the inventory's `args`."""
 
     def make(
-        inv: inventory.Inventory, emit: Emit, run_id: str, fleet: Fleet | None = None
-    ) -> RunLike:
+        inv: inventory.Inventory, emit: Emit, run_id: str, fleet: Fleet | None = None,
+        ask: Ask | None = None,
+    ) -> RunLike:  # fmt: skip
         run_dir = runs_dir / run_id if runs_dir is not None else None
-        return Run(inv, emit, run_id=run_id, run_dir=run_dir, extra_args=extra_args, fleet=fleet)
+        return Run(inv, emit, run_id=run_id, run_dir=run_dir, extra_args=extra_args, fleet=fleet,
+                   ask=ask)  # fmt: skip
 
     return make
 
@@ -324,8 +329,25 @@ class Dashboard(App[int]):
             return
         run_id = self.run_ids()
         emit = partial(self._emit, run_id)
-        self._start(run_id, self.run_factory(inv, emit, run_id, self.glance.fleet(inv)))
+        run = self.run_factory(inv, emit, run_id, self.glance.fleet(inv), ask=self._ask_wait)
+        self._start(run_id, run)
         self.pane.findings.start(addresses(inv))  # the run checks the hosts too
+
+    async def _ask_wait(self, why: str) -> bool:
+        """Its GPUs are held: wait in the queue for them? (a stop meanwhile takes it away)."""
+        answer: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        screen = WaitScreen(why)
+
+        def said(wait: bool | None) -> None:
+            if not answer.done():
+                answer.set_result(wait)
+
+        self.push_screen(screen, said)
+        try:
+            return bool(await answer)
+        finally:
+            if screen.is_active:  # the launch was stopped before the answer
+                screen.dismiss(None)
 
     def open_run(self, spec: str, stop: bool = False) -> None:
         """A run started earlier: every host's lines from the first, then live (attached),

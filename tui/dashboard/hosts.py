@@ -26,6 +26,7 @@ from ddptui.remote.events import (
     Gpu,
     GpuStats,
     HostChecked,
+    HostLeases,
     HostState,
     NodeRanks,
     NodeStarted,
@@ -41,6 +42,7 @@ COLUMNS = (
     ("state", "State"),
     ("ranks", "Ranks"),
     ("gpus", "GPUs"),
+    ("leases", "Leases"),
     ("util", "Util"),
     ("mem", "GPU mem"),
     ("procs", "GPU processes"),
@@ -50,10 +52,11 @@ STATE_WIDTH = 17  # a long reason is cut here; the host's detail view shows all 
 UTIL_BARS, MEM_BARS = 4, 3  # bars of the last minutes before the current figure
 PROCS_WIDTH = 18  # the last field, at least: it takes what room the pane has left
 ADDRESS_WIDTH = 16
+LEASES_WIDTH = 14  # `4 free bob 4`: the detail view names each GPU's holder
 IMAGE_WIDTH = 30
 GAP = "  "  # between fields
 FIXED_WIDTHS = {
-    **{"state": STATE_WIDTH, "ranks": 5, "gpus": 7},
+    **{"state": STATE_WIDTH, "ranks": 5, "gpus": 7, "leases": LEASES_WIDTH},
     **{"util": UTIL_BARS + 5, "mem": MEM_BARS + 9, "procs": PROCS_WIDTH},
 }
 # Engine states as a person reads them; "connected" means ready to start.
@@ -90,6 +93,7 @@ class HostInfo:
     ifname: str | None = None
     pid: int | None = None
     gpus: tuple[Gpu, ...] | None = None  # None until checked
+    leases: HostLeases | None = None  # its GPUs' leases, as its monitor last said
     facts: dict[str, Any] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
     history: GpuHistory = field(default_factory=GpuHistory)
@@ -183,6 +187,23 @@ def gpu_cells(gpus: tuple[Gpu, ...] | None) -> tuple[str, str, str]:
     return f"{len(gpus)}× {model}", util, f"{used:.0f}/{total:.0f}G"  # noqa: RUF001
 
 
+def leases_text(leases: HostLeases | None) -> str:
+    """`4 free bob 2 busy 2`: its GPUs free, held (by whose runs), busy (other work)."""
+    if leases is None or leases.gpus is None:
+        return ""
+    if leases.error:
+        return "?"
+    held: dict[str, int] = {}
+    for g in leases.gpus:
+        if g.holder is not None:
+            held[g.holder.user] = held.get(g.holder.user, 0) + 1
+    free = sum(g.state == "free" for g in leases.gpus)
+    busy = sum(g.state == "busy" for g in leases.gpus)
+    parts = [f"{free} free" if free else "", *(f"{u} {n}" for u, n in held.items())]
+    parts += [f"busy {busy}" if busy else "", f"+{len(leases.queue)} wait" if leases.queue else ""]
+    return " ".join(p for p in parts if p)
+
+
 def processes_text(gpus: tuple[Gpu, ...] | None, width: int = PROCS_WIDTH) -> str:
     """`2:python3 (alice) 5:python`: each GPU's processes, by program name and owner."""
     out = []
@@ -264,6 +285,8 @@ class HostsTable(DataTable[Text]):
         elif isinstance(event, GpuStats):
             info.gpus = event.gpus
             info.history.add(event.gpus)
+        elif isinstance(event, HostLeases):
+            info.leases = event
         else:
             return
         self.refresh_host(info.node_rank)
@@ -402,6 +425,6 @@ class HostsTable(DataTable[Text]):
             util = f"{bars(info.history.util, 100, UTIL_BARS)} {util:>4}"
             mem = f"{bars(info.history.memory, 1, MEM_BARS)} {mem}"
         procs = processes_text(info.gpus, self._widths[-1])
-        rest = (ranks_text(info.ranks), gpus, util, mem, procs)
+        rest = (ranks_text(info.ranks), gpus, leases_text(info.leases), util, mem, procs)
         image = [Text(info.image_text())] if len(self._columns) > len(COLUMNS) else []
         return self._join([name, Text(info.address), *image, state, *map(Text, rest)])

@@ -16,8 +16,9 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Label, Sparkline, Static
 
 from ddptui.remote import inventory
-from ddptui.remote.events import Gpu
+from ddptui.remote.events import Gpu, GpuLease
 
+from ..text import lease_holder
 from .colours import theme_colour
 from .figures import HISTORY
 from .hosts import HostInfo, gpu_cells, ranks_text
@@ -60,6 +61,35 @@ class QuitScreen(ModalScreen[str | None]):
         self.dismiss(event.button.id if event.button.id != "stay" else None)
 
     def action_answer(self, answer: str | None) -> None:
+        self.dismiss(answer)
+
+
+class WaitScreen(ModalScreen[bool | None]):
+    """Asked when a launch's GPUs are held by other runs (or busy): wait in the queue for
+    them (True), or not start (None)."""
+
+    AUTO_FOCUS = "#wait"
+    BINDINGS = [
+        Binding("w", "answer(True)", "Wait", id="wait-yes", tooltip="Queue: start once free"),
+        Binding("escape,n", "answer(None)", "Don't start", id="wait-no"),
+    ]  # fmt: skip
+
+    def __init__(self, why: str) -> None:
+        super().__init__()
+        self.why = why
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="quit-dialog"):
+            yield Label(plain(self.why.removeprefix("not starting: ")), id="quit-question")
+            yield Label("Wait in the queue for them (first come, first served, across users)?")
+            with Horizontal(id="quit-buttons"):
+                yield Button("Wait", id="wait", variant="primary")
+                yield Button("Don't start", id="no", variant="default")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(True if event.button.id == "wait" else None)
+
+    def action_answer(self, answer: bool | None) -> None:
         self.dismiss(answer)
 
 
@@ -223,9 +253,10 @@ class HostDetailScreen(ModalScreen[None]):
         gpus = self.info.gpus
         if not gpus:
             return Text("GPUs: none" if gpus == () else "")
-        table = Table("#", "model", "util", "memory", "temp", "processes", box=None)
+        table = Table("#", "model", "util", "memory", "temp", "processes", "lease", box=None)
+        leases = {g.index: g for g in (self.info.leases and self.info.leases.gpus) or ()}
         for g in gpus:
-            table.add_row(*map(Text, _gpu_row(g)))
+            table.add_row(*map(Text, _gpu_row(g)), Text(_lease_cell(leases.get(g.index))))
         count, util, mem = gpu_cells(gpus)
         return Group(Text(f"GPUs: {count}, {util} busy, {mem}", style="bold"), table)
 
@@ -248,6 +279,15 @@ def _gpu_row(g: Gpu) -> tuple[str, ...]:
     )
     mem = f"{g.memory_used_mib}/{g.memory_total_mib} MiB"
     return str(g.index), g.name, util, mem, temp, procs
+
+
+def _lease_cell(lease: GpuLease | None) -> str:
+    """`held: bob's run R (node 1, since 12:01 (5 min), detached)`, `busy`, `free`."""
+    if lease is None:
+        return ""
+    if lease.holder is not None:
+        return f"held: {lease_holder(lease.holder)}"
+    return lease.state
 
 
 def _fact(value: object) -> str:

@@ -18,6 +18,7 @@ from ddptui.remote.inventory import Inventory
 from ddptui.remote.leases import who as gather
 from ddptui.remote.leases import words
 
+from ..text import lease_holder
 from .console import isatty, terminal_safe
 
 
@@ -72,7 +73,7 @@ def host_rows(h: HostLeases) -> list[tuple[str, str, str]]:
 
 def gpu_who(g: GpuLease) -> str:
     if g.holder is not None:
-        return holder(g.holder)
+        return lease_holder(g.holder)
     if g.state == "busy":
         return "; ".join(
             f"pid {p.pid} {p.name or '?'}" + (f" ({p.user})" if p.user not in ("", "?") else "")
@@ -81,13 +82,6 @@ def gpu_who(g: GpuLease) -> str:
     if g.dead is not None:
         return f"(last {words.run_of(g.dead)}, which died holding it)"
     return ""
-
-
-def holder(h: LeaseHolder) -> str:
-    """`bob's run R (node 1, since 12:01 (5 min), detached, from bob@laptop)`."""
-    about = [f"node {h.node}" if h.node is not None else "", words.since(h), h.mode]
-    about.append(f"from {h.launcher}" if h.launcher else "")
-    return f"{words.run_of(h)} ({', '.join(a for a in about if a)})"
 
 
 def queue(found: list[HostLeases]) -> list[LeaseHolder]:
