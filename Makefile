@@ -12,6 +12,9 @@ TEST_TOOLS += zsh:zsh fish:fish
 TEST_TOOLS += podman:podman runc:runc catatonit:catatonit
 # `ddptui serve`'s browser test: Debian's Chromium and its chromedriver (Selenium downloads none).
 TEST_TOOLS += chromium:chromium chromedriver:chromium-driver
+# A second user on the test hosts (the GPU leases' tests) reaches this venv and repository
+# through private parent directories by an ACL.
+TEST_TOOLS += setfacl:acl
 
 .PHONY: setup demo dashboard test lint docs test-tools clean
 

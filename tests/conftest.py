@@ -82,8 +82,8 @@ def gpu_cluster(cluster: TestCluster) -> Iterator[TestCluster]:
     try:
         yield cluster
     finally:
-        for host in cluster.hosts:
-            (host.bin_dir / "nvidia-smi").unlink(missing_ok=True)
+        for i in range(len(cluster.hosts)):
+            cluster.remove_tool(i, "nvidia-smi")
 
 
 @pytest.fixture(scope="module")

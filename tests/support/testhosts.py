@@ -66,6 +66,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -179,6 +180,9 @@ class TestCluster:
             self.bastion = TestHost(-1, "bastion", addr, f"{prefix}-b0", host_dir, host_dir / "bin")
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._lock_fd: int | None = None
+        self.colleague_key: Path | None = None  # add_colleague(): a second user's own key
+        # ... and its homes and tools, out of pytest's private temporary directories
+        self.colleague_root: Path | None = None
 
     def _make_host(self, i: int) -> TestHost:
         host_dir = self.root / "hosts" / f"node{i}"
@@ -245,6 +249,9 @@ class TestCluster:
             self._procs.clear()
             for host in self.machines:
                 host.pid = None
+            if self.colleague_root is not None:
+                shutil.rmtree(self.colleague_root, ignore_errors=True)
+                self.colleague_root = self.colleague_key = None
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
 
@@ -328,7 +335,72 @@ class TestCluster:
         if sshd_version() >= (9, 8):
             # Newer sshd blocks a source address after failed auths; every test comes from .1.
             lines.append("PerSourcePenalties no")
+        if self.colleague_key is not None:  # a second user, with a key and a home of its own
+            path = f"{self._colleague_dir(host) / 'bin'}:{Path(self.python).parent}:{SYSTEM_PATH}"
+            lines += [
+                f"Match User {COLLEAGUE}",
+                f"    AuthorizedKeysFile {self._colleague_root() / 'authorized_keys'}",
+                f"    SetEnv PATH={path} HOME={self._colleague_dir(host)}",
+            ]
         return "\n".join(lines) + "\n"
+
+    def add_colleague(self) -> None:
+        """A second real user on every host (COLLEAGUE: a teammate sharing the GPUs): logged
+        into with a key of its own; a home and the host's tools (put_tool) of its own on each
+        host, outside pytest's private directories (a new session chmods them 0700, taking an
+        ACL's mask away); this venv and repository reachable (an ACL where a parent directory
+        is private). Idempotent."""
+        if self.colleague_key is not None:
+            return
+        user = colleague()
+        key = self.root / "colleague_ed25519"
+        if _keygen(key, COLLEAGUE).wait() != 0:
+            raise RuntimeError("ssh-keygen failed for the colleague's key")
+        self.colleague_root = Path(tempfile.mkdtemp(prefix=f"ddptui-{self.prefix}-colleague-"))
+        self.colleague_root.chmod(0o755)
+        # sshd reads it as the user: where the user can (not pytest's 0700 directories)
+        shutil.copyfile(key.with_suffix(".pub"), self.colleague_root / "authorized_keys")
+        self.colleague_key = key
+        for host in self.hosts:
+            home = self._colleague_dir(host)
+            (home / "bin").mkdir(parents=True)
+            for path in [home, home / "bin"]:
+                os.chown(path, user.pw_uid, user.pw_gid)
+            for tool in host.bin_dir.iterdir():
+                self._colleague_tool(host, tool.name, tool.read_text())
+        reach(user, [os.path.realpath(self.python), str(REPO)])
+        for host in self.hosts:
+            self.restart_sshd(host.index)
+
+    def _colleague_root(self) -> Path:
+        assert self.colleague_root is not None, "add_colleague() first"
+        return self.colleague_root
+
+    def _colleague_dir(self, host: TestHost) -> Path:
+        return self._colleague_root() / host.name
+
+    def _colleague_tool(self, host: TestHost, name: str, text: str) -> None:
+        """The host's tool for the colleague too: a shell script knows its host's own copy's
+        path as `self` (the nvidia-smi stand-in's GPUs are the host's, for either user)."""
+        if text.startswith("#!/bin/sh\n"):
+            text = text.replace("\n", f"\nself={shlex.quote(str(host.bin_dir / name))}\n", 1)
+        path = self._colleague_dir(host) / "bin" / name
+        path.write_text(text)
+        path.chmod(0o755)
+
+    def shared_dir(self, name: str) -> Path:
+        """A directory every user of the hosts may write to (mode 1777), beside the
+        colleague's homes (add_colleague())."""
+        path = self._colleague_root() / name
+        path.mkdir()
+        path.chmod(0o1777)
+        return path
+
+    def colleague_defaults(self) -> dict[str, str | int]:
+        """An inventory's `defaults:` that logs in as the colleague (add_colleague())."""
+        assert self.colleague_key is not None, "add_colleague() first"
+        return {**self.inventory_defaults(), "user": COLLEAGUE,
+                "identity_file": str(self.colleague_key)}  # fmt: skip
 
     # -- podman on the hosts (containerhosts.py) ---------------------------------------------
 
@@ -370,6 +442,12 @@ class TestCluster:
             for rc in rcs:
                 rc.unlink(missing_ok=True)
 
+    def remove_tool(self, i: int, name: str) -> None:
+        """Host ``i``'s tool gone again (the colleague's copy too)."""
+        (self.hosts[i].bin_dir / name).unlink(missing_ok=True)
+        if self.colleague_root is not None:
+            (self._colleague_dir(self.hosts[i]) / "bin" / name).unlink(missing_ok=True)
+
     def put_tool(self, i: int, name: str, text: str) -> Path:
         """Write an executable ``name`` into host ``i``'s bin dir (first on its ssh PATH)."""
         if "/" in name:
@@ -378,6 +456,8 @@ class TestCluster:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
         path.chmod(0o755)
+        if self.colleague_root is not None:
+            self._colleague_tool(self.hosts[i], name, text)
         return path
 
     # -- network -----------------------------------------------------------------------------
@@ -782,6 +862,35 @@ def _ip_batch_finish(proc: subprocess.Popen[str], check: bool = True) -> None:
 
 def _ip_batch(cmds: list[str], netns: str | None = None, check: bool = True) -> None:
     _ip_batch_finish(_ip_batch_start(cmds, netns), check)
+
+
+# -- a second real user: a teammate sharing the hosts (the GPU leases' tests) --------------------
+
+COLLEAGUE = "ddptui-colleague"
+
+
+def colleague() -> pwd.struct_passwd:
+    """A second user with a shell (its key and homes are a cluster's: add_colleague), made once
+    and kept; its password field `*`, not `!`: sshd without PAM takes `!` for a locked account."""
+    with suppress(KeyError):
+        return pwd.getpwnam(COLLEAGUE)
+    argv = ["useradd", "--system", "--no-create-home", "--shell", "/bin/sh", "-p", "*", COLLEAGUE]
+    subprocess.run(argv, capture_output=True)  # "exists": another session made it meanwhile
+    return pwd.getpwnam(COLLEAGUE)
+
+
+def reach(user: pwd.struct_passwd, paths: Sequence[str]) -> None:
+    """Each path's private parents (no `x` for others: /root holding a pyenv python, pytest's
+    0700 temporary directories) made traversable for this user alone, by an ACL (setfacl)."""
+    dirs: dict[str, None] = {}
+    for path in paths:
+        p = Path(path)
+        for parent in [*reversed(p.parents), p] if p.is_dir() else reversed(p.parents):
+            dirs[str(parent)] = None
+    private = [d for d in dirs if not os.stat(d).st_mode & 0o001]
+    if private:
+        argv = ["setfacl", "-m", f"u:{user.pw_name}:x", *private]
+        subprocess.run(argv, check=True, capture_output=True)
 
 
 # -- attackers: a second local user, another host's traffic (the `security` tests) ------------

@@ -28,10 +28,11 @@ if [ -n "$field" ] && [ ! -f "$data/$file" ] && [ ! -f "$data/exit-code" ]; then
 fi
 [ -f "$data/$file" ] || file=stdout.txt
 # Installed as a file (a test host's, a test's bin dir), it gives its GPUs UUIDs of their own:
-# the recorded ones with their first 8 hex digits from its path, so no two hosts share a GPU
-# (hosts that share /dev/shm share the leases' directory, keyed by UUID).
-case "$0" in
-    /*) salt=$(printf '%s' "$0" | cksum | { read -r sum _; printf '%08x' "$sum"; }) ;;
+# the recorded ones with their first 8 hex digits from its path (or `self`, a copy's for a
+# second user of the same host), so no two hosts share a GPU (hosts that share /dev/shm share
+# the leases' directory, keyed by UUID).
+case "${self:-$0}" in
+    /*) salt=$(printf '%s' "${self:-$0}" | cksum | { read -r sum _; printf '%08x' "$sum"; }) ;;
     *) salt= ;;
 esac
 if [ -n "$salt" ]; then

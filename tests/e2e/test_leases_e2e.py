@@ -1,0 +1,179 @@
+"""GPU leases on the ssh test hosts, with the nvidia-smi stand-ins (each host's GPUs its own
+UUIDs) and two real users: root and a colleague with a key and a home of its own.
+
+A launch whose GPUs another user's run holds is refused at once, naming it, and nothing of it
+starts; with --wait it queues and starts when they are given back, never on a GPU while another
+run's rank is on it (each rank notes its interval and CUDA_VISIBLE_DEVICES). A run whose
+supervisors are SIGKILLed holds nothing: the next launch takes its GPUs and names it. Two
+one-GPU launches share a host; `gpus:` pins one, and one running other work is refused.
+`ddptui who` says it before, during, after.
+The four launches of two users at once: test_leases_slow_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nvidia_smi
+import pytest
+from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
+from testhosts import COLLEAGUE, TestCluster
+
+from ddptui.remote.exits import EXIT_REFUSED
+
+pytestmark = pytest.mark.e2e
+
+JOB = "tests/support/leasejob.py"
+# node0 and node1: one H200 each (a run takes every GPU of both); node2: eight H100s, GPUs 2
+# and 5 running other work
+MACHINES = {0: nvidia_smi.H200, 1: nvidia_smi.H200, 2: nvidia_smi.H100_BUSY}
+
+
+@pytest.fixture(scope="module")
+def gpu_hosts(cluster: TestCluster) -> Iterator[TestCluster]:
+    """The session's hosts with GPUs (stand-ins) and a colleague; the stand-ins go after."""
+    cluster.add_colleague()
+    for i, machine in MACHINES.items():
+        cluster.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(machine))
+    try:
+        yield cluster
+    finally:
+        for i in MACHINES:
+            cluster.remove_tool(i, "nvidia-smi")
+
+
+def job(out: Path, go: str, **more: Any) -> dict[str, Any]:
+    """Its ranks hold their GPUs until OUT/GO exists (go() says so)."""
+    return {"script": JOB, "args": [str(out), go], "nproc_per_node": "auto",
+            "master_port": "auto", **more}  # fmt: skip
+
+
+def go(out: Path, name: str) -> None:
+    (out / name).touch()
+
+
+def notes(out: Path, run_id: str) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(out.glob(f"{run_id}-r*.json"))]
+
+
+def parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def who(inv: Path, base: Path, *flags: str) -> str:
+    cmd = Cmd(["who", "-i", str(inv), *flags], base)
+    assert cmd.wait(60) == 0, cmd.stderr
+    return cmd.stdout
+
+
+def states(inv: Path, base: Path) -> dict[str, list[str]]:
+    """`who --json`: each host's GPUs' states."""
+    found = json.loads(who(inv, base, "--json"))
+    return {h["host"]: [g["state"] for g in h["gpus"]] for h in found["hosts"]}
+
+
+def test_a_held_gpu_refuses_another_user_queues_them_and_is_given_back(
+    gpu_hosts: TestCluster, tmp_path: Path
+) -> None:
+    cluster = gpu_hosts
+    out = cluster.shared_dir(tmp_path.name)
+    mine = cluster.write_inventory(tmp_path / "mine.yaml", job(out, "first"), hosts=[0, 1])
+    theirs = cluster.write_inventory(
+        tmp_path / "theirs.yaml", job(out, "now"), hosts=[0, 1], **cluster.colleague_defaults()
+    )
+    assert states(mine, tmp_path / "who-before") == {"node0": ["free"], "node1": ["free"]}
+
+    go(out, "now")
+    first = Cli(mine, tmp_path / "first")
+    run_id = first.run_id()
+    first.wait_ranks(2)
+    during = who(mine, tmp_path / "who-during")
+    assert f"held    root's run {run_id} (node 0," in during, during
+    assert "attached, from root@" in during
+    assert states(mine, tmp_path / "who-during") == {"node0": ["held"], "node1": ["held"]}
+
+    refused = Cli(theirs, tmp_path / "refused")
+    assert refused.wait(120) == EXIT_REFUSED, refused.stderr
+    assert f"root's run {run_id} holds GPU 0 on node[0-1]" in refused.stderr
+    assert "run refused (exit 75): nothing was started" in refused.stderr
+    assert refused.summary()["status"] == "refused"
+    gone = json.loads((refused.run_dir / "events.jsonl").read_text().splitlines()[0])["run_id"]
+    assert not supervisors(gone) and not list(refused.run_dir.glob("rank-*.log"))
+
+    queued = Cli(theirs, tmp_path / "queued", flags=["--wait"])
+    wait_for(lambda: "waiting for GPUs, 1st in line" in queued.stderr, 60, "it to queue")
+    queue = who(mine, tmp_path / "who-queue")
+    assert f"1. {COLLEAGUE}'s run {queued.run_id()} for 1 GPU(s) on node[0-1]" in queue
+
+    go(out, "first")  # the first run ends: the queued one starts on its GPUs
+    assert first.wait(120) == 0, first.stderr
+    assert queued.wait(120) == 0, queued.stderr
+    held, after = notes(out, run_id), notes(out, queued.run_id())
+    assert len(held) == len(after) == 2
+    assert {n["cvd"] for n in held + after} == {"0"}  # exactly the GPU each host leased
+    assert {n["user"] for n in after} == {COLLEAGUE}
+    assert min(n["start"] for n in after) >= max(n["end"] for n in held)  # never both at once
+    assert states(mine, tmp_path / "who-after") == {"node0": ["free"], "node1": ["free"]}
+    assert "queue: nobody waits" in who(mine, tmp_path / "who-after-text")
+
+
+def test_a_killed_runs_gpus_are_taken_and_its_run_named(
+    gpu_hosts: TestCluster, tmp_path: Path
+) -> None:
+    cluster = gpu_hosts
+    out = cluster.shared_dir(tmp_path.name)
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job(out, "never"), hosts=[0, 1])
+    go(out, "now")
+    doomed = Cli(inv, tmp_path / "doomed", flags=["--detach"])
+    assert doomed.wait(120) == 0, doomed.stderr
+    run_id = doomed.run_id()
+    found = supervisors(run_id)  # and their guardians, forked from them
+    for pid in found:
+        if parent(pid) not in found:  # the supervisors: their guardians sweep their ranks
+            os.kill(pid, signal.SIGKILL)
+    assert_nothing_left(cluster, run_id)
+    left = who(inv, tmp_path / "who")
+    assert f"(last root's run {run_id}, which died holding it)" in left, left
+
+    short = cluster.write_inventory(tmp_path / "short.yaml", job(out, "now"), hosts=[0, 1])
+    nxt = Cli(short, tmp_path / "next")
+    assert nxt.wait(120) == 0, nxt.stderr
+    assert f"root's run {run_id} held GPU 0 on node[0-1]" in nxt.stderr
+    assert "it died holding them (its supervisor was killed); taken" in nxt.stderr
+
+
+def test_one_gpu_launches_share_a_host_and_a_busy_one_is_refused(
+    gpu_hosts: TestCluster, tmp_path: Path
+) -> None:
+    cluster = gpu_hosts
+    out = cluster.shared_dir(tmp_path.name)
+    one = cluster.write_inventory(
+        tmp_path / "one.yaml", job(out, "all", nproc_per_node=1), hosts=[2]
+    )
+    pinned = cluster.write_inventory(
+        tmp_path / "pinned.yaml", job(out, "all", nproc_per_node=1),
+        hosts=[{"host": cluster.hosts[2].addr, "name": "node2", "gpus": [3]}],
+        **cluster.colleague_defaults(),
+    )  # fmt: skip
+    busy = cluster.write_inventory(
+        tmp_path / "busy.yaml", job(out, "all", nproc_per_node=1),
+        hosts=[{"host": cluster.hosts[2].addr, "name": "node2", "gpus": [2]}],
+    )  # fmt: skip
+    refused = Cli(busy, tmp_path / "busy")
+    assert refused.wait(120) == EXIT_REFUSED, refused.stderr
+    assert "GPU 2 on node2 is busy: pid 48211 (/usr/bin/python3)" in refused.stderr
+    assert "busy_gpus: wait (or share) takes them" in refused.stderr
+    launches = [Cli(one, tmp_path / "a"), Cli(one, tmp_path / "b"), Cli(pinned, tmp_path / "c")]
+    for cli in launches:
+        cli.wait_ranks(1)  # all three hold their GPUs at once
+    go(out, "all")
+    for cli in launches:
+        assert cli.wait(120) == 0, cli.stderr
+    ran = [notes(out, cli.run_id())[0] for cli in launches]
+    assert sorted(n["cvd"] for n in ran[:2]) == ["0", "1"] and ran[2]["cvd"] == "3"
+    assert ran[2]["user"] == COLLEAGUE
