@@ -11,6 +11,12 @@ This sits on the lines' path (the launcher's relay, node 0's supervisor): a chun
 costs one regex scan in C when none of them looks like progress, and only the lines that do
 are parsed. Both ends use it: the launcher as `remote.host.progress`, node 0's supervisor as
 `ddph.progress` (python3 >= 3.8, standard library only).
+
+A job's text is anything (a line may be 256 KiB of one character), and `re` holds the GIL while
+it matches: a pattern that backtracks stops every other thread of the process (node 0's hub and
+heartbeats, the launcher's event loop). So no pattern here can: each starts only where a word or
+a number does (a lookbehind), and wherever two quantifiers meet, their characters differ. And
+only a line's head and tail are read (LOOK each): parsing costs the same per line however long.
 """
 
 import json
@@ -27,15 +33,21 @@ from . import ranktag
 HINT = re.compile(r"/s|/it|te[pr]|TE[PR]|poch|POCH|\{'|:/")
 # The launcher's and the supervisor's tag: `[3]:text`; a node's own lines have none.
 
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-# tqdm's bar, with or without a total; the postfix (Lightning's `loss=0.41`) after the rate.
+LOOK = 4096  # characters of a line's head, and of its tail, that are parsed
+
+# A number: its digits after a dot only where there is one (`\d+\.?\d*` splits a run of digits
+# in as many ways as it is long).
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+# tqdm's bar, with or without a total, its numbers read where a number starts; the postfix
+# (Lightning's `loss=0.41`) after the rate, with no `[` (each bar's brackets are its own).
 _TQDM = re.compile(
-    r"(?:(\d{1,3})%\|[^|\n]*\|\s*)?(\d+)(?:/(\d+))?(?:it)? \[[0-9:]+(?:<[0-9:?]+)?,\s*"
-    r"(?:(\d+(?:\.\d+)?)(it/s|s/it)|\?(?:it/s|s/it))([^\]\r]*)\]"
+    r"(?<![\d.])(?:(\d{1,3})%\|[^|\n]*\|\s*)?(?<![\d.])(\d+)(?:/(\d+))?(?:it)? "
+    r"\[[0-9:]+(?:<[0-9:?]+)?,\s*(?:(\d+(?:\.\d+)?)(it/s|s/it)|\?(?:it/s|s/it))([^\]\[\r]*)\]"
 )
-# Lightning's rich bar: `Epoch 1/2  ━━━━━━━━━━ 20/20 0:00:00 • 0:00:00 438.86it/s loss: 0.41`.
+# Lightning's rich bar: `Epoch 1/2  ━━━━━━━━━━ 20/20 0:00:00 • 0:00:00 438.86it/s loss: 0.41`
+# (its spaces and bar in one class, a space before the count).
 _RICH = re.compile(
-    r"^Epoch (\d+)/(\d+) +[━╸╺ ]+ (\d+)/(\d+) [0-9:]+ • [0-9:-]+ (\d+(?:\.\d+)?)it/s(.*)$"
+    r"^Epoch (\d+)/(\d+) [━╸╺ ]+(?<= )(\d+)/(\d+) [0-9:]+ • [0-9:-]+ (\d+(?:\.\d+)?)it/s(.*)$"
 )
 _ASIDE = re.compile(r"(?i)valid|test|eval|sanity|predict")
 _EPOCH = re.compile(r"^\s*Epoch (\d+)\b")
@@ -48,7 +60,9 @@ _STEP = re.compile(
 # A loop that says only its epochs (`epoch 3: loss 0.41`): the epoch is its step.
 _EPOCH_STEP = re.compile(r"\bepoch\b[\s:=#\[(]*(\d+)(?:\s*/\s*(\d+))?", re.IGNORECASE)
 # After the step: `loss=0.41`, `loss: 0.41`, `loss 0.41`; a number with a unit (3s) is no value.
-_PAIR = re.compile(r"([A-Za-z_][\w./-]*)\s*(?:=|:|\s)\s*(" + _NUM + r")(?![\w.%])")
+_PAIR = re.compile(
+    r"(?<![\w./-])([A-Za-z_][\w./-]*)(?:\s*[=:]\s*|\s+)(" + _NUM + r")(?![\w.%])"
+)  # a key only where a word starts
 _NOT_METRICS = frozenset(("step", "steps", "iter", "iters", "iteration", "of", "global_step"))
 # Trackers' links, as they print them: (tracker, regex with the name and the url).
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
@@ -80,12 +94,19 @@ class Parser:
         self.user = re.compile(pattern, re.MULTILINE) if pattern else None
 
     def hinted(self, chunk):
-        """Whether any line of `chunk` (str) may say progress: one scan in C."""
+        """Whether any line of `chunk` (str) may say progress: one scan in C. The user's own
+        pattern sees no more of a line than `parse` gives it: a chunk longer than a line's
+        bounded part is parsed line by line."""
         return HINT.search(chunk) is not None or (
-            self.user is not None and self.user.search(chunk) is not None
+            self.user is not None and (len(chunk) > 2 * LOOK or self.user.search(chunk) is not None)
         )
 
     def parse(self, line):
+        if len(line) > 2 * LOOK:  # its head, then its tail; a bar redrawn: its tail first
+            head, tail = line[:LOOK], line[-LOOK:]
+            first, then = (tail, head) if "\r" in line[LOOK:] else (head, tail)
+            found = self.parse(first)
+            return found if found is not None else self.parse(then)
         if "\x1b" in line:  # W&B colours its words even into a file
             line = _SGR.sub("", line)
         if "\r" in line.rstrip("\r"):
