@@ -66,10 +66,11 @@ _PAIR = re.compile(
 _NOT_METRICS = frozenset(("step", "steps", "iter", "iters", "iteration", "of", "global_step"))
 # Trackers' links, as they print them: (tracker, regex with the name and the url).
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
-_URL = r"(https?://[^\s'\"<>]+)"
+_URL = r"(https?://[^\s'\"<>\x00-\x1f\x7f-\x9f]+)"  # no control character in a link
+_NAME = r"([^\s\x00-\x1f\x7f-\x9f]+)"
 _LINKS = (
-    ("W&B", re.compile(r"^wandb: .*View run(?: (\S+))? at:? " + _URL)),
-    ("MLflow", re.compile(r"^\U0001f3c3 View run(?: (\S+))? at:? " + _URL)),
+    ("W&B", re.compile(r"^wandb: .*View run(?: " + _NAME + ")? at:? " + _URL)),
+    ("MLflow", re.compile(r"^\U0001f3c3 View run(?: " + _NAME + ")? at:? " + _URL)),
     ("TensorBoard", re.compile(r"^(?:\S+ )?TensorBoard( \S+)? at " + _URL)),
     ("Comet", re.compile(r"^COMET INFO:(?: .*live on comet\.com| +url\s*:)() ?" + _URL)),
     ("Aim", re.compile(r"^Open() " + _URL + r"\s*$")),
@@ -218,8 +219,9 @@ def _link(line):
     for tracker, regex in _LINKS:
         m = regex.search(line)
         if m is not None:
-            name = (m.group(1) or "").strip() or None
-            return (tracker, name, m.group(2).rstrip(".,;)"))
+            name = (m.group(1) or "").strip()[:NAME_MAX] or None
+            url = m.group(2).rstrip(".,;)")
+            return (tracker, name, url) if len(url) <= URL_MAX else None
     return None
 
 
@@ -229,6 +231,11 @@ def _link(line):
 # that, a flood: its news now and then, so the relay's lines hardly pay for it.
 READ_LINES = 4096
 SERIES_MAX = 400  # points kept per metric, evenly thinned over the whole run
+# Trackers' links: the first LINKS_MAX kept, each once; a longer url is no tracker's. Together
+# they stay far below the kernel's 128 KiB for one string (job.notify's DDPTUI_LINKS).
+LINKS_MAX = 32
+URL_MAX = 1024
+NAME_MAX = 200
 RATE_WINDOW_S = 30.0  # steps/s from the steps seen over about this long, where no bar says it
 
 
@@ -342,7 +349,7 @@ class Tracker:
         at = time.time() if at is None else at
         step, total, rate, metrics, link = found
         if link is not None:
-            if link[2] not in self.links:
+            if link[2] not in self.links and len(self.links) < LINKS_MAX:
                 self.links[link[2]] = [link[0], link[1], rank]
                 self.changed = True
             return
@@ -381,7 +388,8 @@ class Tracker:
             attempts = [[int(a["attempt"]), a.get("step"), float(a["at"])]
                         for a in dump.get("attempts") or ()]  # fmt: skip
             links = {str(x["url"]): [str(x["tracker"]), x.get("name"), x.get("rank")]
-                     for x in dump.get("links") or ()}  # fmt: skip
+                     for x in (dump.get("links") or ())[:LINKS_MAX]
+                     if len(str(x["url"])) <= URL_MAX}  # fmt: skip
             last = dump.get("last") or {}
             step, total, rate = last.get("step"), last.get("total"), last.get("rate")
             metrics = {str(k): float(v) for k, v in (last.get("metrics") or {}).items()}
@@ -391,7 +399,8 @@ class Tracker:
             return False
         for key, points in series.items():
             self.series[key], self.owner[key] = Series(points, 1, len(points)), 0
-        self.attempts, self.links = attempts, {**links, **self.links}
+        self.attempts = attempts
+        self.links = dict(list({**links, **self.links}.items())[:LINKS_MAX])
         self.attempt = attempts[-1][0] if attempts else None
         lead = self.ranks[0] = Rank()
         lead.step = int(step) if isinstance(step, (int, float)) else None
@@ -452,7 +461,7 @@ class Keeper:
     def __init__(self, pattern, ndir, on_link=None):
         self.tracker = Tracker(pattern)
         self.path = os.path.join(ndir, SERIES)
-        self.on_link = on_link  # called with every link, space-separated, when one is new
+        self.on_link = on_link  # called with every link's url (a list) when one is new
         self.lock = threading.Lock()
         self.written = 0.0
 
@@ -461,7 +470,7 @@ class Keeper:
             links = len(self.tracker.links)
             self.tracker.feed_bytes(data, attempt)
             if len(self.tracker.links) != links and self.on_link is not None:
-                self.on_link(" ".join(self.tracker.links))
+                self.on_link(list(self.tracker.links))
             if time.monotonic() - self.written > WRITE_EVERY_S:
                 self.tracker.flush()
                 if self.tracker.changed:
