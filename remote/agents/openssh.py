@@ -106,7 +106,8 @@ async def _run(host: str, argv: list[str], timeout: float = 10.0) -> Settings:
 
 # -- the resolver: what asyncssh is handed ----------------------------------------------------
 
-OFF = ("none", "/dev/null")  # UserKnownHostsFile values that would turn host-key checking off
+NONE = "none"  # a known_hosts keyword's "no file" (alone; `ssh -G` prints it in lower case)
+OFF = (NONE, "/dev/null")  # UserKnownHostsFile values that would turn host-key checking off
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 
 
@@ -180,7 +181,8 @@ def target(alias: str, settings: Settings) -> Target:
     off = next((f for f in user_files if f.lower() in OFF), None)
     if off is not None:  # OpenSSH still refuses an unknown key here; asyncssh would not
         user_files = [f for f in user_files if f.lower() not in OFF] or list(DEFAULT_KNOWN_HOSTS)
-    global_files = (one("globalknownhostsfile") or "").split()
+    # OpenSSH reads no file for `none`: not one of that name in the current directory
+    global_files = [f for f in (one("globalknownhostsfile") or "").split() if f != NONE]
     agent = one("identityagent")
     if agent == "SSH_AUTH_SOCK":
         agent = os.environ.get("SSH_AUTH_SOCK", "")

@@ -102,7 +102,8 @@ def expected(g: dict[str, list[str]]) -> dict[str, Any]:
         "port": int(g["port"][0]),
         "username": g["user"][0],
         "client_keys": [k for k in keys if os.path.isfile(k) and not k.endswith(".pub")],
-        "known_hosts": user_files + g["globalknownhostsfile"][0].split(),
+        "known_hosts": user_files
+        + [f for f in g["globalknownhostsfile"][0].split() if f != "none"],
     }
 
 
@@ -304,6 +305,25 @@ def test_known_hosts_checking_is_never_turned_off(
 
 
 DEFAULTS = ("known_hosts", "known_hosts2")
+
+
+@pytest.mark.security
+def test_known_hosts_files_none_are_no_file_not_one_named_none(
+    tmp_path: Path, calls: list[Call], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenSSH reads no file for `none`: a file named `none` in the current directory (a
+    shared workdir) is never trusted as known_hosts."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "none", "gpu1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPlanted\n")
+    config = write(
+        tmp_path / "config",
+        "Host gpu1\n  GlobalKnownHostsFile none\n  UserKnownHostsFile none\n",
+    )
+    connect(host_for(config, "gpu1"))
+    g = same_as_ssh(calls, config, "gpu1")
+    assert g["globalknownhostsfile"] == ["none"]
+    home = os.path.expanduser("~")
+    assert calls[-1].options["known_hosts"] == [f"{home}/.ssh/{f}" for f in DEFAULTS]
 
 
 # -- system-wide files, in a private mount namespace ------------------------------------------
