@@ -13,7 +13,7 @@ import yaml
 from ddptui.remote import inventory
 from ddptui.remote.checks.judge import Finding
 from ddptui.remote.events import DeepChecked, Event, NodeStarted
-from ddptui.remote.run import runner
+from ddptui.remote.run import checkup, runner
 
 
 async def test_a_failing_deep_check_refuses_the_launch(
@@ -32,10 +32,10 @@ async def test_a_failing_deep_check_refuses_the_launch(
         asked.append(seconds)
         return DeepChecked(False, (slow,))
 
-    monkeypatch.setattr(runner, "deep_check", failing)
+    monkeypatch.setattr(checkup, "deep_check", failing)
     events: list[Event] = []
     run = runner.Run(inventory.load(tmp_path / "inv.yaml"), events.append, run_dir=tmp_path / "run",
-              checks=False, deep=30.0)  # fmt: skip
+              checks=False, deep=checkup.deep_first(30.0))  # fmt: skip
     fin = await run.execute()
     assert asked == [30.0]
     assert (fin.status, fin.exit_code) != ("succeeded", 0)

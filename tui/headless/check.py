@@ -23,7 +23,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import runner
+from ddptui.remote.run import checkup
 
 from .console import isatty, silence, terminal_safe
 from .findings import deep_lines, finding_line, finding_lines
@@ -189,7 +189,7 @@ async def check(
             printer(event)
 
     deeps: list[DeepChecked] = []
-    done = await runner.check(inv, collect, deep=deep, runs_dir=runs_root)
+    done = await checkup.check(inv, collect, deep=deep, runs_dir=runs_root)
     deep_done = deeps[-1] if deeps else None
     if deep is not None and not done.ok:
         printer.say("deep check skipped: the checks failed")
