@@ -82,7 +82,9 @@ class Run:
         self._emit_to = emit
         self.checks = checks  # probe every host first; any failed check stops the launch
         self.detach_when_running = detach  # leave the run to itself once every node runs
-        self.preflight = Preflight(inv, self.fleet, self.emit, checks=checks, run_id=self.run_id)
+        self.preflight = Preflight(
+            inv, self.fleet, self.emit, checks=checks, run_id=self.run_id, prepare=deep is None
+        )
         deep_first = None
         if deep is not None:
             deep_first = partial(deep, inv, self.fleet, self.emit, self.run_dir.parent)
