@@ -203,6 +203,9 @@ class Gpu:
     processes: tuple[GpuProcess, ...] = ()
 
 
+Level = Literal["ok", "warning", "failure"]  # a finding's
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseHolder:
     """A run's node that holds GPUs of a host (or waits for them, or held them and died)."""
@@ -247,7 +250,7 @@ class HostLeases(Event):
 class Finding:
     """One result of the checks: a failure blocks a launch, a warning does not."""
 
-    level: Literal["ok", "warning", "failure"]
+    level: Level
     check: str  # short id, e.g. "gpu", "torch", "script", "route", "port", "same-torch"
     message: str
     host: str | None = None  # None for findings across hosts

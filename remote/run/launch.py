@@ -4,7 +4,7 @@ remote/run/runner.py takes these steps in turn, each one able to refuse the laun
 follows what they started; a spare in a lost node's place is planned and specified here too
 (remote/run/recover.py).
 
-The deep check is a run of its own (runner.py's deep_check), handed in as a step: launching
+The deep check is a run of its own (remote/run/checkup.py), handed in as a step: launching
 knows it refuses on a failure, not how the fabric is measured.
 """
 
@@ -54,7 +54,7 @@ class Launch:
         self.run_id, self.run_dir = run_id, run_dir
         self.extra_args = tuple(extra_args)
         self._secret = secret  # the supervisors' proof to each other (the hub)
-        self.deep = deep  # the deep check before the start (runner.py's deep_check)
+        self.deep = deep  # the deep check before the start (checkup.py's deep_first)
         job = preflight.inv.job
         # the GPUs' leases (remote/leases/take.py): `wait` seconds in the queue at most (None:
         # refused at once, unless `ask`, the dashboard's question, says wait)
