@@ -168,3 +168,10 @@ def lease_holder(h: LeaseHolder) -> str:
     about = [f"node {h.node}" if h.node is not None else "", words.since(h), h.mode]
     about.append(f"from {h.launcher}" if h.launcher else "")
     return f"{words.run_of(h)} ({', '.join(a for a in about if a)})"
+
+
+def lease_waiter(h: LeaseHolder) -> str:
+    """`alice's run Q, 2 GPUs (since 12:05 (1 min), from alice@desk)`: a launch in the queue."""
+    about = [words.since(h), f"from {h.launcher}" if h.launcher else ""]
+    wants = f", {h.count} GPU(s)" if h.count else ""
+    return f"{words.run_of(h)}{wants} ({', '.join(a for a in about if a)})"

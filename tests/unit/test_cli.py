@@ -107,6 +107,10 @@ def test_a_run_dir_holding_files_is_refused(inv: Path, tmp_path: Path) -> None:
         (["--headless", "launch", "--run-dir", "{tmp}/a", "--runs-root", "{tmp}"], "give one"),
         (["--headless", "check", "--", "x"], "check takes no script arguments"),
         (["--headless", "launch", "--bogus"], "unrecognized arguments: --bogus"),
+        (["--headless", "launch", "--wait", "soon"], "--wait soon: give a time above 0"),
+        (["--headless", "launch", "--wait", "0"], "--wait 0: give a time above 0"),
+        (["launch", "--wait"], "--wait needs --headless"),
+        (["who", "--", "x"], "who takes no script arguments"),
         (["lunch"], "invalid choice: 'lunch'"),
     ],
 )
@@ -311,3 +315,12 @@ def test_a_run_dir_another_user_controls_is_refused_before_connecting(
     res = ddptui("--headless", "launch", "-i", str(inv), flag, str(theirs))
     one_line_exit_2(res, f"{theirs}: {words}")
     assert not any(theirs.iterdir())
+
+
+def test_wait_limits() -> None:
+    assert cli._wait_seconds(None) is None
+    assert cli._wait_seconds("inf") == float("inf")  # --wait alone
+    assert [cli._wait_seconds(t) for t in ("90", "30s", "10m", "2h", "1d")] == [
+        90, 30, 600, 7200, 86400,
+    ]  # fmt: skip
+    assert "75   launch: its GPUs are held by another run" in cli.EPILOG

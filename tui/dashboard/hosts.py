@@ -42,17 +42,17 @@ COLUMNS = (
     ("state", "State"),
     ("ranks", "Ranks"),
     ("gpus", "GPUs"),
-    ("leases", "Leases"),
     ("util", "Util"),
     ("mem", "GPU mem"),
     ("procs", "GPU processes"),
 )
 IMAGE_COLUMN = ("image", "Image")  # only when a host's job runs in a container
+LEASES_COLUMN = ("leases", "Leases")  # only once a host has GPUs to lease
 STATE_WIDTH = 17  # a long reason is cut here; the host's detail view shows all of it
 UTIL_BARS, MEM_BARS = 4, 3  # bars of the last minutes before the current figure
 PROCS_WIDTH = 18  # the last field, at least: it takes what room the pane has left
 ADDRESS_WIDTH = 16
-LEASES_WIDTH = 14  # `4 free bob 4`: the detail view names each GPU's holder
+LEASES_WIDTH = 16  # `4 free bob 4`: the host's view names each GPU's holder, the queue
 IMAGE_WIDTH = 30
 GAP = "  "  # between fields
 FIXED_WIDTHS = {
@@ -188,7 +188,8 @@ def gpu_cells(gpus: tuple[Gpu, ...] | None) -> tuple[str, str, str]:
 
 
 def leases_text(leases: HostLeases | None) -> str:
-    """`4 free bob 2 busy 2`: its GPUs free, held (by whose runs), busy (other work)."""
+    """`4 free bob 2 busy 2`: its GPUs free, held (by whose runs), busy (other work); the
+    queue is in the host's view."""
     if leases is None or leases.gpus is None:
         return ""
     if leases.error:
@@ -200,7 +201,7 @@ def leases_text(leases: HostLeases | None) -> str:
     free = sum(g.state == "free" for g in leases.gpus)
     busy = sum(g.state == "busy" for g in leases.gpus)
     parts = [f"{free} free" if free else "", *(f"{u} {n}" for u, n in held.items())]
-    parts += [f"busy {busy}" if busy else "", f"+{len(leases.queue)} wait" if leases.queue else ""]
+    parts.append(f"busy {busy}" if busy else "")
     return " ".join(p for p in parts if p)
 
 
@@ -250,6 +251,8 @@ class HostsTable(DataTable[Text]):
             COLUMNS  # and the image's, when a host's job runs in a container
         )
         self.up: set[int] = set()  # the hosts up (the status bar's count)
+        self.leased = False  # a host has GPUs to lease: the Leases field is shown
+        self._hosts: tuple[Host, ...] = ()
 
     def on_mount(self) -> None:
         self.border_title = "hosts"
@@ -287,6 +290,9 @@ class HostsTable(DataTable[Text]):
             info.history.add(event.gpus)
         elif isinstance(event, HostLeases):
             info.leases = event
+            if event.gpus and not self.leased:  # the first GPUs to lease: a field for them
+                self.leased = True
+                self._layout()
         else:
             return
         self.refresh_host(info.node_rank)
@@ -333,16 +339,26 @@ class HostsTable(DataTable[Text]):
                 self._shown[k] = row = self._row(info)
                 self.add_row(row, key=str(k))
 
+    def _layout(self) -> None:
+        """The fields laid out again (one more, or fewer), every row drawn anew."""
+        self.clear(columns=True)
+        self._add_columns(self._hosts)
+        self._add_rows()
+
     def _add_columns(self, hosts: tuple[Host, ...]) -> None:
         """Fixed widths: fields don't jump as states change (and need no re-measuring)."""
+        self._hosts = hosts
         infos = [HostInfo.from_host(h) for h in hosts]
         widths = dict(FIXED_WIDTHS)
         widths["host"] = max(len(h.name) for h in hosts) + 2  # room for a check mark
         widths["address"] = min(max(len(i.address) for i in infos), ADDRESS_WIDTH)
-        self._columns = COLUMNS
+        columns = list(COLUMNS)
         if any(i.image for i in infos):
-            self._columns = (*COLUMNS[:2], IMAGE_COLUMN, *COLUMNS[2:])
+            columns.insert(2, IMAGE_COLUMN)
             widths["image"] = min(max(len(i.image_text()) + 9 for i in infos), IMAGE_WIDTH)
+        if self.leased:
+            columns.insert(columns.index(("gpus", "GPUs")) + 1, LEASES_COLUMN)
+        self._columns = tuple(columns)
         self._widths = [max(widths[key], len(label)) for key, label in self._columns]
         self._widths[-1] = max(self._widths[-1], self._room())
         self._add_header()
@@ -424,7 +440,10 @@ class HostsTable(DataTable[Text]):
         if util:  # the last minutes, then now
             util = f"{bars(info.history.util, 100, UTIL_BARS)} {util:>4}"
             mem = f"{bars(info.history.memory, 1, MEM_BARS)} {mem}"
-        procs = processes_text(info.gpus, self._widths[-1])
-        rest = (ranks_text(info.ranks), gpus, leases_text(info.leases), util, mem, procs)
-        image = [Text(info.image_text())] if len(self._columns) > len(COLUMNS) else []
-        return self._join([name, Text(info.address), *image, state, *map(Text, rest)])
+        cells = {
+            "host": name, "address": Text(info.address), "image": Text(info.image_text()),
+            "state": state, "ranks": Text(ranks_text(info.ranks)), "gpus": Text(gpus),
+            "leases": Text(leases_text(info.leases)), "util": Text(util), "mem": Text(mem),
+            "procs": Text(processes_text(info.gpus, self._widths[-1])),
+        }  # fmt: skip
+        return self._join([cells[key] for key, _ in self._columns])

@@ -18,7 +18,7 @@ from textual.widgets import Button, Footer, Label, Sparkline, Static
 from ddptui.remote import inventory
 from ddptui.remote.events import Gpu, GpuLease
 
-from ..text import lease_holder
+from ..text import lease_holder, lease_waiter
 from .colours import theme_colour
 from .figures import HISTORY
 from .hosts import HostInfo, gpu_cells, ranks_text
@@ -253,12 +253,17 @@ class HostDetailScreen(ModalScreen[None]):
         gpus = self.info.gpus
         if not gpus:
             return Text("GPUs: none" if gpus == () else "")
-        table = Table("#", "model", "util", "memory", "temp", "processes", "lease", box=None)
         leases = {g.index: g for g in (self.info.leases and self.info.leases.gpus) or ()}
+        table = Table("#", "model", "util", "memory", "temp", "processes", box=None)
+        if leases:  # each GPU's holder, once the host's leases are known
+            table.add_column("lease")
         for g in gpus:
-            table.add_row(*map(Text, _gpu_row(g)), Text(_lease_cell(leases.get(g.index))))
+            lease = [Text(_lease_cell(leases.get(g.index)))] if leases else []
+            table.add_row(*map(Text, _gpu_row(g)), *lease)
         count, util, mem = gpu_cells(gpus)
-        return Group(Text(f"GPUs: {count}, {util} busy, {mem}", style="bold"), table)
+        queue = self.info.leases.queue if self.info.leases else ()
+        waiting = [Text(f"waiting for its GPUs: {lease_waiter(q)}") for q in queue]
+        return Group(Text(f"GPUs: {count}, {util} busy, {mem}", style="bold"), table, *waiting)
 
 
 def _spark_label(what: str, values: Sequence[float], gpu: Gpu | None, minutes: int) -> str:
