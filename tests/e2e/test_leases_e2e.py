@@ -95,7 +95,6 @@ def test_a_held_gpu_refuses_another_user_queues_them_and_is_given_back(
     during = who(mine, tmp_path / "who-during")
     assert f"held    root's run {run_id} (node 0," in during, during
     assert "attached, from root@" in during
-    assert states(mine, tmp_path / "who-during") == {"node0": ["held"], "node1": ["held"]}
 
     refused = Cli(theirs, tmp_path / "refused")
     assert refused.wait(120) == EXIT_REFUSED, refused.stderr
@@ -118,8 +117,8 @@ def test_a_held_gpu_refuses_another_user_queues_them_and_is_given_back(
     assert {n["cvd"] for n in held + after} == {"0"}  # exactly the GPU each host leased
     assert {n["user"] for n in after} == {COLLEAGUE}
     assert min(n["start"] for n in after) >= max(n["end"] for n in held)  # never both at once
-    assert states(mine, tmp_path / "who-after") == {"node0": ["free"], "node1": ["free"]}
-    assert "queue: nobody waits" in who(mine, tmp_path / "who-after-text")
+    after = who(mine, tmp_path / "who-after").splitlines()
+    assert after[1].split() == ["node[0-1]", "0", "free"] and after[2] == "queue: nobody waits"
 
 
 def test_a_killed_runs_gpus_are_taken_and_its_run_named(
@@ -165,10 +164,10 @@ def test_one_gpu_launches_share_a_host_and_a_busy_one_is_refused(
         hosts=[{"host": cluster.hosts[2].addr, "name": "node2", "gpus": [2]}],
     )  # fmt: skip
     refused = Cli(busy, tmp_path / "busy")
+    launches = [Cli(one, tmp_path / "a"), Cli(one, tmp_path / "b"), Cli(pinned, tmp_path / "c")]
     assert refused.wait(120) == EXIT_REFUSED, refused.stderr
     assert "GPU 2 on node2 is busy: pid 48211 (/usr/bin/python3)" in refused.stderr
     assert "busy_gpus: wait (or share) takes them" in refused.stderr
-    launches = [Cli(one, tmp_path / "a"), Cli(one, tmp_path / "b"), Cli(pinned, tmp_path / "c")]
     for cli in launches:
         cli.wait_ranks(1)  # all three hold their GPUs at once
     go(out, "all")
