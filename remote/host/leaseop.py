@@ -4,7 +4,8 @@ for them in the queue, and holds them until the node's supervisor takes them ove
 
 `gpu-lease`, on a channel that stays open:
   launcher: {"op": "gpu-lease", "want": {run_id, node, count, pins, cvd, busy, launcher}}
-  agent:    none (no GPU here) | held {gpus, cvd, dead} | short {held, busy, ahead, never}
+  agent:    none (no GPU here, or nvidia-smi failing: `error`) | held {gpus, cvd, dead} |
+            short {held, busy, ahead, never}
   launcher: {"t": "queue", "key": K}  the launch waits, its place ordered by K on every host
   agent:    wait {...} as what it waits for changes | ready (it could take them now)
   launcher: {"t": "take"}      all hosts were ready: take them now (held, or wait again)
@@ -46,8 +47,8 @@ def serve(ch, req):
     want = req.get("want") or {}
     try:
         found = lease.read_gpus()
-    except LeaseError as exc:
-        return ch.answer({"t": "error", "error": str(exc)})
+    except LeaseError as exc:  # its GPUs cannot be listed: none can be leased (the checks fail it)
+        return ch.answer({"t": "none", "error": str(exc)})
     if not found:
         return ch.answer({"t": "none"})
     waiter = Waiter(ch, want, *found)

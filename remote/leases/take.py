@@ -230,6 +230,10 @@ class Leases:
 
     def _taken(self, found: dict[int, ops.Leasing]) -> bool:
         self.held = {k: w for k, w in found.items() if w.kind == "held"}
+        for k, w in found.items():
+            if w.kind == "none" and w.error:  # the checks fail such a host: --skip-checks
+                text = f"no GPU leased: its GPUs cannot be listed ({w.error})"
+                self.emit(Notice("warning", text, host=self._name(k)))
         named = {self._name(k): w for k, w in self.held.items()}
         for text in words.dead(named):
             self.emit(Notice("warning", text))

@@ -1,4 +1,4 @@
-"""GPU leases in the dashboard: the hosts pane's Leases field (once a host has GPUs to lease) and
+"""GPU leases in the dashboard: the hosts pane's Leases field (once a run holds a host's GPUs) and
 each GPU's holder in the host's view; a launch whose GPUs are held asks whether to wait."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ async def test_the_hosts_pane_says_who_holds_the_gpus(inv: Path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("l")
         await settle(pilot)
-        assert "Leases" not in screen_text(app)  # nobody said any GPU can be leased
+        assert "Leases" not in screen_text(app)  # nobody holds a GPU
     app, _ = fake_app(inv, leased_script)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("l")

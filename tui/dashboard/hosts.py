@@ -47,12 +47,12 @@ COLUMNS = (
     ("procs", "GPU processes"),
 )
 IMAGE_COLUMN = ("image", "Image")  # only when a host's job runs in a container
-LEASES_COLUMN = ("leases", "Leases")  # only once a host has GPUs to lease
+LEASES_COLUMN = ("leases", "Leases")  # only once a run holds (or waits for) a host's GPUs
 STATE_WIDTH = 17  # a long reason is cut here; the host's detail view shows all of it
 UTIL_BARS, MEM_BARS = 4, 3  # bars of the last minutes before the current figure
 PROCS_WIDTH = 18  # the last field, at least: it takes what room the pane has left
 ADDRESS_WIDTH = 16
-LEASES_WIDTH = 16  # `4 free bob 4`: the host's view names each GPU's holder, the queue
+LEASES_WIDTH = 14  # `4 free bob 4`: the host's view names each GPU's holder, the queue
 IMAGE_WIDTH = 30
 GAP = "  "  # between fields
 FIXED_WIDTHS = {
@@ -251,7 +251,7 @@ class HostsTable(DataTable[Text]):
             COLUMNS  # and the image's, when a host's job runs in a container
         )
         self.up: set[int] = set()  # the hosts up (the status bar's count)
-        self.leased = False  # a host has GPUs to lease: the Leases field is shown
+        self.leased = False  # a run holds a host's GPUs: the Leases field is shown
         self._hosts: tuple[Host, ...] = ()
 
     def on_mount(self) -> None:
@@ -290,7 +290,8 @@ class HostsTable(DataTable[Text]):
             info.history.add(event.gpus)
         elif isinstance(event, HostLeases):
             info.leases = event
-            if event.gpus and not self.leased:  # the first GPUs to lease: a field for them
+            held = any(g.holder for g in event.gpus or ()) or event.queue
+            if held and not self.leased:  # the first GPUs held: a field for who holds them
                 self.leased = True
                 self._layout()
         else:
