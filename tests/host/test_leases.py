@@ -18,13 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from e2etools import supervisors
 from nvidia_smi import H100_BUSY, install
 from probetools import local_inventory, with_gpus
 from testhosts import REPO, neighbour, reach
 
+from ddptui.remote.agents import shipper
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.events import Failure, Notice
-from ddptui.remote.host import lease, leaseop
+from ddptui.remote.host import lease, leaseop, standby, state
 from ddptui.remote.host.leasedir import LeaseError
 from ddptui.remote.leases import take
 
@@ -187,3 +189,24 @@ async def _until(cond: object, timeout: float = 60) -> None:
             await asyncio.sleep(0.05)
 
     await asyncio.wait_for(poll(), timeout)
+
+
+def test_a_spare_whose_gpus_are_held_is_passed_over_saying_why(
+    gpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hot spare's standby takes its node as a launcher would (standby.become): its
+    supervisor takes its own lease first; held elsewhere, it does not start, and says why (the
+    hub passes it over with these words, remote/host/hub.py)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    code = state.install_code(shipper.digest(), shipper.sources())
+    other = lease.take_now(dict(WANT, run_id="other", count=6, busy="share"))
+    assert other is not None
+    spec = {"run_id": "spare-run", "node": 1, "names": ["node0", "node2"], "secret": "s",
+            "argv": [sys.executable, "-c", "print('ran')"], "restarts": 1,
+            "lease": dict(WANT, run_id="spare-run", node=1, count=4)}  # fmt: skip
+    why = standby.become(spec, 1, 1, code)
+    assert why == (
+        "cannot start the job: its GPUs are taken: GPU 0,1,2,3,4,5 held by root's run other"
+    )
+    assert not supervisors("spare-run")  # nothing of it runs
+    other.give_back()
