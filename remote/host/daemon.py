@@ -172,7 +172,7 @@ class Daemon:
             self.hub = Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
                 spec["master_addr"], self._launcher_heard, spec["standbys"],
-                self._spare_lost,
+                self._spare_lost, self._refused,
             )  # fmt: skip
             self.hub.start()
             self.policy = Policy(self.hub, spec, self.note, self.save_state, self._word,
@@ -491,6 +491,10 @@ class Daemon:
         """A hot spare's standby died or was cut off: said, and to job.notify."""
         self.note(t=protocol.SPARE_NEWS, level="warning", text=text)
         self._word("lost", "running", text)
+
+    def _refused(self, text):
+        """A host proved its own key claiming another's node at the hub: said."""
+        self.note(t=protocol.PEER_REFUSED, text=text)
 
     def _notify_failed(self, event, why):
         log(f"notify ({event}) failed: {why}")
