@@ -86,4 +86,3 @@ async def test_a_launch_whose_gpus_are_held_asks_whether_to_wait(
         assert await made[0].answer is waits
         assert not isinstance(app.screen, WaitScreen)
         made[0].stop()
-
