@@ -35,7 +35,7 @@ async def test_read_only_hides_and_refuses_launch_stop_restart_and_deep(inv: Pat
         for action in CONTROL_ACTIONS:  # the command palette and a click go this way
             await app.run_action(action)
         await settle(pilot)
-        assert runs.runs == [] and app.current_run is None
+        assert runs.runs == [] and app.control.current_run is None
 
 
 async def test_read_only_quit_leaves_the_run_going(inv: Path) -> None:

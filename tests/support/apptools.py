@@ -34,7 +34,8 @@ from ddptui.remote.host.netif import free_port as free_port  # a port no outgoin
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.run.runner import Emit
 from ddptui.remote.stalls.stacks import Frame, Group, Report
-from ddptui.tui.dashboard.app import Dashboard, RunLike, create_app
+from ddptui.tui.dashboard.app import Dashboard, create_app
+from ddptui.tui.dashboard.control import RunLike
 from ddptui.tui.dashboard.glance import ClusterLike
 
 REPO = Path(__file__).resolve().parents[2]
