@@ -1,7 +1,8 @@
 """`ddptui serve` in a real browser: Debian's headless Chromium, driven by Selenium through the
 system chromedriver (never a downloaded one), on a real run of the ssh test hosts: the page and
 socket refused without the token, the run's lines arriving, `d` typed into the page bringing every
-rank's stack, no key that stops it, and the run going on once the browser leaves.
+rank's stack, no key that stops it, a malformed resize sent on its socket dropped, and the run
+going on, detached, once the browser leaves.
 
 The page draws the terminal with xterm.js on a canvas, so its text is read from xterm's own
 buffer: a script set before the page's own catches the Terminal as textual-serve's page stores it
@@ -11,6 +12,7 @@ buffer: a script set before the page's own catches the Terminal as textual-serve
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, children, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, children, node_file, wait_for
 from testhosts import REPO, TestCluster
 
 from ddptui.remote.host.netif import free_port
@@ -32,8 +34,11 @@ CATCH_TERMINAL = """
 Object.defineProperty(Object.prototype, "terminal", {configurable: true, set(value) {
   Object.defineProperty(this, "terminal", {value, writable: true, configurable: true,
                                            enumerable: true});
-  if (value && value.buffer) window.caughtTerminal = value;
+  if (value && value.buffer) { window.caughtTerminal = value; window.caughtPage = this; }
 }});
+"""
+BAD_RESIZE = """
+window.caughtPage.socket.send(JSON.stringify(["resize", {"width": "x", "height": 24}]));
 """
 READ_TERMINAL = """
 const t = window.caughtTerminal;
@@ -133,10 +138,17 @@ def test_a_browser_watches_a_run_and_the_token_guards_it(
         assert "every rank's stack" in screen() and "tick.py" in screen()
         browser.save_screenshot(str(tmp_path / "stacks.png"))
 
-        browser.get("about:blank")  # the browser leaves: its dashboard ends, detached
+        browser.execute_script(BAD_RESIZE)  # it crashed the dashboard, which hung up
+        seen = max(ticks(screen(), 3))
+        wait_for(lambda: max(ticks(screen(), 3) or [0]) > seen + 5, 30, "ticks after it")
+
+        browser.get("about:blank")  # the browser leaves: its dashboard ends, the run as it was
         wait_for(lambda: not children(serve.pid), 30, "the page's dashboard to end")
         time.sleep(2 + 3)  # past stop_grace: a stop would have ended it (nothing to wait on)
         assert len(cluster.pids_with_env("DDPTUI_RUN_ID", run_id)) >= 4, "the run was stopped"
+        for k in (0, 1):
+            state = node_file(cluster, k, run_id, f"n{k}", "state.json").read_text()
+            assert json.loads(state)["mode"] == "detached"
     finally:
         serve.terminate()
         serve.wait(30)
