@@ -188,7 +188,8 @@ BY_HEALTH = "health"  # this host's GPUs or NICs failed (remote/host/healthwatch
 HALT_BY = {"stopped": BY_LAUNCHER, "lost": BY_LEASE}  # stops that end a run: none follows
 
 # Launcher to a node's supervisor: text lines on its stream.
-SAY_HELLO = "hello"  # hello OFFSET: resume the spool there
+SAY_HELLO = "hello"  # hello OFFSET [view]: resume the spool there (view: only watch, viewers.py)
+SAY_VIEW = "view"
 SAY_PING = "ping"
 SAY_STOP = "stop"  # stop [failure]: a user's stop ends the run; `failure`: this attempt only
 SAY_STOP_FAILURE = "failure"
