@@ -155,7 +155,7 @@ class Dashboard(App[int]):
             self, self.glance, self.course, hosts=self.hosts, pane=self.pane,
             inventory_path=inventory_path, run_factory=run_factory or engine_runs(),
             rejoin_factory=rejoin_factory, run_ids=run_ids,
-            cluster_later=start == "launch" or run is not None,
+            cluster_later=start == "launch" or run is not None, read_only=read_only, served=served,
         )  # fmt: skip
         if read_only:  # the hints name no key it refuses
             self.status.no_run = "no run yet (read-only)"
@@ -255,10 +255,11 @@ class Dashboard(App[int]):
         self.control.quit(viewer=self.read_only)
 
     def on_exit_app(self) -> None:
-        """A served app ends when its browser leaves (the tab closed, the link lost): the run it
-        follows goes on, detached, instead of being stopped as a cancelled run is."""
+        """A served app ends when its browser leaves (the tab closed, the link lost): the run
+        it launched is detached now, while its links still carry the word; any other end, a
+        crash included, is the engine's on_cancel as its worker is cancelled."""
         run = self.control.current_run
-        if self.served and run is not None and self.running:
+        if run is not None and self.running and run.on_cancel == "detach":
             run.detach()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

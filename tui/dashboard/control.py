@@ -24,7 +24,7 @@ from ddptui.remote.agents import openssh
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.events import Event, LogBatch, RunFinished
 from ddptui.remote.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from ddptui.remote.run.runner import Emit, Run
+from ddptui.remote.run.runner import Emit, OnCancel, Run
 from ddptui.remote.store import runs
 
 from .course import Course
@@ -40,10 +40,12 @@ class RunLike(Protocol):
     """What the dashboard needs of a run (`Run`; tests and the benchmark may fake it)."""
 
     run_id: str
+    on_cancel: OnCancel  # what its end without a word does to the job (the app's crash, say)
 
     def execute(self) -> Awaitable[RunFinished]: ...
     def stop(self) -> None: ...
     def detach(self) -> None: ...
+    def as_viewer(self) -> None: ...
 
 
 # (inventory, emit, run id, the dashboard's connections to borrow or None)
@@ -90,6 +92,8 @@ class RunControl:
         rejoin_factory: RejoinFactory,
         run_ids: Callable[[], str],
         cluster_later: bool,
+        read_only: bool = False,
+        served: bool = False,
     ) -> None:
         self.app, self.glance, self.course, self.hosts, self.pane = app, glance, course, hosts, pane
         self.inventory_path = inventory_path
@@ -97,6 +101,7 @@ class RunControl:
         # `ddptui launch`: the run checks the hosts; the dashboard's own connections open after.
         # `ddptui attach RUN` too: a running job's hosts fail a check (its port is taken).
         self.cluster_later = cluster_later
+        self.read_only, self.served = read_only, served  # a browser's viewer, a browser's tab
         self.inventory: inventory.Inventory | None = None
         self.current_run: RunLike | None = None
         self.run_id: str | None = None  # only this run's events are taken
@@ -173,7 +178,7 @@ class RunControl:
         self.use_inventory(inv)
         emit = partial(self.emit, record.run_id)
         fleet = self.glance.fleet(inv)
-        self._start(record.run_id, self.rejoin_factory(record, emit, stop, fleet))
+        self._start(record.run_id, self.rejoin_factory(record, emit, stop, fleet), launched=False)
 
     def history(self) -> None:
         """The runs kept: the one chosen is opened."""
@@ -184,13 +189,14 @@ class RunControl:
 
         self.app.push_screen(HistoryScreen(), chosen)
 
-    def _start(self, run_id: str, run: RunLike) -> None:
+    def _start(self, run_id: str, run: RunLike, launched: bool = True) -> None:
         """A run (new or rejoined) becomes the one shown: fresh state, its worker started."""
         self.run_id = run_id  # from now on, only this run's events are taken
         self.pane.reset()
         self.course.reset(run_id)
         self.hosts.reset()
         self.current_run = run
+        self._on_cancel(run, launched)
         self.worker = self.app.run_worker(
             run.execute(), name="run", group="run", exit_on_error=False
         )
@@ -199,6 +205,17 @@ class RunControl:
         self.pane.log_view.focus()
         self.app.refresh_bindings()
         self.course.show()
+
+    def _on_cancel(self, run: RunLike, launched: bool) -> None:
+        """However this app ends (a crash, a closed tab, a cancelled worker), the engine does
+        what this says, not the app's handlers: a read-only viewer leaves the run exactly as it
+        was (it holds no lease and says nothing to the hosts); a browser's --control tab detaches
+        the run it launched (the tab was its only launcher) and leaves one it opened as it was.
+        A terminal's dashboard stops its run (Ctrl-C, a crash): nothing outlives it unasked."""
+        if self.read_only:
+            run.as_viewer()
+        elif self.served:
+            run.on_cancel = "detach" if launched else "leave"
 
     def emit(self, run_id: str, event: Event) -> None:
         """The run's emit, on the app's loop (the run is its worker)."""
@@ -222,8 +239,9 @@ class RunControl:
         if self.current_run is None or not self.running:
             return
         self.after_run = self._quit_now
-        self.current_run.detach()
-        self.app.notify(f"detached: run {self.run_id} goes on (ddptui attach {self.run_id})")
+        self.current_run.detach()  # a viewer's only lets go: the run stays as it was
+        gone = "left" if self.read_only else "detached"
+        self.app.notify(f"{gone}: run {self.run_id} goes on (ddptui attach {self.run_id})")
 
     def restart(self) -> None:
         if self.running:
