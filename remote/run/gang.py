@@ -101,6 +101,7 @@ class Gang:
     hub_heard: asyncio.Event = field(default_factory=asyncio.Event)  # ... and it has
     _hub: str | None = None  # the line that tells a supervisor where node 0's hub listens
     _hub_told: dict[int, Channel] = field(default_factory=dict)  # node → the stream told it
+    run_end: nodemsg.RunEnd | None = None  # node 0's hub: the run ends, and why no restart
 
     @property
     def verdict(self) -> Verdict:
@@ -405,6 +406,8 @@ class Gang:
             self.attempts.seen(msg.attempt, at)
             node.attempt, node.end, node.at = msg.attempt, msg, at
             self._conclude(node, link, "")
+        elif isinstance(msg, nodemsg.RunEnd):
+            self.run_end = msg
         elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
             self._hub_said(node, msg, at)
         elif isinstance(msg, nodemsg.Health):
