@@ -13,9 +13,9 @@ stops itself; a hub that hears from no peer at all is the one cut off, and says 
 A spare that takes a lost node's place (job.restarts) proves a ticket of its own, which the
 launcher gave node 0 and the spare over SSH; the lost node, if it comes back, is told it is
 over.
-Hot spares (remote/host/standby.py) connect as peers numbered after the nodes, each in its
-spare's fleet slot: idle, until the hub tells one to take a lost node's place ("take"); one
-that dies or falls silent meanwhile is named and no longer counted as a hot spare.
+Hot spares' standbys (remote/host/standby.py) connect as peers numbered after the nodes, each
+in its spare's fleet slot; the hub admits them at its door and hands them to node 0's hot spares
+(remote/host/hotspares.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .vitals import fit
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
     from .channel import Channel
 
@@ -96,8 +96,6 @@ class Hub:
         on_stop,
         bind=None,
         launcher=None,
-        standbys=(),
-        on_news=None,
     ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_stop = on_stop
@@ -129,14 +127,10 @@ class Hub:
         self.final = False  # this attempt's failure ends the run (job.on_hang: stop)
         self.sampled = lambda node, seq, sample: None  # a peer's sample (remote/host/watch.py)
         self.traced = lambda node, msg: None  # a piece of a peer's traces (hangtraces.py)
-        # Hot spares: their names by slot (len(names) on); the live ones' channels, when each
-        # was last heard, the node each was told to take, and the slots given up (dead, cut).
-        self.standby_names = {len(names) + i: name for i, name in enumerate(standbys)}
-        self.standbys: dict[int, Channel] = {}
-        self.standby_heard: dict[int, float] = {}
-        self.taking: dict[int, int] = {}
-        self.standbys_gone: set[int] = set()
-        self.on_news = on_news or (lambda text: None)  # word of a standby lost (stream, notify)
+        # Hot spares' standbys: the slots after the nodes', each served by stand_by(slot, chan)
+        # (remote/host/hotspares.py sets both)
+        self.standby_slots = 0
+        self.stand_by: Callable[[int, Channel], None] = lambda slot, chan: chan.close()
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
@@ -144,7 +138,7 @@ class Hub:
         self.port = self.server.getsockname()[1]
 
     def start(self):
-        peers = len(self.names) + len(self.standby_names)
+        peers = len(self.names) + self.standby_slots
         thread(channel.Door(self.server, self._secrets, peers, self._admit).run)
         thread(self._watch)
 
@@ -309,7 +303,7 @@ class Hub:
         with self.cond:
             self.over = reason
             peers = list(self.peers.values())
-        for chan in [*peers, *self.standbys.values()]:
+        for chan in peers:
             chan.send(t=protocol.HUB_OVER, reason=reason)
         with self.cond:  # a close before they read it could reset what they were sent
             self.cond.wait_for(lambda: not [k for k in self.peers if k not in self.lost], wait)
@@ -330,8 +324,8 @@ class Hub:
     def _peer(self, node, chan, proof):
         if not channel.prove(chan, proof):
             return
-        if node in self.standby_names:
-            return self._stand_by(node, chan)
+        if node >= len(self.names):
+            return self.stand_by(node, chan)
         with contextlib.suppress(OSError):  # reset by the peer: the same as its going silent
             msgs = iter(chan)
             join = next(msgs, None)
@@ -419,57 +413,6 @@ class Hub:
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
-    # -- hot spares ---------------------------------------------------------------------------
-
-    def take(self, attempt):
-        """Each lost node not yet given a standby gets the first live one: it starts that
-        node's supervisor, which joins at `attempt` (Hub._join). Returns [(node, name)]."""
-        with self.cond:
-            todo = sorted(set(self.lost) - set(self.taking.values()))
-            slots = sorted(self.standbys)[: len(todo)]  # zip(strict=) is not python 3.8's
-            given = [(k, slot, self.standbys.pop(slot)) for k, slot in zip(todo, slots)]  # noqa: B905
-            self.taking.update((slot, k) for k, slot, _ in given)
-        for k, _, chan in given:
-            chan.send(t=protocol.HUB_TAKE, node=k, attempt=attempt)
-        return [(k, self.standby_names[slot]) for k, slot, _ in given]
-
-    def _stand_by(self, slot, chan):
-        """A standby's link, until it takes a node, leaves, dies or falls silent (_watch)."""
-        with self.cond:
-            refused = self.over or (slot in self.standbys_gone and "given up for lost")
-            if not refused and slot not in self.taking:
-                self.standbys[slot] = chan
-                self.standby_heard[slot] = time.monotonic()
-        if refused or slot in self.taking:
-            chan.send(t=protocol.HUB_OVER, reason=refused or "taken")
-            return chan.close()
-        why: str | None = "it left"
-        with contextlib.suppress(OSError):
-            for msg in chan:
-                self.standby_heard[slot] = time.monotonic()
-                if msg.get("t") == protocol.HUB_BEAT:
-                    chan.send(t=protocol.HUB_BEAT)
-                elif msg.get("t") == protocol.HUB_TOOK:  # its node's supervisor is up, or why not
-                    why = None if msg.get("ok") is True else str(msg.get("why"))
-        chan.close()
-        with self.cond:
-            live = self.standbys.get(slot) is chan
-            if live:
-                del self.standbys[slot]
-                self.standbys_gone.add(slot)
-            retake = why is not None and self.taking.get(slot) in self.lost and not self.over
-            if retake:  # it left before its node's supervisor joined: the next one goes
-                self.standbys_gone.add(slot)
-                del self.taking[slot]
-        name = self.standby_names[slot]
-        if live and self.over is None:
-            self.on_news(f"spare {name} no longer stands by (its standby died or was cut off): "
-                         f"{len(self.standbys)} hot spare(s) left; an attach may still bring it "
-                         "in")  # fmt: skip
-        elif retake:
-            self.on_news(f"spare {name} could not take the lost node's place: {why}")
-            self.take(self.attempt + 1)
-
     def gone(self, node, attempt, why):
         """A launcher found node's supervisor dead (its stream ended without a word): it is
         lost now, not after link_timeout of silence."""
@@ -483,10 +426,6 @@ class Hub:
         while self.over is None:
             time.sleep(self.beat)
             now = time.monotonic()
-            for slot, heard in list(self.standby_heard.items()):
-                chan = self.standbys.get(slot)
-                if chan is not None and now - heard > self.link_timeout:
-                    chan.close()  # its reader thread says it is gone
             silent = [k for k, heard in list(self.heard.items())
                       if k not in self.lost and now - heard > self.link_timeout]  # fmt: skip
             if not silent:
@@ -621,7 +560,7 @@ class HubLink:
             self.on_stop(why, 0)
             self._over(why)
 
-    def word(self):
+    def word(self) -> Go | None:
         """Once our job ended: the hub's word on what follows: (attempt, after) to start, or
         None: the run is over here (the hub said so, a halt, or the hub was lost)."""
         with self.cond:

@@ -4,7 +4,7 @@ remote/run/runner.py takes these steps in turn, each one able to refuse the laun
 follows what they started; a spare in a lost node's place is planned and specified here too
 (remote/run/recover.py).
 
-The deep check is a run of its own (runner.py's deep_check), handed in as a step: launching
+The deep check is a run of its own (remote/run/checkup.py), handed in as a step: launching
 knows it refuses on a failure, not how the fabric is measured.
 """
 
@@ -51,7 +51,7 @@ class Launch:
         self.run_id, self.run_dir = run_id, run_dir
         self.extra_args = tuple(extra_args)
         self._secret = secret  # the supervisors' proof to each other (the hub)
-        self.deep = deep  # the deep check before the start (runner.py's deep_check)
+        self.deep = deep  # the deep check before the start (checkup.py's deep_first)
         job = preflight.inv.job
         self.master_port: int | None = job.master_port if job.master_port != "auto" else None
         self.nprocs_planned: list[int] = []  # what a spare is planned with: as the run began

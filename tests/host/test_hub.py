@@ -14,6 +14,7 @@ import pytest
 from ddptui.remote.host import channel, policy
 from ddptui.remote.host import hub as hubmod
 from ddptui.remote.host.channel import CHALLENGE, Channel, _mac
+from ddptui.remote.host.hotspares import HotSpares
 from ddptui.remote.host.hub import Hub, HubLink
 from ddptui.remote.host.policy import Outcome
 
@@ -558,21 +559,23 @@ def test_the_hub_asks_every_peer_for_a_sample_and_a_hang_fails_the_attempt() -> 
     assert policy.decide(out, 0, 3, 0) == policy.Decision(False, "failed", "job.on_hang: stop")
 
 
-# -- hot spares' standbys (remote/host/standby.py) -----------------------------------------------
+# -- hot spares' standbys (remote/host/standby.py, hotspares.py) --------------------------------
 
 
-def standing(n: int, spares: int) -> tuple[Hub, list[str], list[HubLink]]:
+def standing(n: int, spares: int) -> tuple[Hub, HotSpares, list[str], list[HubLink]]:
     """A hub of n nodes (node 1 never comes: lost) with `spares` standbys connected; the news
-    it tells of them."""
+    its hot spares tell of them."""
     news: list[str] = []
     names = [f"node{k}" for k in range(n + spares)]
-    h = Hub(SECRET, names[:n], 0.6, 0.1, Stops(), "127.0.0.1", None, names[n:], news.append)
+    h = Hub(SECRET, names[:n], 0.6, 0.1, Stops(), "127.0.0.1", None)
+    hot = HotSpares(h, names[n:], news.append)
     h.start()
+    hot.start()
     links = [HubLink(SECRET, n + i, 5.0, 0.1, Stops()) for i in range(spares)]
     for link in links:
         link.connect("127.0.0.1", h.port)
-    until(lambda: len(h.standbys) == spares)
-    return h, news, links
+    until(lambda: len(hot.live) == spares)
+    return h, hot, news, links
 
 
 def until(cond: Any, seconds: float = 5.0) -> None:
@@ -589,42 +592,42 @@ def lost_node1(h: Hub) -> None:
 
 
 def test_a_standby_takes_a_lost_nodes_place_and_its_supervisor_joins() -> None:
-    h, news, (standby,) = standing(2, 1)
+    h, hot, news, (standby,) = standing(2, 1)
     lost_node1(h)
-    assert h.take(1) == [(1, "node2")]
+    assert hot.take(1) == [(1, "node2")]
     until(lambda: standby.take == (1, 1))
     standby.say(t="took", ok=True, why=None)
     standby.leave("its part is over")
     node1 = HubLink(SECRET, 1, 5.0, 0.1, Stops(), since=1)  # the supervisor it started
     node1.connect("127.0.0.1", h.port)
     assert h.wait_replaced() is None and h.replaced == 1
-    assert h.take(1) == [] and news == []  # taken, not lost
+    assert hot.take(1) == [] and news == []  # taken, not lost
 
 
 def test_a_standby_that_dies_is_named_and_never_taken() -> None:
-    h, news, (standby,) = standing(2, 1)
+    h, hot, news, (standby,) = standing(2, 1)
     standby.leave("killed")
     until(lambda: news)
     assert news == ["spare node2 no longer stands by (its standby died or was cut off): 0 hot "
                     "spare(s) left; an attach may still bring it in"]  # fmt: skip
     lost_node1(h)
-    assert h.take(1) == []  # the hub waits for an attach, as without standbys
+    assert hot.take(1) == []  # the hub waits for an attach, as without standbys
     again = HubLink(SECRET, 2, 5.0, 0.1, Stops())
     again.connect("127.0.0.1", h.port)
     assert again.word() is None and again.over == "given up for lost"
 
 
 def test_a_silent_standby_is_given_up_at_its_link_timeout() -> None:
-    _, news, (standby,) = standing(2, 1)
+    _, _, news, (standby,) = standing(2, 1)
     standby.beat = 60.0  # its heartbeats stop (the next one is a minute away)
     until(lambda: news, 10)
     assert news[0].startswith("spare node2 no longer stands by")
 
 
 def test_a_standby_that_could_not_take_its_node_passes_it_on() -> None:
-    h, news, (first, second) = standing(2, 2)
+    h, hot, news, (first, second) = standing(2, 2)
     lost_node1(h)
-    assert h.take(1) == [(1, "node2")]
+    assert hot.take(1) == [(1, "node2")]
     until(lambda: first.take == (1, 1))
     first.say(t="took", ok=False, why="cannot make the node's directory")
     first.leave("its part is over")
@@ -634,8 +637,9 @@ def test_a_standby_that_could_not_take_its_node_passes_it_on() -> None:
 
 
 def test_every_standby_is_told_the_run_is_over() -> None:
-    h, _, links = standing(2, 2)
+    h, hot, _, links = standing(2, 2)
     lost_node1(h)
+    hot.finish("every rank succeeded")
     h.finish("every rank succeeded", 1.0)
     for link in links:
         assert link.word() is None and link.over == "every rank succeeded"
@@ -651,7 +655,8 @@ def test_a_straggler_to_replace_later_is_a_bad_host_once_the_attempt_fails(spare
     h.own_end("stopped", "node 1 (node1) failed: exit 1")
     links[1].end("stopped", "node 1 (node1) failed: exit 1")
     spec = {"spares": spares}
-    pol = policy.Policy(h, spec, lambda **k: None, lambda **k: None, lambda *w: None, 0.1)
+    hot = HotSpares(h, [], print)
+    pol = policy.Policy(h, hot, spec, lambda **k: None, lambda **k: None, lambda *w: None, 0.1)
     out = pol.swap(h.settle())
     if spares:
         assert out.lost == [2] and out.bad == {2: ("node2", "rank 3 on node2 is a straggler")}

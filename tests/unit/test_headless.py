@@ -31,8 +31,8 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.inventory import Host
 from ddptui.tui.headless import printer as printer_module
-from ddptui.tui.headless.check import finding_lines
 from ddptui.tui.headless.console import terminal_safe
+from ddptui.tui.headless.findings import finding_lines
 from ddptui.tui.headless.printer import Printer
 
 REPO = Path(__file__).resolve().parents[2]
