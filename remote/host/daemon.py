@@ -172,7 +172,7 @@ class Daemon:
             self.hub = Hub(
                 spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
                 spec["master_addr"], self._launcher_heard, spec["standbys"],
-                self._spare_lost,
+                self._spare_lost, spec["hub_port"] or 0,
             )  # fmt: skip
             self.hub.start()
             self.policy = Policy(self.hub, spec, self.note, self.save_state, self._word,
