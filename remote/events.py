@@ -202,11 +202,14 @@ class Gpu:
     processes: tuple[GpuProcess, ...] = ()
 
 
+Level = Literal["ok", "warning", "failure"]  # a finding's
+
+
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One result of the checks: a failure blocks a launch, a warning does not."""
 
-    level: Literal["ok", "warning", "failure"]
+    level: Level
     check: str  # short id, e.g. "gpu", "torch", "script", "route", "port", "same-torch"
     message: str
     host: str | None = None  # None for findings across hosts

@@ -26,10 +26,12 @@ import yaml
 
 from ddptui.remote import fold, schema
 from ddptui.remote.agents import openssh
+from ddptui.remote.store import record
 
 CONFIG = "~/.ssh/config"
 MAX_DEPTH = 16  # Include within Include: OpenSSH's own limit
 IN_FLIGHT = 16  # ssh -G at once
+MODE = 0o644  # an inventory is shared (teammates, editors, CI): readable by all, whatever the umask
 _KEYWORD = re.compile(r"\s*(\w+)(?:\s*=\s*|\s+)(.*)")
 
 Resolve = Callable[[str], Awaitable[openssh.Settings]]
@@ -216,6 +218,16 @@ async def inventory(
     text = render(listed, left_out, asked, script=script, workdir=workdir)
     said = f"{len(nodes)} hosts ({', '.join(h for h, _ in listed)})"
     return text, said + (f"; left out the jump host {', '.join(left_out)}" if left_out else "")
+
+
+def write(path: Path, text: str, *, force: bool) -> None:
+    """The inventory written where -i names it: a new file (never over one, nor through a link
+    planted there: FileExistsError), or with force the old one replaced whole (a link there is
+    replaced, never followed); mode 0644 by intent. Raises OSError."""
+    if force:
+        record.replace_whole(path, text, MODE)
+    else:
+        record.write_new(path, text, MODE)
 
 
 def render(

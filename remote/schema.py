@@ -1,4 +1,4 @@
-"""The inventory's JSON Schema, generated from its pydantic model (remote/inventory.py), for
+"""The inventory's JSON Schema, generated from its pydantic model (remote/inventory/model.py), for
 editors: yaml-language-server (VS Code's YAML extension, Neovim's yamlls) completes keys, shows
 each one's description and default, and marks a typo as it is typed.
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic.json_schema import GenerateJsonSchema
 
-from ddptui.remote.inventory import _File
+from ddptui.remote.inventory.model import _File
 
 FILE = Path(__file__).with_name("inventory.schema.json")
 MODELINE = "# yaml-language-server: $schema="

@@ -476,12 +476,14 @@ def init_command(args: argparse.Namespace, extra: list[str]) -> int:
     (never over one, unless --force), then checked (exit as `check`) unless --no-check."""
     _no_extra(args, extra)
     import asyncio
+    import os
 
     from ddptui.remote import init_inventory
 
     path: Path = args.inventory
-    if path.exists() and not args.force:
-        raise UsageError(f"{path} exists: give another -i, or --force to overwrite it")
+    exists = f"{path} exists: give another -i, or --force to overwrite it"
+    if os.path.lexists(path) and not args.force:  # said before the hosts are asked
+        raise UsageError(exists)
     workdir = args.workdir or str(Path.cwd())
     try:
         text, found = asyncio.run(
@@ -490,7 +492,9 @@ def init_command(args: argparse.Namespace, extra: list[str]) -> int:
     except init_inventory.InitError as exc:
         raise UsageError(str(exc)) from None
     try:
-        path.write_text(text, encoding="utf-8")
+        init_inventory.write(path, text, force=args.force)
+    except FileExistsError:  # made meanwhile: O_EXCL never writes over it, or through a link
+        raise UsageError(exists) from None
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
     print(f"ddptui: wrote {path}: {found}", file=sys.stderr)

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ddptui.remote.agents import sshkeys
+
 Settings = dict[str, list[str]]  # keyword (lower case, as ssh -G prints it) -> its values
 
 
@@ -106,7 +108,8 @@ async def _run(host: str, argv: list[str], timeout: float = 10.0) -> Settings:
 
 # -- the resolver: what asyncssh is handed ----------------------------------------------------
 
-OFF = ("none", "/dev/null")  # UserKnownHostsFile values that would turn host-key checking off
+NONE = "none"  # a known_hosts keyword's "no file" (alone; `ssh -G` prints it in lower case)
+OFF = (NONE, "/dev/null")  # UserKnownHostsFile values that would turn host-key checking off
 DEFAULT_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 
 
@@ -127,37 +130,37 @@ class Target:
     proxy_jump: str | None  # the chain, as ssh_config writes it
     proxy_command: str | None  # tokens expanded
 
-    def keys(self) -> tuple[list[str], list[str]]:
-        """(private keys to offer, public keys naming agent-held ones): as ssh, a file that is
-        missing is skipped, and `key.pub` (or a `key` whose private half is elsewhere) names
-        a key in the agent."""
-        private, public = [], []
-        for path in self.identity_files:
-            if not path.endswith(".pub") and os.path.isfile(path):
-                private.append(path)
-            elif os.path.isfile(pub := path if path.endswith(".pub") else path + ".pub"):
-                public.append(pub)
-        return private, public
+    def keys(self) -> list[str]:
+        """The private keys to offer: as ssh, a file that is missing is skipped."""
+        return [p for p in self.identity_files if not p.endswith(".pub") and os.path.isfile(p)]
+
+    def named(self) -> list[str | bytes]:
+        """The agent's keys these files name: `key.pub`, or the key file's own public half
+        (sshkeys.public_half)."""
+        halves = (sshkeys.public_half(path) for path in self.identity_files)
+        return [half for half in halves if half is not None]
 
     def client_options(self) -> dict[str, Any]:
         """asyncssh.connect's arguments for this host (its first one is `host`), every value
-        explicit: asyncssh reads no ssh_config of its own (config=[]), so it cannot disagree."""
-        private, public = self.keys()
+        explicit: asyncssh reads no ssh_config of its own (config=[]), so it cannot disagree.
+        The keys offered are ssh's: the files ssh_config names (never asyncssh's defaults in
+        their place) and the agent's, with IdentitiesOnly only those the files name."""
         options: dict[str, Any] = {
             "host": self.host,
             "port": self.port,
             "username": self.user,
             "config": [],
-            "client_keys": private,  # [] is asyncssh's default keys, which ssh's list holds
+            "client_keys": self.keys() or sshkeys.NoFileKeys(),
             "ignore_encrypted": True,  # BatchMode: a key behind a passphrase is skipped
             "known_hosts": self.known_hosts,
             "host_key_alias": self.host_key_alias,
         }
-        if self.identities_only:  # the agent's keys that these files name, and no others
-            named = [p + ".pub" for p in private if os.path.isfile(p + ".pub")]
-            options["agent_identities"] = public + named
         if self.agent is not None:
             options["agent_path"] = self.agent or None
+        if self.identities_only:  # the agent's keys that these files name, and no others
+            options["agent_identities"] = self.named()
+            if not options["agent_identities"]:  # none: asyncssh would offer them all
+                options["agent_path"] = None
         if self.proxy_command:  # run as ssh runs it: the user's shell, exec'd
             options["proxy_command"] = [_shell(), "-c", "exec " + self.proxy_command]
         return options
@@ -180,7 +183,8 @@ def target(alias: str, settings: Settings) -> Target:
     off = next((f for f in user_files if f.lower() in OFF), None)
     if off is not None:  # OpenSSH still refuses an unknown key here; asyncssh would not
         user_files = [f for f in user_files if f.lower() not in OFF] or list(DEFAULT_KNOWN_HOSTS)
-    global_files = (one("globalknownhostsfile") or "").split()
+    # OpenSSH reads no file for `none`: not one of that name in the current directory
+    global_files = [f for f in (one("globalknownhostsfile") or "").split() if f != NONE]
     agent = one("identityagent")
     if agent == "SSH_AUTH_SOCK":
         agent = os.environ.get("SSH_AUTH_SOCK", "")

@@ -187,7 +187,7 @@ async def push(
         emit(result)
         return result
 
-    # An SSH host without workdir is refused at load (inventory._check_sync).
+    # An SSH host without workdir is refused at load (remote/inventory/load.py).
     triples = zip(hosts, agents, dests, strict=True)
     return list(await asyncio.gather(*(one(h, a, d or str(root)) for h, a, d in triples)))
 

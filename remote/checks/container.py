@@ -7,12 +7,10 @@ and compares `image_key` across hosts, as it does the job's code.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ddptui.remote.checks.finding import Add, collect
 from ddptui.remote.events import Finding
-
-if TYPE_CHECKING:  # checks.py calls judge(): no import cycle at run time
-    from ddptui.remote.checks.judge import Add, Level
 
 SHM_LOW = 1 << 30  # NCCL's shared-memory transport in a 64 MiB /dev/shm: "Bus error"
 GPU_HELP = {
@@ -27,11 +25,7 @@ SHORT = 12  # hex digits of an image id shown
 
 def findings(host: str, facts: Mapping[str, Any], run_id: str | None = None) -> list[Finding]:
     """judge()'s findings for one host."""
-    found: list[Finding] = []
-
-    def add(level: Level, check: str, message: str) -> None:
-        found.append(Finding(level, check, message, host))
-
+    found, add = collect(host)
     judge(add, facts, run_id)
     return found
 

@@ -19,9 +19,9 @@ import re
 import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
-from ddptui.remote.events import Finding
+from ddptui.remote.events import Finding, Level
 from ddptui.remote.host.fabric import DCGM_ARGV, MARK, VERSION, bus_factor, rate_text, size_text
 
 MAX_LINE = 8 << 20  # characters: ~200 bytes a rank, 16 KiB of dcgmi a host, at 2,048 GPUs
@@ -31,7 +31,6 @@ SLOW_LINK = 0.5  # of the median host
 SLOW_GPU = 0.7  # of the median GPU of the same model
 DCGM = " ".join(DCGM_ARGV)
 
-Level = Literal["ok", "warning", "failure"]
 T = TypeVar("T")
 
 

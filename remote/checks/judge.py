@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from ddptui.remote.checks import container
+from ddptui.remote.checks.finding import Add, collect
 from ddptui.remote.events import ChecksDone, Finding, Gpu, HostChecked
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.stalls.stacks import PTRACE_NEEDED
@@ -20,17 +21,10 @@ from ddptui.remote.stalls.stacks import PTRACE_NEEDED
 BUSY_MIB = 1024  # memory in use with no process in sight: a job of another container or user
 LOW_DISK_GIB = 5.0
 
-Level = Literal["ok", "warning", "failure"]
-Add = Callable[[Level, str, str], None]
-
 
 def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> tuple[Finding, ...]:
     """Everything one host's probe says, worded for the person about to launch."""
-    found: list[Finding] = []
-
-    def add(level: Level, check: str, message: str) -> None:
-        found.append(Finding(level, check, message, name))
-
+    found, add = collect(name)
     if not facts.get("reachable", True):
         add("failure", "ssh", facts.get("error") or "unreachable")
         return tuple(found)

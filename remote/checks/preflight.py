@@ -39,9 +39,11 @@ class Preflight:
         *,
         checks: bool = True,
         run_id: str | None = None,
+        prepare: bool = True,
     ) -> None:
         self.inv, self.fleet, self.emit, self.checks = inv, fleet, emit, checks
         self.run_id = run_id  # the run the checks are for (a container's dry run names it)
+        self.prepare = prepare  # its supervisors booted during the checks (early)
         self.failures: list[Failure] = []
         self.unreachable: dict[int, str] = {}  # node rank → why it could not be logged into
         self.broken: dict[int, AgentError] = {}  # logged into, but its agent did not start
@@ -178,8 +180,9 @@ class Preflight:
 
     def early(self, k: int) -> dict[str, Any] | None:
         """Node k's spec as known before the checks end (protocol.EARLY): its supervisor is
-        prepared meanwhile, all but its job. None where this is no launch's check."""
-        if self.run_id is None:
+        prepared meanwhile, all but its job. None where this is no launch's check, or where
+        another start comes first on these agents (the deep check's), which would end it."""
+        if self.run_id is None or not self.prepare:
             return None
         host = self.inv.hosts[k]
         box = host.container.spec() if host.container else None

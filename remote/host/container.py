@@ -12,7 +12,7 @@ with `command()`; inside, remote/host/shim.py starts the job and ends it when it
   user of the host.
 - apptainer and enroot have no daemon: the job is an ordinary child of the supervisor.
 
-`spec` is the inventory's merged `container:` (remote/inventory.py, Container.spec()).
+`spec` is the inventory's merged `container:` (remote/inventory/model.py, Container.spec()).
 """
 
 from __future__ import annotations

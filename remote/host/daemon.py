@@ -11,10 +11,11 @@ Unix socket in its private directory (remote/host/viewers.py), which an agent's 
 - the run is attached and no launcher has been heard from for link_timeout (the lease);
 - the run's hub says so (another node failed or was lost; remote/host/hub.py).
 When the job ends, whatever it left behind goes too. With job.restarts the daemon runs attempt
-after attempt of its node's job, in the same spool, as the run's hub says (node 0's supervisor
-decides: remote/host/policy.py); each attempt's lines follow a marked line in every rank's log,
-and its processes have DDPTUI_ATTEMPT. Node 0's also tells job.notify's command what happened
-(remote/host/notify.py). Once no attempt follows, the daemon leaves as soon as its viewers have
+after attempt of its node's job, in the same spool, as the run's hub says; each attempt's lines
+follow a marked line in every rank's log, and its processes have DDPTUI_ATTEMPT. What the node
+does for the run beside its own job is its role's (remote/host/role.py): node 0 coordinates it
+(the hub, restarts, job.notify: remote/host/coordinator.py), the others are peers
+(remote/host/peer.py). Once no attempt follows, the daemon leaves as soon as its viewers have
 the last byte (or after a while: the spool stays for a later `attach`).
 """
 
@@ -46,16 +47,14 @@ from . import (
     wire,
 )
 from .common import log, rmtree, thread
-from .hub import Hub, HubLink
-from .notify import Notifier
-from .policy import Policy
-from .progress import Keeper
+from .coordinator import Coordinator
+from .peer import Peer
 from .protocol import beat_interval
+from .role import Role, Supervisor
 from .spool import Spool
 from .state import STATE
 from .tail import RankTail
 from .viewers import Viewers
-from .watch import Guard
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
@@ -94,6 +93,8 @@ class Attempt:
 
 
 class Daemon:
+    role: Role  # node 0 coordinates the run, the others are its peers: set as it serves
+
     def __init__(self, spec, ndir):
         self.spec, self.dir = spec, ndir
         self.node, self.nnodes = spec["node"], len(spec["names"])
@@ -120,17 +121,9 @@ class Daemon:
         self.guard = (0, -1)  # the guardian's pid and pipe (boot)
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
         self.site: str | None = None  # the whole-lines sitecustomize's directory
-        self.hub: Hub | None = None  # node 0: the run's hub; the others, a link to it
-        self.link: HubLink | None = None
-        self.notifier: Notifier | None = None  # node 0: job.notify's command
-        self.policy: Policy | None = None  # node 0: what follows each attempt
-        self.progress: Keeper | None = (
-            None  # node 0: its ranks' training curve (remote/host/progress.py)
-        )
         self.smi = shutil.which("nvidia-smi")
         self.watch_health = healthwatch.worth_watching(self.smi)  # a CPU host watches nothing
         self.vitals = vitals.Node()  # its ranks' progress, for the run's hang watch
-        self.hangs: Guard | None = None  # node 0: the run's hang watch (remote/host/watch.py)
         self.state: protocol.NodeState = {
             "run_id": spec["run_id"],
             "node": self.node,
@@ -141,7 +134,8 @@ class Daemon:
     # -- records ------------------------------------------------------------------------------
 
     def note(self, **msg):
-        self._append(wire.meta(now_ms(), **msg))
+        if not self.spool.closed:  # a thread late with its news after the end: dropped
+            self._append(wire.meta(now_ms(), **msg))
 
     def _append(self, data):
         trimmed = self.spool.append(data)
@@ -165,46 +159,28 @@ class Daemon:
 
     def serve(self, server, ready):
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
-        spec = self.spec
         pid, self.guardian_pipe = self.guard
         self.exempt.add(pid)
-        if self.node == 0:
-            self.hub = Hub(
-                spec["secret"], spec["names"], self.link_timeout, self.beat, self._told_stop,
-                spec["master_addr"], self._launcher_heard, spec["standbys"],
-                self._spare_lost, spec["hub_port"] or 0,
-            )  # fmt: skip
-            self.hub.start()
-            self.policy = Policy(self.hub, spec, self.note, self.save_state, self._word,
-                                 min(self.link_timeout, DRAIN_S))  # fmt: skip
-            self.notifier = Notifier(
-                spec["notify"], spec["run_id"], self._notify_failed, self._wait_child
-            )
-            if spec["progress"] is not False:  # job.progress: false reads no line for it
-                self.progress = Keeper(spec["progress"], self.dir, self.notifier.said_links)
-            self.hangs = Guard(self.hub, spec, self.dir, self.vitals, self._word)
-        else:
-            self.link = HubLink(
-                spec["secret"], self.node, self.link_timeout, self.beat, self._told_stop,
-                since=spec["attempt"], on_sample=self.vitals.sample, on_flight=self.vitals.traces,
-            )  # fmt: skip
-            if spec["hub_port"]:  # a hot spare's node: no launcher need say where the hub is
-                self.link.connect(spec["master_addr"], spec["hub_port"])
+        self.role = self._role()
+        self.role.start()
         self.viewers.serve(server)
         thread(self._reap)
         thread(self._watch_lease)
-        if self.hub is not None:  # the peers learn it through the launcher, job or none
-            self.note(t=protocol.HUB_PORT, port=self.hub.port)
-        self.save_state(status="starting", started=time.time(), attempt=spec["attempt"])
+        self.save_state(status="starting", started=time.time(), attempt=self.spec["attempt"])
         ready("ok")
-        if self.link is not None and spec["attempt"]:
-            step = self.link.word()  # a spare joins a run going: it starts at the hub's word
-        else:
-            step = (spec["attempt"], None)
+        step = self.role.first(self.spec["attempt"])
         while step is not None:
             self._attempt(*step)
-            step = self._next(step[0])
+            step = self.role.next(step[0])
         self._end()
+
+    def _role(self) -> Role:
+        """Node 0 coordinates the run; every other node is its hub's peer."""
+        sup = Supervisor(self.dir, self.note, self.save_state, self._told_stop,
+                         self._launcher_heard, self._wait_child, self.vitals)  # fmt: skip
+        if self.node == 0:
+            return Coordinator(self.spec, sup, min(self.link_timeout, DRAIN_S))
+        return Peer(self.spec, sup)
 
     def _launcher_heard(self):
         """When a launcher holding the run's lease last said a word; None: none holds it."""
@@ -213,8 +189,7 @@ class Daemon:
     def _attempt(self, number, after):
         """One attempt of the node's job, from its start to its end (and its leftovers gone)."""
         self._sweep_containers()  # the last attempt's, if left: its name is this one's
-        if self.link is not None:
-            self.link.begin(number)
+        self.role.begin(number)
         att = Attempt(number)
         with self.stop_once:
             self.att, self.number = att, number
@@ -229,7 +204,7 @@ class Daemon:
         started = self._start_job(att)
         if started is not None and self.spec["hang_after"] is not None:  # the watch is on
             thread(self.vitals.look, att.done)
-        watch = self.hangs.start(number) if self.hangs and started is not None else None
+        watch = self.role.watch(number) if started is not None else None
         if started is not None:
             att.done.wait()
             if watch is not None:
@@ -255,12 +230,6 @@ class Daemon:
         else:
             data = text + b"\n"  # ranks yet unknown: the node's own line
         self._append(wire.record(b"1", now_ms(), data))
-
-    def _next(self, number):
-        """What follows attempt `number`: (attempt, after) to start, or None."""
-        if self.link is not None:
-            return self.link.word()
-        return self.policy.after(number) if self.policy is not None else None
 
     def _start_job(self, att):
         spec = self.spec
@@ -290,7 +259,7 @@ class Daemon:
             return None
         self.note(
             t=protocol.STARTED, pid=att.job.pid, hostname=socket.gethostname(), ifname=ifname,
-            hub_port=self.hub.port if self.hub else None, mode=self.mode, ranks=spec["ranks"],
+            hub_port=self.role.hub_port, mode=self.mode, ranks=spec["ranks"],
             attempt=att.number,
         )  # fmt: skip
         runtime = box and box["runtime"]
@@ -314,16 +283,14 @@ class Daemon:
         """A rank's bar being redrawn: told for its progress (never a log line)."""
         text = shown.decode("utf-8", "replace")
         self.note(t=protocol.REDRAWN, rank=rank, text=text)
-        if self.progress is not None:
-            self.progress.feed(b"[%d]:%s\n" % (rank, shown), self.number)
+        self.role.feed(b"[%d]:%s\n" % (rank, shown), self.number)
 
     def _spool_lines(self, stream, data):
         if self.att is not None:
             self.att.lines += data.count(b"\n")
         self._append(wire.record(stream, now_ms(), data))
         self.vitals.line()
-        if self.progress is not None:
-            self.progress.feed(data, self.number)
+        self.role.feed(data, self.number)
 
     def _in_container(self, box, argv, env, cwd, att):
         """The runtime's argv and environment for the node's command: one attached container,
@@ -419,11 +386,7 @@ class Daemon:
             said = ("failed", own) if own else said
         if att.scratch:
             rmtree(att.scratch)
-        facts = self._failure_facts(att, said[1], code)
-        if self.link is not None:
-            self.link.end(*said, echo, facts)
-        elif self.hub is not None:
-            self.hub.own_end(*said, echo, facts)
+        self.role.ended(*said, echo, self._failure_facts(att, said[1], code))
 
     def _failure_facts(self, att, reason, code):
         """What the run's hub weighs a failure by (remote/host/retry.py): its cause, the
@@ -463,10 +426,7 @@ class Daemon:
     def _end(self):
         """The run is over here: word goes out, then the viewers get the last bytes."""
         self.over = True
-        if self.progress is not None:
-            self.progress.flush()
-        if self.notifier is not None:  # its failures are said in the spool: before it closes
-            self.notifier.close(protocol.NOTIFY_TIMEOUT + 5)
+        self.role.close()
         self.spool.close()
         self.viewers.closing = True
         # a later attach finds no daemon and is served the spool instead
@@ -474,28 +434,6 @@ class Daemon:
         self.viewers.drain(time.monotonic() + DRAIN_S)
         self._sweep_containers()  # its client removed it; the net, after the end is told
         os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
-
-    # -- word of the run (node 0) ----------------------------------------------------------
-
-    def _word(self, event, status, message):
-        """Something happened to the run: said in the stream (the dashboard rings on it), and
-        to job.notify's command."""
-        notifier = self.notifier
-        if notifier is None:  # no word but node 0's
-            return
-        wanted = notifier.wanted(event)
-        self.note(t=protocol.NOTIFY, event=event, status=status, message=message, wanted=wanted)
-        notifier(event, status, message)
-
-    def _spare_lost(self, text):
-        """A hot spare's standby died or was cut off: said, and to job.notify."""
-        self.note(t=protocol.SPARE_NEWS, level="warning", text=text)
-        self._word("lost", "running", text)
-
-    def _notify_failed(self, event, why):
-        log(f"notify ({event}) failed: {why}")
-        if not self.spool.closed:
-            self.note(t=protocol.NOTIFY_FAILED, event=event, error=why)
 
     # -- stopping -----------------------------------------------------------------------------
 
@@ -523,10 +461,7 @@ class Daemon:
             if self.halted is not None:
                 return
             self.halted = (status, reason)
-        if self.hub is not None:
-            self.hub.halt(status, reason)
-        elif self.link is not None:
-            self.link.halt(status, reason)
+        self.role.halt(status, reason)
 
     def _watch_health(self, att):
         """This host's GPUs and NICs, all along the attempt (remote/host/healthwatch.py): a
@@ -568,14 +503,9 @@ class Daemon:
         att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
-        if self.notifier is None:
-            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, self.exempt)
-        with self.notifier.starting:  # no command starts unseen while the job is looked for
-            exempt = set(self.exempt)
-            for pid in list(self.notifier.running):
-                exempt.add(pid)  # a notify command under way is not the job's
-                exempt.update(procs.descendants(pid))
-            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, exempt)
+        with self.role.not_the_jobs() as theirs:
+            tags = self.tags if self._tagged() else None
+            return procs.job_pids(os.getpid(), tags, self.exempt | theirs)
 
     def _tagged(self):
         """Whether the job's processes are found by their tags, not as this daemon's tree: what
@@ -664,8 +594,7 @@ class Daemon:
                 att.lines += data.count(b"\n", 0, cut)
                 self._append(wire.record(stream, now_ms(), data[:cut]))
                 self.vitals.line()
-                if self.progress is not None:
-                    self.progress.feed(data[:cut], att.number)
+                self.role.feed(data[:cut], att.number)
             if len(rest) >= wire.RECORD_MAX:  # a runaway line: pass it on in pieces
                 pieces = split_line(rest)
                 rest = pieces.pop()
@@ -727,34 +656,18 @@ class Daemon:
                 self.mode = mode
                 self.note(t=protocol.MODE, mode=mode)
                 self.save_state()
-        elif verb == protocol.SAY_HUB and self.link is not None and len(args) == 2:
-            with contextlib.suppress(ValueError):
-                self.link.connect(args[0], int(args[1]))
         elif verb == protocol.SAY_GONE and len(args) == 2 and all(a.isdigit() for a in args):
             self._gone(int(args[0]), int(args[1]))
-        elif self.hub is not None:
-            self._hub_command(self.hub, verb, args)
+        else:
+            self.role.command(verb, args)
 
     def _gone(self, node, attempt):
         """A launcher found node's supervisor dead: the hub (or, of node 0's, every peer)
         need not wait out its silence."""
         names = self.spec["names"]
-        if node >= len(names):
-            return
-        why = "{}'s supervisor died (its stream ended without a word)".format(names[node])
-        if self.hub is not None:
-            self.hub.gone(node, attempt, why)
-        elif node == 0 and self.link is not None:
-            self.link.gone(why)
-
-    def _hub_command(self, hub, verb, args):
-        """Node 0's: a spare comes, none can, or word of a hang for job.notify."""
-        if verb == protocol.SAY_REPLACE and len(args) == 2 and args[0].isdigit():
-            hub.expect(int(args[0]), args[1])
-        elif verb == protocol.SAY_NO_SPARE:
-            hub.give_up(" ".join(args) or "no spare host could take the lost node's place")
-        elif verb == protocol.SAY_NOTIFY and args and args[0] in protocol.NOTIFY_EVENTS:
-            self._word(args[0], "running", " ".join(args[1:]))
+        if node < len(names):
+            why = "{}'s supervisor died (its stream ended without a word)".format(names[node])
+            self.role.gone(node, attempt, why)
 
 
 def split_line(data):

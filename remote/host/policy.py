@@ -6,8 +6,9 @@ spare must replace first); `Policy.after` carries it out, one named step at a ti
 
     settle -> decide -> say it -> wait (the delay, the replacements) -> restart
 
-The hub keeps the run's shared state and talks to the peers; the daemon (remote/host/daemon.py)
-runs the attempts; this module only decides and says. A new reason to end or restart a run (a
+The hub keeps the run's shared state and talks to the peers; node 0's coordinator
+(remote/host/coordinator.py) asks this module after each attempt the supervisor ran; this module
+only decides and says. A new reason to end or restart a run (a
 hang, a sick GPU, restart_on) is a new `cause` of an Outcome and a rule in `decide`.
 """
 
@@ -22,6 +23,7 @@ TYPE_CHECKING = False  # typing's names cost import time on every host, for noth
 if TYPE_CHECKING:
     from typing import Any, Callable, Sequence
 
+    from .hotspares import HotSpares
     from .hub import Hub
 
 NO_SPARE = "no spare host left to take its place"
@@ -102,19 +104,20 @@ def spares_left(spec: dict[str, Any], hub: Hub) -> int:
 
 class Policy:
     """Node 0's side of a run with restarts: after each attempt, the next one or the end.
-    note, save_state and word are the daemon's: a record in the node's stream, its state
+    note, save_state and word are the supervisor's: a record in the node's stream, its state
     file, and word of an event (the stream and job.notify)."""
 
     def __init__(
         self,
         hub: Hub,
+        spares: HotSpares,
         spec: dict[str, Any],
         note: Callable[..., None],
         save_state: Callable[..., None],
         word: Callable[[str, str, str], None],
         hang_up_s: float,
     ) -> None:
-        self.hub, self.spec = hub, spec
+        self.hub, self.spares, self.spec = hub, spares, spec
         self.note, self.save_state, self.word = note, save_state, word
         self.hang_up_s = hang_up_s  # how long the peers get to hang up at the end
         self.last: Outcome | None = None  # the last attempt's, if it failed
@@ -198,7 +201,7 @@ class Policy:
         if self.hub.launcher() is not None:
             return
         names = self.spec["names"]
-        for k, name in self.hub.take(nxt):
+        for k, name in self.spares.take(nxt):
             text = f"{name} takes {names[k]}'s place as node {k} from attempt {nxt + 1}"
             text += " (a hot spare)"
             self.note(t=protocol.SPARE_NEWS, level="info", text=text)
@@ -226,4 +229,5 @@ class Policy:
             message = str(out.reason) + (f"; {why}" if why else "")
         self.word(event, status, message)
         self.save_state(run_status=status, run_reason=message, waiting=[])
+        self.spares.finish(message)
         self.hub.finish(message, self.hang_up_s)

@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 
-from . import hostlist, netif, procs, protocol, state
+from . import channel, hostlist, netif, procs, protocol, state
 from .common import log, thread
 
 # In the launcher's plan, what only the allocation knows (remote/slurm/script.py writes them).
@@ -252,7 +252,7 @@ def fill(spec, found, secret, k, auto_ranks):
     spec["master_addr"] = master
     spec["route_to"] = master if spec["route_to"] else None
     spec["hub_port"] = found["hub"]
-    spec["secret"] = secret
+    spec["secret"] = secret if k == 0 else channel.node_key(secret, k)  # its own (identity.py)
     spec["detached"] = True  # Slurm holds the job: a launcher may follow it, or none
     spec["unset"] = list(spec["unset"]) + TASK_VARS
     if auto_ranks:  # the plan's, had it known the processes per node

@@ -20,7 +20,7 @@ from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.agents.transport import Transport
 from ddptui.remote.events import ChecksDone, DeepChecked, Event, HostState
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import runner
+from ddptui.remote.run import checkup
 from ddptui.remote.stalls import stacks
 
 LOST = "connection lost (c checks again)"
@@ -55,7 +55,7 @@ class Cluster:
         """Probe every host over its agent (started afresh where it was lost)."""
         self._checking = self._checking or asyncio.Lock()
         async with self._checking:
-            done = await runner.check(self.inv, self._emit_to, fleet=self.fleet)
+            done = await checkup.check(self.inv, self._emit_to, fleet=self.fleet)
         loop = asyncio.get_running_loop()
         self._watch_later = loop.call_later(WATCH_AFTER_S, self._watch)
         return done
@@ -75,7 +75,7 @@ class Cluster:
     async def deep(self, seconds: float, runs_dir: Path | None = None) -> DeepChecked:
         """The deep check (remote/run/deepcheck.py) over these agents: its progress and verdict
         emitted; the job it runs is registered under `runs_dir`."""
-        return await runner.deep_check(
+        return await checkup.deep_check(
             self.inv, self.fleet, self._emit_to, seconds=seconds, runs_dir=runs_dir
         )
 

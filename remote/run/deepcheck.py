@@ -8,7 +8,7 @@ interpreter (gloo on CPU hosts, NCCL where the job would use it). Each host's su
 and sweeps it like a job (its tags, the subreaper, a container where the job has one), so a
 Ctrl-C, or the time bound running out, leaves nothing. Rank 0's progress lines are said as
 they come; its result line is judged by remote/checks/fabric.py. The job is launched and
-followed like any run, by remote/run/runner.py's deep_check(); here are its inventory, what is
+followed like any run, by remote/run/checkup.py's deep_check(); here are its inventory, what is
 read of its lines, and its verdict.
 """
 

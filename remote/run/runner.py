@@ -14,10 +14,9 @@ login shell more), else opens its own and closes it at the end.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,7 @@ from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
     Alert,
     BadHost,
-    ChecksDone,
     DeepChecked,
-    DeepProgress,
     Event,
     HangDetected,
     Notice,
@@ -40,7 +37,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import deepcheck, nodemsg, recover
+from ddptui.remote.run import nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
@@ -52,6 +49,9 @@ SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui 
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
 
 Emit = Callable[[Event], None]
+# The deep check before the start (`launch --deep`: remote/run/checkup.py's deep_first), handed
+# the run's inventory, fleet, emit and runs directory: a run of its own, which refuses this one.
+DeepFirst = Callable[[Inventory, Fleet, Emit, Path], Awaitable[DeepChecked]]
 
 
 def new_run_id() -> str:
@@ -73,7 +73,7 @@ class Run:
         fleet: Fleet | None = None,
         checks: bool = True,
         detach: bool = False,
-        deep: float | None = None,
+        deep: DeepFirst | None = None,
     ) -> None:
         self.run_id = run_id or new_run_id()
         self.run_dir = run_dir or runs.default_dir(self.run_id)
@@ -82,12 +82,12 @@ class Run:
         self._emit_to = emit
         self.checks = checks  # probe every host first; any failed check stops the launch
         self.detach_when_running = detach  # leave the run to itself once every node runs
-        self.preflight = Preflight(inv, self.fleet, self.emit, checks=checks, run_id=self.run_id)
+        self.preflight = Preflight(
+            inv, self.fleet, self.emit, checks=checks, run_id=self.run_id, prepare=deep is None
+        )
         deep_first = None
-        if deep is not None:  # the deep check first, in so many seconds at most
-            deep_first = partial(
-                deep_check, inv, self.fleet, self.emit, seconds=deep, runs_dir=self.run_dir.parent
-            )
+        if deep is not None:
+            deep_first = partial(deep, inv, self.fleet, self.emit, self.run_dir.parent)
         self.launch = Launch(
             self.preflight, self.emit, run_id=self.run_id, run_dir=self.run_dir,
             extra_args=extra_args, secret=secrets.token_hex(16), deep=deep_first,
@@ -376,57 +376,3 @@ class Run:
         if self.recorder is not None:
             self.recorder(event)
         self._emit_to(event)
-
-
-async def check(
-    inv: Inventory,
-    emit: Emit,
-    transports: Sequence[Transport] | None = None,
-    *,
-    fleet: Fleet | None = None,
-    deep: float | None = None,
-    runs_dir: Path | None = None,
-) -> ChecksDone:
-    """The checks, and the deep check after them if asked (`deep` seconds at most) and they
-    passed (its verdict emitted, DeepChecked): `ddptui check` and the dashboard's. Over `fleet`
-    if given, else a fleet of its own, closed after; nothing starts."""
-    own = fleet is None
-    fleet = fleet or fleet_for(inv, transports)
-    try:
-        done = await Preflight(inv, fleet, emit).check()
-        if deep is not None and done.ok:
-            await deep_check(inv, fleet, emit, seconds=deep, runs_dir=runs_dir)
-        return done
-    finally:
-        if own:
-            await fleet.close()
-
-
-async def deep_check(
-    inv: Inventory,
-    fleet: Fleet,
-    emit: Emit,
-    *,
-    seconds: float = deepcheck.SECONDS,
-    runs_dir: Path | None = None,
-) -> DeepChecked:
-    """The deep check (remote/run/deepcheck.py) on `fleet`'s hosts: the fabric test launched
-    as a run of its own, bounded by `seconds`; its verdict, emitted too."""
-    t0 = time.monotonic()
-    run_id = new_run_id() + "-deep"
-    collect = deepcheck.Collector(emit)
-    emit(DeepProgress(f"the fabric measured on every rank, at most {seconds:g} s"))
-    run = Run(
-        deepcheck.deep_inventory(inv, seconds),
-        collect,
-        fleet=fleet,
-        checks=False,
-        run_id=run_id,
-        run_dir=runs_dir / run_id if runs_dir is not None else None,
-    )
-    fin: RunFinished | None = None  # None: the time bound ran out (its nodes are stopped)
-    with contextlib.suppress(TimeoutError):
-        fin = await asyncio.wait_for(run.execute(), seconds)
-    done = deepcheck.verdict(collect, fin, [h.name for h in inv.hosts], seconds, t0)
-    emit(done)
-    return done

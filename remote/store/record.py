@@ -148,25 +148,42 @@ def open_dir(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
-def _write_new(dir_fd: int, name: str, text: str) -> None:
-    with open(os.open(name, NEW, 0o600, dir_fd=dir_fd), "w", encoding="utf-8") as f:
+def _write_new(dir_fd: int, name: str, text: str, mode: int) -> None:
+    fd = os.open(name, NEW, mode, dir_fd=dir_fd)
+    os.fchmod(fd, mode)  # the mode meant, whatever the umask
+    with open(fd, "w", encoding="utf-8") as f:
         f.write(text)
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write a new file that only its owner may read (a run's inventory copy); never over, or
-    through, one that is there already."""
+def write_new(path: Path, text: str, mode: int) -> None:
+    """Write a new file; never over, or through, one that is there already (FileExistsError,
+    a dangling symlink included)."""
     with _dir_of(path) as fd:
-        _write_new(fd, path.name, text)
+        _write_new(fd, path.name, text, mode)
+
+
+def replace_whole(path: Path, text: str, mode: int, dir_fd: int | None = None) -> None:
+    """Write a whole file at once for readers and other writers: a tmp of a random name, renamed
+    over it (a symlink there is replaced, never followed). dir_fd: the directory's, when open
+    already."""
+    with contextlib.nullcontext(dir_fd) if dir_fd is not None else _dir_of(path) as fd:
+        tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
+        _write_new(fd, tmp, text, mode)
+        try:
+            os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError:
+            os.unlink(tmp, dir_fd=fd)
+            raise
+
+
+def write_private(path: Path, text: str) -> None:
+    """A new file that only its owner may read (a run's inventory copy): write_new's."""
+    write_new(path, text, 0o600)
 
 
 def replace_private(path: Path, text: str, dir_fd: int | None = None) -> None:
-    """Write a whole file at once for readers and other writers (a tmp of a random name).
-    dir_fd: the directory's, when open already."""
-    with contextlib.nullcontext(dir_fd) if dir_fd is not None else _dir_of(path) as fd:
-        tmp = f".{path.name}.{secrets.token_hex(8)}.tmp"
-        _write_new(fd, tmp, text)
-        os.replace(tmp, path.name, src_dir_fd=fd, dst_dir_fd=fd)
+    """A whole file that only its owner may read: replace_whole's."""
+    replace_whole(path, text, 0o600, dir_fd)
 
 
 @contextlib.contextmanager

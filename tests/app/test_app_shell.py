@@ -9,11 +9,12 @@ from pathlib import Path
 from apptools import FakeClusters, fake_app, local_inventory, opening, settle, two_node_script
 
 from ddptui.tui.dashboard import hostshell
+from ddptui.tui.dashboard.app import Dashboard
 from ddptui.tui.dashboard.screens import HostDetailScreen
 
 
-def named(app: object) -> str | None:
-    host = hostshell.target(app)  # type: ignore[arg-type]
+def named(app: Dashboard) -> str | None:
+    host = hostshell.target(app.inventory, app.screen, app.pane, app.hosts)
     return host.name if host else None
 
 

@@ -31,8 +31,8 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.inventory import Host
 from ddptui.tui.headless import printer as printer_module
-from ddptui.tui.headless.check import finding_lines
 from ddptui.tui.headless.console import terminal_safe
+from ddptui.tui.headless.findings import finding_lines
 from ddptui.tui.headless.printer import Printer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -266,7 +266,7 @@ HOSTILE = (
     "\x1b]52;c;cm0gLXJmIH4=\x07clipboard \x1b]0;pwned\x1b\\title \x1b[2J\x1b[Hclear "
     "\x1bPdcs\x1b\\ \x1b_apc\x1b\\ \x1bcreset \x9b2J\x07bell \x1b[31mred\x1b[0m\ttab"
 )
-SAFE = "clipboard title clear   reset 2Jbell \x1b[31mred\x1b[0m\ttab"
+SAFE = "clipboard title clear   reset bell \x1b[31mred\x1b[0m\ttab"
 
 
 @pytest.mark.security

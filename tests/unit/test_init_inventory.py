@@ -192,3 +192,36 @@ def test_ddptui_init_writes_once_and_refuses_to_overwrite(tmp_path: Path) -> Non
     assert (none.returncode, none.stderr) == (
         2, "ddptui: no host in ~/.ssh/config matches 'b*' (its hosts: a1, a2)\n",
     )  # fmt: skip
+
+
+@needs_ssh
+@pytest.mark.security
+def test_ddptui_init_writes_no_file_through_a_link_and_0644_whatever_the_umask(
+    tmp_path: Path,
+) -> None:
+    """A link planted where the inventory goes (a shared workdir) is never written through:
+    a dangling one is refused as a file that exists, and --force replaces the link itself,
+    leaving its target as it was; the file is 0644 under any umask."""
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host a1\n    User root\n")
+    inv, victim = tmp_path / "inv.yaml", tmp_path / "victim"
+
+    def ddptui(umask: int, *args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "ddptui.tui.cli", "init", "-i", str(inv), "--no-check", *args]
+        env = {**os.environ, "HOME": str(tmp_path)}
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60,
+                              umask=umask)  # fmt: skip
+
+    inv.symlink_to(victim)  # dangling: exists() says no, and open() would create its target
+    refused = ddptui(0o022)
+    assert (refused.returncode, refused.stderr) == (
+        2, f"ddptui: {inv} exists: give another -i, or --force to overwrite it\n",
+    )  # fmt: skip
+    assert not victim.exists()
+    victim.write_text("the victim's own\n")
+    assert ddptui(0o077, "--force").returncode == 0
+    assert victim.read_text() == "the victim's own\n" and not inv.is_symlink()
+    assert "host: a1 " in inv.read_text() and (inv.stat().st_mode & 0o777) == 0o644
+    inv.unlink()
+    assert ddptui(0o000).returncode == 0 and (inv.stat().st_mode & 0o777) == 0o644
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

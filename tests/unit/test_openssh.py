@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -102,7 +103,8 @@ def expected(g: dict[str, list[str]]) -> dict[str, Any]:
         "port": int(g["port"][0]),
         "username": g["user"][0],
         "client_keys": [k for k in keys if os.path.isfile(k) and not k.endswith(".pub")],
-        "known_hosts": user_files + g["globalknownhostsfile"][0].split(),
+        "known_hosts": user_files
+        + [f for f in g["globalknownhostsfile"][0].split() if f != "none"],
     }
 
 
@@ -188,7 +190,7 @@ def test_a_public_key_names_a_key_in_the_agent(tmp_path: Path, calls: list[Call]
     connect(host_for(config, "gpu1"))
     same_as_ssh(calls, config, "gpu1")
     assert calls[-1].options["agent_identities"] == [str(pub)]
-    assert calls[-1].options["client_keys"] == []
+    assert calls[-1].options["client_keys"] == []  # no file of its own: never asyncssh's defaults
 
 
 def test_tokens_in_an_included_identity_file_know_the_final_user_and_port(
@@ -304,6 +306,25 @@ def test_known_hosts_checking_is_never_turned_off(
 
 
 DEFAULTS = ("known_hosts", "known_hosts2")
+
+
+@pytest.mark.security
+def test_known_hosts_files_none_are_no_file_not_one_named_none(
+    tmp_path: Path, calls: list[Call], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenSSH reads no file for `none`: a file named `none` in the current directory (a
+    shared workdir) is never trusted as known_hosts."""
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "none", "gpu1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPlanted\n")
+    config = write(
+        tmp_path / "config",
+        "Host gpu1\n  GlobalKnownHostsFile none\n  UserKnownHostsFile none\n",
+    )
+    connect(host_for(config, "gpu1"))
+    g = same_as_ssh(calls, config, "gpu1")
+    assert g["globalknownhostsfile"] == ["none"]
+    home = os.path.expanduser("~")
+    assert calls[-1].options["known_hosts"] == [f"{home}/.ssh/{f}" for f in DEFAULTS]
 
 
 # -- system-wide files, in a private mount namespace ------------------------------------------
@@ -429,3 +450,117 @@ async def test_a_launch_after_forget_asks_ssh_again(tmp_path: Path) -> None:
     assert (await openssh.resolve("gpu1", given)).host == "10.0.0.1"  # once per launch
     openssh.forget()
     assert (await openssh.resolve("gpu1", given)).host == "10.0.0.2"
+
+
+# -- the keys offered: ssh -v's, measured against the same server ------------------------------
+
+needs_agent = pytest.mark.skipif(
+    not (shutil.which("ssh-agent") and shutil.which("ssh-keygen")), reason="no ssh-agent"
+)
+# (the config's key lines, the keys the agent holds): each key's file is made in the test;
+# `enc` is behind a passphrase, a file without `.pub` has it moved away (the agent holds it).
+OFFERS = {
+    "only a missing file, IdentitiesOnly": (["IdentityFile {d}/missing", "IdentitiesOnly yes"],
+                                            ["a1", "a2"]),
+    "only a missing file": (["IdentityFile {d}/missing"], ["a1", "a2"]),
+    "a private key without .pub, IdentitiesOnly": (["IdentityFile {d}/nopub",
+                                                    "IdentitiesOnly yes"], ["a1", "nopub"]),
+    "a passphrase's key without .pub, IdentitiesOnly": (["IdentityFile {d}/enc",
+                                                         "IdentitiesOnly yes"], ["a1", "enc"]),
+    "a .pub naming an agent key, IdentitiesOnly": (["IdentityFile {d}/a2.pub",
+                                                    "IdentitiesOnly yes"], ["a1", "a2"]),
+    "a file and the agent": (["IdentityFile {d}/file"], ["a1"]),
+}  # fmt: skip
+
+
+class Offers(asyncssh.SSHServer):
+    """Records each public key a client offers, and refuses it (the client tries the next)."""
+
+    offered: list[str] = []
+    names: dict[str, str] = {}
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def public_key_auth_supported(self) -> bool:
+        return True
+
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        self.offered.append(self.names.get(key.get_fingerprint(), "a key of no file here"))
+        return False
+
+
+@pytest.fixture
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A private ssh-agent, HOME with a default key of its own (~/.ssh/id_ed25519: what asyncssh
+    would fall back to), and a key maker."""
+    sock = tmp_path / "agent.sock"
+    said = subprocess.run(["ssh-agent", "-s", "-a", str(sock)], capture_output=True, text=True,
+                          check=True).stdout  # fmt: skip
+    pid = int(said.split("SSH_AGENT_PID=", 1)[1].split(";", 1)[0])  # up, its socket made
+    monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    names: dict[str, str] = {}
+
+    def make(name: str, path: Path, passphrase: str = "") -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-C", name,
+                        "-f", str(path)], check=True)  # fmt: skip
+        names[asyncssh.read_public_key(f"{path}.pub").get_fingerprint()] = name
+        return path
+
+    make("default", tmp_path / "home" / ".ssh" / "id_ed25519")
+    try:
+        yield make, names
+    finally:
+        os.kill(pid, signal.SIGTERM)
+
+
+@needs_agent
+@pytest.mark.security
+@pytest.mark.parametrize("case", list(OFFERS))
+def test_exactly_the_keys_ssh_offers(tmp_path: Path, agent: Any, case: str) -> None:
+    """ssh -v and ddptui against one server: the same keys offered, never asyncssh's default
+    ~/.ssh/id_* keys in place of missing files, nor every agent key with IdentitiesOnly."""
+    make, names = agent
+    lines, held = OFFERS[case]
+    d = tmp_path / "keys"
+    for name in ("a1", "a2", "nopub", "file", "enc"):
+        path = make(name, d / name, "passphrase" if name == "enc" else "")
+        if name in held:
+            add = path
+            if name == "enc":  # the agent holds it decrypted; the file keeps its passphrase
+                add = Path(shutil.copy(path, d / "enc.plain"))
+                subprocess.run(["ssh-keygen", "-p", "-q", "-P", "passphrase", "-N", "",
+                                "-f", str(add)], check=True)  # fmt: skip
+            subprocess.run(["ssh-add", "-q", str(add)], check=True, capture_output=True)
+        if name in ("nopub", "enc"):
+            (d / f"{name}.pub").rename(d / f"{name}.moved")
+    Offers.names, Offers.offered = names, []
+
+    async def both() -> tuple[set[str], set[str]]:
+        host_key = asyncssh.generate_private_key("ssh-ed25519")
+        server = await asyncssh.create_server(Offers, "127.0.0.1", 0, server_host_keys=[host_key])
+        port = server.sockets[0].getsockname()[1]
+        known = write(tmp_path / "known", f"[127.0.0.1]:{port} "
+                      + host_key.export_public_key().decode())  # fmt: skip
+        keys = [line.format(d=d) for line in lines]
+        words = ["Host gpu1", "HostName 127.0.0.1", f"Port {port}", "User u", "BatchMode yes",
+                 f"UserKnownHostsFile {known}", *keys]  # fmt: skip
+        config = write(tmp_path / "config", "\n  ".join(words) + "\n")
+        try:
+            ssh = await asyncio.create_subprocess_exec(
+                "ssh", "-F", str(config), "gpu1", "true", stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            await ssh.wait()
+            by_ssh, Offers.offered = set(Offers.offered), []
+            with pytest.raises(HostError, match="refused"):
+                await SSHTransport(host_for(config, "gpu1")).connect()
+            return by_ssh, set(Offers.offered)
+        finally:
+            server.close()
+
+    by_ssh, by_ddptui = asyncio.run(both())
+    assert by_ddptui == by_ssh
+    assert "default" not in by_ddptui

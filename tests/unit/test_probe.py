@@ -25,8 +25,8 @@ from ddptui.remote.agents.transport import HostError, LocalTransport
 from ddptui.remote.checks import probe
 from ddptui.remote.events import ChecksDone, Finding, Gpu, GpuProcess, GpuStats, HostChecked
 from ddptui.remote.host import probe as host_probe
+from ddptui.remote.run.checkup import check as run_checks
 from ddptui.remote.run.runner import Run
-from ddptui.remote.run.runner import check as run_checks
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -685,7 +685,7 @@ class Dashboard(App[int]):
 
     async def action_shell(self) -> None:
         """A shell on the host in view (tui/dashboard/hostshell.py), the app suspended."""
-        host = hostshell.target(self)
+        host = hostshell.target(self.inventory, self.screen, self.pane, self.hosts)
         if host is not None:
             await hostshell.open_shell(self, host)
 

@@ -11,39 +11,40 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import TYPE_CHECKING
+from typing import Any
 
-from textual.app import SuspendNotSupported
+from textual.app import App, SuspendNotSupported
+from textual.screen import Screen
 
 from ddptui.remote.agents import shell
-from ddptui.remote.inventory import Host
+from ddptui.remote.inventory import Host, Inventory
 
+from .hosts import HostsTable
+from .logpane import LogPane
 from .screens import HostDetailScreen
 
-if TYPE_CHECKING:
-    from .app import Dashboard
 
-
-def target(app: Dashboard) -> Host | None:
+def target(
+    inv: Inventory | None, screen: Screen[Any], pane: LogPane, hosts: HostsTable
+) -> Host | None:
     """The inventory's host in view (see above), or None."""
-    inv = app.inventory
     if inv is None:
         return None
     node: int | None = None
-    view = app.pane.logs.view
-    if isinstance(app.screen, HostDetailScreen):
-        node = app.screen.info.node_rank
+    view = pane.logs.view
+    if isinstance(screen, HostDetailScreen):
+        node = screen.info.node_rank
     else:  # a rank's (or a node's) log in view: its host
-        node = app.pane.logs.rank_hosts.get(view.key) if view.kind == "rank" else None
+        node = pane.logs.rank_hosts.get(view.key) if view.kind == "rank" else None
         node = view.key if view.kind == "node" else node
-    if node is None and app.hosts.row_count:
-        key = app.hosts.ordered_rows[app.hosts.cursor_row].key.value
+    if node is None and hosts.row_count:
+        key = hosts.ordered_rows[hosts.cursor_row].key.value
         node = int(key) if key is not None else None
-    info = app.hosts.info(node) if node is not None else None
+    info = hosts.info(node) if node is not None else None
     return next((h for h in inv.everyone if info is not None and h.name == info.name), None)
 
 
-async def open_shell(app: Dashboard, host: Host) -> None:
+async def open_shell(app: App[Any], host: Host) -> None:
     """The shell on host in the terminal; back to the dashboard when it ends."""
     try:
         command = shell.shell(host)

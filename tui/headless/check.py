@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,46 +18,23 @@ from ddptui.remote.events import (
     DeepChecked,
     DeepProgress,
     Event,
-    Finding,
     HostChecked,
     Notice,
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import runner
+from ddptui.remote.run import checkup
 
-from ..text import Fold
 from .console import isatty, silence, terminal_safe
+from .findings import deep_lines, finding_line, finding_lines
+from .printer import Printer
 
 NOT_A_TERMINAL_WIDTH = 400  # logs and CI: a row stays on one line, greppable
-LEVEL_TAGS = {"failure": "FAIL", "warning": "warn", "ok": "ok"}  # in the order said
 SAID_WHEN_OK = {"gpu-visible"}  # what `nproc_per_node: auto` will start, and why
 COLUMNS = (
     *("host", "login", "hostname", "os", "python", "torch"),
     *("GPUs", "driver / CUDA", "network", "disk free", "code", "result"),
 )
-
-
-def finding_line(level: str, hosts: str, check: str, message: str) -> str:
-    """`FAIL node3 gpu: nvidia-smi failed ...`: one finding on one line (hosts folded)."""
-    where = f"{hosts} " if hosts else ""
-    return f"{LEVEL_TAGS[level]} {where}{check}: {message}"
-
-
-def finding_lines(
-    findings: Iterable[Finding], addresses: Mapping[str, str] | None = None
-) -> list[str]:
-    """Each finding once for all the hosts it was found on (`warn node[0-127] py-spy: ...`),
-    failures first."""
-    findings = list(findings)
-    out = []
-    for level in LEVEL_TAGS:
-        same = Fold(addresses)
-        for f in findings:
-            if f.level == level:
-                same.add(f.host, f.message, f.check)
-        out += [finding_line(level, hosts, str(check), text) for check, hosts, text in same.take()]
-    return out
 
 
 def print_table(
@@ -152,16 +129,6 @@ def summary(hosts: Sequence[HostChecked], done: ChecksDone) -> str:
     return f"{len(hosts)} hosts: {verdict}, {warnings} warning{'s' * (warnings != 1)}"
 
 
-def deep_lines(deep: DeepChecked, addresses: Mapping[str, str] | None = None) -> list[str]:
-    """The deep check's findings (folded across hosts), then its verdict in a line."""
-    failures = sum(f.level == "failure" for f in deep.findings)
-    verdict = "passed" if deep.ok else f"failed ({failures} failures)"
-    return [
-        *finding_lines(deep.findings, addresses),
-        f"deep check {verdict} in {deep.seconds:.1f} s",
-    ]
-
-
 def print_deep(
     deep: DeepChecked, out: TextIO, *, addresses: Mapping[str, str] | None = None
 ) -> None:
@@ -210,8 +177,6 @@ async def check(
     """`ddptui --headless check`: a table (or JSON) of every host; exit 1 when a check failed,
     3 when a host could not be reached (as launch). deep: the deep check too, in so many
     seconds at most, after the checks pass (its progress on stderr)."""
-    from .printer import Printer  # printer.py imports this module's finding lines
-
     hosts: list[HostChecked] = []
     printer = Printer(hosts=inv.hosts)
 
@@ -224,7 +189,7 @@ async def check(
             printer(event)
 
     deeps: list[DeepChecked] = []
-    done = await runner.check(inv, collect, deep=deep, runs_dir=runs_root)
+    done = await checkup.check(inv, collect, deep=deep, runs_dir=runs_root)
     deep_done = deeps[-1] if deeps else None
     if deep is not None and not done.ok:
         printer.say("deep check skipped: the checks failed")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ddptui.remote.exits import EXIT_INTERRUPTED
 from ddptui.remote.inventory import Inventory
+from ddptui.remote.run import checkup
 from ddptui.remote.run.runner import Run
 from ddptui.remote.slurm.run import SlurmRun
 
@@ -61,7 +62,7 @@ async def launch(
     else:
         run = Run(
             inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks,
-            detach=detach, deep=deep,
+            detach=detach, deep=None if deep is None else checkup.deep_first(deep),
         )  # fmt: skip
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -39,8 +39,8 @@ from ddptui.remote.events import (
 from ddptui.remote.inventory import Host
 
 from ..text import Fold, failure_line, run_ended
-from .check import deep_lines, finding_line, finding_lines
 from .console import Console
+from .findings import deep_lines, finding_line, finding_lines
 from .phases import Phases
 
 QUIET_STATES = {"connecting", "starting", "disconnected"}  # --verbose: a notice says it better

@@ -1,33 +1,28 @@
-"""inventory.yaml → a typed, resolved model. Every mistake names the file, the line and the key.
-
-pydantic does the validation (types, unknown keys, choices); the YAML node tree maps an error's
-location back to the line it came from.
-"""
+"""The inventory's model: what inventory.yaml may say (its keys as pydantic models, each with the
+rule it is held to and the description an editor shows, remote/schema.py), and what it resolves to
+(every host with its defaults applied and its node rank, the job, the spares), with what a launch
+changes in it (hosts left out, a spare in a lost node's place)."""
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     Strict,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
-from ddptui.remote import fold
+from ddptui.remote.inventory.errors import InventoryError
 
 EnvValue = str | int | float | bool
 # Durations and sizes: numbers only (`yes` is not 1 second), finite, and above zero.
@@ -40,15 +35,6 @@ NOTIFY_DEFAULT: tuple[NotifyEvent, ...] = (
 )  # fmt: skip
 RestartCause = Literal["hang", "lost", "gpu", "failed"]
 ExitCode = Annotated[int, Field(ge=1, le=255)]
-
-
-class InventoryError(Exception):
-    """A mistake in the inventory, worded for the person who wrote it."""
-
-    def __init__(self, path: Path, line: int | None, message: str) -> None:
-        self.path, self.line, self.message = path, line, message
-        where = f"{path}:{line}" if line else str(path)
-        super().__init__(f"{where}: {message}")
 
 
 class _Strict(BaseModel):
@@ -558,9 +544,8 @@ class _File(_Strict):
     defaults: _HostFields = Field(
         default_factory=_HostFields, description="Every host, unless it overrides"
     )
-    hosts: list[_HostEntry] | Literal["slurm"] | None = Field(
+    hosts: Annotated[list[_HostEntry], Field(min_length=1)] | Literal["slurm"] | None = Field(
         default=None,
-        min_length=1,
         description="In order: node rank 0, 1, ...; the first is the master. `slurm`: the "
         "nodes of the allocation this runs in (SLURM_JOB_NODELIST)",
     )
@@ -602,10 +587,6 @@ class Host:
         return self.container.python if self.container else self.python
 
 
-DAEMONS = ("docker", "podman")  # runtimes with a daemon (or conmon): containers that outlive us
-DEFAULT_ULIMITS = {"memlock": "-1:-1"}  # NCCL registers memory with the IB devices
-
-
 @dataclass(frozen=True)
 class Container:
     """A host's `container:` keys merged, with their defaults: the spec that
@@ -628,18 +609,6 @@ class Container:
     def spec(self) -> dict[str, Any]:
         """What the host side is handed (JSON)."""
         return dataclasses.asdict(self)
-
-
-# Keys that only some runtimes have a flag for: said for another runtime, they would be ignored.
-ONLY_FOR: dict[str, tuple[Callable[[Any], bool], tuple[str, ...]]] = {
-    "pull": (lambda v: v != "never", DAEMONS),
-    "shm_size": (lambda v: v is not None, DAEMONS),
-    "ulimits": (lambda v: bool(v), DAEMONS),
-    "devices": (lambda v: bool(v), DAEMONS),
-    "user": (lambda v: v == "image", DAEMONS),
-    "cap_add": (lambda v: bool(v), (*DAEMONS, "apptainer")),
-    "ipc": (lambda v: v == "private", (*DAEMONS, "apptainer")),
-}
 
 
 @dataclass(frozen=True)
@@ -670,154 +639,6 @@ class Inventory:
         return self.hosts + self.spares
 
 
-def load(path: str | Path) -> Inventory:
-    """Read and validate an inventory file, or raise InventoryError."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InventoryError(path, None, f"cannot read inventory: {exc.strerror}") from None
-    return parse(text, path)
-
-
-def parse(text: str, path: Path) -> Inventory:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        line = mark.line + 1 if mark else None
-        raise InventoryError(path, line, f"invalid YAML: {problem}") from None
-    if not isinstance(data, dict):
-        raise InventoryError(path, 1, "the inventory must be a mapping with hosts: and job:")
-    _args_as_written(data, node)
-    try:
-        raw = _File.model_validate(data)
-    except ValidationError as exc:
-        # An unknown key usually explains the other errors (a typo leaves a key "missing").
-        err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-        loc = tuple(err["loc"])
-        raise InventoryError(path, _line_of(node, loc), _describe(loc, err)) from None
-    if (nul := _nul_at(data)) is not None:  # no argv or environment can carry one
-        raise InventoryError(path, _line_of(node, nul), f"`{_dotted(nul)}` contains a NUL byte")
-    inv = _resolve(raw, path, node)
-    _check_sync(inv, node)
-    return dataclasses.replace(inv, text=text)
-
-
-def _args_as_written(data: dict[str, Any], node: yaml.Node | None) -> None:
-    """`args: [--epochs, 3, --amp, on]`: a number or flag reaches the script as the file spells
-    it ("on", not True; "1.50", not 1.5), as if typed in a shell."""
-    job, args = data.get("job"), _node_at(node, ("job", "args"))
-    if not isinstance(job, dict) or not isinstance(job.get("args"), list):
-        return
-    if not isinstance(args, yaml.SequenceNode) or len(args.value) != len(job["args"]):
-        return  # YAML merge keys and the like: leave it to the validation
-    job["args"] = [
-        item.value
-        if isinstance(value, int | float) and isinstance(item, yaml.ScalarNode)
-        else value
-        for value, item in zip(job["args"], args.value, strict=True)
-    ]  # bool is an int: true, yes and on stay as written too
-
-
-def _nul_at(value: Any, loc: tuple[Any, ...] = ()) -> tuple[Any, ...] | None:
-    """Where the first string (key or value) holding a NUL byte is, if any."""
-    if isinstance(value, str):
-        return loc if "\0" in value else None
-    if isinstance(value, list):
-        value = dict(enumerate(value))
-    if not isinstance(value, dict):
-        return None
-    for key, item in value.items():
-        if isinstance(key, str) and "\0" in key:
-            return (*loc, key)
-        if (found := _nul_at(item, (*loc, key))) is not None:
-            return found
-    return None
-
-
-def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
-    hosts: list[Host] = []
-    spares: list[Host] = []
-    seen: dict[str, int] = {}
-    for i, entry, address, name in _unfolded(_entries(raw, path, node), path, node):
-        merged = {
-            **raw.defaults.model_dump(exclude_unset=True),
-            **entry.model_dump(exclude_unset=True),
-        }
-        env = {**raw.defaults.env, **entry.env}
-        if name in seen:
-            loc = ("hosts", i, "name" if entry.name else "host")
-            msg = f"hosts[{i}]: {name!r} appears twice (first in hosts[{seen[name]}]); "
-            raise InventoryError(path, _line_of(node, loc), msg + "give each host its own name")
-        seen[name] = i
-        if entry.skip:
-            continue
-        (spares if entry.spare else hosts).append(
-            Host(
-                node_rank=0,  # numbered below, once every host is known
-                host=address,
-                name=name,
-                transport=merged.get("transport") or "ssh",
-                user=merged.get("user"),
-                port=merged.get("port"),
-                identity_file=merged.get("identity_file"),
-                known_hosts=merged.get("known_hosts"),
-                python=merged.get("python") or _default_python(merged.get("transport")),
-                workdir=merged.get("workdir"),
-                env={k: env_text(v) for k, v in env.items()},
-                gpus=merged.get("gpus"),
-                container=_container(raw.defaults, entry, i, path, node),
-                ssh_config=_beside(path, merged.get("ssh_config")),
-            )
-        )
-    if not hosts:
-        why = "every host is a spare or skipped: the run needs at least one to start on"
-        raise InventoryError(path, _line_of(node, ("hosts",)), why)
-    login = _login(raw, path) if raw.slurm else None
-    inv = Inventory(path=path, hosts=tuple(hosts), job=raw.job, spares=tuple(spares),
-                    slurm=raw.slurm, login=login)  # fmt: skip
-    return numbered(inv)
-
-
-def _entries(raw: _File, path: Path, node: yaml.Node | None) -> list[_HostEntry]:
-    """The hosts as listed; a Slurm job's nodes, named node0... until Slurm says which
-    (with_nodes); `hosts: slurm`, the allocation's, from SLURM_JOB_NODELIST."""
-    if raw.slurm is not None:
-        if raw.defaults.transport == "local":
-            where = _line_of(node, ("defaults", "transport"))
-            why = "defaults.transport: a Slurm job's nodes are Slurm's, not local"
-            raise InventoryError(path, where, why)
-        return [_HostEntry(host=f"node{k}") for k in range(raw.slurm.nodes)]
-    if raw.hosts == "slurm":
-        listed = os.environ.get("SLURM_JOB_NODELIST")
-        if not listed:
-            why = "hosts: slurm takes an allocation's nodes, and SLURM_JOB_NODELIST is not set "
-            raise InventoryError(path, _line_of(node, ("hosts",)),
-                                 why + "(run ddptui inside salloc or a batch script)")  # fmt: skip
-        try:
-            return [_HostEntry(host=h) for h in fold.names(listed)]
-        except (fold.RangeError, ValueError) as exc:
-            why = f"hosts: slurm: SLURM_JOB_NODELIST {listed!r} is not a host list: {exc}"
-            raise InventoryError(path, _line_of(node, ("hosts",)), why) from None
-    assert raw.hosts is not None
-    return raw.hosts
-
-
-def _login(raw: _File, path: Path) -> Host:
-    """The Slurm login node, with the defaults' keys (the one host ddptui logs into)."""
-    assert raw.slurm is not None
-    d = raw.defaults
-    return Host(
-        node_rank=0, host=raw.slurm.login, name=raw.slurm.login, transport="ssh", user=d.user,
-        port=d.port, identity_file=d.identity_file, known_hosts=d.known_hosts,
-        python=d.python or "python3", workdir=d.workdir, env={}, gpus=None,
-        ssh_config=_beside(path, d.ssh_config),
-    )  # fmt: skip
-
-
 def with_nodes(inv: Inventory, names: Sequence[str], since: int = 0) -> Inventory:
     """A Slurm job's inventory once Slurm has said its nodes, node 0 first; since: the
     attempt its supervisors started at (a job submitted again after a node failed)."""
@@ -833,20 +654,6 @@ def numbered(inv: Inventory) -> Inventory:
     ranked = [dataclasses.replace(h, node_rank=k) for k, h in enumerate(inv.everyone)]
     n = len(inv.hosts)
     return dataclasses.replace(inv, hosts=tuple(ranked[:n]), spares=tuple(ranked[n:]))
-
-
-def without(inv: Inventory, hosts: str) -> Inventory:
-    """`--exclude HOSTS`: names or addresses, ranges allowed (`node[3-4],gpu07`), left out of
-    this launch; node ranks close up as if they were not listed. InventoryError: one that
-    names no host, or none left to run on."""
-    try:
-        gone = {h for part in fold.split(hosts) for h in fold.unfold(part)}
-    except fold.RangeError as exc:
-        raise InventoryError(inv.path, None, f"--exclude {hosts!r}: {exc}") from None
-    known = {x for h in inv.everyone for x in (h.name, h.host)}
-    if unknown := sorted(gone - known):
-        raise InventoryError(inv.path, None, f"--exclude: no host {unknown[0]!r} in the inventory")
-    return leave_out(inv, {h.name for h in inv.everyone if h.name in gone or h.host in gone})
 
 
 def leave_out(inv: Inventory, names: set[str]) -> Inventory:
@@ -877,208 +684,3 @@ def swap_in(inv: Inventory, node_rank: int, spare: str, since: int) -> Inventory
     return dataclasses.replace(
         inv, hosts=tuple(hosts), spares=tuple(spares), retired=(*inv.retired, lost.name)
     )
-
-
-def _container(
-    defaults: _HostFields, entry: _HostEntry, i: int, path: Path, node: yaml.Node | None
-) -> Container | None:
-    """defaults' `container:` with the host's keys over it, key by key (as env)."""
-    said = [
-        (loc, fields.model_dump(exclude_unset=True))
-        for loc, fields in ((("hosts", i), entry.container), (("defaults",), defaults.container))
-        if fields is not None
-    ]
-    if not said:
-        return None
-    keys: dict[str, Any] = {
-        k: v for _, found in reversed(said) for k, v in found.items() if v is not None
-    }
-
-    def fail(key: str, message: str) -> InventoryError:
-        loc = (*next((loc for loc, found in said if key in found), said[-1][0]), "container")
-        where = _dotted((*loc, key))
-        return InventoryError(path, _line_of(node, (*loc, key)), f"`{where}` {message}")
-
-    for key in ("runtime", "image"):
-        if key not in keys:
-            raise fail(key, f"is required for hosts[{i}] (in defaults or on it): {EXAMPLE[key]}")
-    runtime = keys["runtime"]
-    for key, (used, runtimes) in ONLY_FOR.items():
-        if key in keys and used(keys[key]) and runtime not in runtimes:
-            only = ", ".join(runtimes)
-            raise fail(key, f"is not for {runtime}, the runtime of hosts[{i}] (only for {only})")
-    if "shm_size" in keys and keys.get("ipc") != "private":
-        raise fail("shm_size", "needs `ipc: private` (with ipc: host, /dev/shm is the host's)")
-    keys.pop("network", None)  # always the host's: said only to be refused otherwise
-    keys.setdefault("ulimits", DEFAULT_ULIMITS if runtime in DAEMONS else {})
-    final: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in keys.items()}
-    return Container(**final)
-
-
-EXAMPLE = {"runtime": "`runtime: docker`", "image": "`image: nvcr.io/nvidia/pytorch:24.05-py3`"}
-
-
-def with_sync(inv: Inventory, on: bool) -> Inventory:
-    """`launch --sync` / `--no-sync` over what the file says (--sync keeps its `from`/`exclude`)."""
-    job = inv.job.model_copy(update={"sync": (inv.job.sync or Sync()) if on else None})
-    changed = dataclasses.replace(inv, job=job)
-    _check_sync(changed, None)
-    return changed
-
-
-def _check_sync(inv: Inventory, node: yaml.Node | None) -> None:
-    """job.sync writes into each SSH host's workdir: without one, a project would be spread
-    over the login directory. (A local host runs in the source itself by default.)"""
-    if inv.job.sync is None:
-        return
-    for h in inv.everyone:
-        if h.transport == "ssh" and not h.workdir:
-            raise InventoryError(
-                inv.path,
-                _line_of(node, ("job", "sync")),
-                f"`job.sync` needs a workdir for every SSH host: hosts[{h.node_rank}] "
-                f"({h.name}) has none (set `workdir:` in defaults or on the host)",
-            )
-
-
-def _unfolded(
-    entries: list[_HostEntry], path: Path, node: yaml.Node | None
-) -> list[tuple[int, _HostEntry, str, str]]:
-    """(index, entry, host, name) of every host, in order: the entries' host ranges unfolded."""
-    return [
-        (i, entry, address, name)
-        for i, entry in enumerate(entries)
-        for address, name in _unfold_entry(entry, i, path, node)
-    ]
-
-
-def _unfold_entry(
-    entry: _HostEntry, i: int, path: Path, node: yaml.Node | None
-) -> list[tuple[str, str]]:
-    """(host, name) of each host an entry stands for: `host: gpu[01-64]` is 64 hosts, in order,
-    named alongside by `name: n[1-64]`; a range in `name` alone puts several nodes on one host."""
-
-    def fail(key: str, message: str) -> InventoryError:
-        return InventoryError(path, _line_of(node, ("hosts", i, key)), f"hosts[{i}].{message}")
-
-    try:
-        addresses = fold.unfold(entry.host)
-    except fold.RangeError as exc:
-        raise fail("host", f"host: {exc}") from None
-    try:
-        names = fold.unfold(entry.name) if entry.name else addresses
-    except fold.RangeError as exc:
-        raise fail("name", f"name: {exc}") from None
-    if len(addresses) == 1:
-        return [(addresses[0], name) for name in names]
-    if len(names) != len(addresses):
-        raise fail(
-            "name",
-            f"name: {entry.name!r} is {len(names)} name(s) but host {entry.host!r} is "
-            f"{len(addresses)} hosts; write a range of as many names (or leave name out)",
-        )
-    return list(zip(addresses, names, strict=True))
-
-
-def _beside(path: Path, name: str | None) -> str | None:
-    """A file the inventory names: `~` expanded, a relative name beside the inventory."""
-    return str(path.parent / Path(name).expanduser()) if name else None
-
-
-def _default_python(transport: str | None) -> str:
-    """A local node runs on ddptui's own interpreter (its venv); remote hosts on python3."""
-    return sys.executable if transport == "local" else "python3"
-
-
-def env_text(value: EnvValue) -> str:
-    """YAML scalars become the text a shell user would have exported (true → 1)."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
-
-
-_MESSAGES = {
-    "int_parsing": "must be an integer",
-    "int_type": "must be an integer",
-    "int_from_float": "must be an integer",
-    "float_parsing": "must be a number",
-    "float_type": "must be a number",
-    "bool_parsing": "must be true or false",
-    "bool_type": "must be true or false",
-    "string_type": "must be a string",
-    "list_type": "must be a list",
-    "dict_type": "must be a mapping",
-    "model_type": "must be a mapping",
-    "model_attributes_type": "must be a mapping",
-    "finite_number": "must be a finite number",
-    "missing": "is required",
-    "too_short": "must not be empty",
-    "string_too_short": "must not be empty",
-}
-
-
-def _describe(loc: tuple[Any, ...], err: Any) -> str:
-    kind: str = err["type"]
-    loc = _clean(loc)
-    key = _dotted(loc)
-    if kind == "extra_forbidden":
-        parent = _dotted(loc[:-1]) or "the top level"
-        return f"unknown key `{loc[-1]}` in {parent} (check the spelling)"
-    if kind == "literal_error":
-        return f"`{key}` must be one of {err['ctx']['expected']}, got {err['input']!r}"
-    if kind in ("greater_than", "greater_than_equal", "less_than_equal"):
-        return f"`{key}` {err['msg'].lower()}, got {err['input']!r}"
-    if kind in _MESSAGES:
-        got = "" if kind == "missing" else f", got {err['input']!r}"
-        return f"`{key}` {_MESSAGES[kind]}{got}"
-    if kind == "value_error":
-        return f"`{key}`: {err['ctx']['error']}"
-    return f"`{key}`: {err['msg']}"
-
-
-def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """pydantic adds union branch names (`int`, `literal['auto']`, `str`) to locations."""
-    tags = ("int", "str", "float", "bool")
-    return tuple(
-        p
-        for p in loc
-        if not (isinstance(p, str) and (p in tags or p == "[key]" or p.startswith("literal[")))
-    )
-
-
-def _dotted(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
-    """The 1-based line of a validation error's location (or of its nearest parent)."""
-    return _walk(node, loc)[1]
-
-
-def _node_at(node: yaml.Node | None, loc: tuple[Any, ...]) -> yaml.Node | None:
-    found, _ = _walk(node, loc)
-    return found
-
-
-def _walk(node: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[yaml.Node | None, int | None]:
-    """Walk the YAML node tree along a location: the node there (None if it is not in the
-    tree) and the line of the deepest key or item found on the way."""
-    line = node.start_mark.line + 1 if node else None
-    for part in _clean(loc):
-        if isinstance(node, yaml.MappingNode):
-            match = [(k, v) for k, v in node.value if k.value == part]
-            if not match:
-                return None, line
-            key, node = match[0]
-            line = key.start_mark.line + 1
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if part >= len(node.value):
-                return None, line
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            return None, line
-    return node, line

@@ -1,0 +1,59 @@
+"""Every node but node 0, in its run: a peer of the run's hub (remote/host/hub.py's HubLink).
+
+Its job's end is told to the hub, and the hub's word says what follows: another attempt, or the
+run's end. It learns where the hub listens from a launcher (`hub ADDR PORT`), or from its spec
+(a hot spare's node). python3 >= 3.8, stdlib only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from . import protocol
+from .hub import HubLink
+from .role import Role
+
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .role import Step, Supervisor
+
+
+class Peer(Role):
+    def __init__(self, spec: dict[str, Any], sup: Supervisor) -> None:
+        self.spec = spec
+        self.link = HubLink(
+            spec["secret"], spec["node"], spec["link_timeout"],
+            protocol.beat_interval(spec["link_timeout"]), sup.stop, since=spec["attempt"],
+            on_sample=sup.vitals.sample, on_flight=sup.vitals.traces,
+        )  # fmt: skip
+
+    def start(self) -> None:
+        if self.spec["hub_port"]:  # a hot spare's node: no launcher need say where the hub is
+            self.link.connect(self.spec["master_addr"], self.spec["hub_port"])
+
+    def first(self, attempt: int) -> Step | None:
+        """A spare joins a run going: it starts at the hub's word."""
+        return self.link.word() if attempt else (attempt, None)
+
+    def begin(self, attempt: int) -> None:
+        self.link.begin(attempt)
+
+    def ended(self, status: str, reason: str | None, echo: bool, facts: dict[str, Any]) -> None:
+        self.link.end(status, reason, echo, facts)
+
+    def next(self, attempt: int) -> Step | None:
+        return self.link.word()
+
+    def halt(self, status: str, reason: str) -> None:
+        self.link.halt(status, reason)
+
+    def gone(self, node: int, attempt: int, why: str) -> None:
+        if node == 0:  # the hub's supervisor: lost now, not after link_timeout
+            self.link.gone(why)
+
+    def command(self, verb: str, args: list[str]) -> None:
+        if verb == protocol.SAY_HUB and len(args) == 2:
+            with contextlib.suppress(ValueError):
+                self.link.connect(args[0], int(args[1]))
