@@ -1,11 +1,11 @@
 """A job handed to a real Slurm (support/slurmhosts.py) through its login node: the main path.
 
-Submitted through one login, every rank's lines streamed while squeue shows the job running,
-the job's end Slurm's too; a failing rank named with its traceback; Ctrl-C leaving nothing on
-any node and nothing in squeue; a request Slurm can never satisfy refused at once, and a job
-that waits said PENDING with Slurm's reason, then run. The rest (detach, attach, stop, the
-exported script, `hosts: slurm`, hangs, GPUs, the pitfalls) is tests/e2e/test_slurm_more_e2e.py,
-behind `-m slow_slurm`.
+In the default run (CI's budget): a request Slurm can never satisfy refused at once, in its
+words; a job submitted through one login, every rank's lines streamed while squeue shows it
+running, its end Slurm's too. Behind `-m slow_slurm` (scripts/slurm_e2e.sh): a failing rank
+named with its traceback; Ctrl-C leaving nothing on any node and nothing in squeue; a job that
+waits said PENDING with Slurm's reason, then run; and tests/e2e/test_slurm_more_e2e.py's longer
+stories (detach, attach, stop, the exported script, `hosts: slurm`, hangs, GPUs, the pitfalls).
 """
 
 from __future__ import annotations
@@ -18,24 +18,32 @@ from e2etools import Cli, wait_for
 from slurmhosts import SlurmCluster, tick_job
 
 pytestmark = pytest.mark.e2e
+TICKS = 20  # 2 s of lines: squeue is asked while the ranks print
+
+
+def test_refused_at_once(slurm: SlurmCluster, tmp_path: Path) -> None:
+    too_many = slurm.write_inventory(tmp_path / "big.yaml", tick_job(1, 0), nodes=9)
+    cli = Cli(too_many, tmp_path / "refused")
+    assert cli.wait(60) == 1
+    assert "Requested node configuration is not available" in cli.stderr
+    assert not slurm.squeue()  # nothing was queued
 
 
 def test_submitted_through_the_login_node_and_streamed(slurm: SlurmCluster, tmp_path: Path) -> None:
     logins = slurm.logins()
-    inv = slurm.write_inventory(tmp_path / "inv.yaml", tick_job(30, 0.1))
+    inv = slurm.write_inventory(tmp_path / "inv.yaml", tick_job(TICKS, 0.1))
     cli = Cli(inv, tmp_path / "run")
-    first = wait_for(lambda: "[r" in cli.stdout, 120, "a rank's first line")
-    assert first
+    wait_for(lambda: "[r" in cli.stdout, 120, "a rank's first line")
     jobs = slurm.squeue()
     assert any(" RUNNING ddptui-" in line for line in jobs), jobs  # Slurm runs it meanwhile
     assert cli.wait(120) == 0, cli.stderr
     names = slurm.node_names[:2]
     for rank in range(4):
         node = names[rank // 2]
-        lines = [f"[r{rank} {node}] tick {rank} {i}" for i in range(30)]
+        lines = [f"[r{rank} {node}] tick {rank} {i}" for i in range(TICKS)]
         assert [x for x in cli.stdout.splitlines() if x.startswith(f"[r{rank} ")] == lines
         log = (cli.run_dir / f"rank-{rank}.log").read_text().splitlines()
-        assert log == [f"tick {rank} {i}" for i in range(30)]
+        assert log == [f"tick {rank} {i}" for i in range(TICKS)]
     summary = cli.summary()
     assert summary["status"] == "succeeded" and summary["hosts"] == names
     assert summary["slurm"]["state"] == "COMPLETED" and summary["slurm"]["nodes"] == names
@@ -44,6 +52,7 @@ def test_submitted_through_the_login_node_and_streamed(slurm: SlurmCluster, tmp_
     assert not slurm.squeue()
 
 
+@pytest.mark.slow_slurm
 def test_a_failing_rank_is_named_and_the_job_ends(slurm: SlurmCluster, tmp_path: Path) -> None:
     inv = slurm.write_inventory(tmp_path / "inv.yaml", tick_job(20, 0.05, "3"))
     cli = Cli(inv, tmp_path / "run")
@@ -58,6 +67,7 @@ def test_a_failing_rank_is_named_and_the_job_ends(slurm: SlurmCluster, tmp_path:
     assert not slurm.pids_with_env("DDPTUI_RUN_ID", summary["run_id"])
 
 
+@pytest.mark.slow_slurm
 def test_ctrl_c_cancels_the_job_and_leaves_nothing(slurm: SlurmCluster, tmp_path: Path) -> None:
     inv = slurm.write_inventory(tmp_path / "inv.yaml", tick_job(100000, 0.05))
     cli = Cli(inv, tmp_path / "run")
@@ -71,14 +81,8 @@ def test_ctrl_c_cancels_the_job_and_leaves_nothing(slurm: SlurmCluster, tmp_path
     assert summary["status"] == "stopped" and summary["slurm"]["state"] == "CANCELLED"
 
 
-def test_refused_at_once_and_pending_until_the_nodes_are_free(
-    slurm: SlurmCluster, tmp_path: Path
-) -> None:
-    too_many = slurm.write_inventory(tmp_path / "big.yaml", tick_job(1, 0), nodes=9)
-    cli = Cli(too_many, tmp_path / "refused")
-    assert cli.wait(60) == 1
-    assert "Requested node configuration is not available" in cli.stderr
-    assert not slurm.squeue()  # nothing was queued
+@pytest.mark.slow_slurm
+def test_pending_until_the_nodes_are_free(slurm: SlurmCluster, tmp_path: Path) -> None:
     holder = slurm.slurm(["sbatch", "--parsable", "--exclusive", "-N", "3", "--wrap", "sleep 600"])
     held = holder.stdout.strip()
     try:

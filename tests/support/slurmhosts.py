@@ -453,8 +453,11 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return {**os.environ, "SLURM_CONF": str(self.conf), "HOME": str(self.home)}
 
     def slurm(self, argv: list[str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-        """A Slurm client command from this machine (it reaches the controller's address)."""
-        return subprocess.run(argv, capture_output=True, text=True, env=self.env(), timeout=timeout)
+        """A Slurm client command from this machine (it reaches the controller's address), run
+        in the cluster's home (a job's slurm-N.out goes there, never into the checkout)."""
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=self.env(), timeout=timeout, cwd=self.home
+        )
 
     def squeue(self) -> list[str]:
         """The jobs Slurm holds pending or running: `ID STATE NAME` lines."""
