@@ -378,6 +378,19 @@ class TrackerLink(Event):
         return f"{self.tracker}{name}: {self.url}"
 
 
+@dataclass(frozen=True, slots=True)
+class JobState(Event):
+    """What Slurm says of a run's job (remote/slurm/): submitted, PENDING with its reason and
+    expected start, RUNNING on its nodes, or how it ended; `text` in a person's words."""
+
+    job_id: str
+    state: str  # SUBMITTED (ours), then Slurm's: PENDING, RUNNING, COMPLETED, NODE_FAIL ...
+    text: str
+    reason: str = ""
+    start: float | None = None  # when it started, or is expected to
+    nodes: tuple[str, ...] = ()
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -402,6 +415,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Alert,
         Progress,
         TrackerLink,
+        JobState,
     )
 }
 
@@ -417,7 +431,7 @@ def from_json(line: str) -> Event:
         data["failures"] = tuple(failure_from(f) for f in data["failures"])
     if "attempts" in data:
         data["attempts"] = tuple(attempt_from(a) for a in data["attempts"])
-    for key in ("hosts", "ranks", "replace"):
+    for key in ("hosts", "ranks", "replace", "nodes"):
         if key in data:
             data[key] = tuple(data[key])
     if "lines" in data:

@@ -116,6 +116,7 @@ def run_row(r: runs.RunRecord) -> dict[str, Any]:
         "links": links,
         "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
         "run_dir": str(r.dir),
+        "slurm": s.get("slurm") or r.info.get("slurm"),  # its job: id, state, nodes
     }
 
 
@@ -141,9 +142,11 @@ def run_cells(r: dict[str, Any]) -> tuple[str, ...]:
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
     tries = f" ({r['attempts']} attempts)" if (r.get("attempts") or 0) > 1 else ""
     bad = ", ".join(b["host"] for b in r.get("bad_hosts") or ())
+    job = r.get("slurm") or {}
+    slurm = f" (job {job.get('job')} {job.get('state') or ''})".replace(" )", ")") if job else ""
     return (
         r["id"],
-        (r["status"] or "…") + tries,
+        (r["status"] or "…") + tries + slurm,
         (f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0")
         + (f" (bad: {bad})" if bad else ""),
         "" if r["world_size"] is None else str(r["world_size"]),

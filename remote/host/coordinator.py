@@ -39,7 +39,7 @@ class Coordinator(Role):
         link_timeout = spec["link_timeout"]
         self.hub = Hub(
             spec["secret"], spec["names"], link_timeout, protocol.beat_interval(link_timeout),
-            sup.stop, spec["master_addr"], sup.launcher, self._refused,
+            sup.stop, spec["master_addr"], sup.launcher, self._refused, spec["hub_port"] or 0,
         )  # fmt: skip
         self.hub_port = self.hub.port
         self.spares = HotSpares(self.hub, spec["standbys"], self._spare_lost)

@@ -80,7 +80,8 @@ RETRY_S = 1.0  # a peer's wait before it connects again
 class Hub:
     """Node 0's side. on_stop(reason, node, by) stops node 0's own job, for node's sake (by:
     the halt's, when a user's stop or a lease stops them all).
-    bind: the master address (a name is resolved here); None: every interface.
+    bind: the master address (a name is resolved here); None: every interface. port: the
+    one chosen ahead (0: any).
 
     Node 0's supervisor drives it, attempt by attempt (remote/host/policy.py): `own_end` when
     its job ended, `settle` for the attempt's outcome once every node's job ended (a node lost
@@ -98,6 +99,7 @@ class Hub:
         bind=None,
         launcher=None,
         on_refused=None,
+        port=0,
     ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_refused = on_refused or (lambda text: None)  # a host that claimed another's node
@@ -140,7 +142,7 @@ class Hub:
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
-        self.server = channel.listen(bind)
+        self.server = channel.listen(bind, port)
         self.port = self.server.getsockname()[1]
 
     def start(self):

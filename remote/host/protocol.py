@@ -138,9 +138,11 @@ STATUS = "status"
 PORT = "port"
 STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which node it takes
 HANGS = "hangs"  # node 0's kept hangs (hang-<attempt>.json, remote/host/watch.py)
+SLURM = "slurm"  # the login node: one of Slurm's commands (remote/host/slurmcmd.py)
+RELAY = "relay"  # the login node: srun into a job's node, its stdio the channel's data
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
-    STANDBY, HANGS,
+    STANDBY, HANGS, SLURM, RELAY,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------
@@ -267,7 +269,7 @@ SPEC_DEFAULTS = {
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
     "standbys": [],  # node 0: the spares' names, in fleet order: each may stand by (hot)
-    "hub_port": None,  # where the hub listens, known at the start (a hot spare's node)
+    "hub_port": None,  # where the hub listens, known at the start (a hot spare's node; Slurm)
     "restart_on": None,  # node 0: job.restart_on (None: every failure restarts)
     "notify": None,  # node 0: {command, events} (job.notify)
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)

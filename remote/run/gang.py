@@ -101,6 +101,7 @@ class Gang:
     hub_port: int | None = None  # where node 0's hub listens, once it said so
     hub_heard: asyncio.Event = field(default_factory=asyncio.Event)  # ... and it has
     _hub: str | None = None  # the line that tells a supervisor where node 0's hub listens
+    ended_by: str | None = None  # the nodes' allocation ended under the run (Slurm's word)
     _hub_told: dict[int, Channel] = field(default_factory=dict)  # node → the stream told it
     run_end: nodemsg.RunEnd | None = None  # node 0's hub: the run ends, and why no restart
 
@@ -289,6 +290,17 @@ class Gang:
                     agent = self.fleet.agents.get(k)
                     if agent is not None:
                         agent.drop()  # ends the stream: the link is dead
+
+    def allocation_ended(self, why: str) -> None:
+        """The nodes are gone with their allocation (a Slurm job that ended under the run):
+        every stream still open ends now, `why` its node's end, not a wait for the lease."""
+        self.ended_by = why
+        for k, link in self.links.items():
+            if not link.ended and not link.lost:
+                link.give_up()
+                agent = self.fleet.agents.get(k)
+                if agent is not None:
+                    agent.drop()
 
     def _silent(self, link: NodeLink, now: float) -> bool:
         """Not heard from for link_timeout, counted from the launcher's wake if it slept."""
@@ -497,7 +509,9 @@ class Gang:
         # Its supervisor died only where its stream says so: read to its end, with no last
         # word. A stream given up on before its end is a host lost, whatever gave up.
         dead = node.end is None and link.ended and not link.lost
-        if link.lost or not (dead or why):
+        if self.ended_by and node.end is None:
+            gone = self.ended_by
+        elif link.lost or not (dead or why):
             gone = (
                 f"lost: not heard from for {self.link_timeout:g} s (network cut or host down); "
                 "its supervisor stops its part when no launcher is heard from for as long"

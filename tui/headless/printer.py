@@ -25,6 +25,7 @@ from ddptui.remote.events import (
     DeepProgress,
     Event,
     HostState,
+    JobState,
     LogBatch,
     NodeRanks,
     NodeStarted,
@@ -105,8 +106,8 @@ class Printer:
                 self.say(line)
         elif isinstance(event, Progress):
             self._progress(event)
-        elif isinstance(event, TrackerLink):
-            self.say(event.text())
+        elif isinstance(event, TrackerLink | JobState):
+            self.say(event.text() if isinstance(event, TrackerLink) else event.text)
         elif isinstance(event, Alert) and event.event in ("hang", "straggler"):  # the run's watch
             self.say(f"{event.event}: {event.message}")
 
