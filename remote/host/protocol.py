@@ -94,6 +94,7 @@ if TYPE_CHECKING:
         run_status: str  # node 0: the run's end
         run_reason: str
         run_why: str  # node 0: why no attempt follows (a restart chain that stops)
+        checkpoint: dict[str, Any]  # node 0: job.checkpoint's newest {path, step, at}
         alive: bool  # STATUS: its supervisor answers
         series: dict[str, Any]  # STATUS, node 0, asked for: the training's curve
 
@@ -168,6 +169,8 @@ HUB_PORT = "hub-port"  # {port}: where the hub listens, said first (a job that c
 RESTART = "restart"  # {attempt, of, after, node, delay, replace}: the next attempt is coming
 NOTIFY = "notify"  # {event, status, message, wanted}: something happened (job.notify)
 RUN_END = "run-end"  # {status, why}: the run ends; why no attempt follows ("": it says itself)
+CHECKPOINT = "checkpoint"  # {path, step, at}: the job saved a new newest checkpoint
+SAVED = "saved"  # {attempt, path, step, reached, lost}: a failed attempt, against its checkpoint
 NOTIFY_FAILED = "notify-failed"  # {event, error}: the notify command failed (nothing changes)
 TRIMMED = "trimmed"  # meta {bytes, max}; control {missed, at}
 MODE = "mode"  # {mode}: attached or detached
@@ -276,6 +279,7 @@ SPEC_DEFAULTS = {
     "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
     "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
     "on_straggler": "warn",  # node 0: job.on_straggler: warn | replace
+    "checkpoint": None,  # job.checkpoint: where the job saves (remote/host/checkpoints.py)
 }
 
 

@@ -447,6 +447,15 @@ class Job(_Strict):
         "progress, tried first on every line; false: no line is read for progress",
     )
 
+    checkpoint: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The directory the job saves its checkpoints to (relative to the workdir, "
+        "or absolute): the newest is said at each save, kept in the run's record, and handed "
+        "to every attempt as DDPTUI_CHECKPOINT; a restart chain whose checkpoint stops "
+        "advancing stops",
+    )
+
     @field_validator("progress")
     @classmethod
     def _progress_regex(cls, value: str | bool | None) -> str | bool | None:

@@ -27,6 +27,7 @@ from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import (
     Alert,
     BadHost,
+    CheckpointSaved,
     Event,
     Failure,
     HostState,
@@ -36,6 +37,7 @@ from ddptui.remote.events import (
     NodeStarted,
     Notice,
     RunRestarting,
+    StepsLost,
     Stream,
 )
 from ddptui.remote.host import protocol
@@ -438,6 +440,10 @@ class Gang:
             self.emit(Notice("error", msg.text))
         elif isinstance(msg, nodemsg.BadHost):
             self.emit(BadHost(msg.name, msg.node, msg.why))
+        elif isinstance(msg, nodemsg.Checkpoint):
+            self.emit(CheckpointSaved(msg.path, msg.step, msg.at))
+        elif isinstance(msg, nodemsg.Saved):
+            self.emit(StepsLost(msg.attempt, msg.path, msg.step, msg.reached, msg.lost))
 
     def _hub_at(self, port: int) -> None:
         """Node 0's hub listens at `port`: every other node's supervisor is told."""

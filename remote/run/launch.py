@@ -259,5 +259,6 @@ def node_spec(
             "hang_after": job.hang_after,
             "on_hang": job.on_hang,
             "on_straggler": job.on_straggler,
+            "checkpoint": job.checkpoint,
         }
     )

@@ -163,6 +163,26 @@ class BadHost:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Node 0: the job saved a new newest checkpoint (job.checkpoint)."""
+
+    path: str
+    step: int | None
+    at: float  # node 0's clock: when it was written
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """Node 0: a failed attempt against its newest checkpoint (job.checkpoint)."""
+
+    attempt: int
+    path: str  # "": none yet
+    step: int | None  # the checkpoint's
+    reached: int | None  # the attempt's, as its lines said
+    lost: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Redrawn:
     """A rank's line still being redrawn (a tqdm bar): its last drawing, for progress only."""
 
@@ -188,6 +208,8 @@ Message = (
     | SpareNews
     | PeerRefused
     | BadHost
+    | Checkpoint
+    | Saved
 )
 
 
@@ -289,4 +311,11 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     protocol.SPARE_NEWS: lambda m: SpareNews(_text(m.get("level", "")), _text(m["text"])),
     protocol.PEER_REFUSED: lambda m: PeerRefused(_text(m["text"])),
     protocol.BAD_HOST: lambda m: BadHost(_int(m["node"]), _text(m["name"]), _text(m["why"])),
+    protocol.CHECKPOINT: lambda m: Checkpoint(
+        _text(m["path"]), _opt_int(m.get("step")), _epoch(m["at"])
+    ),
+    protocol.SAVED: lambda m: Saved(
+        _int(m["attempt"]), _text(m.get("path") or ""), _opt_int(m.get("step")),
+        _opt_int(m.get("reached")), _opt_int(m.get("lost")),
+    ),
 }  # fmt: skip

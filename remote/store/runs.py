@@ -228,6 +228,16 @@ def training(r: RunRecord) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]
     return (series.get("last"), list(series.get("links") or [])) if series else (None, [])
 
 
+def checkpoint(r: RunRecord) -> dict[str, Any] | None:
+    """job.checkpoint's newest {path, step, at}: the summary's, else node 0's word (a run going
+    on, detached too)."""
+    if r.summary is not None:
+        found = r.summary.get("checkpoint")
+    else:
+        found = (r.states.get(0) or {}).get("checkpoint")
+    return found if isinstance(found, dict) else None
+
+
 def read_series(run_dir: Path) -> dict[str, Any] | None:
     """The run dir's series.json (remote/run/progress.py), or None."""
     try:

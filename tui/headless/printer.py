@@ -11,6 +11,7 @@ phases show as a live line (console.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from typing import TextIO
 
 from ddptui.remote.events import (
     Alert,
+    CheckpointSaved,
     ChecksDone,
     CodeSynced,
     DeepChecked,
@@ -34,11 +36,12 @@ from ddptui.remote.events import (
     RunFinished,
     RunRestarting,
     RunStarted,
+    StepsLost,
     TrackerLink,
 )
 from ddptui.remote.inventory import Host
 
-from ..text import Fold, failure_line, run_ended
+from ..text import Fold, checkpoint_text, failure_line, run_ended
 from .console import Console
 from .findings import deep_lines, finding_line, finding_lines
 from .phases import Phases
@@ -108,6 +111,10 @@ class Printer:
             self._progress(event)
         elif isinstance(event, TrackerLink | JobState):
             self.say(event.text() if isinstance(event, TrackerLink) else event.text)
+        elif isinstance(event, CheckpointSaved):
+            self.say("checkpoint: " + checkpoint_text(dataclasses.asdict(event)))
+        elif isinstance(event, StepsLost):
+            self.say(event.text())
         elif isinstance(event, Alert) and event.event in ("hang", "straggler"):  # the run's watch
             self.say(f"{event.event}: {event.message}")
 
