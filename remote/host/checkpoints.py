@@ -12,8 +12,7 @@ last number.
 Node 0's supervisor watches it all along (`Saves`, every POLL_S): each new newest is said in
 its stream (the console, the dashboard, summary.json), the restart hands it to every rank as
 DDPTUI_CHECKPOINT, and a restart chain whose newest did not change over two failed attempts
-got no further. The launcher's check asks every host whether it sees a mark node 0 wrote there
-(`look`: shared storage, for a spare that takes a node). python3 >= 3.8, stdlib only.
+got no further. python3 >= 3.8, stdlib only.
 """
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
@@ -31,7 +30,6 @@ if TYPE_CHECKING:
 POLL_S = 5.0  # between two looks at the directory
 SETTLE_S = 2.0  # a checkpoint is whole once nothing in it changed for this long
 ENTRIES_MAX = 10000  # entries of the directory looked at (a folder's own, one level)
-MARK = ".ddptui-shared-"  # + a token: the check's mark (hidden: never a checkpoint)
 _TEMP = re.compile(r"(?i)^\.|\.(tmp|temp|partial|part|lock|swp)$|~$")
 _STEP = re.compile(r"(?i)step[=_-]?(\d+)")
 _NUMBER = re.compile(r"(\d+)")
@@ -149,36 +147,3 @@ class Saves:
 
     def stop(self) -> None:
         self.done.set()
-
-
-def look(req: dict[str, Any]) -> dict[str, Any]:
-    """The check's op, on one host ({dir, workdir, mark?, see?, unmark?}): the directory as
-    this host resolves it, whether it exists and is writable; `mark`: write the mark of that
-    token (node 0: the newest checkpoint too); `see`: whether the mark of that token is there;
-    `unmark`: remove it. {dir, exists, writable, seen, newest, error}."""
-    folder = where(str(req["dir"]), req.get("workdir"))
-    out: dict[str, Any] = {"dir": folder, "exists": os.path.isdir(folder), "seen": None,
-                           "newest": None, "error": None}  # fmt: skip
-    out["writable"] = out["exists"] and os.access(folder, os.W_OK | os.X_OK)
-    try:
-        if req.get("mark"):
-            os.makedirs(folder, 0o700, exist_ok=True)
-            fd = os.open(os.path.join(folder, MARK + _token(req["mark"])),
-                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)  # fmt: skip
-            os.close(fd)
-            out["exists"], out["writable"] = True, True
-            out["newest"] = newest(folder)
-        if req.get("see"):
-            out["seen"] = os.path.lexists(os.path.join(folder, MARK + _token(req["see"])))
-        if req.get("unmark"):
-            os.unlink(os.path.join(folder, MARK + _token(req["unmark"])))
-    except OSError as exc:
-        out["error"] = "{}: {}".format(exc.filename or folder, exc.strerror)
-    return out
-
-
-def _token(value: Any) -> str:
-    token = str(value)
-    if not re.match(r"^[0-9a-f]{8,64}$", token):
-        raise OSError(22, "not a token", token)
-    return token

@@ -1,5 +1,5 @@
 """job.checkpoint, host side (remote/host/checkpoints.py): the newest whole checkpoint of the job's
-directory, its step from its name, node 0's look at each new save, and the check's marks."""
+directory, its step from its name, and node 0's look at each new save."""
 
 from __future__ import annotations
 
@@ -70,16 +70,3 @@ def test_where_is_relative_to_the_workdir(tmp_path: Path) -> None:
     assert checkpoints.where("ckpt", str(tmp_path)) == str(tmp_path / "ckpt")
     assert checkpoints.where("/abs/ckpt", str(tmp_path)) == "/abs/ckpt"
     assert checkpoints.where("~/ckpt", None) == os.path.expanduser("~/ckpt")
-
-
-def test_the_checks_mark_is_seen_where_the_directory_is_shared(tmp_path: Path) -> None:
-    token = "0123456789abcdef"
-    wrote = checkpoints.look({"dir": "ckpt", "workdir": str(tmp_path), "mark": token})
-    assert (wrote["error"], wrote["exists"], wrote["writable"]) == (None, True, True)
-    seen = checkpoints.look({"dir": str(tmp_path / "ckpt"), "see": token, "unmark": token})
-    assert seen["seen"] is True
-    assert (
-        checkpoints.look({"dir": "ckpt", "workdir": str(tmp_path), "see": token})["seen"] is False
-    )
-    bad = checkpoints.look({"dir": "ckpt", "workdir": str(tmp_path), "see": "../x"})
-    assert bad["error"] and bad["seen"] is None
