@@ -85,7 +85,10 @@ def _placeholders(text: str, name: str, address: str | None) -> str:
 
 # -- the run history (`ddptui runs`, the dashboard's `h`) ----------------------------------------
 
-RUN_COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank", "training")
+RUN_COLUMNS = (
+    "run", "status", "hosts", "world", "started", "elapsed", "failing rank", "training", "why",
+)  # fmt: skip
+WHY_SHOWN = 100  # characters of the why in a table (`runs --json` has it whole)
 
 
 def run_row(r: runs.RunRecord) -> dict[str, Any]:
@@ -151,7 +154,13 @@ def run_cells(r: dict[str, Any]) -> tuple[str, ...]:
         "" if r["elapsed"] is None else runs.age(r["elapsed"]),
         failing or (r["failing_host"] or ""),
         _training(r.get("progress")),
+        "" if r["status"] == "succeeded" else _cut(r.get("detail") or "", WHY_SHOWN),
     )
+
+
+def _cut(text: str, most: int) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= most else line[: most - 1] + "…"
 
 
 def _training(last: dict[str, Any] | None) -> str:

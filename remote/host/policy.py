@@ -215,19 +215,22 @@ class Policy:
         return nxt, out.reason
 
     def end(self, out: Outcome, status: str, why: str) -> None:
-        """The run ends: word of how, and every peer told."""
+        """The run ends: word of how (and of why no attempt follows: summary.json's reason,
+        the console's), and every peer told."""
         halted = self.hub.halted
         if halted is not None:  # a stop (or a lease): during the attempt, or after it failed
             event = "lost" if halted[0] == "lost" else "stopped"
             status, message = (halted[0] if out.halted else "failed"), halted[1]
+            why = "" if out.halted else halted[1]
             if not out.halted:
                 message += f" (after {out.reason}: no restart)"
         elif out.status == "succeeded":
-            event, message = "succeeded", "every rank succeeded"
+            event, message, why = "succeeded", "every rank succeeded", ""
         else:
             event = out.cause
             message = str(out.reason) + (f"; {why}" if why else "")
+        self.note(t=protocol.RUN_END, status=status, why=why)
         self.word(event, status, message)
-        self.save_state(run_status=status, run_reason=message, waiting=[])
+        self.save_state(run_status=status, run_reason=message, run_why=why, waiting=[])
         self.spares.finish(message)
         self.hub.finish(message, self.hang_up_s)

@@ -93,6 +93,7 @@ if TYPE_CHECKING:
         waiting: list[str]  # node 0: the lost nodes' names a spare must replace
         run_status: str  # node 0: the run's end
         run_reason: str
+        run_why: str  # node 0: why no attempt follows (a restart chain that stops)
         alive: bool  # STATUS: its supervisor answers
         series: dict[str, Any]  # STATUS, node 0, asked for: the training's curve
 
@@ -166,6 +167,7 @@ ERROR = "error"  # {msg, attempt}: the node could not start (its job, or its sup
 HUB_PORT = "hub-port"  # {port}: where the hub listens, said first (a job that cannot start too)
 RESTART = "restart"  # {attempt, of, after, node, delay, replace}: the next attempt is coming
 NOTIFY = "notify"  # {event, status, message, wanted}: something happened (job.notify)
+RUN_END = "run-end"  # {status, why}: the run ends; why no attempt follows ("": it says itself)
 NOTIFY_FAILED = "notify-failed"  # {event, error}: the notify command failed (nothing changes)
 TRIMMED = "trimmed"  # meta {bytes, max}; control {missed, at}
 MODE = "mode"  # {mode}: attached or detached

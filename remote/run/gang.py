@@ -103,6 +103,7 @@ class Gang:
     _hub: str | None = None  # the line that tells a supervisor where node 0's hub listens
     ended_by: str | None = None  # the nodes' allocation ended under the run (Slurm's word)
     _hub_told: dict[int, Channel] = field(default_factory=dict)  # node → the stream told it
+    run_end: nodemsg.RunEnd | None = None  # node 0's hub: the run ends, and why no restart
 
     @property
     def verdict(self) -> Verdict:
@@ -201,9 +202,14 @@ class Gang:
         """Its supervisor could not be started (the agent said why): nothing to attach to."""
         return isinstance(node.end, nodemsg.StartError) and not node.concluded
 
-    async def retire(self, k: int) -> None:
-        """Node k's host is lost for good (a spare takes its place): stop following it."""
+    async def retire(self, k: int, wait: float = 0.0) -> None:
+        """Node k's host is out for good (a spare takes its place): stop following it. Where
+        it is still heard (a bad host: its supervisor stops its job and leaves), its stream is
+        first read to its end, `wait` seconds at most: its last lines and its own word on its
+        end, which a give-up would drop and call it lost."""
         task, link, node = self.tasks.get(k), self.links.get(k), self.nodes.get(k)
+        if wait and task is not None and link is not None and not link.lost:
+            await asyncio.wait([task], timeout=wait)
         if link is not None:
             link.give_up()
             if node is not None:
@@ -420,6 +426,8 @@ class Gang:
             self.attempts.seen(msg.attempt, at)
             node.attempt, node.end, node.at = msg.attempt, msg, at
             self._conclude(node, link, "")
+        elif isinstance(msg, nodemsg.RunEnd):
+            self.run_end = msg
         elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
             self._hub_said(node, msg, at)
         elif isinstance(msg, nodemsg.Health):

@@ -101,6 +101,15 @@ class Notify:
 
 
 @dataclass(frozen=True, slots=True)
+class RunEnd:
+    """Node 0's hub: the run ends with `status`; why no attempt follows ("": nothing to say
+    beyond the status and the failure, e.g. no restarts were asked for)."""
+
+    status: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class NotifyFailed:
     event: str
     error: str
@@ -172,6 +181,7 @@ Message = (
     | Mode
     | Restart
     | Notify
+    | RunEnd
     | NotifyFailed
     | Redrawn
     | Health
@@ -272,6 +282,7 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         _text(m["event"]), _text(m.get("status", "")), _text(m.get("message", "")),
         bool(m.get("wanted")),
     ),
+    protocol.RUN_END: lambda m: RunEnd(_text(m["status"]), _text(m.get("why") or "")),
     protocol.NOTIFY_FAILED: lambda m: NotifyFailed(_text(m["event"]), _text(m.get("error", ""))),
     protocol.REDRAWN: lambda m: Redrawn(_int(m["rank"]), _text(m["text"])),
     protocol.HEALTH: lambda m: Health(_text(m.get("level", "")), _text(m["text"]), _attempt(m)),

@@ -175,6 +175,8 @@ class Printer:
             self.say(f"run failed: {failure_line(fin.failure)}")
             tail = fin.failure.traceback[-TRACEBACK_SHOWN:] + fin.failure.evidence
             self.console.write(self.err, "".join(f"    {line}\n" for line in tail))
+            if fin.reason:  # why the restarts stop here (node 0's hub says)
+                self.say(f"not restarted: {fin.reason}")
         elif fin.status != "detached":
             self.say(run_ended(fin))
 
