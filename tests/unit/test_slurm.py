@@ -1,6 +1,7 @@
 """A run handed to Slurm, the pure parts: `slurm:` and `hosts: slurm` read, Slurm's host lists
 expanded without scontrol, squeue's and sacct's words read, the batch script's options, and the
-exported script (a real Slurm runs them end to end: tests/e2e/test_slurm*_e2e.py)."""
+exported script. A real Slurm runs them end to end: tests/e2e/test_slurm_e2e.py and
+tests/e2e/test_slurm_more_e2e.py."""
 
 from __future__ import annotations
 
