@@ -68,10 +68,12 @@ class Halted(NamedTuple):
 
 
 class Go(NamedTuple):
-    """The restart the hub said: the attempt to start, and after what."""
+    """The restart the hub said: the attempt to start, after what, and job.checkpoint's newest
+    as node 0 sees it ("": none yet)."""
 
     attempt: int
     after: str
+    checkpoint: str = ""
 
 
 RETRY_S = 1.0  # a peer's wait before it connects again
@@ -80,7 +82,8 @@ RETRY_S = 1.0  # a peer's wait before it connects again
 class Hub:
     """Node 0's side. on_stop(reason, node, by) stops node 0's own job, for node's sake (by:
     the halt's, when a user's stop or a lease stops them all).
-    bind: the master address (a name is resolved here); None: every interface.
+    bind: the master address (a name is resolved here); None: every interface. port: the
+    one chosen ahead (0: any).
 
     Node 0's supervisor drives it, attempt by attempt (remote/host/policy.py): `own_end` when
     its job ended, `settle` for the attempt's outcome once every node's job ended (a node lost
@@ -98,6 +101,7 @@ class Hub:
         bind=None,
         launcher=None,
         on_refused=None,
+        port=0,
     ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_refused = on_refused or (lambda text: None)  # a host that claimed another's node
@@ -140,7 +144,7 @@ class Hub:
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
-        self.server = channel.listen(bind)
+        self.server = channel.listen(bind, port)
         self.port = self.server.getsockname()[1]
 
     def start(self):
@@ -300,10 +304,10 @@ class Hub:
                 lambda: self.halted or len(self.lost) > lost, max(0.0, seconds)
             )
 
-    def restart(self, attempt, after):
+    def restart(self, attempt, after, checkpoint=""):
         """Every node starts `attempt` (node 0's supervisor starts its own)."""
         with self.cond:
-            self.attempt, self.go = attempt, Go(attempt, after)
+            self.attempt, self.go = attempt, Go(attempt, after, checkpoint)
             self.ended, self.stopping, self.failure, self.echo = {}, None, None, False
             self.facts = {}
             self.final = False
@@ -311,7 +315,7 @@ class Hub:
                 self.all_ended.clear()
             peers = list(self.peers.values())
         for chan in peers:
-            chan.send(t=protocol.HUB_RESTART, attempt=attempt, after=after)
+            chan.send(t=protocol.HUB_RESTART, attempt=attempt, after=after, checkpoint=checkpoint)
 
     def finish(self, reason, wait):
         """The run is over: every peer is told, and given `wait` seconds to hang up (a lost
@@ -390,7 +394,8 @@ class Hub:
         if over is not None:
             chan.send(t=protocol.HUB_OVER, reason=over)
         elif go is not None and go.attempt > attempt:  # it missed the restart (a broken link)
-            chan.send(t=protocol.HUB_RESTART, attempt=go.attempt, after=go.after)
+            chan.send(t=protocol.HUB_RESTART, attempt=go.attempt, after=go.after,
+                      checkpoint=go.checkpoint)  # fmt: skip
         elif stopping is not None and attempt == current:  # it joined after the stop
             reason, stopped_for, by = stopping
             chan.send(t=protocol.HUB_STOP, reason=reason, node=stopped_for, attempt=current, by=by)
@@ -651,7 +656,8 @@ class HubLink:
         elif kind == protocol.HUB_RESTART and isinstance(msg.get("attempt"), int):
             with self.cond:
                 if self.go is None or msg["attempt"] > self.go.attempt:
-                    self.go = Go(msg["attempt"], str(msg.get("after") or ""))
+                    after, checkpoint = msg.get("after"), msg.get("checkpoint")
+                    self.go = Go(msg["attempt"], str(after or ""), str(checkpoint or ""))
                 self.cond.notify_all()
         elif (
             kind == protocol.HUB_TAKE
