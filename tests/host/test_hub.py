@@ -405,7 +405,7 @@ def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
         "failed", "rank 3 failed on node1", 1, [],
     )  # fmt: skip
     h.restart(1, "rank 3 failed on node1")
-    assert [link.word() for link in links] == [(1, "rank 3 failed on node1")] * 2
+    assert [link.word() for link in links] == [hubmod.Go(1, "rank 3 failed on node1")] * 2
     for link in links:
         link.begin(1)
         link.end("succeeded", None)
@@ -438,7 +438,7 @@ def test_a_spare_proves_its_ticket_and_the_lost_node_is_told_it_is_over() -> Non
     old.connect("127.0.0.1", h.port)
     assert old.word() is None and old.over == "another host took this node's place"
     h.restart(1, "node1 was lost")
-    assert spare.word() == (1, "node1 was lost")
+    assert spare.word() == hubmod.Go(1, "node1 was lost")
     stranger = HubLink("guess", 1, 5.0, 0.1, Stops(), since=1)
     stranger.connect("127.0.0.1", h.port)
     time.sleep(0.3)
