@@ -35,6 +35,20 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: needs the ssh test-host cluster (root, sshd, netns)")
 
 
+SLOW_E2E = Path(__file__).with_name("slow_e2e.txt")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the mark must be on when it looks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long stories listed in slow_e2e.txt go behind `slow_e2e` (scripts/slow_e2e.sh)."""
+    slow = {
+        line.strip() for line in SLOW_E2E.read_text().splitlines() if line.strip()[:1] not in "#"
+    }
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow_e2e)
+
+
 def _under_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
