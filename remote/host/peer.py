@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from . import checkpoints, protocol
-from .hub import HubLink
+from .hublink import HubLink
 from .role import Role
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there

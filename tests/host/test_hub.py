@@ -15,7 +15,8 @@ from ddptui.remote.host import channel, policy
 from ddptui.remote.host import hub as hubmod
 from ddptui.remote.host.channel import CHALLENGE, Channel, _mac
 from ddptui.remote.host.hotspares import HotSpares
-from ddptui.remote.host.hub import Hub, HubLink
+from ddptui.remote.host.hub import Hub
+from ddptui.remote.host.hublink import HubLink
 from ddptui.remote.host.policy import Outcome
 
 SECRET = "s3cret"
