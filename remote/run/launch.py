@@ -184,51 +184,18 @@ class Launch:
         handoff: its GPUs' lease is held for it by its host's agent (a launch's node), else it
         takes its own (a spare's)."""
         inv = inv or self.inv
-        job = inv.job
         k = node.node_rank
         nprocs = self.nprocs_planned or self.nprocs()
-        asked = leases.want(self.run_id, node.host, nprocs[k], job, k)
+        asked = leases.want(self.run_id, node.host, nprocs[k], inv.job, k)
         lease = (
             asked if not handoff else {**asked, "handoff": True} if k in self.leases.held else None
         )
-        notify = job.notify.model_dump() if job.notify else None
-        return protocol.spec(
-            {
-                "run_id": self.run_id,
-                "node": node.node_rank,
-                "names": [h.name for h in inv.hosts],
-                "argv": list(node.argv),
-                "expand": list(node.expand),
-                "scratch_arg": SCRATCH,
-                "env": flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),
-                "workdir": self.preflight.workdir(node.host),
-                "route_to": node.route_to,
-                "ifname_vars": list(IFNAME_VARS),
-                "master_addr": master_addr,
-                "grace": job.stop_grace,
-                "unset": list(node.unset),
-                "ranks": list(node.ranks),
-                "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
-                "tail_ranks": node.tail_ranks,
-                "line_buffer": not node.tail_ranks,
-                "container": node.host.container.spec() if node.host.container else None,
-                "link_timeout": job.link_timeout,
-                "spool_max": int(job.spool_max_mb * (1 << 20)),
-                "secret": secret or self.key(node.node_rank),
-                "attempt": attempt,
-                "restarts": job.restarts,
-                "restart_delay": job.restart_delay,
-                "spares": len(inv.usable_spares),
-                "standbys": [h.name for h in inv.usable_spares] if node.node_rank == 0 else [],
-                "restart_on": job.restart_on,
-                "notify": notify,
-                "progress": job.progress,
-                "hang_after": job.hang_after,
-                "on_hang": job.on_hang,
-                "on_straggler": job.on_straggler,
-                "lease": lease,
-            }
-        )
+        return node_spec(
+            inv, self.run_id, node, master_addr,
+            env=flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),
+            workdir=self.preflight.workdir(node.host), secret=secret or self.key(node.node_rank),
+            attempt=attempt, lease=lease,
+        )  # fmt: skip
 
     def key(self, k: int) -> str:
         """What node (or standby slot) k proves to the hub: node 0, the hub, holds the run's
@@ -267,3 +234,59 @@ class Launch:
         fleet's slots and the run dir say so; what the lost host failed is not the run's."""
         self.preflight.swap_in(k, j, spare, attempt)
         runs.replaced(self.run_dir, k, spare, attempt)
+
+
+def node_spec(
+    inv: Inventory,
+    run_id: str,
+    node: NodePlan,
+    master_addr: str,
+    *,
+    env: dict[str, str],
+    workdir: str | None,
+    secret: str,
+    attempt: int = 0,
+    lease: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What node's supervisor is handed (remote/host/protocol.py's spec): its plan, and the
+    job's keys its host acts on. A launch's (Launch.spec) and a Slurm job's alike."""
+    job = inv.job
+    notify = job.notify.model_dump() if job.notify else None
+    return protocol.spec(
+        {
+            "run_id": run_id,
+            "node": node.node_rank,
+            "names": [h.name for h in inv.hosts],
+            "argv": list(node.argv),
+            "expand": list(node.expand),
+            "scratch_arg": SCRATCH,
+            "env": env,
+            "workdir": workdir,
+            "route_to": node.route_to,
+            "ifname_vars": list(IFNAME_VARS),
+            "master_addr": master_addr,
+            "grace": job.stop_grace,
+            "unset": list(node.unset),
+            "ranks": list(node.ranks),
+            "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
+            "tail_ranks": node.tail_ranks,
+            "line_buffer": not node.tail_ranks,
+            "container": node.host.container.spec() if node.host.container else None,
+            "link_timeout": job.link_timeout,
+            "spool_max": int(job.spool_max_mb * (1 << 20)),
+            "secret": secret,
+            "attempt": attempt,
+            "restarts": job.restarts,
+            "restart_delay": job.restart_delay,
+            "spares": len(inv.usable_spares),
+            "standbys": [h.name for h in inv.usable_spares] if node.node_rank == 0 else [],
+            "restart_on": job.restart_on,
+            "notify": notify,
+            "progress": job.progress,
+            "hang_after": job.hang_after,
+            "on_hang": job.on_hang,
+            "on_straggler": job.on_straggler,
+            "checkpoint": job.checkpoint,
+            "lease": lease,  # its GPUs' (remote/host/lease.py); a Slurm job's are Slurm's
+        }
+    )
