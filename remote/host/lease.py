@@ -45,8 +45,9 @@ def read_gpus(smi=None):
     smi = smi or shutil.which("nvidia-smi")
     if smi is None:
         return None
-    from .health import run  # here: a supervisor's own take needs it once
+    from .owncommands import OwnCommands  # here: a supervisor's own take needs it once
 
+    run = OwnCommands().run  # before any reaper of the supervisor's: it waits for its own
     runs = [run([smi, *args], SMI_TIMEOUT) for args in (gpuinfo.LIST, gpuinfo.APPS)]
     for code, out, err in runs:
         if code is None:
