@@ -7,7 +7,10 @@ run's rank is on it (each rank notes its interval and CUDA_VISIBLE_DEVICES). A r
 supervisors are SIGKILLed holds nothing: the next launch takes its GPUs and names it. Two
 one-GPU launches share a host; `gpus:` pins one, and one running other work is refused.
 `ddptui who` says it before, during, after.
-The four launches of two users at once: test_leases_slow_e2e.py.
+
+The default run takes the lean story (one host, launcher env: refused, queued, given back); the
+longer ones here are listed in tests/slow_e2e.txt, and the four launches of two users at once
+are in test_leases_slow_e2e.py.
 """
 
 from __future__ import annotations
@@ -65,6 +68,10 @@ def parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def _text(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 def who(inv: Path, base: Path, *flags: str) -> str:
     cmd = Cmd(["who", "-i", str(inv), *flags], base)
     assert cmd.wait(60) == 0, cmd.stderr
@@ -75,6 +82,41 @@ def states(inv: Path, base: Path) -> dict[str, list[str]]:
     """`who --json`: each host's GPUs' states."""
     found = json.loads(who(inv, base, "--json"))
     return {h["host"]: [g["state"] for g in h["gpus"]] for h in found["hosts"]}
+
+
+def test_a_held_gpu_refuses_a_launch_queues_the_next_and_is_given_back(
+    gpu_hosts: TestCluster, tmp_path: Path
+) -> None:
+    """The default run's story, lean: one host, ranks started directly (launcher: env); `who`
+    is the longer stories' (tests/slow_e2e.txt)."""
+    cluster = gpu_hosts
+    out = cluster.shared_dir(tmp_path.name)
+    lean = {"launcher": "env"}
+    mine = cluster.write_inventory(tmp_path / "mine.yaml", job(out, "first", **lean), hosts=[0])
+    theirs = cluster.write_inventory(
+        tmp_path / "theirs.yaml", job(out, "now", **lean), hosts=[0],
+        **cluster.colleague_defaults(),
+    )  # fmt: skip
+    go(out, "now")
+    first = Cli(mine, tmp_path / "first")
+    run_id = first.run_id()
+    started = lambda: "rank 0/1" in _text(first.run_dir / "node-0.log")  # noqa: E731
+    wait_for(started, 120, "its rank to start")  # untagged: it joins no group (launcher env)
+    refused = Cli(theirs, tmp_path / "refused")
+    queued = Cli(theirs, tmp_path / "queued", flags=["--wait"])
+    wait_for(lambda: "waiting for GPUs, 1st in line" in queued.stderr, 60, "it to queue")
+    assert refused.wait(120) == EXIT_REFUSED, refused.stderr
+    assert f"root's run {run_id} holds GPU 0 on node0" in refused.stderr
+    assert "run refused (exit 75): nothing was started" in refused.stderr
+    gone = json.loads(refused.events()[0])["run_id"]
+    assert not supervisors(gone) and not list(refused.run_dir.glob("rank-*.log"))
+
+    go(out, "first")  # the first run ends: the queued one starts on its GPU
+    assert first.wait(120) == 0, first.stderr
+    assert queued.wait(120) == 0, queued.stderr
+    [held], [after] = notes(out, run_id), notes(out, queued.run_id())
+    assert held["cvd"] == after["cvd"] == "0" and after["user"] == COLLEAGUE
+    assert after["start"] >= held["end"]  # never both at once
 
 
 def test_a_held_gpu_refuses_another_user_queues_them_and_is_given_back(

@@ -1,6 +1,8 @@
 """A job for the GPU leases' tests: each rank joins the group (gloo), notes when it ran and on
 which GPUs (its CUDA_VISIBLE_DEVICES) in OUT, holds them until OUT/GO exists (the test says
 when: no timing to guess on a loaded machine; 300 s at most), then leaves with the others.
+A world of one (launcher: env on one GPU, the default run's lean test) joins no group: torch's
+import alone would cost it seconds.
 
     python leasejob.py OUT GO
 
@@ -17,19 +19,22 @@ import socket
 import sys
 import time
 
-import torch.distributed as dist
-
 
 def main() -> None:
     out, go = sys.argv[1], sys.argv[2]
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+    rank = int(os.environ.get("RANK", "0"))
     start = time.time()
-    print(f"rank {rank}/{dist.get_world_size()} on {socket.gethostname()}", flush=True)
+    print(f"rank {rank}/{world} on {socket.gethostname()}", flush=True)
     deadline = start + 300
     while not os.path.exists(os.path.join(out, go)) and time.time() < deadline:
         time.sleep(0.1)
-    dist.barrier()
+    if world > 1:
+        dist.barrier()
     note = {
         "run_id": os.environ.get("DDPTUI_RUN_ID"), "rank": rank, "host": socket.gethostname(),
         "user": getpass.getuser(), "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -39,7 +44,8 @@ def main() -> None:
     with open(path + ".tmp", "w") as f:
         json.dump(note, f)
     os.replace(path + ".tmp", path)
-    dist.destroy_process_group()
+    if world > 1:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
