@@ -2,10 +2,10 @@
 
 Node 0's supervisor holds the run (its hub decides restarts), so word goes out from there, with
 or without a launcher attached. The command runs through `sh -c` with DDPTUI_EVENT,
-DDPTUI_RUN_ID, DDPTUI_STATUS, DDPTUI_MESSAGE and DDPTUI_LINKS in its environment, one at a time
-and in order,
-each bounded to protocol.NOTIFY_TIMEOUT (its process group killed past that). A command that
-fails is logged and said in the stream; it never changes anything about the run.
+DDPTUI_RUN_ID, DDPTUI_STATUS, DDPTUI_MESSAGE and DDPTUI_LINKS in its environment (made safe:
+no escape sequence or control character of a job's text, each bounded), one at a time and in
+order, each bounded to protocol.NOTIFY_TIMEOUT (its process group killed past that). A command
+that fails is logged and said in the stream; it never changes anything about the run.
 """
 
 from __future__ import annotations
@@ -19,8 +19,13 @@ import threading
 import time
 
 from . import procs, protocol
+from .safetext import bounded, clean
 
 OUTPUT_KEPT = 2048  # bytes of a failing command's output kept for its log line
+# What the command's environment says, each far below the kernel's 128 KiB for one string
+# (past it, exec fails with E2BIG: no notify at all).
+MESSAGE_MAX = 8 << 10
+LINKS_MAX = 32 << 10
 
 
 class Notifier:
@@ -41,7 +46,7 @@ class Notifier:
         self.starting = threading.Lock()
         self.todo: queue.Queue[tuple[str, str, str] | None] = queue.Queue()
         self.thread = None
-        self.links = ""  # DDPTUI_LINKS: the trackers' links seen so far (remote/host/progress.py)
+        self.links = []  # the trackers' links seen so far (remote/host/progress.py)
 
     def said_links(self, links):
         self.links = links
@@ -78,9 +83,9 @@ class Notifier:
         """One command, to its end or its time limit: None, or why it failed."""
         env = dict(os.environ)
         env.update(
-            DDPTUI_EVENT=event, DDPTUI_RUN_ID=self.run_id, DDPTUI_STATUS=status,
-            DDPTUI_MESSAGE=" ".join(message.split()),  # one line
-            DDPTUI_LINKS=self.links,  # trackers' links node 0's ranks printed, space-separated
+            DDPTUI_EVENT=event, DDPTUI_RUN_ID=self.run_id, DDPTUI_STATUS=clean(status),
+            DDPTUI_MESSAGE=bounded(" ".join(clean(message).split()), MESSAGE_MAX),  # one line
+            DDPTUI_LINKS=links_text(self.links),  # trackers' links node 0's ranks printed
         )  # fmt: skip
         with self.starting:
             try:
@@ -109,6 +114,18 @@ class Notifier:
         if code is None:
             return "killed after {:g} s{}".format(self.timeout, last)
         return "exit {}{}".format(code, last) if code else None
+
+
+def links_text(links):
+    """The links, space-separated, as many as LINKS_MAX characters hold, each made safe."""
+    kept, size = [], 0
+    for url in links:
+        url = clean(url)
+        size += len(url) + 1
+        if size > LINKS_MAX:
+            break
+        kept.append(url)
+    return " ".join(kept)
 
 
 def _wait(pid, timeout):

@@ -11,6 +11,12 @@ This sits on the lines' path (the launcher's relay, node 0's supervisor): a chun
 costs one regex scan in C when none of them looks like progress, and only the lines that do
 are parsed. Both ends use it: the launcher as `remote.host.progress`, node 0's supervisor as
 `ddph.progress` (python3 >= 3.8, standard library only).
+
+A job's text is anything (a line may be 256 KiB of one character), and `re` holds the GIL while
+it matches: a pattern that backtracks stops every other thread of the process (node 0's hub and
+heartbeats, the launcher's event loop). So no pattern here can: each starts only where a word or
+a number does (a lookbehind), and wherever two quantifiers meet, their characters differ. And
+only a line's head and tail are read (LOOK each): parsing costs the same per line however long.
 """
 
 import json
@@ -27,15 +33,21 @@ from . import ranktag
 HINT = re.compile(r"/s|/it|te[pr]|TE[PR]|poch|POCH|\{'|:/")
 # The launcher's and the supervisor's tag: `[3]:text`; a node's own lines have none.
 
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-# tqdm's bar, with or without a total; the postfix (Lightning's `loss=0.41`) after the rate.
+LOOK = 4096  # characters of a line's head, and of its tail, that are parsed
+
+# A number: its digits after a dot only where there is one (`\d+\.?\d*` splits a run of digits
+# in as many ways as it is long).
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+# tqdm's bar, with or without a total, its numbers read where a number starts; the postfix
+# (Lightning's `loss=0.41`) after the rate, with no `[` (each bar's brackets are its own).
 _TQDM = re.compile(
-    r"(?:(\d{1,3})%\|[^|\n]*\|\s*)?(\d+)(?:/(\d+))?(?:it)? \[[0-9:]+(?:<[0-9:?]+)?,\s*"
-    r"(?:(\d+(?:\.\d+)?)(it/s|s/it)|\?(?:it/s|s/it))([^\]\r]*)\]"
+    r"(?<![\d.])(?:(\d{1,3})%\|[^|\n]*\|\s*)?(?<![\d.])(\d+)(?:/(\d+))?(?:it)? "
+    r"\[[0-9:]+(?:<[0-9:?]+)?,\s*(?:(\d+(?:\.\d+)?)(it/s|s/it)|\?(?:it/s|s/it))([^\]\[\r]*)\]"
 )
-# Lightning's rich bar: `Epoch 1/2  ━━━━━━━━━━ 20/20 0:00:00 • 0:00:00 438.86it/s loss: 0.41`.
+# Lightning's rich bar: `Epoch 1/2  ━━━━━━━━━━ 20/20 0:00:00 • 0:00:00 438.86it/s loss: 0.41`
+# (its spaces and bar in one class, a space before the count).
 _RICH = re.compile(
-    r"^Epoch (\d+)/(\d+) +[━╸╺ ]+ (\d+)/(\d+) [0-9:]+ • [0-9:-]+ (\d+(?:\.\d+)?)it/s(.*)$"
+    r"^Epoch (\d+)/(\d+) [━╸╺ ]+(?<= )(\d+)/(\d+) [0-9:]+ • [0-9:-]+ (\d+(?:\.\d+)?)it/s(.*)$"
 )
 _ASIDE = re.compile(r"(?i)valid|test|eval|sanity|predict")
 _EPOCH = re.compile(r"^\s*Epoch (\d+)\b")
@@ -48,14 +60,17 @@ _STEP = re.compile(
 # A loop that says only its epochs (`epoch 3: loss 0.41`): the epoch is its step.
 _EPOCH_STEP = re.compile(r"\bepoch\b[\s:=#\[(]*(\d+)(?:\s*/\s*(\d+))?", re.IGNORECASE)
 # After the step: `loss=0.41`, `loss: 0.41`, `loss 0.41`; a number with a unit (3s) is no value.
-_PAIR = re.compile(r"([A-Za-z_][\w./-]*)\s*(?:=|:|\s)\s*(" + _NUM + r")(?![\w.%])")
+_PAIR = re.compile(
+    r"(?<![\w./-])([A-Za-z_][\w./-]*)(?:\s*[=:]\s*|\s+)(" + _NUM + r")(?![\w.%])"
+)  # a key only where a word starts
 _NOT_METRICS = frozenset(("step", "steps", "iter", "iters", "iteration", "of", "global_step"))
 # Trackers' links, as they print them: (tracker, regex with the name and the url).
 _SGR = re.compile(r"\x1b\[[0-9;]*m")
-_URL = r"(https?://[^\s'\"<>]+)"
+_URL = r"(https?://[^\s'\"<>\x00-\x1f\x7f-\x9f]+)"  # no control character in a link
+_NAME = r"([^\s\x00-\x1f\x7f-\x9f]+)"
 _LINKS = (
-    ("W&B", re.compile(r"^wandb: .*View run(?: (\S+))? at:? " + _URL)),
-    ("MLflow", re.compile(r"^\U0001f3c3 View run(?: (\S+))? at:? " + _URL)),
+    ("W&B", re.compile(r"^wandb: .*View run(?: " + _NAME + ")? at:? " + _URL)),
+    ("MLflow", re.compile(r"^\U0001f3c3 View run(?: " + _NAME + ")? at:? " + _URL)),
     ("TensorBoard", re.compile(r"^(?:\S+ )?TensorBoard( \S+)? at " + _URL)),
     ("Comet", re.compile(r"^COMET INFO:(?: .*live on comet\.com| +url\s*:)() ?" + _URL)),
     ("Aim", re.compile(r"^Open() " + _URL + r"\s*$")),
@@ -80,12 +95,19 @@ class Parser:
         self.user = re.compile(pattern, re.MULTILINE) if pattern else None
 
     def hinted(self, chunk):
-        """Whether any line of `chunk` (str) may say progress: one scan in C."""
+        """Whether any line of `chunk` (str) may say progress: one scan in C. The user's own
+        pattern sees no more of a line than `parse` gives it: a chunk longer than a line's
+        bounded part is parsed line by line."""
         return HINT.search(chunk) is not None or (
-            self.user is not None and self.user.search(chunk) is not None
+            self.user is not None and (len(chunk) > 2 * LOOK or self.user.search(chunk) is not None)
         )
 
     def parse(self, line):
+        if len(line) > 2 * LOOK:  # its head, then its tail; a bar redrawn: its tail first
+            head, tail = line[:LOOK], line[-LOOK:]
+            first, then = (tail, head) if "\r" in line[LOOK:] else (head, tail)
+            found = self.parse(first)
+            return found if found is not None else self.parse(then)
         if "\x1b" in line:  # W&B colours its words even into a file
             line = _SGR.sub("", line)
         if "\r" in line.rstrip("\r"):
@@ -197,8 +219,9 @@ def _link(line):
     for tracker, regex in _LINKS:
         m = regex.search(line)
         if m is not None:
-            name = (m.group(1) or "").strip() or None
-            return (tracker, name, m.group(2).rstrip(".,;)"))
+            name = (m.group(1) or "").strip()[:NAME_MAX] or None
+            url = m.group(2).rstrip(".,;)")
+            return (tracker, name, url) if len(url) <= URL_MAX else None
     return None
 
 
@@ -208,6 +231,11 @@ def _link(line):
 # that, a flood: its news now and then, so the relay's lines hardly pay for it.
 READ_LINES = 4096
 SERIES_MAX = 400  # points kept per metric, evenly thinned over the whole run
+# Trackers' links: the first LINKS_MAX kept, each once; a longer url is no tracker's. Together
+# they stay far below the kernel's 128 KiB for one string (job.notify's DDPTUI_LINKS).
+LINKS_MAX = 32
+URL_MAX = 1024
+NAME_MAX = 200
 RATE_WINDOW_S = 30.0  # steps/s from the steps seen over about this long, where no bar says it
 
 
@@ -321,7 +349,7 @@ class Tracker:
         at = time.time() if at is None else at
         step, total, rate, metrics, link = found
         if link is not None:
-            if link[2] not in self.links:
+            if link[2] not in self.links and len(self.links) < LINKS_MAX:
                 self.links[link[2]] = [link[0], link[1], rank]
                 self.changed = True
             return
@@ -360,7 +388,8 @@ class Tracker:
             attempts = [[int(a["attempt"]), a.get("step"), float(a["at"])]
                         for a in dump.get("attempts") or ()]  # fmt: skip
             links = {str(x["url"]): [str(x["tracker"]), x.get("name"), x.get("rank")]
-                     for x in dump.get("links") or ()}  # fmt: skip
+                     for x in (dump.get("links") or ())[:LINKS_MAX]
+                     if len(str(x["url"])) <= URL_MAX}  # fmt: skip
             last = dump.get("last") or {}
             step, total, rate = last.get("step"), last.get("total"), last.get("rate")
             metrics = {str(k): float(v) for k, v in (last.get("metrics") or {}).items()}
@@ -370,7 +399,8 @@ class Tracker:
             return False
         for key, points in series.items():
             self.series[key], self.owner[key] = Series(points, 1, len(points)), 0
-        self.attempts, self.links = attempts, {**links, **self.links}
+        self.attempts = attempts
+        self.links = dict(list({**links, **self.links}.items())[:LINKS_MAX])
         self.attempt = attempts[-1][0] if attempts else None
         lead = self.ranks[0] = Rank()
         lead.step = int(step) if isinstance(step, (int, float)) else None
@@ -431,7 +461,7 @@ class Keeper:
     def __init__(self, pattern, ndir, on_link=None):
         self.tracker = Tracker(pattern)
         self.path = os.path.join(ndir, SERIES)
-        self.on_link = on_link  # called with every link, space-separated, when one is new
+        self.on_link = on_link  # called with every link's url (a list) when one is new
         self.lock = threading.Lock()
         self.written = 0.0
 
@@ -440,7 +470,7 @@ class Keeper:
             links = len(self.tracker.links)
             self.tracker.feed_bytes(data, attempt)
             if len(self.tracker.links) != links and self.on_link is not None:
-                self.on_link(" ".join(self.tracker.links))
+                self.on_link(list(self.tracker.links))
             if time.monotonic() - self.written > WRITE_EVERY_S:
                 self.tracker.flush()
                 if self.tracker.changed:

@@ -26,9 +26,9 @@ _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]: ?")
 # A warning is never a failure's message: c10d's and torchrun's own (`[W1125 10:00:00.1
 # socket.cpp:207] ...`, `W1125 10:00:00.1 12 api.py:753] ...`, `[W socket.cpp:207] ...`),
 # glog's info lines, Python's (`x.py:3: UserWarning: ...` and its `  warnings.warn(` line),
-# `WARNING: ...`.
+# `WARNING: ...`. (`Warning: ` alone: `\w*Warning: ` tried every word character as a start.)
 _WARNING = re.compile(
-    r"^\[?[IW]\d{4} \d\d:\d\d:\d\d|^\[[IW] |\w*Warning: |^\s*warnings\.warn\(|^\s*WARNING\b"
+    r"^\[?[IW]\d{4} \d\d:\d\d:\d\d|^\[[IW] |Warning: |^\s*warnings\.warn\(|^\s*WARNING\b"
 )
 
 

@@ -129,11 +129,12 @@ def test_clean_keeps_what_a_terminal_would_show() -> None:
     assert clean("\x1b[31mred\x1b[0m text") == "red text"
     assert clean("10%\r50%\r100%") == "100%"
     assert clean("done\r") == "done"
-    assert clean("a\x0cb\u2028c") == "a b c"
+    assert clean("a\x0cb\u2028c") == "ab c"
     assert clean("plain") == "plain"
     assert clean("a\tb") == "a       b"
-    # nothing that would drive the terminal: a bell, a C1 CSI, a raw byte 0x9b
-    assert clean("bell\x07 csi\x9b2J raw\udc9b") == "bell\ufffd csi\ufffd2J raw\ufffd"
+    # nothing that would drive the terminal: a bell, a C1 CSI, a raw byte 0x9b, OSC 52
+    assert clean("bell\x07 csi\x9b2J raw\udc9b") == "bell csi raw"
+    assert clean("a\x1b]52;c;aGk=\x07b\x1bPq\x1b\\c\r") == "abc"
 
 
 def test_tag_pads_rank_and_host() -> None:

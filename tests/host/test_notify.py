@@ -62,3 +62,31 @@ def test_torchruns_report_names_the_ranks() -> None:
     )
     assert failed_ranks(b"noise\n" + report) == [(3, 1, 1), (2, 0, None)]  # root cause first
     assert failed_ranks(b"Traceback: rank : 5\n") == []
+
+
+def test_its_environment_holds_no_control_sequence_and_fits_exec(tmp_path: Path) -> None:
+    """A job's OSC 52 never reaches the command's environment, and 3,000 links (each kept once,
+    the first few) never make the command fail with E2BIG: its strings stay far below 128 KiB."""
+    import os
+
+    from ddptui.remote.host.progress import Tracker
+
+    tracker = Tracker()  # type: ignore[no-untyped-call]
+    lines = "".join(f"[0]:wandb: View run r{i} at https://wandb.ai/t/p/runs/{i:040}\n"
+                    for i in range(3000))  # fmt: skip
+    tracker.feed_text(lines + lines, 0)
+    assert len(tracker.links) == 32  # type: ignore[attr-defined]
+    out = tmp_path / "env"
+    n, failed = notifier(f"env -0 > {out}", events=["failed"])
+    n.said_links(list(tracker.links))  # type: ignore[attr-defined]
+    n("failed", "failed\x1b]0;pwned\x07", "rank 0: \x1b]52;c;cm0gLXJmIH4=\x07boom \x9b2J" * 5000)
+    n.close(10)
+    assert failed == []
+    env = dict(v.split("=", 1) for v in out.read_text().split("\0") if "=" in v)
+    assert env["DDPTUI_STATUS"] == "failed"
+    assert env["DDPTUI_MESSAGE"].startswith("rank 0: boom rank 0: boom")
+    assert len(env["DDPTUI_MESSAGE"]) <= 8 << 10
+    assert env["DDPTUI_LINKS"].split() == list(tracker.links)  # type: ignore[attr-defined]
+    assert not any(c in v for v in env.values() for c in "\x1b\x07\x9b")
+    assert max(len(k) + len(v) for k, v in env.items() if k.startswith("DDPTUI")) < 64 << 10
+    assert os.environ.get("DDPTUI_MESSAGE") is None

@@ -266,7 +266,7 @@ HOSTILE = (
     "\x1b]52;c;cm0gLXJmIH4=\x07clipboard \x1b]0;pwned\x1b\\title \x1b[2J\x1b[Hclear "
     "\x1bPdcs\x1b\\ \x1b_apc\x1b\\ \x1bcreset \x9b2J\x07bell \x1b[31mred\x1b[0m\ttab"
 )
-SAFE = "clipboard title clear   reset 2Jbell \x1b[31mred\x1b[0m\ttab"
+SAFE = "clipboard title clear   reset bell \x1b[31mred\x1b[0m\ttab"
 
 
 @pytest.mark.security

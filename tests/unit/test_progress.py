@@ -281,3 +281,31 @@ def json_round_trip(data: Any) -> Any:
     import json
 
     return json.loads(json.dumps(data))
+
+
+def test_a_long_line_is_read_by_its_head_and_tail_only() -> None:
+    from ddptui.remote.host.progress import LOOK
+
+    noise = "x" * (3 * LOOK)
+    assert parse("step 3/9 loss 0.5 " + noise)[:4] == (3, 9, None, {"loss": 0.5})  # its head
+    bar = "".join(f"\r{i}/500 [00:01<00:02, 4.00it/s]" for i in range(2000))  # redrawn: its tail
+    assert len(bar) > 2 * LOOK and parse(bar)[:3] == (1999, 500, 4.0)
+    assert parse("x" * LOOK + " step 3/9 loss 0.5 " + "x" * LOOK) is None  # its middle: unread
+
+
+@pytest.mark.security
+def test_links_are_bounded_kept_once_and_never_carry_a_control() -> None:
+    from ddptui.remote.host.progress import LINKS_MAX, URL_MAX
+
+    t = Tracker()  # type: ignore[no-untyped-call]
+    t.feed_text("".join(f"[0]:wandb: View run at https://w.ai/r/{i}\n" for i in range(3000)), 0)
+    t.feed_text("[0]:wandb: View run at https://w.ai/r/0\n", 0)
+    assert list(t.links) == [f"https://w.ai/r/{i}" for i in range(LINKS_MAX)]
+    assert parse("wandb: View run at https://w.ai/" + "a" * URL_MAX) is None
+    osc = parse("wandb: View run x\x1b]52;c;aGk=\x07 at https://w.ai/r/\x1b]52;c;aGk=\x07")
+    assert osc is None or "\x1b" not in str(osc)
+    seeded = Tracker()  # type: ignore[no-untyped-call]
+    links = [{"tracker": "W&B", "url": f"https://w.ai/{i}", "name": None, "rank": 0}
+             for i in range(3000)]  # fmt: skip
+    assert seeded.seed({"metrics": {"loss": [[1, 1.0, 0]]}, "links": links})  # type: ignore[no-untyped-call]
+    assert len(seeded.links) == LINKS_MAX

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Final, Literal, NamedTuple
 
 from ddptui.remote.events import LogBatch, Stream
+from ddptui.remote.host import safetext
 from ddptui.remote.run.failures import TRACEBACK_START
 
 PER_RANK = 10_000  # lines kept per rank (and per node's own lines), with few ranks
@@ -29,11 +30,6 @@ SHOWN = 5_000  # lines a view draws at most (the log widget's scrollback)
 
 # torch's excepthook prefixes a worker's traceback lines with "[rankN]: ".
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
-# str.splitlines() breaks on these too; the log widget would show one line as several.
-_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
-# Any other control character would reach the terminal as it is (a bell, a C1 CSI): shown as �.
-_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\udc80-\udc9f]")
 
 _TB_STARTS = ("Traceback", "[rank")  # lines worth a closer look for a traceback
 Kind = Literal["out", "err", "tb"]  # stdout, stderr, a traceback line (on either stream)
@@ -76,14 +72,16 @@ ALL = View("all")
 
 
 def clean(text: str) -> str:
-    """One display line: colour codes dropped, a carriage return keeps what a terminal would,
-    tabs expanded, any other control character shown as �."""
-    if "\x1b" in text:
-        text = _ANSI.sub("", text)
+    """One display line: every escape sequence and control character out (the one cleaner,
+    remote/host/safetext.py), colour codes too; a carriage return keeps what a terminal would,
+    tabs expanded, the breaks str.splitlines() knows shown as spaces (one line, never several)."""
+    text = safetext.clean(text, colours=True)
     if "\r" in text:  # progress bars redraw with \r: the terminal shows the last drawing
         parts = [p for p in text.split("\r") if p]
         text = parts[-1] if parts else ""
-    return _CONTROLS.sub("\ufffd", _BREAKS.sub(" ", text).expandtabs())
+    if "\x1b" in text:
+        text = safetext.clean(text)
+    return text.replace("\u2028", " ").replace("\u2029", " ").replace("\n", " ").expandtabs()
 
 
 class Cap:

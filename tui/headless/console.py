@@ -1,11 +1,11 @@
 """Where the headless commands write: stdout and stderr, as a terminal or a pipe.
 
-On a terminal, the text of ranks and hosts is made safe before it is written (`terminal_safe`:
-a rank's OSC 52 would write the user's clipboard, its title and clear-screen sequences take
-over the window), and ddptui keeps one live line at the bottom of stderr (`connecting 97/128
-…`) that other output scrolls above. In a pipe or a file the bytes stay as written, and there
-is no live line. A closed output (`| head` exited, the terminal gone) is said once
-(`on_closed`) and written to no more.
+On a terminal, the text of ranks and hosts is made safe before it is written (`terminal_safe`,
+remote/host/safetext.py's cleaner keeping SGR colours: a rank's OSC 52 would write the user's
+clipboard, its title and clear-screen sequences take over the window), and ddptui keeps one
+live line at the bottom of stderr (`connecting 97/128 …`) that other output scrolls above. In
+a pipe or a file the bytes stay as written, and there is no live line. A closed output (`| head`
+exited, the terminal gone) is said once (`on_closed`) and written to no more.
 """
 
 from __future__ import annotations
@@ -13,33 +13,20 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import re
 import shutil
 from collections.abc import Callable
 from typing import TextIO
 
+from ddptui.remote.host.safetext import clean
 from ddptui.remote.store.record import BYTES_BACK
 
-# SGR colours stay; any other escape sequence, and control characters but tab, newline and
-# carriage return, go: OSC/DCS/SOS/PM/APC strings up to their end (BEL or ST) or the line's,
-# other CSI sequences (cursor moves, clear screen), two-byte escapes (ESC c resets the
-# terminal), C0 and C1 controls and DEL (C1 also as the bytes a non-UTF-8 line carried).
-_UNSAFE = re.compile(
-    r"(\x1b\[[0-9;:]*m)"
-    r"|\x1b[P\]X^_][^\x07\n]*?(?:\x07|\x1b\\|(?=\n)|$)"
-    r"|\x1b\[[0-?]*[ -/]*[@-~]?"
-    r"|\x1b[ -/]*[0-~]?"
-    r"|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\udc80-\udc9f]"
-)
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\udc80-\udc9f]")
 CLEAR_LINE = "\r\x1b[2K"
 
 
 def terminal_safe(text: str) -> str:
-    """`text` as a terminal may show it: SGR colours kept, every other control taken out."""
-    if _CONTROL.search(text) is None:  # the usual line: one scan in C
-        return text
-    return _UNSAFE.sub(lambda m: m[1] or "", text)
+    """`text` as a terminal may show it: SGR colours and carriage returns kept, every other
+    escape sequence and control but newline and tab taken out."""
+    return clean(text, colours=True)
 
 
 def isatty(stream: TextIO) -> bool:
