@@ -34,6 +34,7 @@ class Attempt:
         self.err = b""  # the end of the job's own stderr: torchrun's report names the rank
         self.died: Any = None  # (rank, exit code or None, time): the first rank process to end
         self.sick: str | None = None  # why this host's GPUs or NICs failed during the attempt
+        self.evidence: list[str] = []  # what that verdict rests on (each read's exit, stderr, row)
         self.watch: Any = None  # its health watch, once it has read how the host began
         self.reading = threading.Lock()  # one read of the watch at a time
         self.lines = 0  # the lines its ranks printed: how far it got (remote/host/retry.py)

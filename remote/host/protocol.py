@@ -93,6 +93,8 @@ if TYPE_CHECKING:
         waiting: list[str]  # node 0: the lost nodes' names a spare must replace
         run_status: str  # node 0: the run's end
         run_reason: str
+        run_why: str  # node 0: why no attempt follows (a restart chain that stops)
+        checkpoint: dict[str, Any]  # node 0: job.checkpoint's newest {path, step, at}
         alive: bool  # STATUS: its supervisor answers
         series: dict[str, Any]  # STATUS, node 0, asked for: the training's curve
 
@@ -137,9 +139,11 @@ STATUS = "status"
 PORT = "port"
 STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which node it takes
 HANGS = "hangs"  # node 0's kept hangs (hang-<attempt>.json, remote/host/watch.py)
+SLURM = "slurm"  # the login node: one of Slurm's commands (remote/host/slurmcmd.py)
+RELAY = "relay"  # the login node: srun into a job's node, its stdio the channel's data
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
-    STANDBY, HANGS,
+    STANDBY, HANGS, SLURM, RELAY,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------
@@ -156,12 +160,17 @@ AGENT_LEASE_S = 60.0  # until the launcher says otherwise
 STARTED = "started"  # {pid, hostname, ifname, hub_port, mode, ranks, attempt}
 RANKS = "ranks"  # {ranks, world}: only the run reveals them (c10d, spawn, Lightning)
 STOPPING = "stopping"  # {by, reason, node}
-EXIT = "exit"  # {code, stopped, by, reason, node, survivors, attempt, died: {rank, code, at}}
+# {code, stopped, by, reason, node, survivors, attempt, died: {rank, code, at}, evidence: what a
+# health verdict (by: health) rests on, each a line (remote/host/health.py)}
+EXIT = "exit"
 ERROR = "error"  # {msg, attempt}: the node could not start (its job, or its supervisor)
 # node 0's stream only: the run's hub speaks
 HUB_PORT = "hub-port"  # {port}: where the hub listens, said first (a job that cannot start too)
 RESTART = "restart"  # {attempt, of, after, node, delay, replace}: the next attempt is coming
 NOTIFY = "notify"  # {event, status, message, wanted}: something happened (job.notify)
+RUN_END = "run-end"  # {status, why}: the run ends; why no attempt follows ("": it says itself)
+CHECKPOINT = "checkpoint"  # {path, step, at}: the job saved a new newest checkpoint
+SAVED = "saved"  # {attempt, path, step, reached, lost}: a failed attempt, against its checkpoint
 NOTIFY_FAILED = "notify-failed"  # {event, error}: the notify command failed (nothing changes)
 TRIMMED = "trimmed"  # meta {bytes, max}; control {missed, at}
 MODE = "mode"  # {mode}: attached or detached
@@ -186,7 +195,8 @@ BY_HEALTH = "health"  # this host's GPUs or NICs failed (remote/host/healthwatch
 HALT_BY = {"stopped": BY_LAUNCHER, "lost": BY_LEASE}  # stops that end a run: none follows
 
 # Launcher to a node's supervisor: text lines on its stream.
-SAY_HELLO = "hello"  # hello OFFSET: resume the spool there
+SAY_HELLO = "hello"  # hello OFFSET [view]: resume the spool there (view: only watch, viewers.py)
+SAY_VIEW = "view"
 SAY_PING = "ping"
 SAY_STOP = "stop"  # stop [failure]: a user's stop ends the run; `failure`: this attempt only
 SAY_STOP_FAILURE = "failure"
@@ -262,13 +272,14 @@ SPEC_DEFAULTS = {
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
     "standbys": [],  # node 0: the spares' names, in fleet order: each may stand by (hot)
-    "hub_port": None,  # where the hub listens, known at the start (a hot spare's node)
+    "hub_port": None,  # where the hub listens, known at the start (a hot spare's node; Slurm)
     "restart_on": None,  # node 0: job.restart_on (None: every failure restarts)
     "notify": None,  # node 0: {command, events} (job.notify)
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
     "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
     "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
     "on_straggler": "warn",  # node 0: job.on_straggler: warn | replace
+    "checkpoint": None,  # job.checkpoint: where the job saves (remote/host/checkpoints.py)
 }
 
 

@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.remote.host import protocol, wire
+from ddptui.remote.host.safetext import clean
 
 TEXT_MAX = 4096  # characters of any one reason or message kept
+EVIDENCE_MAX = 8  # lines of a health verdict's evidence kept
+EVIDENCE_LINE_MAX = 1024  # characters of each
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class Exit:
     survivors: tuple[str, ...]
     attempt: int = 0
     died: RankEnd | None = None
+    evidence: tuple[str, ...] = ()  # a health verdict's: each read's exit, stderr, row
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,15 @@ class Notify:
     status: str
     message: str
     wanted: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """Node 0's hub: the run ends with `status`; why no attempt follows ("": nothing to say
+    beyond the status and the failure, e.g. no restarts were asked for)."""
+
+    status: str
+    why: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +163,26 @@ class BadHost:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Node 0: the job saved a new newest checkpoint (job.checkpoint)."""
+
+    path: str
+    step: int | None
+    at: float  # node 0's clock: when it was written
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """Node 0: a failed attempt against its newest checkpoint (job.checkpoint)."""
+
+    attempt: int
+    path: str  # "": none yet
+    step: int | None  # the checkpoint's
+    reached: int | None  # the attempt's, as its lines said
+    lost: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Redrawn:
     """A rank's line still being redrawn (a tqdm bar): its last drawing, for progress only."""
 
@@ -168,12 +201,15 @@ Message = (
     | Mode
     | Restart
     | Notify
+    | RunEnd
     | NotifyFailed
     | Redrawn
     | Health
     | SpareNews
     | PeerRefused
     | BadHost
+    | Checkpoint
+    | Saved
 )
 
 
@@ -188,6 +224,12 @@ def parse(msg: dict[str, Any]) -> Message | None:
 
 def _text(value: Any) -> str:
     return str(value)[:TEXT_MAX]
+
+
+def _evidence(value: Any) -> tuple[str, ...]:
+    """A health verdict's evidence: a few lines, each bounded and made safe to show."""
+    lines = value[:EVIDENCE_MAX] if isinstance(value, list) else ()
+    return tuple(clean(str(line)[:EVIDENCE_LINE_MAX]) for line in lines)
 
 
 def _opt_text(value: Any) -> str | None:
@@ -245,6 +287,7 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         _opt_int(m.get("code")), bool(m.get("stopped")), _opt_text(m.get("by")),
         _opt_text(m.get("reason")), _opt_int(m.get("node")),
         tuple(_text(s) for s in m.get("survivors") or ()), _attempt(m), _died(m.get("died")),
+        _evidence(m.get("evidence")),
     ),
     protocol.ERROR: lambda m: StartError(
         _text(m.get("msg", "the node could not start")), _attempt(m)
@@ -261,10 +304,18 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         _text(m["event"]), _text(m.get("status", "")), _text(m.get("message", "")),
         bool(m.get("wanted")),
     ),
+    protocol.RUN_END: lambda m: RunEnd(_text(m["status"]), _text(m.get("why") or "")),
     protocol.NOTIFY_FAILED: lambda m: NotifyFailed(_text(m["event"]), _text(m.get("error", ""))),
     protocol.REDRAWN: lambda m: Redrawn(_int(m["rank"]), _text(m["text"])),
     protocol.HEALTH: lambda m: Health(_text(m.get("level", "")), _text(m["text"]), _attempt(m)),
     protocol.SPARE_NEWS: lambda m: SpareNews(_text(m.get("level", "")), _text(m["text"])),
     protocol.PEER_REFUSED: lambda m: PeerRefused(_text(m["text"])),
     protocol.BAD_HOST: lambda m: BadHost(_int(m["node"]), _text(m["name"]), _text(m["why"])),
+    protocol.CHECKPOINT: lambda m: Checkpoint(
+        _text(m["path"]), _opt_int(m.get("step")), _epoch(m["at"])
+    ),
+    protocol.SAVED: lambda m: Saved(
+        _int(m["attempt"]), _text(m.get("path") or ""), _opt_int(m.get("step")),
+        _opt_int(m.get("reached")), _opt_int(m.get("lost")),
+    ),
 }  # fmt: skip

@@ -141,11 +141,12 @@ class FailureBanner(Static):
 
 
 def _tail(failure: Failure) -> list[str]:
-    """The traceback's last lines; its last line is already the failure's message."""
+    """The traceback's last lines (its last line is already the failure's message), or what a
+    host's health verdict rests on."""
     lines = [line for line in failure.traceback if line.strip()]
     if lines and lines[-1].strip() == failure.message:
         lines.pop()
-    return lines[-TRACEBACK_SHOWN:]
+    return lines[-TRACEBACK_SHOWN:] + list(failure.evidence)
 
 
 class ClearableInput(Input):
@@ -162,13 +163,3 @@ class FilterInput(ClearableInput):
     BINDINGS = [
         Binding("escape", "clear", "Clear filter", id="filter-clear", tooltip="No filter"),
     ]
-
-
-class FindInput(ClearableInput):
-    """The search of the hosts pane or the views list: each key narrows it, escape clears."""
-
-    BINDINGS = [
-        Binding("escape", "clear", "Clear search", id="find-clear", tooltip="Show them all"),
-    ]
-
-    target = ""  # "hosts" or "views"
