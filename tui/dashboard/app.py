@@ -52,7 +52,7 @@ from ddptui.remote.run.failures import first
 from ddptui.remote.run.runner import Emit, Run, new_run_id
 from ddptui.remote.store import runs
 
-from ..text import run_ended
+from ..text import run_ended, shown
 from . import hostshell
 from .glance import ClusterFactory, Glance, engine_cluster
 from .history import HistoryScreen
@@ -271,7 +271,9 @@ class Dashboard(App[int]):
         markup: bool = True,
     ) -> None:
         """Every toast is plain text: messages carry host, rank and inventory text, which is
-        never read as markup (`[/x]` in a script's name, `[@click=app.quit]` from a host)."""
+        never read as markup (`[/x]` in a script's name, `[@click=app.quit]` from a host), nor
+        a terminal's command (an OSC 52 in an exception's words)."""
+        message, title = shown(message), shown(title)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     # -- inventory --------------------------------------------------------------------------
