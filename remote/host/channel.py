@@ -4,10 +4,14 @@ The run's hub (remote/host/hub.py) coordinates the supervisors of one run over T
 master address, where anyone on that network can connect; this module is how a connection
 earns trust, apart from what the supervisors say over it:
 
-- The handshake proves both ends know the run's secret (it travels in the spec over SSH, never
-  on disk), each under a nonce of the other's: the hub sends its nonce, the peer answers with
-  its node, its own nonce and an HMAC of both; the hub answers with an HMAC of its own. Both
-  derive a key for this session from the two nonces.
+- Each node has a key of its own (`node_key`), which the launcher derives from the run's
+  secret and sends that node alone, over SSH in its spec (never on disk); only the hub, node 0,
+  holds the secret itself. A spare's key is its own too (`spare_key`, a launcher's ticket), good
+  only for the node the hub awaits it for. So a host proves who it is, and can speak as no other.
+- The handshake proves both ends know the node's key, each under a nonce of the other's: the
+  hub sends its nonce, the peer answers with its node, its own nonce and an HMAC of both; the
+  hub answers with an HMAC of its own. Both derive a key for this session from the two nonces.
+  A peer that proves another node's key instead of its own is refused and named (`refused`).
 - Strangers cost little and never lock a peer out: one thread (the `Door`) reads every
   handshake, each gets one deadline for the whole of it, and past 64 at once the oldest is
   dropped (a peer's takes one round trip; a flood that keeps slots busy only pushes out its
@@ -45,18 +49,34 @@ def log(text):
     sys.stderr.flush()
 
 
-def _mac(key, *parts):
+def _mac(key: bytes, *parts: bytes) -> bytes:
     return hmac.new(key, b" ".join(parts), hashlib.sha256).hexdigest().encode()
 
 
-class Session:
-    """Both ends' proofs and the session key, from the secret, both nonces and the node."""
+def node_key(secret: str, node: int) -> str:
+    """Node `node`'s own key (a hot spare's standby: its slot's), from the run's secret."""
+    return _mac(secret.encode(), b"node", b"%d" % node).decode()
 
-    def __init__(self, secret, hub_nonce, peer_nonce, node):
-        secret, said = secret.encode(), (hub_nonce, peer_nonce, b"%d" % node)
-        self.peer_proof = _mac(secret, b"peer", *said)
-        self.hub_proof = _mac(secret, b"hub", *said)
-        self.key = _mac(secret, b"key", *said)
+
+def spare_key(key: str, node: int) -> str:
+    """What a hot spare's standby of key `key` proves once it is node `node`: the hub takes it
+    only for the node it chose that standby for."""
+    return _mac(key.encode(), b"spare", b"%d" % node).decode()
+
+
+def peer_proof(key, hub_nonce, peer_nonce, node):
+    """A peer's proof, alone (the hub names a peer that proved the wrong node's key)."""
+    return _mac(key.encode(), b"peer", hub_nonce, peer_nonce, b"%d" % node)
+
+
+class Session:
+    """Both ends' proofs and the session key, from the node's key, both nonces and the node."""
+
+    def __init__(self, key, hub_nonce, peer_nonce, node):
+        self.peer_proof = peer_proof(key, hub_nonce, peer_nonce, node)
+        key, said = key.encode(), (hub_nonce, peer_nonce, b"%d" % node)
+        self.hub_proof = _mac(key, b"hub", *said)
+        self.key = _mac(key, b"key", *said)
 
 
 class Channel:
@@ -104,11 +124,13 @@ class Channel:
 
 class Door:
     """The hub's accept loop: every handshake in one thread, non-blocking, each with one
-    deadline; admit(node, channel, hub's proof) gets the peers that proved themselves.
-    secrets(node): what a peer of that node may prove it knows."""
+    deadline; admit(node, who, channel, hub's proof) gets the peers that proved themselves.
+    keys(node): the (who, key) a peer of that node may prove; refused(node, hub nonce, peer
+    nonce, proof): one that proved none of them (a stranger, or a host claiming another's node)."""
 
-    def __init__(self, server, secrets, nnodes, admit):
-        self.server, self.secrets, self.nnodes, self.admit = server, secrets, nnodes, admit
+    def __init__(self, server, keys, nnodes, admit, refused=None):
+        self.server, self.keys, self.nnodes, self.admit = server, keys, nnodes, admit
+        self.refused = refused or (lambda *_: None)
         self.pending = {}  # socket -> [deadline, hub nonce, bytes so far], oldest first
         self.sel = selectors.DefaultSelector()
         self.backoff = 0.0
@@ -196,16 +218,17 @@ class Door:
         except (ValueError, IndexError):
             sock.close()
             return
-        for secret in self.secrets(node):
-            session = Session(secret, nonce, their_nonce, node)
+        for who, key in self.keys(node):
+            session = Session(key, nonce, their_nonce, node)
             if hmac.compare_digest(proof, session.peer_proof):
-                break
-        else:
-            sock.close()
-            return
+                return self._let_in(sock, node, who, session)
+        sock.close()
+        self.refused(node, nonce, their_nonce, proof)
+
+    def _let_in(self, sock, node, who, session):
         chan = Channel(sock, sock.makefile("rb"), session.key, b"hub", b"peer")
         try:
-            self.admit(node, chan, session.hub_proof)
+            self.admit(node, who, chan, session.hub_proof)
         except RuntimeError as exc:  # no thread for it (a process limit): it will come again
             chan.close()
             self._pause(f"cannot follow node {node}: {exc}")
@@ -232,19 +255,19 @@ def prove(chan, proof):
     return True
 
 
-def dial(addr, secret, node):
-    """A peer's channel to the hub at addr, once both proved themselves (OSError,
-    ValueError: not now, or not the hub)."""
+def dial(addr, key, node):
+    """A peer's channel to the hub at addr, proving node's key, once both proved themselves
+    (OSError, ValueError: not now, or not the hub)."""
     deadline = time.monotonic() + HANDSHAKE_S
     sock = socket.create_connection(addr, timeout=HANDSHAKE_S)
     try:
-        return _handshake(sock, deadline, secret, node)
+        return _handshake(sock, deadline, key, node)
     except BaseException:
         sock.close()
         raise
 
 
-def _handshake(sock, deadline, secret, node):
+def _handshake(sock, deadline, key, node):
     """The hub's nonce; our node, nonce and proof; the hub's proof, or not the hub."""
     f = sock.makefile("rb")
 
@@ -256,7 +279,7 @@ def _handshake(sock, deadline, secret, node):
     if not hello.startswith(CHALLENGE) or not hello.endswith(b"\n"):
         raise ValueError("not a ddptui hub")
     nonce = os.urandom(16).hex().encode()
-    session = Session(secret, hello[len(CHALLENGE) :].strip(), nonce, node)
+    session = Session(key, hello[len(CHALLENGE) :].strip(), nonce, node)
     sock.sendall(b"%d %s %s\n" % (node, nonce, session.peer_proof))
     if not hmac.compare_digest(line().rstrip(b"\n"), session.hub_proof):
         raise ValueError("the hub did not prove itself")

@@ -41,7 +41,7 @@ class Coordinator(Role):
         link_timeout = spec["link_timeout"]
         self.hub = Hub(
             spec["secret"], spec["names"], link_timeout, protocol.beat_interval(link_timeout),
-            sup.stop, spec["master_addr"], sup.launcher,
+            sup.stop, spec["master_addr"], sup.launcher, self._refused,
         )  # fmt: skip
         self.hub_port = self.hub.port
         self.spares = HotSpares(self.hub, spec["standbys"], self._spare_lost)
@@ -117,6 +117,10 @@ class Coordinator(Role):
         job.notify."""
         self.sup.note(t=protocol.SPARE_NEWS, level="warning", text=text)
         self.word("lost", "running", text)
+
+    def _refused(self, text: str) -> None:
+        """A host proved its own key claiming another's node at the hub: said."""
+        self.sup.note(t=protocol.PEER_REFUSED, text=text)
 
     def _notify_failed(self, event: str, why: str) -> None:
         log(f"notify ({event}) failed: {why}")

@@ -39,7 +39,7 @@ class HotSpares:
         self.taking: dict[int, int] = {}  # slot -> the node it was told to take
         self.gone: set[int] = set()  # slots given up: dead, cut off, failed to take their node
         self.over: str | None = None  # the run is over: said to every standby that comes
-        hub.standby_slots, hub.stand_by = len(names), self._serve
+        hub.standbys, hub.stand_by, hub.chosen = list(names), self._serve, self._chosen
 
     def start(self) -> None:
         if self.names:
@@ -56,6 +56,10 @@ class HotSpares:
         for k, _, chan in given:
             chan.send(t=protocol.HUB_TAKE, node=k, attempt=attempt)
         return [(k, self.names[slot]) for k, slot, _ in given]
+
+    def _chosen(self, node: int) -> list[int]:
+        """(Under the hub's lock) the standbys told to take `node`: their keys for it count."""
+        return [slot for slot, k in self.taking.items() if k == node]
 
     def finish(self, reason: str) -> None:
         """The run is over: every standby is told, and leaves."""

@@ -10,9 +10,10 @@ heartbeats, "my job of this attempt ended (ok / failed / stopped)", and "halt" (
 a lease: no attempt may follow); the hub says "stop, because ...", "restart: attempt N" and
 "over". A peer silent for link_timeout is lost, which stops the rest; a peer that loses its hub
 stops itself; a hub that hears from no peer at all is the one cut off, and says so of itself.
-A spare that takes a lost node's place (job.restarts) proves a ticket of its own, which the
+Each peer proves a key of its own (remote/host/identity.py), so a host speaks only as itself. A
+spare that takes a lost node's place (job.restarts) proves a ticket of its own, which the
 launcher gave node 0 and the spare over SSH; the lost node, if it comes back, is told it is
-over.
+over, whatever attempt it claims.
 Hot spares' standbys (remote/host/standby.py) connect as peers numbered after the nodes, each
 in its spare's fleet slot; the hub admits them at its door and hands them to node 0's hot spares
 (remote/host/hotspares.py).
@@ -25,7 +26,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from . import channel, hangtraces, protocol
+from . import channel, hangtraces, identity, protocol
 from .common import thread
 from .policy import Outcome
 from .vitals import fit
@@ -96,8 +97,10 @@ class Hub:
         on_stop,
         bind=None,
         launcher=None,
+        on_refused=None,
     ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
+        self.on_refused = on_refused or (lambda text: None)  # a host that claimed another's node
         self.on_stop = on_stop
         # When node 0 last heard a launcher (monotonic), None when none holds the run: a
         # witness that node 0's own network is up, where one peer's silence cannot tell.
@@ -109,6 +112,7 @@ class Hub:
         self.since = dict.fromkeys(range(1, len(names)), 0)  # the attempt each one joined at
         self.tickets: dict[int, str] = {}  # node -> the proof of the spare coming to take its place
         self.replaced = 0  # spares that took lost nodes' places
+        self.spared: set[int] = set()  # the nodes whose place a spare took: not their hosts'
         self.attempt = 0
         self.ended: dict[int, Ended] = {}  # node -> how its job of this attempt ended (0: node 0)
         self.stopping: Stopping | None = None  # why every node was told to stop, this attempt
@@ -129,8 +133,10 @@ class Hub:
         self.traced = lambda node, msg: None  # a piece of a peer's traces (hangtraces.py)
         # Hot spares' standbys: the slots after the nodes', each served by stand_by(slot, chan)
         # (remote/host/hotspares.py sets both)
-        self.standby_slots = 0
+        self.standbys: list[str] = []  # their hosts' names, by slot
         self.stand_by: Callable[[int, Channel], None] = lambda slot, chan: chan.close()
+        self.chosen: Callable[[int], list[int]] = lambda node: []  # the slots told to take node
+        self.ids: identity.Identities | None = None  # the peers' keys, from the start
         self.all_ended = threading.Event()  # every peer's job of this attempt has ended
         if len(names) == 1:
             self.all_ended.set()
@@ -138,14 +144,24 @@ class Hub:
         self.port = self.server.getsockname()[1]
 
     def start(self):
-        peers = len(self.names) + self.standby_slots
-        thread(channel.Door(self.server, self._secrets, peers, self._admit).run)
+        self.ids = identity.Identities(self.secret, self.names, self.standbys)
+        peers = len(self.names) + len(self.standbys)
+        door = channel.Door(self.server, self._keys, peers, self._admit, self._refused)
+        thread(door.run)
         thread(self._watch)
 
-    def _secrets(self, node):
-        """What a peer of `node` may prove: the run's secret, or the ticket of its spare."""
-        ticket = self.tickets.get(node)
-        return [self.secret] if ticket is None else [self.secret, ticket]
+    def _keys(self, node):
+        """What a peer of `node` may prove: its own key, or the spare's awaited in its place."""
+        assert self.ids is not None
+        with self.cond:
+            return self.ids.keys(node, self.tickets.get(node), self.chosen(node))
+
+    def _refused(self, node, hub_nonce, peer_nonce, proof):
+        assert self.ids is not None
+        said = self.ids.impostor(node, hub_nonce, peer_nonce, proof)
+        if said is not None:
+            channel.log(said)
+            self.on_refused(said)
 
     # -- node 0's supervisor ------------------------------------------------------------------
 
@@ -317,11 +333,11 @@ class Hub:
         waited = range(len(self.names)) if self.halted is None else (0, *self.joined)
         return all(k in self.ended or k in self.lost for k in waited)
 
-    def _admit(self, node, chan, proof):
+    def _admit(self, node, who, chan, proof):
         """A peer proved itself (the door's thread): follow it in a thread of its own."""
-        thread(self._peer, node, chan, proof)
+        thread(self._peer, node, who == identity.SPARE, chan, proof)
 
-    def _peer(self, node, chan, proof):
+    def _peer(self, node, spare, chan, proof):
         if not channel.prove(chan, proof):
             return
         if node >= len(self.names):
@@ -332,7 +348,7 @@ class Hub:
             if (
                 join is not None
                 and join.get("t") == protocol.HUB_JOIN
-                and self._join(node, chan, join)
+                and self._join(node, spare, chan, join)
             ):
                 self._follow(node, chan, msgs)
         # Gone without saying its job ended: its supervisor died or the link broke. A broken
@@ -343,19 +359,26 @@ class Hub:
                 del self.peers[node]
                 self.cond.notify_all()
 
-    def _join(self, node, chan, join):
+    def _join(self, node, spare, chan, join):
         """A peer says which attempt its supervisor started at (since) and which it runs: the
-        spare of a lost node joins in its place; the lost one, come back, is told it is over."""
+        spare of a lost node (its key a spare's) joins in its place; the lost one, come back,
+        is told it is over."""
         since, attempt = _int(join.get("since")), _int(join.get("attempt"))
         with self.cond:
             lost_in = self.lost.get(node)
-            if since < self.since[node] or (lost_in is not None and since <= lost_in):
+            taken = lost_in is not None or node in self.spared  # not its own host's place now
+            if (
+                since < self.since[node]
+                or (lost_in is not None and since <= lost_in)
+                or (taken and not spare)
+            ):
                 chan.send(t=protocol.HUB_OVER, reason="another host took this node's place")
                 return False
             if lost_in is not None:  # the spare
                 del self.lost[node]
                 self.since[node] = since
                 self.replaced += 1
+                self.spared.add(node)
             old, self.peers[node] = self.peers.get(node), chan
             self.joined.add(node)
             self.heard[node] = time.monotonic()
@@ -497,14 +520,15 @@ def _opt_int(value):
 
 
 class HubLink:
-    """A peer's side: connects to the hub, keeps the lease, obeys its stop (on_stop(reason,
-    node, by), as the hub's), and hears from it what follows each attempt (`word`). since:
-    the attempt its supervisor started at (a spare joins a run going, before its attempt)."""
+    """A peer's side: connects to the hub, proving `key` (its own: identity.py), keeps the
+    lease, obeys its stop (on_stop(reason, node, by), as the hub's), and hears from it what
+    follows each attempt (`word`). since: the attempt its supervisor started at (a spare joins
+    a run going, before its attempt)."""
 
     def __init__(
-        self, secret, node, link_timeout, beat, on_stop, since=0, on_sample=None, on_flight=None
+        self, key, node, link_timeout, beat, on_stop, since=0, on_sample=None, on_flight=None
     ):
-        self.secret, self.node, self.link_timeout, self.beat = secret, node, link_timeout, beat
+        self.key, self.node, self.link_timeout, self.beat = key, node, link_timeout, beat
         self.on_stop = on_stop
         self.on_sample = on_sample  # stacks -> this node's sample (remote/host/vitals.py)
         self.on_flight = on_flight  # () -> its ranks' traces (remote/host/hangtraces.py)
@@ -602,7 +626,7 @@ class HubLink:
                 time.sleep(RETRY_S)  # the hub is gone or unreachable: the watchdog decides
 
     def _session(self):
-        chan = channel.dial(self.addr, self.secret, self.node)
+        chan = channel.dial(self.addr, self.key, self.node)
         self.chan = chan
         try:
             chan.send(t=protocol.HUB_JOIN, since=self.since, attempt=self.attempt)

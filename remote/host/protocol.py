@@ -171,6 +171,7 @@ REDRAWN = "redrawn"
 HEALTH = "health"  # {level, text, attempt}: this host's GPUs or NICs, news since the attempt began
 # node 0's stream: {node, name, why}: a host no attempt of this run may use again
 SPARE_NEWS = "spare-news"  # {level, text}: node 0: a hot spare's standby lost, or swapped in
+PEER_REFUSED = "peer-refused"  # {text}: node 0: a host claimed another's node at the hub
 BAD_HOST = "bad-host"
 # control frames only
 STREAM_HELLO = "hello"  # {node, run_id, mode, live, spool_start, spool_end, state}

@@ -2,7 +2,8 @@
 
 A launcher starts one on each spare host that passed its checks (remote/run/recover.py), with
 what it needs to become any node k: node k's spec as a spare in its place (its rank, env,
-ports; the same world size), the run's secret and where the hub listens. It holds no GPU and
+ports; the same world size; a key for k the hub takes only once it chose this standby for k),
+its own key (remote/host/identity.py) and where the hub listens. It holds no GPU and
 runs no job: it connects to the hub as a peer numbered after the nodes (its fleet slot) and
 heartbeats (remote/host/hub.py). Told "take k" (a node lost or bad, nobody attached), it starts
 node k's supervisor exactly as the agent's `start` op would (remote/host/nodes.py), says so,

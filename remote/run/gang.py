@@ -406,6 +406,8 @@ class Gang:
             self.emit(Notice("error" if msg.level == "failure" else "warning", msg.text, name))
         elif isinstance(msg, nodemsg.SpareNews):
             self.emit(Notice("warning" if msg.level == "warning" else "info", msg.text))
+        elif isinstance(msg, nodemsg.PeerRefused):
+            self.emit(Notice("error", msg.text))
         elif isinstance(msg, nodemsg.BadHost):
             self.emit(BadHost(msg.name, msg.node, msg.why))
 

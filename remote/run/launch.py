@@ -21,7 +21,7 @@ from ddptui.remote.agents.transport import HostError
 from ddptui.remote.checks.judge import master_problem
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import DeepChecked, Event, Failure, Notice
-from ddptui.remote.host import protocol
+from ddptui.remote.host import channel, protocol
 from ddptui.remote.inventory import Inventory, swap_in
 from ddptui.remote.run.gang import Node, Start
 from ddptui.remote.run.plan import IFNAME_VARS, SCRATCH, NodePlan, Plan, build
@@ -50,7 +50,7 @@ class Launch:
         self.preflight, self.emit = preflight, emit
         self.run_id, self.run_dir = run_id, run_dir
         self.extra_args = tuple(extra_args)
-        self._secret = secret  # the supervisors' proof to each other (the hub)
+        self._secret = secret  # the run's: node 0's hub derives from it every peer's own key
         self.deep = deep  # the deep check before the start (checkup.py's deep_first)
         job = preflight.inv.job
         self.master_port: int | None = job.master_port if job.master_port != "auto" else None
@@ -161,8 +161,9 @@ class Launch:
         secret: str = "",
         inv: Inventory | None = None,
     ) -> dict[str, Any]:
-        """Node's spec; a spare joins at `attempt`, proving `secret` (its ticket); inv: the
-        hosts as a hot spare in node's place would have them (else the run's)."""
+        """Node's spec, with the key it proves to the hub (its own: remote/host/identity.py); a
+        spare joins at `attempt`, proving `secret` (its ticket, its standby's key for node);
+        inv: the hosts as a hot spare in node's place would have them (else the run's)."""
         inv = inv or self.inv
         job = inv.job
         notify = job.notify.model_dump() if job.notify else None
@@ -188,7 +189,7 @@ class Launch:
                 "container": node.host.container.spec() if node.host.container else None,
                 "link_timeout": job.link_timeout,
                 "spool_max": int(job.spool_max_mb * (1 << 20)),
-                "secret": secret or self._secret,
+                "secret": secret or self.key(node.node_rank),
                 "attempt": attempt,
                 "restarts": job.restarts,
                 "restart_delay": job.restart_delay,
@@ -203,9 +204,15 @@ class Launch:
             }
         )
 
+    def key(self, k: int) -> str:
+        """What node (or standby slot) k proves to the hub: node 0, the hub, holds the run's
+        secret; every other peer a key of its own, which proves no other's."""
+        return self._secret if k == 0 else channel.node_key(self._secret, k)
+
     def standby(self, j: int, spare: str, master_addr: str, hub_port: int | None) -> dict[str, Any]:
-        """A hot spare's standby (fleet slot j): node k's spec as the spare in its place, for
-        every k but 0, and where the hub listens."""
+        """A hot spare's standby (fleet slot j), with its own key: node k's spec as the spare in
+        its place, for every k but 0, each with the key the hub takes once it chose j for k,
+        and where the hub listens."""
         addrs = self.addresses()
         specs = {}
         for k in range(1, len(self.inv.hosts)):
@@ -215,9 +222,10 @@ class Launch:
                 addrs=[*addrs[:k], self.fleet.transports[j].address, *addrs[k + 1 :]],
                 master_port=self.master_port,
             )  # fmt: skip
-            specs[str(k)] = self.spec(planned.nodes[k], master_addr, inv=inv)
+            as_k = channel.spare_key(self.key(j), k)
+            specs[str(k)] = self.spec(planned.nodes[k], master_addr, secret=as_k, inv=inv)
         link_timeout = self.inv.job.link_timeout
-        return {"run_id": self.run_id, "slot": j, "specs": specs, "secret": self._secret,
+        return {"run_id": self.run_id, "slot": j, "specs": specs, "secret": self.key(j),
                 "hub": [master_addr, hub_port], "link_timeout": link_timeout}  # fmt: skip
 
     async def _pick_port(self) -> int | None:

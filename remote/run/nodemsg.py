@@ -134,6 +134,13 @@ class SpareNews:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerRefused:
+    """Node 0's hub: a host proved its own key claiming another's node, and was refused."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class BadHost:
     """Node 0's hub: a host no attempt of the run may use again, and why."""
 
@@ -165,6 +172,7 @@ Message = (
     | Redrawn
     | Health
     | SpareNews
+    | PeerRefused
     | BadHost
 )
 
@@ -257,5 +265,6 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     protocol.REDRAWN: lambda m: Redrawn(_int(m["rank"]), _text(m["text"])),
     protocol.HEALTH: lambda m: Health(_text(m.get("level", "")), _text(m["text"]), _attempt(m)),
     protocol.SPARE_NEWS: lambda m: SpareNews(_text(m.get("level", "")), _text(m["text"])),
+    protocol.PEER_REFUSED: lambda m: PeerRefused(_text(m["text"])),
     protocol.BAD_HOST: lambda m: BadHost(_int(m["node"]), _text(m["name"]), _text(m["why"])),
 }  # fmt: skip

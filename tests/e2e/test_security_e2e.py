@@ -1,9 +1,11 @@
 """Attacks on a run from its neighbours, on real sshd test hosts (issue 19): anyone on the
-cluster network flooding node 0's hub, and a second local user who may write a shared workdir.
+cluster network flooding node 0's hub, and a second local user who may write a shared workdir;
+a host of the run speaking as another (issue 37).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -17,6 +19,10 @@ from pathlib import Path
 import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, wait_for
 from testhosts import REPO, TestCluster, as_neighbour, neighbour, netns_popen
+
+from ddptui.remote import inventory
+from ddptui.remote.events import BadHost, Event, Notice
+from ddptui.remote.run.runner import Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.security]
 
@@ -152,3 +158,47 @@ def test_symlinks_planted_in_a_shared_workdir_touch_nothing_of_roots(
     assert victim.read_text() == "root's secret\n"
     assert stat.S_IMODE(victim.stat().st_mode) == 0o600
     assert sorted(p.name for p in secrets.iterdir()) == ["credentials"]
+
+
+IMPOSTOR = """
+import sys
+from ddptui.remote.host import channel
+addr, port, key, node = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+try:
+    channel.dial((addr, port), key, node).close()
+    print("let in")
+except ValueError as exc:
+    print(exc)
+"""
+
+
+async def test_a_host_of_the_run_cannot_speak_as_another(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    """Node 1's host, with the key its spec gave it, joins node 0's hub as node 2: refused and
+    named, and the run goes on (on the one shared secret, node 2 was taken over, marked bad and
+    lost, and the run stopped)."""
+    job = {"script": "tests/data/tick.py", "args": ["100000", "0.2"], "nproc_per_node": 1,
+           "master_port": 29673, "link_timeout": 30, "stop_grace": 2}  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1, 2])
+    events: list[Event] = []
+    run = Run(inventory.load(inv), events.append, run_dir=tmp_path / "run", checks=False)
+    task = asyncio.create_task(run.execute())
+    try:
+        await asyncio.wait_for(run.gang.running.wait(), 120)
+        argv = [sys.executable, "-c", IMPOSTOR, cluster.hosts[0].addr, str(run.gang.hub_port),
+                run.launch.key(1), "2"]  # fmt: skip
+        said = await asyncio.to_thread(cluster.netns_exec, 1, argv)
+        assert said.stdout.strip() == "the hub did not prove itself", said
+        refused = "node1 (node 1) tried to join the run's hub as node2 (node 2): refused"
+        await asyncio.to_thread(
+            wait_for,
+            lambda: any(isinstance(e, Notice) and e.text == refused for e in events),
+            30,
+            "the hub to name the impostor",
+        )
+    finally:
+        run.stop()
+        fin = await task
+    assert fin.status == "stopped" and not [e for e in events if isinstance(e, BadHost)]
+    assert_nothing_left(cluster, run.run_id)

@@ -18,6 +18,7 @@ import pytest
 
 from ddptui.remote.host import hangtraces, protocol, state, watch
 from ddptui.remote.host import stacks as host_stacks
+from ddptui.remote.host.channel import node_key
 from ddptui.remote.host.hangrule import Hang
 from ddptui.remote.host.hub import Hub, HubLink
 from ddptui.remote.stalls import kept
@@ -82,7 +83,7 @@ def test_every_peer_sends_its_traces_over_the_hub_link() -> None:
     h.start()
     found = {1: {"2": {"trace": big}, "3": {"error": "no pipe"}}, 2: {"4": {"trace": [1, 2]}}}
     links = [
-        HubLink("s3cret", k, 5.0, 0.1, lambda *a: None, on_flight=lambda k=k: found[k])
+        HubLink(node_key("s3cret", k), k, 5.0, 0.1, lambda *a: None, on_flight=lambda k=k: found[k])
         for k in (1, 2)
     ]
     for link in links:

@@ -21,6 +21,11 @@ from ddptui.remote.host.policy import Outcome
 SECRET = "s3cret"
 
 
+def key(k: int) -> str:
+    """Node k's own key, as the launcher derives it for that node's spec alone."""
+    return channel.node_key(SECRET, k)
+
+
 class Stops:
     def __init__(self) -> None:
         self.said: list[tuple[str, int | None]] = []
@@ -50,7 +55,7 @@ def joined(h: Hub, *links: HubLink) -> None:
 def with_peers(timeout: float, peer_timeout: float = 5.0) -> tuple[Hub, Stops, list[HubLink]]:
     """A hub of 3 nodes, both its peers joined."""
     h, stops = hub(3, timeout=timeout)
-    links = [HubLink(SECRET, k, peer_timeout, 0.1, Stops()) for k in (1, 2)]
+    links = [HubLink(key(k), k, peer_timeout, 0.1, Stops()) for k in (1, 2)]
     for link in links:
         link.connect("127.0.0.1", h.port)
     joined(h, *links)
@@ -60,7 +65,7 @@ def with_peers(timeout: float, peer_timeout: float = 5.0) -> tuple[Hub, Stops, l
 def test_a_peer_that_ended_before_it_knew_the_hub_is_heard() -> None:
     for _ in range(20):  # its `end` follows its login at once: the hub must not lose it
         h, _ = hub(2)
-        link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+        link = HubLink(key(1), 1, 5.0, 0.1, Stops())
         link.end("succeeded", None)
         link.connect("127.0.0.1", h.port)
         assert h.all_ended.wait(3)
@@ -70,7 +75,7 @@ def test_a_peer_that_ended_before_it_knew_the_hub_is_heard() -> None:
 def test_a_failed_peer_stops_every_other_node() -> None:
     h, hub_stops = hub(3)
     peers = [Stops(), Stops()]
-    links = [HubLink(SECRET, k + 1, 5.0, 0.1, peers[k]) for k in range(2)]
+    links = [HubLink(key(k + 1), k + 1, 5.0, 0.1, peers[k]) for k in range(2)]
     for link in links:
         link.connect("127.0.0.1", h.port)
     time.sleep(0.3)
@@ -90,7 +95,7 @@ def test_a_silent_peer_is_lost_and_stops_the_rest() -> None:
 def test_a_peer_that_loses_its_hub_stops_itself() -> None:
     h, _ = hub(2)
     stops = Stops()
-    link = HubLink(SECRET, 1, 0.6, 0.1, stops)
+    link = HubLink(key(1), 1, 0.6, 0.1, stops)
     link.connect("127.0.0.1", h.port)
     time.sleep(0.2)
     h.server.close()
@@ -108,10 +113,69 @@ def test_a_wrong_secret_is_turned_away() -> None:
     assert not h.peers
 
 
-# -- attacks from the cluster network (issue 19, item 2) -------------------------------------
+# -- one identity per node (issue 37, item 3) ---------------------------------------------------
+
+
+def refusing(n: int) -> tuple[Hub, Stops, list[str]]:
+    """A hub of n nodes, and what it says of the hosts it refused."""
+    stops, said = Stops(), list[str]()
+    names = [f"node{k}" for k in range(n)]
+    h = Hub(SECRET, names, 5.0, 0.1, stops, "127.0.0.1", on_refused=said.append)
+    h.start()
+    return h, stops, said
 
 
 @pytest.mark.security
+def test_a_node_claiming_another_nodes_number_is_refused_and_named() -> None:
+    """Node 1's key proves node 1 only: joining as node 2 it is refused and named, and node 2
+    (marked lost and bad on the old shared secret, which stopped the run) is untouched."""
+    h, stops, said = refusing(3)
+    links = [HubLink(key(k), k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    for link in links:
+        link.connect("127.0.0.1", h.port)
+    joined(h, *links)
+    impostor = HubLink(key(1), 2, 5.0, 0.1, Stops())
+    impostor.connect("127.0.0.1", h.port)
+    until(lambda: said)
+    assert said == ["node1 (node 1) tried to join the run's hub as node2 (node 2): refused"]
+    assert impostor.chan is None and h.peers[2] is not None and links[1].chan is not None
+    impostor.leave("done")
+    links[1].end("succeeded", None)
+    until(lambda: 2 in h.ended)
+    assert h.ended[2].status == "succeeded" and not h.bad and not h.lost and not stops.said
+
+
+@pytest.mark.security
+def test_a_lost_nodes_host_cannot_take_its_spares_place_whatever_it_claims() -> None:
+    """Once a spare holds node 1, node 1's own host (lost, come back, or compromised) is told
+    it is over even claiming a later attempt than the spare's: only the spare's key is its."""
+    h, stops = hub(2, timeout=0.6)
+    assert stops.event.wait(3)  # node 1 never came: lost
+    h.own_end("stopped", "node 1 lost")
+    h.settle()
+    h.expect(1, "t1cket")
+    spare = HubLink("t1cket", 1, 5.0, 0.1, Stops(), since=1)
+    spare.connect("127.0.0.1", h.port)
+    assert h.wait_replaced() is None
+    old = HubLink(key(1), 1, 5.0, 0.1, Stops(), since=99)
+    old.connect("127.0.0.1", h.port)
+    assert old.word() is None and old.over == "another host took this node's place"
+    assert h.peers[1] is not None and spare.chan is not None
+
+
+@pytest.mark.security
+def test_a_standby_proves_a_node_only_once_the_hub_chose_it_for_that_node() -> None:
+    """A standby holds a key for each node it may become: the hub takes it for lost node 1
+    only once it told that standby to take node 1."""
+    h, hot, _, _ = standing(2, 1)
+    lost_node1(h)
+    as_1 = channel.spare_key(key(2), 1)
+    with pytest.raises(ValueError, match="did not prove itself"):  # refused: not chosen yet
+        channel.dial(("127.0.0.1", h.port), as_1, 1)
+    assert hot.take(1) == [(1, "node2")]
+    channel.dial(("127.0.0.1", h.port), as_1, 1).close()
+
+
 def test_the_hub_listens_at_the_master_address_only() -> None:
     stops = Stops()
     for bind, want in (("127.0.0.1", "127.0.0.1"), ("localhost", "127.0.0.1 ::1"), ("::1", "::1")):
@@ -132,7 +196,7 @@ def test_slow_strangers_never_keep_a_peer_out(monkeypatch: pytest.MonkeyPatch) -
     strangers = [socket.create_connection(("127.0.0.1", h.port)) for _ in range(200)]
     for s in strangers:
         s.sendall(b"1")
-    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link = HubLink(key(1), 1, 5.0, 0.1, Stops())
     link.end("succeeded", None)
     link.connect("127.0.0.1", h.port)
     assert h.all_ended.wait(5) and link.delivered.wait(5)
@@ -172,7 +236,7 @@ def test_the_accept_loop_outlives_a_full_file_table() -> None:
         assert "accept failed: Too many open files" in hub_proc.stderr.readline()
         for s in strangers:
             s.close()
-        link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+        link = HubLink(key(1), 1, 5.0, 0.1, Stops())
         link.end("succeeded", None)
         link.connect("127.0.0.1", port)
         assert hub_proc.wait(20) == 0
@@ -194,7 +258,7 @@ def test_a_thread_that_would_not_start_is_not_the_end(monkeypatch: pytest.Monkey
         return start(fn, *args)
 
     monkeypatch.setattr(hubmod, "thread", no_thread_once)
-    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link = HubLink(key(1), 1, 5.0, 0.1, Stops())
     link.end("succeeded", None)
     link.connect("127.0.0.1", h.port)  # its first try is dropped; it comes again
     assert h.all_ended.wait(10) and failed == ["_peer"]
@@ -243,7 +307,7 @@ def test_a_peer_obeys_no_hub_that_cannot_prove_itself() -> None:
     impostor = socket.create_server(("127.0.0.1", 0))
     port = impostor.getsockname()[1]
     stops = Stops()
-    link = HubLink(SECRET, 1, 60.0, 0.1, stops)
+    link = HubLink(key(1), 1, 60.0, 0.1, stops)
     link.connect("127.0.0.1", port)
     for _ in range(2):  # it comes again, and is turned away again
         sock, _ = impostor.accept()
@@ -305,7 +369,7 @@ def test_restart_on_and_no_progress_end_the_chain() -> None:
 def test_a_bad_host_is_told_it_is_over_and_needs_a_spare() -> None:
     """Its GPU failed: the others stop, its supervisor leaves, a spare must take its place."""
     h, stops = hub(3)
-    links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    links = [HubLink(key(k), k, 5.0, 0.1, Stops()) for k in (1, 2)]
     for link in links:
         link.connect("127.0.0.1", h.port)
     joined(h, *links)
@@ -330,7 +394,7 @@ def test_a_restart_names_the_nodes_a_spare_must_replace_first() -> None:
 
 def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
     h, _ = hub(3)
-    links = [HubLink(SECRET, k, 5.0, 0.1, Stops()) for k in (1, 2)]
+    links = [HubLink(key(k), k, 5.0, 0.1, Stops()) for k in (1, 2)]
     for link in links:
         link.connect("127.0.0.1", h.port)
     links[0].end("failed", "rank 3 failed on node1")
@@ -353,7 +417,7 @@ def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
 
 def test_a_halt_ends_the_wait_for_the_next_attempt() -> None:
     h, _ = hub(2)
-    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link = HubLink(key(1), 1, 5.0, 0.1, Stops())
     link.connect("127.0.0.1", h.port)
     link.halt("stopped", "stopped from the launcher")
     assert not h.wait_quiet(5)  # cut short at once
@@ -370,7 +434,7 @@ def test_a_spare_proves_its_ticket_and_the_lost_node_is_told_it_is_over() -> Non
     spare = HubLink("t1cket", 1, 5.0, 0.1, Stops(), since=1)
     spare.connect("127.0.0.1", h.port)
     assert h.wait_replaced() is None and h.replaced == 1
-    old = HubLink(SECRET, 1, 5.0, 0.1, Stops())  # the lost node's supervisor, come back
+    old = HubLink(key(1), 1, 5.0, 0.1, Stops())  # the lost node's supervisor, come back
     old.connect("127.0.0.1", h.port)
     assert old.word() is None and old.over == "another host took this node's place"
     h.restart(1, "node1 was lost")
@@ -391,7 +455,7 @@ def test_no_spare_ends_the_wait() -> None:
 def test_a_failure_of_its_own_is_the_cause_over_a_peers_echo() -> None:
     """rank 2 died of rank 1's death (its peer gone) and said so first: rank 1 is the cause."""
     h, _ = hub(2)
-    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link = HubLink(key(1), 1, 5.0, 0.1, Stops())
     link.connect("127.0.0.1", h.port)
     link.end("failed", "rank 2 failed on node1", echo=True)
     time.sleep(0.3)
@@ -438,7 +502,7 @@ def test_one_silent_peer_of_one_is_told_apart_by_the_launcher(launcher_heard: bo
     still hears (attached) says the peer's; no launcher heard either, node 0's own."""
     since = time.monotonic()
     h, stops = hub(2, timeout=0.6, launcher=time.monotonic if launcher_heard else lambda: since)
-    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link = HubLink(key(1), 1, 5.0, 0.1, Stops())
     link.connect("127.0.0.1", h.port)
     joined(h, link)
     link._over("cut off")
@@ -470,7 +534,7 @@ def test_a_peer_the_launcher_found_dead_is_lost_at_once() -> None:
 def test_a_peer_that_never_learned_the_hub_leaves_on_its_halt() -> None:
     """No launcher told it where the hub is (two Ctrl-C at the start): its stop or lease ends
     it, with no wait for an address that will not come."""
-    link = HubLink(SECRET, 1, 30, 0.1, Stops())
+    link = HubLink(key(1), 1, 30, 0.1, Stops())
     t0 = time.monotonic()
     link.halt("lost", "no launcher heard from for 30 s")
     link.end("stopped", "no launcher heard from for 30 s")
@@ -479,7 +543,7 @@ def test_a_peer_that_never_learned_the_hub_leaves_on_its_halt() -> None:
 
 def test_after_a_halt_the_hub_waits_for_no_peer_that_never_joined() -> None:
     h, _ = hub(3, timeout=30)
-    link = HubLink(SECRET, 1, 30, 0.1, Stops())
+    link = HubLink(key(1), 1, 30, 0.1, Stops())
     link.connect("127.0.0.1", h.port)
     joined(h, link)
     t0 = time.monotonic()
@@ -496,7 +560,7 @@ def mute_peer(h: Hub, node: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", h.port))
     f = sock.makefile("rb")
     nonce, mine = f.readline()[len(CHALLENGE) :].strip(), b"ab" * 16
-    session = channel.Session(SECRET, nonce, mine, node)
+    session = channel.Session(key(node), nonce, mine, node)
     sock.sendall(b"%d %s %s\n" % (node, mine, session.peer_proof))
     f.readline()  # the hub's proof
     Channel(sock, f, session.key, b"peer", b"hub").send(t="join", since=0, attempt=0)
@@ -507,7 +571,7 @@ def test_the_end_waits_for_no_lost_peer_to_hang_up() -> None:
     """node2 cut: the run is over once it is lost; the hub does not give its silent link the
     time it gives live peers to hang up (before, node 0 ended 10 s later)."""
     h, stops = hub(3, timeout=0.6)
-    link = HubLink(SECRET, 1, 5.0, 0.1, Stops())
+    link = HubLink(key(1), 1, 5.0, 0.1, Stops())
     link.connect("127.0.0.1", h.port)
     cut = mute_peer(h, 2)
     joined(h, link)
@@ -533,7 +597,7 @@ def test_the_hub_asks_every_peer_for_a_sample_and_a_hang_fails_the_attempt() -> 
         return {"quiet": 31.0, "ranks": {"1": {"cpu": 1.5, "io": 10, "frames": [["f", "a.py", 3]]}}}
 
     peer = Stops()
-    link = HubLink(SECRET, 1, 5.0, 0.1, peer, on_sample=sample)
+    link = HubLink(key(1), 1, 5.0, 0.1, peer, on_sample=sample)
     link.connect("127.0.0.1", h.port)
     joined(h, link)
     got = threading.Event()
@@ -571,7 +635,7 @@ def standing(n: int, spares: int) -> tuple[Hub, HotSpares, list[str], list[HubLi
     hot = HotSpares(h, names[n:], news.append)
     h.start()
     hot.start()
-    links = [HubLink(SECRET, n + i, 5.0, 0.1, Stops()) for i in range(spares)]
+    links = [HubLink(key(n + i), n + i, 5.0, 0.1, Stops()) for i in range(spares)]
     for link in links:
         link.connect("127.0.0.1", h.port)
     until(lambda: len(hot.live) == spares)
@@ -598,7 +662,7 @@ def test_a_standby_takes_a_lost_nodes_place_and_its_supervisor_joins() -> None:
     until(lambda: standby.take == (1, 1))
     standby.say(t="took", ok=True, why=None)
     standby.leave("its part is over")
-    node1 = HubLink(SECRET, 1, 5.0, 0.1, Stops(), since=1)  # the supervisor it started
+    node1 = HubLink(channel.spare_key(key(2), 1), 1, 5.0, 0.1, Stops(), since=1)  # its node's
     node1.connect("127.0.0.1", h.port)
     assert h.wait_replaced() is None and h.replaced == 1
     assert hot.take(1) == [] and news == []  # taken, not lost
@@ -612,7 +676,7 @@ def test_a_standby_that_dies_is_named_and_never_taken() -> None:
                     "spare(s) left; an attach may still bring it in"]  # fmt: skip
     lost_node1(h)
     assert hot.take(1) == []  # the hub waits for an attach, as without standbys
-    again = HubLink(SECRET, 2, 5.0, 0.1, Stops())
+    again = HubLink(key(2), 2, 5.0, 0.1, Stops())
     again.connect("127.0.0.1", h.port)
     assert again.word() is None and again.over == "given up for lost"
 
