@@ -40,6 +40,7 @@ class Failure:
     pid: int | None = None
     seen_at: float = 0.0  # launcher clock: when its traceback (or exit) reached us
     traceback: tuple[str, ...] = ()  # the last lines of the rank's stderr
+    evidence: tuple[str, ...] = ()  # a host's health verdict: each read's exit, stderr, row
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,4 +441,5 @@ def attempt_from(data: dict[str, Any]) -> AttemptResult:
 
 def failure_from(data: dict[str, Any]) -> Failure:
     """A Failure as `dataclasses.asdict` wrote it (events.jsonl, summary.json)."""
-    return Failure(**{**data, "traceback": tuple(data.get("traceback", ()))})
+    return Failure(**{**data, "traceback": tuple(data.get("traceback", ())),
+                      "evidence": tuple(data.get("evidence", ()))})  # fmt: skip

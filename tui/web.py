@@ -5,8 +5,11 @@ spoken to over a websocket.
 textual-serve has no authentication: here every page, asset and socket lives under a random
 token (`/<token>/...`, the URL printed) and anything else is refused with 403. The token is only
 in this process's memory and the printed URL, never on a command line (`ps` shows command lines
-to every user). Each browser's dashboard is read-only unless `--control`, and a browser that
-leaves detaches from the run it watched: the job goes on.
+to every user). A request's Host must name this machine and a socket's Origin be the page's
+own; what a socket sends is checked before it reaches a dashboard (tui/browser.py); at most
+TABS_MAX tabs are served at once (each is a dashboard process with SSH to every host). Each
+browser's dashboard is read-only unless `--control`: a read-only one only views, and however it
+ends leaves its run exactly as it was; a --control tab's own run is detached as it leaves.
 
 `python -m ddptui.tui.web` is that per-browser dashboard (the command textual-serve runs).
 """
@@ -25,9 +28,12 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
+from textual_serve import server as textual_serve
+from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
+from . import browser
 from .dashboard.app import create_app
 
 # The page loads nothing from elsewhere (textual-serve's page asks Google for its font: refused,
@@ -37,6 +43,8 @@ PAGE_POLICY = (
     "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; frame-ancestors 'none'"
 )
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+TABS_MAX = 8  # browser tabs served at once: each runs a dashboard with SSH to every host
+SCRIPT = Path(textual_serve.__file__).parent / "static" / "js" / "textual.js"
 
 
 def app_command(inventory: Path, runs_root: Path | None, run: str | None, control: bool) -> str:
@@ -71,9 +79,13 @@ class TokenServer(Server):
         self.token = token
         self.url = f"{self.public_url}/{token}/"
         self.pages: set[asyncio.Task[object]] = set()  # each open page's socket handler
+        self.names = {n.lower() for n in (host, url_host(host), socket.gethostname(), "localhost")}
+        self.script = browser.page_script(SCRIPT.read_text())  # no clipboard add-on
 
     async def _make_app(self) -> web.Application:
         outer = web.Application(middlewares=[self._guard])
+        # before the sub-app's static route: the page's script as it is served here
+        outer.router.add_get(f"/{self.token}/static/js/textual.js", self._page_script)
         outer.add_subapp(f"/{self.token}", await super()._make_app())
         outer.on_shutdown.append(self._end_pages)
         return outer
@@ -92,14 +104,59 @@ class TokenServer(Server):
         first = request.path.split("/", 2)[1]
         if not hmac.compare_digest(first.encode(), self.token.encode()):
             raise web.HTTPForbidden(text="403: this page needs the URL `ddptui serve` printed\n")
+        if not browser.known_host(request.host, self.names):
+            raise web.HTTPForbidden(text=f"403: {request.host!r} is not this server's name\n")
         page = asyncio.current_task()
         if request.path.endswith("/ws") and page is not None:
+            if not browser.same_origin(request.headers.get("Origin"), request.host):
+                raise web.HTTPForbidden(text="403: a page from another origin\n")
             self.pages.add(page)
             page.add_done_callback(self.pages.discard)
         response = await handler(request)
         response.headers["Referrer-Policy"] = "no-referrer"  # the token stays on this page
         response.headers["Content-Security-Policy"] = PAGE_POLICY
         return response
+
+    async def _page_script(self, request: web.Request) -> web.Response:
+        return web.Response(text=self.script, content_type="application/javascript")
+
+    async def handle_websocket(self, request: web.Request) -> web.WebSocketResponse:
+        """One tab's dashboard, if it is within TABS_MAX (else the tab is told so) and the
+        size it asks for is one."""
+        width, height = (request.query.get(k, d) for k, d in (("width", "80"), ("height", "24")))
+        if browser.size(width, height) is None:
+            raise web.HTTPBadRequest(text="400: no such terminal size\n")
+        if len(self.pages) <= TABS_MAX:
+            return await super().handle_websocket(request)
+        websocket = web.WebSocketResponse()
+        await websocket.prepare(request)
+        await websocket.send_bytes(
+            f"\r\nddptui serve: {TABS_MAX} tabs are open already, the most it serves "
+            "(each is a dashboard with SSH to every host): close one, then reload\r\n".encode()
+        )
+        await websocket.close()
+        return websocket
+
+    async def _process_messages(
+        self, websocket: web.WebSocketResponse, app_service: AppService
+    ) -> None:
+        """textual-serve's, but each message checked first (tui/browser.py): one that is not
+        what the page sends is dropped (a resize to "x" crashed the dashboard)."""
+        async for frame in websocket:
+            said = browser.message(frame.data) if frame.type == WSMsgType.TEXT else None
+            if said is None:
+                continue
+            kind, data = said
+            if kind == "stdin":
+                await app_service.send_bytes(data.encode("utf-8"))
+            elif kind == "resize":
+                await app_service.set_terminal_size(*data)
+            elif kind == "ping":
+                await websocket.send_json(["pong", data])
+            elif kind == "blur":
+                await app_service.blur()
+            else:
+                await app_service.focus()
 
     def initialize_logging(self) -> None:
         super().initialize_logging()

@@ -56,9 +56,11 @@ OnEnd = Callable[[str | None], None]
 
 
 class NodeLink:
-    def __init__(self, run_id: str, node: int, offset: int = 0) -> None:
-        """offset: where in the spool to begin (what the run's logs already hold)."""
-        self.run_id, self.node = run_id, node
+    def __init__(self, run_id: str, node: int, offset: int = 0, view: bool = False) -> None:
+        """offset: where in the spool to begin (what the run's logs already hold). view: only
+        watch (a read-only dashboard): the supervisor takes none of its words for a lease or
+        a command, and it says none but its pings (which keep it connected)."""
+        self.run_id, self.node, self.view = run_id, node, view
         self.channel: Channel | None = None
         self.closed = asyncio.Event()  # the current channel has ended
         self.heard = time.monotonic()  # the last byte from the host
@@ -118,7 +120,8 @@ class NodeLink:
         self._on_items = on_items
         self.closed = asyncio.Event()
         self.channel = agent.open(op, args, frame, end)
-        self.say(f"{protocol.SAY_HELLO} {offset}")
+        hello = f"{protocol.SAY_HELLO} {offset}" + (f" {protocol.SAY_VIEW}" if self.view else "")
+        self._send(hello)
 
     def _hold(self, start: int, items: list[Item], replaying: bool) -> None:
         """Small batches of lines wait (merged per stream) for the next ones; the rest goes on
@@ -174,6 +177,11 @@ class NodeLink:
         self.given_up.set()
 
     def say(self, line: str) -> None:
+        """A word to the supervisor; a viewer's, only its pings."""
+        if not self.view or line == protocol.SAY_PING:
+            self._send(line)
+
+    def _send(self, line: str) -> None:
         if self.channel is not None:
             self.channel.send(line.encode() + b"\n")
 

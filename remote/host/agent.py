@@ -19,6 +19,7 @@ import threading
 import time
 
 from . import prefork, protocol, wire
+from .job import node_tags
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
@@ -279,6 +280,10 @@ class Agent:
 
 
 def main(code_dir, sources, missing):
+    # A run's tags are its processes' alone (a sweep by tags takes them): an agent started from
+    # inside a run (a job that runs ddptui) passes none on to its checks, supervisors, monitor.
+    for tag in node_tags("", 0):
+        os.environ.pop(tag, None)
     if code_dir:  # from memory, a supervisor needs its code written out: a fresh one, then
         prefork.fork(code_dir)  # before any thread
     Agent(code_dir, sources, missing).run()

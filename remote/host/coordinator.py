@@ -13,9 +13,7 @@ python3 >= 3.8, stdlib only.
 
 from __future__ import annotations
 
-import contextlib
-
-from . import procs, protocol
+from . import protocol
 from .common import log
 from .hotspares import HotSpares
 from .hub import Hub
@@ -27,7 +25,7 @@ from .watch import Guard
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any, Iterator
+    from typing import Any
 
     from .role import Step, Supervisor
     from .watch import Watch
@@ -47,8 +45,7 @@ class Coordinator(Role):
         self.spares = HotSpares(self.hub, spec["standbys"], self._spare_lost)
         self.policy = Policy(self.hub, self.spares, spec, sup.note, sup.save_state, self.word,
                              hang_up_s)  # fmt: skip
-        self.notifier = Notifier(spec["notify"], spec["run_id"], self._notify_failed,
-                                 sup.wait_child)  # fmt: skip
+        self.notifier = Notifier(spec["notify"], spec["run_id"], self._notify_failed, sup.own)
         self.progress: Keeper | None = None  # job.progress: false reads no line for it
         if spec["progress"] is not False:
             self.progress = Keeper(spec["progress"], sup.ndir, self.notifier.said_links)
@@ -87,16 +84,6 @@ class Coordinator(Role):
             self.hub.give_up(" ".join(args) or "no spare host could take the lost node's place")
         elif verb == protocol.SAY_NOTIFY and args and args[0] in protocol.NOTIFY_EVENTS:
             self.word(args[0], "running", " ".join(args[1:]))
-
-    @contextlib.contextmanager
-    def not_the_jobs(self) -> Iterator[set[int]]:
-        """A notify command under way, and its children, are not the job's."""
-        with self.notifier.starting:  # no command starts unseen while the job is looked for
-            pids: set[int] = set()
-            for pid in list(self.notifier.running):
-                pids.add(pid)
-                pids.update(procs.descendants(pid))
-            yield pids
 
     def close(self) -> None:
         if self.progress is not None:

@@ -48,6 +48,7 @@ from . import (
 )
 from .common import log, rmtree, thread
 from .coordinator import Coordinator
+from .owncommands import OwnCommands
 from .peer import Peer
 from .protocol import beat_interval
 from .role import Role, Supervisor
@@ -87,6 +88,7 @@ class Attempt:
         self.err = b""  # the end of the job's own stderr: torchrun's report names the rank
         self.died = None  # (rank, exit code or None, time): the first rank process to end
         self.sick = None  # why this host's GPUs or NICs failed during the attempt
+        self.evidence = []  # what that verdict rests on (each read's exit, stderr, row)
         self.watch = None  # the attempt's health watch, once it has read how the host began
         self.reading = threading.Lock()  # one read of the watch at a time
         self.lines = 0  # the lines its ranks printed: how far it got (remote/host/retry.py)
@@ -116,6 +118,8 @@ class Daemon:
         )
         self.children = threading.Condition()  # the reaper's: exit codes by pid
         self.reaped: collections.OrderedDict[int, int | None] = collections.OrderedDict()
+        # its own commands (health reads, job.notify's): never swept, their codes the reaper's
+        self.own = OwnCommands(self._wait_child, self.children, self.reaped)
         self.exempt = {os.getpid()}  # never ours to stop (the guardian is added here)
         self.subreaper = False  # orphans of the job come to this daemon (boot)
         self.guard = (0, -1)  # the guardian's pid and pipe (boot)
@@ -177,7 +181,7 @@ class Daemon:
     def _role(self) -> Role:
         """Node 0 coordinates the run; every other node is its hub's peer."""
         sup = Supervisor(self.dir, self.note, self.save_state, self._told_stop,
-                         self._launcher_heard, self._wait_child, self.vitals)  # fmt: skip
+                         self._launcher_heard, self.own, self.vitals)  # fmt: skip
         if self.node == 0:
             return Coordinator(self.spec, sup, min(self.link_timeout, DRAIN_S))
         return Peer(self.spec, sup)
@@ -375,6 +379,7 @@ class Daemon:
             self.note(
                 t=protocol.EXIT, code=code, stopped=stopped, by=att.by, reason=reason,
                 node=att.node, survivors=att.survivors, attempt=att.number, died=died,
+                evidence=att.evidence if att.sick else [],
             )  # fmt: skip
         self.save_state(status=status, exit_code=code, by=att.by, reason=reason,
                         survivors=att.survivors, ended=time.time())  # fmt: skip
@@ -433,6 +438,7 @@ class Daemon:
         _unlink(protocol.CTL_SOCKET)
         self.viewers.drain(time.monotonic() + DRAIN_S)
         self._sweep_containers()  # its client removed it; the net, after the end is told
+        self.own.end()  # a health read still under way goes with its supervisor
         os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
 
     # -- stopping -----------------------------------------------------------------------------
@@ -468,7 +474,7 @@ class Daemon:
         warning is told, a failure ends the attempt at once, naming the GPU, and the host is
         bad for the rest of the run."""
         with att.reading:
-            watch = healthwatch.Watch(self.smi)
+            watch = healthwatch.Watch(self.smi, run=self.own.run)
             watch.begin()
             att.watch = watch
         while not att.done.wait(healthwatch.INTERVAL_S):
@@ -487,9 +493,9 @@ class Daemon:
                 self.note(t=protocol.HEALTH, level=issue["level"], text=text, attempt=att.number)
             if failures:
                 why = healthwatch.describe(self.name, failures[0])
-                log(why)
+                log("{} ({})".format(why, "; ".join(failures[0]["evidence"])))
                 with self.stop_once:
-                    att.sick = why
+                    att.sick, att.evidence = why, failures[0]["evidence"]
             return bool(failures)
 
     def _told_stop(self, reason, node, by=None):
@@ -503,9 +509,11 @@ class Daemon:
         att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
 
     def _find(self):
-        with self.role.not_the_jobs() as theirs:
-            tags = self.tags if self._tagged() else None
-            return procs.job_pids(os.getpid(), tags, self.exempt | theirs)
+        """The job's processes: this daemon's tree (and its tags), less its own commands (no
+        command of its own starts unseen while the job is looked for)."""
+        with self.own.lock:
+            exempt = self.exempt | self.own.held()
+            return procs.job_pids(os.getpid(), self.tags if self._tagged() else None, exempt)
 
     def _tagged(self):
         """Whether the job's processes are found by their tags, not as this daemon's tree: what

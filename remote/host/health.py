@@ -3,32 +3,43 @@ and clocks, the Xid events of the kernel log, and the InfiniBand ports. python3 
 standard library only; every read is bounded in time.
 
 Fail closed: a GPU that cannot be read (nvidia-smi failing, hanging, or answering `ERR!` or
-`[GPU is lost]`) is a failure, not a GPU without news. The answer is plain data:
+`[GPU is lost]`) is a failure, not a GPU without news. But a failed read is not a failed GPU
+until it is confirmed: a read that failed with no definite fact (an exit, a signal someone else
+sent, a row cut short or nothing at all) is read again at once, within the same time bound, and
+only a second failure in a row stands; a hang past the bound, and a GPU's own word (`ERR!`,
+`GPU is lost`), stand at once. The answer is plain data:
 
-    {"gpus": N read or None, "issues": [{level, source, gpu, bus_id, what}], "kernel_log":
-     "journalctl -k" | "/dev/kmsg" | None, "kernel_log_error": str | None, "ib": [{device,
-     port, state, link_downed}]}
+    {"gpus": N read or None, "issues": [{level, source, gpu, bus_id, what, kind, count,
+     evidence}], "kernel_log": "journalctl -k" | "/dev/kmsg" | None, "kernel_log_error":
+     str | None, "ib": [{device, port, state, link_downed}]}
 
-level is "failure" (the host must not run a job) or "warning" (shown, acts on nothing).
+level is "failure" (the host must not run a job) or "warning" (shown, acts on nothing);
+evidence: what the verdict rests on, raw and bounded (each read's exit, stderr and row; the
+kernel's line).
 """
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
 
-import contextlib
 import os
 import re
 import shutil
 import signal
-import subprocess
+import time
+
+from .owncommands import OwnCommands
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
+
+    Run = Callable[[list[str], float], tuple[int | None, str, str]]
 
 SMI_TIMEOUT = 15.0  # a degrading GPU can make nvidia-smi hang: past this it is not healthy
 LOG_TIMEOUT = 5.0
 LOG_MAX = 8 << 20  # bytes of kernel log read at most
 TEXT_MAX = 300  # characters of any one message kept
+EVIDENCE_MAX = 200  # characters of each stream of a read kept as a verdict's evidence
+READS = 2  # a failed read with no definite fact is read again at once: a failure stands twice
 ISSUES_MAX = 64
 KMSG = "/dev/kmsg"
 SYS_IB = "/sys/class/infiniband"
@@ -68,20 +79,24 @@ XID_FAILURES = frozenset({48, 63, 64, 74, 79, 94, 95, 119, 154})
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+)[^)]*\): (\d+),\s*(.*)")
 
 
-def read(smi: str | None, kmsg: str = KMSG, journalctl: str | None = "journalctl",
-         ib_root: str = SYS_IB, timeout: float = SMI_TIMEOUT,
-         since: float | None = None) -> dict[str, Any]:  # fmt: skip
+def read(smi: str | None, kmsg: str | None = KMSG, journalctl: str | None = "journalctl",
+         ib_root: str = SYS_IB, timeout: float = SMI_TIMEOUT, since: float | None = None,
+         run: Run | None = None) -> dict[str, Any]:  # fmt: skip
     """This host's health. smi: nvidia-smi's path (None: no GPU to read, no Xid to look for);
-    kmsg, journalctl (a name looked up on PATH, a path, or None: not asked) and ib_root: the
-    kernel log's device and reader and the InfiniBand sysfs class, which tests stand in.
-    since: the journal from then on (time.time()), not the whole boot's."""
+    kmsg (None: not read), journalctl (a name looked up on PATH, a path, or None: not asked)
+    and ib_root: the kernel log's device and reader and the InfiniBand sysfs class, which tests
+    stand in. since: the journal from then on (time.time()), not the whole boot's. run: how a
+    command runs (owncommands.OwnCommands.run: a supervisor's keeps its reads apart from its
+    job)."""
+    run = run or OwnCommands().run
     out: dict[str, Any] = {"gpus": None, "issues": [], "kernel_log": None,
                            "kernel_log_error": None, "ib": []}  # fmt: skip
     issues = out["issues"]
     if smi:
-        rows = _gpu_rows(smi, timeout, issues)
+        rows = _gpu_rows(smi, timeout, issues, run)
         out["gpus"] = None if rows is None else len(rows)
-        out["kernel_log"], lines, out["kernel_log_error"] = kernel_log(kmsg, journalctl, since)
+        out["kernel_log"], lines, out["kernel_log_error"] = kernel_log(kmsg, journalctl, since,
+                                                                       run)  # fmt: skip
         issues.extend(xid_issues(lines, rows or {}))
     out["ib"] = ib_ports(ib_root)
     issues.extend(ib_issues(out["ib"]))
@@ -91,41 +106,87 @@ def read(smi: str | None, kmsg: str = KMSG, journalctl: str | None = "journalctl
 
 
 def _issue(level: str, source: str, what: str, gpu: int | None = None, bus_id: str | None = None,
-           kind: str = "", count: int = 0) -> dict[str, Any]:  # fmt: skip
+           kind: str = "", count: int = 0, evidence: list[str] | None = None
+           ) -> dict[str, Any]:  # fmt: skip
     """kind names what is wrong apart from its count (`ecc`, `xid 79`), which a run's watch
-    compares read to read (remote/host/healthwatch.py)."""
+    compares read to read (remote/host/healthwatch.py); evidence: what it rests on."""
     return {"level": level, "source": source, "gpu": gpu, "bus_id": bus_id,
-            "what": what[:TEXT_MAX], "kind": kind or what[:TEXT_MAX], "count": count}  # fmt: skip
+            "what": what[:TEXT_MAX], "kind": kind or what[:TEXT_MAX], "count": count,
+            "evidence": list(evidence or ())}  # fmt: skip
 
 
 # -- nvidia-smi ----------------------------------------------------------------------------------
 
 
-def _gpu_rows(smi: str, timeout: float, issues: list[Any]) -> dict[int, str] | None:
-    """Query the health fields, newest names first; {index: bus id} of the GPUs read, their
-    issues added. None (and a failure) when nvidia-smi could not answer at all."""
+def _gpu_rows(smi: str, timeout: float, issues: list[Any], run: Run) -> dict[int, str] | None:
+    """The health fields read, confirmed: {index: bus id} of the GPUs read, their issues added;
+    None (and a failure) when nvidia-smi could not answer at all. A read that failed with no
+    definite fact is read again at once, within `timeout` from the first: only a failure seen
+    twice in a row stands, both reads its evidence."""
+    deadline = time.monotonic() + timeout
+    failed: list[str] = []  # each failed read, as evidence
+    for n in range(1, READS + 1):
+        found: list[Any] = []
+        rows, again = _read_rows(smi, n, deadline, timeout, found, failed, run)
+        if not again or time.monotonic() >= deadline:
+            break
+    for issue in found:
+        if issue["kind"] == UNREADABLE and failed:  # else its own row says it (`ERR!`)
+            issue["evidence"] = failed[-READS:]
+    issues.extend(found)
+    return rows
+
+
+def _read_rows(smi: str, n: int, deadline: float, timeout: float, found: list[Any],
+               failed: list[str], run: Run) -> tuple[dict[int, str] | None, bool]:  # fmt: skip
+    """Read n: the health fields asked by their newest names first, its issues in `found`.
+    (rows or None, whether its failure is worth a second read)."""
     why = ""
     for fields in FIELD_SETS:
-        code, out, err = run([smi, "--query-gpu=" + ",".join(fields), CSV], timeout)
+        code, out, err = run([smi, "--query-gpu=" + ",".join(fields), CSV],
+                             max(0.0, deadline - time.monotonic()))  # fmt: skip
         if code == 0:
-            return parse_rows(fields, out, issues)
-        why = _said(out, err) or ("exit {}".format(code) if code is not None else "")
-        if code is None:  # hung: not worth asking again
-            why = "nvidia-smi did not answer in {:g} s".format(timeout)
-            break
-        if "is not a valid field" not in why:
-            why = "nvidia-smi failed (exit {}): {}".format(code, why or "no message")
-            break
-    else:  # no field set this driver knows: the GPUs cannot be judged, though they answer
-        issues.append(_issue("warning", "nvidia-smi", "health fields not supported: " + why))
-        return {}
-    issues.append(_issue("failure", "nvidia-smi", "GPUs cannot be read: " + why,
-                         bus_id=_lost_bus(why), kind=UNREADABLE))  # fmt: skip
-    return None
+            malformed = _malformed(fields, out)
+            if malformed:
+                failed.append(_read_said(n, code, timeout, stdout=out, stderr=err))
+            if malformed == "nothing":
+                found.append(_issue("failure", "nvidia-smi", "GPUs cannot be read: nvidia-smi "
+                                    "answers nothing", kind=UNREADABLE))  # fmt: skip
+                return None, True
+            said = _read_said(n, code, timeout, stderr=err)
+            return parse_rows(fields, out, found, said), bool(malformed)
+        why = _said(out, err)
+        if code is not None and "is not a valid field" in why:
+            continue  # an older driver: its names next
+        failed.append(_read_said(n, code, timeout, stdout=out, stderr=err))
+        if code is None:  # hung: not worth asking again (and no time left to)
+            what = "nvidia-smi did not answer in {:g} s".format(timeout)
+        else:
+            what = "nvidia-smi failed ({}): {}".format(_ended(code), why or "no message")
+        found.append(_issue("failure", "nvidia-smi", "GPUs cannot be read: " + what,
+                            bus_id=_lost_bus(why), kind=UNREADABLE))  # fmt: skip
+        return None, code is not None and not any(mark in why for mark in LOST)
+    # no field set this driver knows: the GPUs cannot be judged, though they answer
+    found.append(_issue("warning", "nvidia-smi", "health fields not supported: " + why))
+    return {}, False
 
 
-def parse_rows(fields: tuple[str, ...], text: str, issues: list[Any]) -> dict[int, str]:
-    """Each GPU's row of the health query → its issues; {index: bus id}."""
+def _malformed(fields: tuple[str, ...], text: str) -> str:
+    """What is wrong with an answer's shape (a read cut short, output lost), where nothing in
+    it says a GPU is gone (`ERR!` in a short row is the GPU's word: parse_rows says it)."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        return "nothing"
+    if any(mark in text for mark in LOST):
+        return ""
+    short = any(len(ln.split(",")) != len(fields) for ln in lines)
+    return "a short row" if short else ""
+
+
+def parse_rows(fields: tuple[str, ...], text: str, issues: list[Any],
+               said: str = "") -> dict[int, str]:  # fmt: skip
+    """Each GPU's row of the health query → its issues, each with its row as evidence (said:
+    the read's words); {index: bus id}."""
     rows: dict[int, str] = {}
     for n, line in enumerate(ln for ln in text.splitlines() if ln.strip()):
         values = [v.strip() for v in line.split(",")]
@@ -133,7 +194,10 @@ def parse_rows(fields: tuple[str, ...], text: str, issues: list[Any]) -> dict[in
         index = int(row["index"]) if row.get("index", "").isdigit() else n
         bus = row.get("pci.bus_id") or None
         rows[index] = bus or ""
-        issues.extend(_gpu_issues(row, index, bus, len(values) == len(fields)))
+        evidence = ["{}; {}".format(said, _quoted("row", line)) if said else _quoted("row", line)]
+        for issue in _gpu_issues(row, index, bus, len(values) == len(fields)):
+            issue["evidence"] = evidence
+            issues.append(issue)
     return rows
 
 
@@ -185,38 +249,50 @@ def _said(out: str, err: str) -> str:
     return " ".join(ln.strip() for ln in (out + "\n" + err).splitlines() if ln.strip())[:TEXT_MAX]
 
 
+def _ended(code: int) -> str:
+    """`exit 15`, `killed by SIGTERM`: how a read that failed ended."""
+    if code >= 0:
+        return "exit {}".format(code)
+    try:
+        return "killed by {}".format(signal.Signals(-code).name)
+    except ValueError:
+        return "killed by signal {}".format(-code)
+
+
+def _read_said(n: int, code: int | None, timeout: float, **streams: str) -> str:
+    """`nvidia-smi read 2: killed by SIGTERM (not by ddptui); stdout ''; stderr ''`: how a read
+    ended, and what it said on each stream named."""
+    if code is None:
+        end = "no answer in {:g} s (killed)".format(timeout)
+    else:
+        end = _ended(code) + (" (not by ddptui)" if code < 0 else "")
+    said = [_quoted(name, text) for name, text in streams.items()]
+    return "; ".join(["nvidia-smi read {}: {}".format(n, end), *said])
+
+
+def _quoted(name: str, text: str) -> str:
+    """`row '0, 00000000:18:00.0, 0'`: raw, bounded, control characters escaped (repr)."""
+    cut = text[:EVIDENCE_MAX]
+    return "{} {!r}{}".format(name, cut, "..." if len(text) > EVIDENCE_MAX else "")
+
+
 def _lost_bus(text: str) -> str | None:
     """`Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error`: the bus id."""
     m = re.search(r"GPU ?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])", text)
     return m.group(1) if m else None
 
 
-def run(argv: list[str], timeout: float) -> tuple[int | None, str, str]:
-    """(exit code, stdout, stderr); code None when it ran past timeout (all it started is
-    killed: its own session, so a child holding the pipes goes too)."""
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    except OSError as exc:
-        return 126, "", "cannot run {}: {}".format(argv[0], exc.strerror)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None, "", ""
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-
-
 # -- the kernel log ------------------------------------------------------------------------------
 
 
-def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl", since: float | None = None
+def kernel_log(kmsg: str | None = KMSG, journalctl: str | None = "journalctl",
+               since: float | None = None, run: Run | None = None
                ) -> tuple[str | None, list[str], str | None]:  # fmt: skip
     """(where it was read, its Xid lines, why it could not be). journalctl first: the journal
     keeps the whole boot where the kernel's ring buffer may have dropped old lines; then the
-    ring buffer itself. Both need root, adm/systemd-journal or kernel.dmesg_restrict 0."""
+    ring buffer itself (kmsg None: not). Both need root, adm/systemd-journal or
+    kernel.dmesg_restrict 0."""
+    run = run or OwnCommands().run
     why = []
     journalctl = journalctl and shutil.which(journalctl)
     if journalctl:
@@ -230,10 +306,11 @@ def kernel_log(kmsg: str = KMSG, journalctl: str | None = "journalctl", since: f
             return "journalctl -k", [ln for ln in lines if "Xid" in ln], None
         silent = "no answer in {:g} s".format(LOG_TIMEOUT) if code is None else "nothing read"
         why.append("journalctl -k: " + (_said("", err) or silent))
-    try:
-        return kmsg, [ln for ln in _kmsg_lines(kmsg) if "Xid" in ln], None
-    except OSError as exc:
-        why.append("{}: {}".format(kmsg, exc.strerror))
+    if kmsg is not None:
+        try:
+            return kmsg, [ln for ln in _kmsg_lines(kmsg) if "Xid" in ln], None
+        except OSError as exc:
+            why.append("{}: {}".format(kmsg, exc.strerror))
     return None, [], "; ".join(why)[:TEXT_MAX]
 
 
@@ -274,16 +351,17 @@ def xid_issues(lines: list[str], gpus: dict[int, str]) -> list[Any]:
         if not m or int(m.group(2)) in XID_IGNORED:
             continue
         bus, xid = m.group(1), int(m.group(2))
-        entry = seen.setdefault((bus, xid), [0, ""])
+        entry = seen.setdefault((bus, xid), [0, "", ""])
         entry[0] += 1
-        entry[1] = _xid_words(m.group(3))
+        entry[1], entry[2] = _xid_words(m.group(3)), line
     issues = []
-    for (bus, xid), (times, words) in seen.items():
+    for (bus, xid), (times, words, last) in seen.items():
         level = "failure" if xid in XID_FAILURES else "warning"
         what = "Xid {}{}{}".format(xid, " ({} times)".format(times) if times > 1 else "",
                                    ": " + words if words else "")  # fmt: skip
         index, named = known.get(_bus_key(bus), (None, bus))
-        issues.append(_issue(level, "kernel", what, index, named, "xid {}".format(xid), times))
+        issues.append(_issue(level, "kernel", what, index, named, "xid {}".format(xid), times,
+                             [_quoted("kernel log", last)]))  # fmt: skip
     return issues
 
 

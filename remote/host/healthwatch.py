@@ -11,6 +11,12 @@ it does at once:
   cannot be read (nvidia-smi failing, hanging or answering `ERR!`) at any read;
 - warnings (slowdowns, correctable errors, other Xids) are told once each time they grow.
 
+A read that fails once is read again at once (health.py): a healthy host's GPUs are never
+blamed for a read killed from outside or cut short. The supervisor runs the reads as its own
+commands (remote/host/owncommands.py), never swept as its job's. Where the attempt began with
+the journal, a journal that fails to answer later is not replaced by the ring buffer: its Xids
+since the boot were never the reference, and an old one would read as new.
+
 python3 >= 3.8, standard library only. A host with no nvidia-smi and no InfiniBand port watches
 nothing (`worth_watching`).
 """
@@ -40,17 +46,19 @@ class Watch:
     """One attempt's watch of this host: `begin` reads how it is, each `poll` says what
     changed since: (failures, warnings), issues as health.py words them."""
 
-    def __init__(self, smi: str | None, kmsg: str = health.KMSG,
+    def __init__(self, smi: str | None, kmsg: str | None = health.KMSG,
                  journalctl: str | None = "journalctl", ib_root: str = health.SYS_IB,
-                 timeout: float = SMI_TIMEOUT_S) -> None:  # fmt: skip
+                 timeout: float = SMI_TIMEOUT_S,
+                 run: health.Run | None = None) -> None:  # fmt: skip
         self.args = (smi, kmsg, journalctl, ib_root, timeout)
+        self.run = run  # how a read's command runs (a supervisor's own commands)
         self.since: float | None = None  # when the attempt began: the journal from then on
         self.seen: dict[tuple[Any, ...], int] = {}  # an issue's key -> its count when told
         self.ports: dict[tuple[str, str], dict[str, Any]] = {}
 
     def read(self) -> dict[str, Any]:
         smi, kmsg, journalctl, ib_root, timeout = self.args
-        return health.read(smi, kmsg, journalctl, ib_root, timeout, self.since)
+        return health.read(smi, kmsg, journalctl, ib_root, timeout, self.since, self.run)
 
     def begin(self) -> None:
         """How the host is as the attempt begins: the reference for what follows. A GPU that
@@ -58,10 +66,11 @@ class Watch:
         began = time.time() - 1  # the journal's seconds are whole
         found = self.read()  # the whole boot's log, as check reads it: where it can be read
         journal = found["kernel_log"] == "journalctl -k"
+        smi, kmsg, journalctl, ib_root, timeout = self.args
         if journal:  # from now on only the attempt's lines: every Xid read then is new
             self.since = began
+            self.args = (smi, None, journalctl, ib_root, timeout)
         else:  # /dev/kmsg or nothing: the same source every read, or counts would jump
-            smi, kmsg, _, ib_root, timeout = self.args
             self.args = (smi, kmsg, None, ib_root, timeout)
         self.seen = {
             _key(i): i["count"]

@@ -260,7 +260,9 @@ def sweep(ch, req, *_):
     podman's outlive their client)."""
     tags = {"DDPTUI_RUN_ID": req["run_id"], "DDPTUI_NODE": str(req["node"])}
     found = procs.tagged_pids(tags)
-    left = procs.sweep(lambda: procs.tagged_pids(tags), req.get("grace", 5.0))
+    # Nothing of a node is this agent's child: it reaps none (a wait on any child would take
+    # the exit status of a check's nvidia-smi under way, which then reads 0)
+    left = procs.sweep(lambda: procs.tagged_pids(tags), req.get("grace", 5.0), lambda: None)
     runtime = state.read_state(state.node_dir(req["run_id"], req["node"])).get("runtime")
     if runtime:
         from . import container  # here: a host without containers never pays its import

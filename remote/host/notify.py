@@ -13,12 +13,11 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
-import signal
 import subprocess
 import threading
-import time
 
-from . import procs, protocol
+from . import protocol
+from .owncommands import OwnCommands
 from .safetext import bounded, clean
 
 OUTPUT_KEPT = 2048  # bytes of a failing command's output kept for its log line
@@ -30,20 +29,16 @@ LINKS_MAX = 32 << 10
 
 class Notifier:
     """notify: the spec's {command, events} or None; failed(event, why) hears of a failure.
-    wait(pid, timeout): the exit code of a child, None past the timeout (the supervisor reaps
-    every child in one place); None: this module waits itself."""
+    own: the supervisor's own commands (remote/host/owncommands.py), which a command runs as:
+    never taken for one of the job's, even one started as the job is stopped (a hang's word
+    goes out as its stop begins), its exit code from the supervisor's one reaper."""
 
-    def __init__(self, notify, run_id, failed, wait=None, timeout=protocol.NOTIFY_TIMEOUT):
+    def __init__(self, notify, run_id, failed, own=None, timeout=protocol.NOTIFY_TIMEOUT):
         notify = notify or {}
         self.command = notify.get("command")
         self.events = set(notify.get("events") or protocol.NOTIFY_DEFAULT)
         self.run_id, self.failed, self.timeout = run_id, failed, timeout
-        self.wait = wait or _wait
-        self.running = set()  # pids of commands under way: never the job's to sweep
-        # Held from a command's start to its pid in `running`, and by a sweep while it looks
-        # for the job's processes: a command started as the job is stopped is never taken
-        # for one of the job's (a hang's word goes out as its stop begins).
-        self.starting = threading.Lock()
+        self.own = own or OwnCommands()
         self.todo: queue.Queue[tuple[str, str, str] | None] = queue.Queue()
         self.thread = None
         self.links = []  # the trackers' links seen so far (remote/host/progress.py)
@@ -87,27 +82,15 @@ class Notifier:
             DDPTUI_MESSAGE=bounded(" ".join(clean(message).split()), MESSAGE_MAX),  # one line
             DDPTUI_LINKS=links_text(self.links),  # trackers' links node 0's ranks printed
         )  # fmt: skip
-        with self.starting:
-            try:
-                proc = subprocess.Popen(
-                    ["sh", "-c", self.command], env=env, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                )  # fmt: skip
-            except OSError as exc:
-                return "cannot run sh: {}".format(exc.strerror)
-            self.running.add(proc.pid)
+        try:
+            proc = self.own.start(["sh", "-c", self.command], env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+        except OSError as exc:
+            return "cannot run sh: {}".format(exc.strerror)
         tail: list[bytes] = []
         reader = threading.Thread(target=_keep_tail, args=(proc.stdout, tail), daemon=True)
         reader.start()
-        try:
-            code = self.wait(proc.pid, self.timeout)
-            if code is None:
-                with contextlib.suppress(OSError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                self.wait(proc.pid, 5.0)
-        finally:
-            self.running.discard(proc.pid)
-            proc.returncode = -signal.SIGKILL if code is None else code  # never polled again
+        code = self.own.finish(proc, self.timeout)
         reader.join(1.0)
         said = b"".join(tail).decode("utf-8", "replace").strip().splitlines()
         last = ": " + said[-1][:200] if said else ""
@@ -126,18 +109,6 @@ def links_text(links):
             break
         kept.append(url)
     return " ".join(kept)
-
-
-def _wait(pid, timeout):
-    """A child's exit code, None if still running after `timeout` (polled: no other waiter)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return procs.exit_code(status)
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.05)
 
 
 def _keep_tail(pipe, tail):

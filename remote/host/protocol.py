@@ -156,7 +156,9 @@ AGENT_LEASE_S = 60.0  # until the launcher says otherwise
 STARTED = "started"  # {pid, hostname, ifname, hub_port, mode, ranks, attempt}
 RANKS = "ranks"  # {ranks, world}: only the run reveals them (c10d, spawn, Lightning)
 STOPPING = "stopping"  # {by, reason, node}
-EXIT = "exit"  # {code, stopped, by, reason, node, survivors, attempt, died: {rank, code, at}}
+# {code, stopped, by, reason, node, survivors, attempt, died: {rank, code, at}, evidence: what a
+# health verdict (by: health) rests on, each a line (remote/host/health.py)}
+EXIT = "exit"
 ERROR = "error"  # {msg, attempt}: the node could not start (its job, or its supervisor)
 # node 0's stream only: the run's hub speaks
 HUB_PORT = "hub-port"  # {port}: where the hub listens, said first (a job that cannot start too)
@@ -186,7 +188,8 @@ BY_HEALTH = "health"  # this host's GPUs or NICs failed (remote/host/healthwatch
 HALT_BY = {"stopped": BY_LAUNCHER, "lost": BY_LEASE}  # stops that end a run: none follows
 
 # Launcher to a node's supervisor: text lines on its stream.
-SAY_HELLO = "hello"  # hello OFFSET: resume the spool there
+SAY_HELLO = "hello"  # hello OFFSET [view]: resume the spool there (view: only watch, viewers.py)
+SAY_VIEW = "view"
 SAY_PING = "ping"
 SAY_STOP = "stop"  # stop [failure]: a user's stop ends the run; `failure`: this attempt only
 SAY_STOP_FAILURE = "failure"

@@ -9,13 +9,13 @@ python3 >= 3.8, stdlib only.
 
 from __future__ import annotations
 
-import contextlib
 from typing import NamedTuple
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any, Callable, ContextManager
+    from typing import Any, Callable
 
+    from .owncommands import OwnCommands
     from .vitals import Node
     from .watch import Watch
 
@@ -30,7 +30,7 @@ class Supervisor(NamedTuple):
     save_state: Callable[..., None]  # changes to the node's state file
     stop: Callable[..., None]  # (reason, node, by=None): the hub says stop this attempt
     launcher: Callable[[], float | None]  # when a launcher holding the lease last spoke
-    wait_child: Callable[[int, float], int | None]  # a child's exit code (the reaper's)
+    own: OwnCommands  # the supervisor's own commands: never the job's, reaped in one place
     vitals: Node  # this node's ranks' progress, for the run's hang watch
 
 
@@ -74,11 +74,6 @@ class Role:
 
     def command(self, verb: str, args: list[str]) -> None:
         """A launcher's word for the run, on a viewer's connection (protocol.SAY_*)."""
-
-    def not_the_jobs(self) -> ContextManager[set[int]]:
-        """Held while the job's processes are looked for: the pids of this part's own commands,
-        which never start unseen meanwhile."""
-        return contextlib.nullcontext(set())
 
     def close(self) -> None:
         """The run is over here: what the part still owes is done, before the stream closes."""

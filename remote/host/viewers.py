@@ -3,8 +3,11 @@ launcher) gets the node's spool from where it asks, then live, and may send the 
 commands back, a line each (remote/host/daemon.py reads them).
 
 A viewer is also how the supervisor hears a launcher at all: the last word from any is the
-lease (`heard`). Out of file descriptors or threads, the accept loop waits and goes on; at the
-end, every viewer gets the last bytes before the supervisor leaves (`drain`).
+lease (`heard`). One that says `hello OFFSET view` only watches (a read-only dashboard, `ddptui
+serve`): its words hold no lease and command nothing, so the run stays as it was, attached to
+its owner's lease or detached, whatever that viewer does or however it goes. Out of file
+descriptors or threads, the accept loop waits and goes on; at the end, every viewer gets the
+last bytes before the supervisor leaves (`drain`).
 """
 
 from __future__ import annotations
@@ -81,13 +84,18 @@ class Viewers:
             words = rfile.readline(256).split()
             offset = int(words[1]) if words[:1] == [b"hello"] else 0
         except (OSError, ValueError, IndexError):
-            offset = 0
-        self.heard = time.monotonic()
+            words, offset = [], 0
+        view = words[2:3] == [protocol.SAY_VIEW.encode()]
+        if not view:
+            self.heard = time.monotonic()
         hello = self.hello()
         thread(self._send_spool, sock, offset, hello, done)
         try:
             for line in rfile:
-                self.clients[sock][0] = self.heard = time.monotonic()
+                self.clients[sock][0] = time.monotonic()  # still there (close_silent)
+                if view:
+                    continue
+                self.heard = time.monotonic()
                 self.command(line[:COMMAND_MAX].decode("utf-8", "replace").split())
         except OSError:
             pass

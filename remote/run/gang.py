@@ -82,7 +82,8 @@ class Gang:
     progress: Watch | None = None  # the training's progress, read from the lines
     replayed_progress: bool = True  # False: an attach's replay is not read for it (seeded)
     attempts: Attempts = field(default_factory=Attempts)
-    detached: bool = False
+    detached: bool = False  # this launcher let the run go (detached it, or left it as it was)
+    viewer: bool = False  # it only watches: it says nothing that changes the run (NodeLink.view)
     user_stop: bool = False  # a user's stop: never followed by a restart
     links: dict[int, NodeLink] = field(default_factory=dict)
     nodes: dict[int, Node] = field(default_factory=dict)
@@ -136,10 +137,17 @@ class Gang:
             link.say(line)
 
     def detach(self) -> None:
-        """Leave the run to its supervisors: no launcher lease any more; they end it alone."""
-        self.detached = True
+        """Leave the run to its supervisors: no launcher lease any more; they end it alone.
+        A viewer's detach is a leave: the run stays as it was."""
         for link in self.links.values():
             link.say(protocol.SAY_DETACH)
+        self.leave()
+
+    def leave(self) -> None:
+        """This launcher goes, saying nothing: the run stays as it is, attached (to whichever
+        launcher's lease) or detached."""
+        self.detached = True
+        for link in self.links.values():
             link.close()  # the supervisor lets this viewer go; the stream ends
 
     # -- following ------------------------------------------------------------------------------
@@ -175,7 +183,7 @@ class Gang:
         """Open the node's stream (start or attach) and follow it to its end."""
         k = node.node_rank
         self.nodes[k] = node
-        link = self.links[k] = NodeLink(self.run_id, k)
+        link = self.links[k] = NodeLink(self.run_id, k, view=self.viewer)
         for text in self._agent_noise(k):  # what its login printed: the node's own output
             self.emit(LogBatch(node.name, k, "stdout", ((None, text),)))
         while True:
@@ -351,7 +359,7 @@ class Gang:
                     )
         if node.node_rank == 0 and self._replace is not None and link.caught_up:
             restart, self._replace = self._replace, None
-            if self.on_replace is not None and not self.user_stop:
+            if self.on_replace is not None and not (self.user_stop or self.viewer):
                 self.on_replace(restart)
 
     def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
@@ -509,7 +517,7 @@ class Gang:
         self.emit(NodeExited(name, k, ending.exit_code, ending.failures, ending.stopped))
         if ending.state == "failed" and node.attempt == self.attempts.current:
             self.stop("failure")
-            if dead:
+            if dead and not self.viewer:  # a viewer leaves the sweep to the run's own
                 self._sweeps.append(asyncio.ensure_future(self._sweep(node)))
                 self._gone(k, node.attempt)
 

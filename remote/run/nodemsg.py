@@ -13,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.remote.host import protocol, wire
+from ddptui.remote.host.safetext import clean
 
 TEXT_MAX = 4096  # characters of any one reason or message kept
+EVIDENCE_MAX = 8  # lines of a health verdict's evidence kept
+EVIDENCE_LINE_MAX = 1024  # characters of each
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class Exit:
     survivors: tuple[str, ...]
     attempt: int = 0
     died: RankEnd | None = None
+    evidence: tuple[str, ...] = ()  # a health verdict's: each read's exit, stderr, row
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +194,12 @@ def _text(value: Any) -> str:
     return str(value)[:TEXT_MAX]
 
 
+def _evidence(value: Any) -> tuple[str, ...]:
+    """A health verdict's evidence: a few lines, each bounded and made safe to show."""
+    lines = value[:EVIDENCE_MAX] if isinstance(value, list) else ()
+    return tuple(clean(str(line)[:EVIDENCE_LINE_MAX]) for line in lines)
+
+
 def _opt_text(value: Any) -> str | None:
     return None if value is None else _text(value)
 
@@ -245,6 +255,7 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         _opt_int(m.get("code")), bool(m.get("stopped")), _opt_text(m.get("by")),
         _opt_text(m.get("reason")), _opt_int(m.get("node")),
         tuple(_text(s) for s in m.get("survivors") or ()), _attempt(m), _died(m.get("died")),
+        _evidence(m.get("evidence")),
     ),
     protocol.ERROR: lambda m: StartError(
         _text(m.get("msg", "the node could not start")), _attempt(m)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet, fleet_for
@@ -49,6 +49,10 @@ SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui 
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
 
 Emit = Callable[[Event], None]
+# What a run does to its job when its launcher is cancelled (Ctrl-C, its dashboard gone) without
+# a choice of its own: stop it (a terminal's launcher), detach it (a browser tab that launched
+# it: the tab was its only launcher), or leave it exactly as it is (a viewer, a served attach).
+OnCancel = Literal["stop", "detach", "leave"]
 # The deep check before the start (`launch --deep`: remote/run/checkup.py's deep_first), handed
 # the run's inventory, fleet, emit and runs directory: a run of its own, which refuses this one.
 DeepFirst = Callable[[Inventory, Fleet, Emit, Path], Awaitable[DeepChecked]]
@@ -98,6 +102,7 @@ class Run:
         self.record: runs.RunRecord | None = None  # a run started earlier (attach, stop)
         self._fetches: set[asyncio.Future[None]] = set()  # kept hangs being copied (kept.py)
         self.stop_now = False
+        self.on_cancel: OnCancel = "stop"
         self.leftovers: list[str] = []  # what a stop could not kill
         self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
         job = inv.job
@@ -128,6 +133,13 @@ class Run:
         run.record, run.stop_now = record, stop
         return run
 
+    def as_viewer(self) -> None:
+        """Only watch (a read-only dashboard, before execute): nothing it says or does changes
+        the run, which its end, whatever it is, leaves exactly as it was: no stop, no detach,
+        no lease held, no spare started, no leftover swept (remote/host/viewers.py)."""
+        self.gang.viewer = True
+        self.on_cancel = "leave"
+
     # -- public -----------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -137,7 +149,11 @@ class Run:
             self._phase.cancel()
 
     def detach(self) -> None:
-        """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself."""
+        """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself. A
+        viewer's leaves it as it was (attached to its owner's lease, or detached)."""
+        if self.gang.viewer:
+            self.gang.leave()
+            return
         if self.inv.job.restarts and self.inv.usable_spares and not self.recovery.hot:
             self.emit(Notice("info", recover.DETACHED))
         self.gang.detach()
@@ -156,12 +172,22 @@ class Run:
             runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
             return await self._execute()
         finally:
-            if not self.gang.detached:  # after a cancel: stop what runs, read to the end
-                await self.gang.hang_up()
+            if not self.gang.detached:  # after a cancel: as on_cancel says
+                await self._cancelled()
             self._checkpoint()  # the logs as they end: a later reader appends to them
             if self.own_fleet:
                 await self.fleet.close()
             self.recorder.close()
+
+    async def _cancelled(self) -> None:
+        """Ended without a word from the user (a cancel, an error): stop what runs and read to
+        the end, or detach, or leave the run as it is (on_cancel)."""
+        if self.on_cancel == "stop":
+            await self.gang.hang_up()
+        elif self.on_cancel == "detach":
+            self.detach()
+        else:
+            self.gang.leave()
 
     # -- the run ----------------------------------------------------------------------------
 

@@ -101,7 +101,8 @@ class Verdict:
         if end.by == protocol.BY_HEALTH:  # its GPUs or NICs failed: the cause, as the stop says
             when = stopped_at or at
             self.stop("failure", when)
-            sick = Failure(name, None, None, end.reason or "its GPUs failed", seen_at=when)
+            why = end.reason or "its GPUs failed"
+            sick = Failure(name, None, None, why, seen_at=when, evidence=end.evidence)
             return self.failed(sick, code=end.code, errors=errors)
         if not end.stopped:
             return self.failed(*tracebacks(name, end.code, at), code=end.code, errors=errors)

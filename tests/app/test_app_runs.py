@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from apptools import FakeClusters, FakeRun, fake_app, local_inventory, screen_text, settle, wait_for
+from apptools import (
+    FakeClusters,
+    Rejoins,
+    fake_app,
+    local_inventory,
+    past_run,
+    screen_text,
+    settle,
+    wait_for,
+)
 from apptools import two_node_script as script
 
 from ddptui.remote.run.runner import Emit
-from ddptui.remote.store import runs
 from ddptui.tui.dashboard.app import create_app
 from ddptui.tui.dashboard.glance import ClusterLike
 from ddptui.tui.dashboard.history import HistoryScreen
@@ -26,32 +33,7 @@ def inv(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def history(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inv: Path) -> str:
-    """One earlier run in the history: a run dir with its run.json and inventory copy."""
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    run_dir = runs.root() / "20250102-080000-beef"
-    run_dir.mkdir(parents=True)
-    info = {"run_id": run_dir.name, "hosts": ["node0", "node1"], "started_at": 1.7e9}
-    (run_dir / "run.json").write_text(json.dumps(info))
-    (run_dir / "inventory.yaml").write_text(inv.read_text())
-    summary = {"status": "failed", "exit_code": 1, "elapsed": 61.0, "world_size": 2,
-               "failing_rank": 1, "failing_host": "node1", "failure": None}  # fmt: skip
-    (run_dir / "summary.json").write_text(json.dumps(summary))
-    return run_dir.name
-
-
-class Rejoins:
-    """The app's rejoin factory: each opened run is a FakeRun playing the script."""
-
-    def __init__(self) -> None:
-        self.opened: list[tuple[str, bool]] = []
-        self.runs: list[FakeRun] = []
-
-    def __call__(
-        self, record: runs.RunRecord, emit: Emit, stop: bool, fleet: object = None
-    ) -> FakeRun:
-        self.opened.append((record.run_id, stop))
-        self.runs.append(FakeRun(emit, record.run_id, script(record.run_id), finish=False))
-        return self.runs[-1]
+    return past_run(tmp_path, monkeypatch, inv)
 
 
 async def test_detach_key_quits_and_leaves_the_job_running(inv: Path) -> None:

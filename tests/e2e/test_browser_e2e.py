@@ -1,7 +1,8 @@
 """`ddptui serve` in a real browser: Debian's headless Chromium, driven by Selenium through the
 system chromedriver (never a downloaded one), on a real run of the ssh test hosts: the page and
 socket refused without the token, the run's lines arriving, `d` typed into the page bringing every
-rank's stack, no key that stops it, and the run going on once the browser leaves.
+rank's stack, no key that stops it, a malformed resize sent on its socket dropped, and the run
+going on, detached, once the browser leaves.
 
 The page draws the terminal with xterm.js on a canvas, so its text is read from xterm's own
 buffer: a script set before the page's own catches the Terminal as textual-serve's page stores it
@@ -11,6 +12,7 @@ buffer: a script set before the page's own catches the Terminal as textual-serve
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import subprocess
 import sys
@@ -20,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, children, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, children, node_file, wait_for
 from testhosts import REPO, TestCluster
 
 from ddptui.remote.host.netif import free_port
@@ -32,8 +34,11 @@ CATCH_TERMINAL = """
 Object.defineProperty(Object.prototype, "terminal", {configurable: true, set(value) {
   Object.defineProperty(this, "terminal", {value, writable: true, configurable: true,
                                            enumerable: true});
-  if (value && value.buffer) window.caughtTerminal = value;
+  if (value && value.buffer) { window.caughtTerminal = value; window.caughtPage = this; }
 }});
+"""
+BAD_RESIZE = """
+window.caughtPage.socket.send(JSON.stringify(["resize", {"width": "x", "height": 24}]));
 """
 READ_TERMINAL = """
 const t = window.caughtTerminal;
@@ -91,6 +96,8 @@ def ticks(text: str, rank: int) -> list[int]:
 def test_a_browser_watches_a_run_and_the_token_guards_it(
     cluster: TestCluster, tmp_path: Path, browser: Any
 ) -> None:
+    from selenium.webdriver.common.keys import Keys
+
     env = {"XDG_DATA_HOME": str(tmp_path / "data")}
     job = {"script": "tests/data/tick.py", "args": ["100000", "0.2"], "nproc_per_node": 2,
            "master_port": free_port(), "link_timeout": 10, "stop_grace": 2}  # fmt: skip
@@ -128,15 +135,24 @@ def test_a_browser_watches_a_run_and_the_token_guards_it(
         assert "Stacks" in footer and not {"Launch", "Stop", "Restart"} & set(footer.split())
         assert f"run {run_id}" in text and "node1" in text
         browser.save_screenshot(str(tmp_path / "browser.png"))
-        browser.find_element("css selector", ".xterm-helper-textarea").send_keys("d")
+        keys = browser.find_element("css selector", ".xterm-helper-textarea")
+        keys.send_keys("d")
         wait_for(lambda: "saved to" in screen(), 60, "every rank's stack in the page")
         assert "every rank's stack" in screen() and "tick.py" in screen()
         browser.save_screenshot(str(tmp_path / "stacks.png"))
 
-        browser.get("about:blank")  # the browser leaves: its dashboard ends, detached
+        browser.execute_script(BAD_RESIZE)  # it crashed the dashboard, which hung up
+        keys.send_keys(Keys.ESCAPE)  # back to the logs: the dashboard lives on, live
+        seen = max(ticks(text, 3))
+        wait_for(lambda: max(ticks(screen(), 3) or [0]) > seen + 10, 30, "the logs, live again")
+
+        browser.get("about:blank")  # the browser leaves: its dashboard ends, the run as it was
         wait_for(lambda: not children(serve.pid), 30, "the page's dashboard to end")
         time.sleep(2 + 3)  # past stop_grace: a stop would have ended it (nothing to wait on)
         assert len(cluster.pids_with_env("DDPTUI_RUN_ID", run_id)) >= 4, "the run was stopped"
+        for k in (0, 1):
+            state = node_file(cluster, k, run_id, f"n{k}", "state.json").read_text()
+            assert json.loads(state)["mode"] == "detached"
     finally:
         serve.terminate()
         serve.wait(30)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from textual.pilot import Pilot
 
@@ -32,8 +34,9 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.host.netif import free_port as free_port  # a port no outgoing connection takes
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run.runner import Emit
+from ddptui.remote.run.runner import Emit, OnCancel
 from ddptui.remote.stalls.stacks import Frame, Group, Report
+from ddptui.remote.store import runs
 from ddptui.tui.dashboard.app import Dashboard, RunLike, create_app
 from ddptui.tui.dashboard.glance import ClusterLike
 
@@ -75,15 +78,29 @@ def local_inventory(tmp: Path, args: Sequence[str], nodes: int = 2, nproc: int =
 
 
 class FakeRun:
-    """Emits a script of events; then ends with `finish`, or waits to be stopped."""
+    """Emits a script of events; then ends with `finish`, or waits to be stopped. Cancelled,
+    it does what `on_cancel` says, as the engine's Run does: `hung_up`, `detached` or `left`."""
 
     def __init__(self, emit: Emit, run_id: str, script: Sequence[Event], finish: bool) -> None:
         self.emit, self.run_id, self.script, self.finish = emit, run_id, script, finish
         self.stopped = asyncio.Event()
         self.stops = 0
-        self.detached = False
+        self.detached = self.hung_up = self.left = self.viewer = False
+        self.on_cancel: OnCancel = "stop"
 
     async def execute(self) -> RunFinished:
+        try:
+            return await self._play()
+        except asyncio.CancelledError:
+            if not (self.detached or self.left):
+                setattr(
+                    self,
+                    {"stop": "hung_up", "detach": "detached"}.get(self.on_cancel, "left"),
+                    True,
+                )
+            raise
+
+    async def _play(self) -> RunFinished:
         for event in self.script:
             self.emit(event)
             if isinstance(event, RunFinished):
@@ -101,8 +118,14 @@ class FakeRun:
         self.stopped.set()
 
     def detach(self) -> None:
-        self.detached = True
+        if self.viewer:
+            self.left = True
+        else:
+            self.detached = True
         self.stopped.set()
+
+    def as_viewer(self) -> None:
+        self.viewer, self.on_cancel = True, "leave"
 
 
 class FakeRuns:
@@ -116,6 +139,35 @@ class FakeRuns:
         run = FakeRun(emit, run_id, self.script(run_id), self.finish)
         self.runs.append(run)
         return run
+
+
+def past_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inv: Path) -> str:
+    """One earlier run in the history: a run dir with its run.json and inventory copy."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    run_dir = runs.root() / "20250102-080000-beef"
+    run_dir.mkdir(parents=True)
+    info = {"run_id": run_dir.name, "hosts": ["node0", "node1"], "started_at": 1.7e9}
+    (run_dir / "run.json").write_text(json.dumps(info))
+    (run_dir / "inventory.yaml").write_text(inv.read_text())
+    summary = {"status": "failed", "exit_code": 1, "elapsed": 61.0, "world_size": 2,
+               "failing_rank": 1, "failing_host": "node1", "failure": None}  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    return run_dir.name
+
+
+class Rejoins:
+    """The app's rejoin factory: each opened run is a FakeRun playing the two-node script."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, bool]] = []
+        self.runs: list[FakeRun] = []
+
+    def __call__(
+        self, record: runs.RunRecord, emit: Emit, stop: bool, fleet: object = None
+    ) -> FakeRun:
+        self.opened.append((record.run_id, stop))
+        self.runs.append(FakeRun(emit, record.run_id, two_node_script(record.run_id), False))
+        return self.runs[-1]
 
 
 class FakeCluster:

@@ -11,6 +11,7 @@ from typing import Any
 import nvidia_smi
 import pytest
 from nvidia_smi import A100, DRIVER_ERROR, H100_BUSY, H200
+from smi_faults import FaultySmi
 
 from ddptui.remote.checks import judge as checks
 from ddptui.remote.checks import probe
@@ -168,3 +169,71 @@ def test_check_of_a_healthy_host_says_what_was_read(tmp_path: Path) -> None:
 def test_a_driver_error_fails_once(tmp_path: Path) -> None:
     """nvidia-smi's failure is the `gpu` check's already: not said twice."""
     assert findings(read(tmp_path, DRIVER_ERROR), nvidia_smi="error") == []
+
+
+# -- a failed read is confirmed before it fails a GPU (issue 42) -------------------------------
+
+
+def faulty_read(tmp_path: Path, fault: str, times: int) -> tuple[dict[str, Any], FaultySmi]:
+    """health.read with the H100 recording, its first `times` health reads going wrong."""
+    smi = FaultySmi(tmp_path / "bin", H100_BUSY, fault)
+    smi.arm(times)
+    found = health.read(str(smi.path), kmsg=str(tmp_path / "no-kmsg"), journalctl=None,
+                        ib_root=str(tmp_path / "ib"))  # fmt: skip
+    return found, smi
+
+
+@pytest.mark.parametrize("fault", ["short", "failed"])
+def test_a_read_gone_wrong_once_is_read_again_and_passes(tmp_path: Path, fault: str) -> None:
+    found, smi = faulty_read(tmp_path, fault, 1)
+    assert (found["issues"], found["gpus"], smi.asked()) == ([], 8, 2)
+
+
+def test_a_short_row_twice_in_a_row_fails_with_both_reads_as_evidence(tmp_path: Path) -> None:
+    found, smi = faulty_read(tmp_path, "short", 2)
+    assert smi.asked() == 2
+    [issue] = found["issues"]
+    assert (issue["level"], issue["gpu"], issue["what"]) == (
+        "failure", 0, "cannot be read: nvidia-smi answers a short row")  # fmt: skip
+    assert issue["evidence"] == [
+        f"nvidia-smi read {n}: exit 0; stdout '0, 00000000:18:00.0, 0\\n'; stderr ''"
+        for n in (1, 2)
+    ]
+
+
+def test_a_failing_read_twice_in_a_row_fails_naming_its_gpu(tmp_path: Path) -> None:
+    found, smi = faulty_read(tmp_path, "failed", 2)
+    [issue] = found["issues"]
+    assert issue["what"] == (
+        "GPUs cannot be read: nvidia-smi failed (exit 15): Unable to determine the device "
+        "handle for GPU0000:3A:00.0: Unknown Error"
+    )
+    assert issue["bus_id"] == "0000:3A:00.0" and smi.asked() == 2
+    assert [e.split(";")[0] for e in issue["evidence"]] == [
+        "nvidia-smi read 1: exit 15", "nvidia-smi read 2: exit 15"]  # fmt: skip
+
+
+def test_a_gpus_own_word_fails_at_once_with_its_row(tmp_path: Path) -> None:
+    """`ERR!` is the GPU's answer, not a read gone wrong: no second read."""
+    smi = FaultySmi(tmp_path / "bin", str(nvidia_smi.DATA / "health" / "lost"))
+    found = health.read(str(smi.path), kmsg=str(tmp_path / "no-kmsg"), journalctl=None,
+                        ib_root=str(tmp_path / "ib"))  # fmt: skip
+    assert smi.asked() == 1
+    err = found["issues"][0]
+    assert err["what"] == "cannot be read: nvidia-smi answers ERR!"
+    [evidence] = err["evidence"]
+    assert evidence.startswith("nvidia-smi read 1: exit 0; stderr ''; row '3, 00000000:5D:00.0, ")
+
+
+def test_a_hang_fails_at_once_within_its_bound(tmp_path: Path) -> None:
+    found = read(tmp_path, "health/hang", timeout=0.5)
+    [issue] = found["issues"]
+    assert issue["evidence"] == ["nvidia-smi read 1: no answer in 0.5 s (killed); stdout ''; "
+                                 "stderr ''"]  # fmt: skip
+
+
+def test_an_xid_carries_the_kernels_line(tmp_path: Path) -> None:
+    found = read(tmp_path, H100_BUSY, LOGS / "kmsg.txt")
+    [xid79] = [i for i in found["issues"] if i["kind"] == "xid 79"]
+    [line] = xid79["evidence"]
+    assert line.startswith("kernel log 'NVRM: Xid (PCI:0000:3a:00): 79, ")

@@ -4,12 +4,17 @@ GPU failing during a run would show."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import nvidia_smi
 from nvidia_smi import H100_BUSY
+from smi_faults import FaultySmi
 
 from ddptui.remote.host import healthwatch
 
@@ -162,3 +167,55 @@ def test_the_journal_is_read_from_the_attempts_start(tmp_path: Path) -> None:
         "GPU 2 (00000000:3A:00.0) on node1: Xid 79: GPU has fallen off the bus.",
         "GPU 1 (00000000:2A:00.0) on node1: Xid 48: DBE (double bit error).",
     ]
+
+
+# -- a read that went wrong once is not a failed GPU (issue 42) ------------------------------
+
+
+def faulty(tmp_path: Path, fault: str) -> tuple[healthwatch.Watch, FaultySmi]:
+    smi = FaultySmi(tmp_path / "bin", H100_BUSY, fault)
+    watch = healthwatch.Watch(str(smi.path), str(tmp_path / "kmsg"), None, str(tmp_path / "ib"))
+    (tmp_path / "kmsg").write_text("")
+    watch.begin()
+    smi.arm()
+    return watch, smi
+
+
+def test_a_read_killed_from_outside_is_read_again(tmp_path: Path) -> None:
+    """SIGTERM to the watch's nvidia-smi (it sends none: its own bound kills with SIGKILL) is
+    not the GPUs' doing: read again at once, and the GPUs answer."""
+    watch, smi = faulty(tmp_path, "killed")
+
+    def kill_it() -> None:
+        deadline = time.monotonic() + 10
+        while not smi.pid.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(int(smi.pid.read_text()), signal.SIGTERM)
+
+    killer = threading.Thread(target=kill_it)
+    killer.start()
+    assert watch.poll() == ([], [])
+    killer.join()
+    assert not smi.armed.exists()  # the read that went wrong was the watch's
+
+
+def test_a_short_row_once_is_read_again(tmp_path: Path) -> None:
+    watch, smi = faulty(tmp_path, "short")
+    assert watch.poll() == ([], [])
+    assert not smi.armed.exists()
+
+
+def test_a_journal_that_fails_once_is_not_replaced_by_the_ring_buffer(tmp_path: Path) -> None:
+    """The attempt began with the journal: its Xids since the boot were never the reference.
+    A journal read that fails (killed, past its time) is no reason to read /dev/kmsg, whose
+    old Xid 79 would read as new."""
+    host = Host(tmp_path)
+    host.kmsg.write_text((LOGS / "kmsg.txt").read_text())  # an Xid 79 from before the attempt
+    journalctl = tmp_path / "bin" / "journalctl"
+    journalctl.write_text(f"#!/bin/sh\n[ -f {tmp_path}/down ] && exit 1\necho kernel: ok\n")
+    journalctl.chmod(0o755)
+    smi, kmsg, _, ib, timeout = host.watch.args
+    watch = healthwatch.Watch(smi, kmsg, str(journalctl), ib, timeout)
+    watch.begin()
+    (tmp_path / "down").write_text("")
+    assert watch.poll() == ([], [])

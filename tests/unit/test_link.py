@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from ddptui.remote.agents import link as link_mod
 from ddptui.remote.agents.link import Item, NodeLink, Record
 from ddptui.remote.host import wire
@@ -67,3 +69,24 @@ async def test_small_batches_of_lines_go_on_together() -> None:
     agent.end(None)  # the end hands on what waits first
     assert [r.data for r in got[-1] if isinstance(r, Record)] == [b"[0]:last\n"]
     assert ended == [None] and link.offset == stream.offset
+
+
+class Said(FakeAgent):
+    """Keeps what the link sends its supervisor."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+@pytest.mark.security
+def test_a_viewer_s_link_says_only_its_hello_and_pings() -> None:
+    """A read-only dashboard's link: whatever its run asks (a stop, a detach, a hub word), the
+    supervisor hears a viewer's hello and its pings, nothing that changes the run."""
+    link, agent = NodeLink("r1", 0, offset=7, view=True), Said()
+    link.open(agent, "attach", {}, lambda items: None, lambda why: None)  # type: ignore[arg-type]
+    for line in ("stop", "stop failure 1", "detach", "hub 10.0.0.1 29400", "ping"):
+        link.say(line)
+    assert agent.sent == [b"hello 7 view\n", b"ping\n"]

@@ -274,7 +274,7 @@ def test_the_summary_has_every_attempt_and_attach_finds_a_spares_place(
     summary = json.loads((run_dir / "logs" / "summary.json").read_text())
     assert summary["attempts"] == [
         {"attempt": 0, "started": 1.0, "finished": 3.0, "status": "failed",
-         "failure": {**dataclasses.asdict(lost), "traceback": []}},
+         "failure": {**dataclasses.asdict(lost), "traceback": [], "evidence": []}},
         {"attempt": 1, "started": 5.0, "finished": 9.0, "status": "succeeded", "failure": None},
     ]  # fmt: skip
     event = RunFinished("succeeded", 0, 8.0, None, (), attempts)

@@ -4,8 +4,9 @@ outcome, from what the nodes said. Pure: no hosts."""
 from __future__ import annotations
 
 from ddptui.remote.events import AttemptResult, Failure
+from ddptui.remote.host import protocol
 from ddptui.remote.run.failures import FailureTracker
-from ddptui.remote.run.nodemsg import Exit, RankEnd, StartError
+from ddptui.remote.run.nodemsg import Exit, RankEnd, StartError, parse
 from ddptui.remote.run.verdict import Attempts, NodeEnding, Tracebacks, Verdict
 
 NAMES = {0: "node0", 1: "node1", 2: "node2"}
@@ -78,6 +79,22 @@ def test_a_host_whose_gpu_failed_is_the_cause_over_the_ranks_it_took_down() -> N
     ended(v, "node0", exit_(1), tracebacks=tracebacks_of(reset))
     status, _, root, _ = v.outcome()
     assert (status, root) == ("failed", Failure("node1", None, None, why, seen_at=11.0))
+
+
+def test_a_health_verdict_carries_its_evidence_bounded_and_safe_to_show() -> None:
+    """What the host's watch read (each read's exit, stderr, row) reaches the run's failure; a
+    host's words are data: a few lines, each bounded, no terminal command in them."""
+    said = ["nvidia-smi read 1: killed by SIGKILL (not by ddptui); stdout ''; stderr ''",
+            "nvidia-smi read 2: exit 15; stderr '\x1b]52;c;aGk=\x07Unknown Error'"]  # fmt: skip
+    msg = {"t": protocol.EXIT, "code": -15, "stopped": True, "by": "health", "node": 1,
+           "reason": "GPUs cannot be read", "evidence": said + ["x" * 9000] * 20}  # fmt: skip
+    end = parse(msg)
+    assert isinstance(end, Exit)
+    assert end.evidence[:2] == (said[0], "nvidia-smi read 2: exit 15; stderr 'Unknown Error'")
+    assert len(end.evidence) == 8 and max(map(len, end.evidence)) <= 1024
+    v = Verdict()
+    sick = v.ended("node1", end, 13.0, gone="", tracebacks=tracebacks_of(), peer_name=NAMES.get)
+    assert sick.failures[0].evidence == end.evidence
 
 
 def test_a_user_stop_makes_later_failures_its_echo() -> None:

@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from e2etools import children, wait_for
 
 from ddptui.remote.host.netif import free_port
-from ddptui.tui import cli
+from ddptui.tui import browser, cli, web
 from ddptui.tui.web import TokenServer, app_command, url_host
 
 TOKEN = "s3cret-Token_0123456789abcdef"
@@ -158,3 +158,113 @@ def test_stopping_with_a_page_open_ends_it_at_once_and_quietly(tmp_path: Path) -
         server.kill()
     said = out.read_text()
     assert "Traceback" not in said and "Event loop is closed" not in said, said
+
+
+@pytest.mark.security
+@pytest.mark.parametrize(
+    "text",
+    [
+        '["resize", {"width": "x", "height": 24}]',
+        '["resize", {"width": 80}]',
+        '["resize", {"width": -1, "height": 24}]',
+        '["resize", {"width": 10000000, "height": 24}]',
+        '["resize", {"width": true, "height": 24}]',
+        '["resize", "80x24"]',
+        '["stdin", 42]',
+        '["stdin", "' + "a" * (browser.STDIN_MAX + 1) + '"]',
+        '["ping", {"a": 1}]',
+        '["quit"]',
+        '{"resize": 1}',
+        "[]",
+        "not json",
+    ],
+)
+def test_what_a_page_would_not_send_is_dropped(text: str) -> None:
+    assert browser.message(text) is None
+
+
+def test_what_the_page_sends_is_passed_on() -> None:
+    assert browser.message('["resize", {"width": 132, "height": 40}]') == ("resize", (132, 40))
+    assert browser.message('["stdin", "q\\u001b[A"]') == ("stdin", "q\x1b[A")
+    assert browser.message('["ping", "1712345678901"]') == ("ping", "1712345678901")
+    assert browser.message('["focus"]') == ("focus", None)
+
+
+class Service:
+    """An app's service as textual-serve's server drives it: what reaches the dashboard."""
+
+    def __init__(self) -> None:
+        self.got: list[object] = []
+
+    async def send_bytes(self, data: bytes) -> None:
+        self.got.append(data)
+
+    async def set_terminal_size(self, width: int, height: int) -> None:
+        self.got.append((width, height))
+
+
+@pytest.mark.security
+async def test_a_bad_resize_never_reaches_the_dashboard() -> None:
+    """textual-serve passed `["resize", {"width": "x"}]` on, and the dashboard crashed on it."""
+    server, service = TokenServer("false", "127.0.0.1", 8000, TOKEN), Service()
+    frames = ['["resize", {"width": "x", "height": 24}]', '["resize", {"width": 90, "height": 30}]',
+              '["stdin", "j"]']  # fmt: skip
+
+    async def socket() -> AsyncIterator[aiohttp.WSMessage]:
+        for text in frames:
+            yield aiohttp.WSMessage(aiohttp.WSMsgType.TEXT, text, None)
+
+    await server._process_messages(socket(), service)  # type: ignore[arg-type]
+    assert service.got == [(90, 30), b"j"]
+
+
+@pytest.mark.security
+@pytest.mark.parametrize(
+    ("headers", "allowed"),
+    [
+        ({}, True),  # not a browser: it holds the token
+        ({"Origin": "http://127.0.0.1:8000"}, True),
+        ({"Origin": "https://evil.example"}, False),
+        ({"Origin": "null"}, False),
+        ({"Host": "evil.example:8000", "Origin": "http://evil.example:8000"}, False),  # rebinding
+        ({"Host": "localhost:9999", "Origin": "http://localhost:9999"}, True),  # ssh -L
+    ],
+)
+async def test_a_socket_from_another_origin_or_host_is_refused(
+    client: TestClient, headers: dict[str, str], allowed: bool
+) -> None:
+    headers = {"Host": "127.0.0.1:8000", **headers}
+    try:
+        ws = await client.ws_connect(f"/{TOKEN}/ws", headers=headers)
+    except aiohttp.WSServerHandshakeError as refused:
+        assert not allowed and refused.status == 403
+    else:
+        await ws.close()
+        assert allowed
+
+
+@pytest.mark.security
+async def test_a_tab_past_the_bound_is_told_so(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(web, "TABS_MAX", 0)
+    ws = await client.ws_connect(f"/{TOKEN}/ws")
+    said = await ws.receive()
+    assert b"0 tabs are open already, the most it serves" in said.data
+    assert (await ws.receive()).type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED)
+
+
+@pytest.mark.security
+async def test_a_socket_asking_no_size_is_refused(client: TestClient) -> None:
+    with pytest.raises(aiohttp.WSServerHandshakeError) as caught:
+        await client.ws_connect(f"/{TOKEN}/ws?width=x&height=24")
+    assert caught.value.status == 400
+
+
+@pytest.mark.security
+async def test_the_page_loads_no_clipboard_add_on(client: TestClient) -> None:
+    """OSC 52 from a host's text would write the viewer's clipboard through it."""
+    script = await (await client.get(f"/{TOKEN}/static/js/textual.js")).text()
+    assert "new b.ClipboardAddon" in web.SCRIPT.read_text()  # textual-serve's own loads it
+    assert "ClipboardAddon;this.terminal.loadAddon" not in script
+    assert "this.terminal.loadAddon(this.weblinksAddon)" in script  # the rest as it was

@@ -49,7 +49,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from ddptui.remote.run.failures import first
-from ddptui.remote.run.runner import Emit, Run, new_run_id
+from ddptui.remote.run.runner import Emit, OnCancel, Run, new_run_id
 from ddptui.remote.store import runs
 
 from ..text import run_ended, shown
@@ -86,10 +86,12 @@ class RunLike(Protocol):
     """What the app needs of a run (`Run`; tests and the benchmark may fake it)."""
 
     run_id: str
+    on_cancel: OnCancel  # what its end without a word does to the job (the app's crash, say)
 
     def execute(self) -> Awaitable[RunFinished]: ...
     def stop(self) -> None: ...
     def detach(self) -> None: ...
+    def as_viewer(self) -> None: ...
 
 
 # (inventory, emit, run id, the dashboard's connections to borrow or None)
@@ -344,12 +346,13 @@ class Dashboard(App[int]):
         self._use_inventory(inv)
         emit = partial(self._emit, record.run_id)
         fleet = self.glance.fleet(inv)
-        self._start(record.run_id, self.rejoin_factory(record, emit, stop, fleet))
+        self._start(record.run_id, self.rejoin_factory(record, emit, stop, fleet), launched=False)
 
-    def _start(self, run_id: str, run: RunLike) -> None:
+    def _start(self, run_id: str, run: RunLike, launched: bool = True) -> None:
         """A run (new or rejoined) becomes the one shown: fresh state, its worker started."""
         self._reset(run_id)
         self.current_run = run
+        self._on_cancel(run, launched)
         self.status.run_id, self.status.state = run_id, "connecting"
         self.worker = self.run_worker(run.execute(), name="run", group="run", exit_on_error=False)
         self.glance.pause(True)  # the run streams the figures over its own connections
@@ -357,6 +360,17 @@ class Dashboard(App[int]):
         self.pane.log_view.focus()
         self.refresh_bindings()
         self.show_status()
+
+    def _on_cancel(self, run: RunLike, launched: bool) -> None:
+        """However this app ends (a crash, a closed tab, a cancelled worker), the engine does
+        what this says, not the app's handlers: a read-only viewer leaves the run exactly as it
+        was (it holds no lease and says nothing to the hosts); a browser's --control tab detaches
+        the run it launched (the tab was its only launcher) and leaves one it opened as it was.
+        A terminal's dashboard stops its run (Ctrl-C, a crash): nothing outlives it unasked."""
+        if self.read_only:
+            run.as_viewer()
+        elif self.served:
+            run.on_cancel = "detach" if launched else "leave"
 
     def _reset(self, run_id: str) -> None:
         """A new run: empty logs, no failure, host states start over."""
@@ -381,8 +395,9 @@ class Dashboard(App[int]):
         if self.current_run is None or not self.running:
             return
         self._after_run = self._quit_now
-        self.current_run.detach()
-        self.notify(f"detached: run {self.run_id} goes on (ddptui attach {self.run_id})")
+        self.current_run.detach()  # a viewer's only lets go: the run stays as it was
+        gone = "left" if self.read_only else "detached"
+        self.notify(f"{gone}: run {self.run_id} goes on (ddptui attach {self.run_id})")
 
     def action_stop(self) -> None:
         if self.current_run is not None and self.running:
@@ -423,9 +438,10 @@ class Dashboard(App[int]):
         self.exit(EXIT_OK)
 
     def on_exit_app(self) -> None:
-        """A served app ends when its browser leaves (the tab closed, the link lost): the run it
-        follows goes on, detached, instead of being stopped as a cancelled run is."""
-        if self.served and self.current_run is not None and self.running:
+        """A served app ends when its browser leaves (the tab closed, the link lost): the run
+        it launched is detached now, while its links still carry the word; any other end, a
+        crash included, is the engine's on_cancel as its worker is cancelled."""
+        if self.current_run is not None and self.running and self.current_run.on_cancel == "detach":
             self.current_run.detach()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

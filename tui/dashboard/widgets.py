@@ -141,11 +141,12 @@ class FailureBanner(Static):
 
 
 def _tail(failure: Failure) -> list[str]:
-    """The traceback's last lines; its last line is already the failure's message."""
+    """The traceback's last lines (its last line is already the failure's message), or what a
+    host's health verdict rests on."""
     lines = [line for line in failure.traceback if line.strip()]
     if lines and lines[-1].strip() == failure.message:
         lines.pop()
-    return lines[-TRACEBACK_SHOWN:]
+    return lines[-TRACEBACK_SHOWN:] + list(failure.evidence)
 
 
 class ClearableInput(Input):

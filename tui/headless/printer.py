@@ -173,7 +173,7 @@ class Printer:
         self.console.show("")  # the training's live line goes with the run
         if fin.failure is not None:
             self.say(f"run failed: {failure_line(fin.failure)}")
-            tail = fin.failure.traceback[-TRACEBACK_SHOWN:]
+            tail = fin.failure.traceback[-TRACEBACK_SHOWN:] + fin.failure.evidence
             self.console.write(self.err, "".join(f"    {line}\n" for line in tail))
         elif fin.status != "detached":
             self.say(run_ended(fin))
