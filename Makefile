@@ -12,6 +12,10 @@ TEST_TOOLS += zsh:zsh fish:fish
 TEST_TOOLS += podman:podman runc:runc catatonit:catatonit
 # `ddptui serve`'s browser test: Debian's Chromium and its chromedriver (Selenium downloads none).
 TEST_TOOLS += chromium:chromium chromedriver:chromium-driver
+# A real Slurm 22.05 for the jobs handed to Slurm (tests/support/slurmhosts.py); the packages'
+# own daemons stay off (the tests start theirs in namespaces).
+TEST_TOOLS += slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge
+SLURM_UNITS := slurmctld slurmd munge
 
 .PHONY: setup demo dashboard test lint docs test-tools clean
 
@@ -45,6 +49,7 @@ test-tools:  ## the end-to-end tests build real sshd hosts: install what they ne
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  ! command -v systemctl >/dev/null || systemctl disable --now $(SLURM_UNITS) >/dev/null 2>&1 || true; \
 	fi
 
 test: setup test-tools lint docs

@@ -160,6 +160,35 @@ class RunRestarting(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointSaved(Event):
+    """The job saved a new newest checkpoint in job.checkpoint's directory (node 0 saw it)."""
+
+    path: str
+    step: int | None  # from its name, where it carries one
+    at: float  # node 0's clock: when it was written
+
+
+@dataclass(frozen=True, slots=True)
+class StepsLost(Event):
+    """A failed attempt against its newest checkpoint: the steps a restart does again."""
+
+    attempt: int
+    path: str  # "": none saved yet
+    step: int | None  # the checkpoint's
+    reached: int | None  # the attempt's, from the progress its lines said
+    lost: int | None  # None: unknown (no step said, or a checkpoint without one in its name)
+
+    def text(self) -> str:
+        """`attempt 1 lost 2 steps: it reached step 12, the newest checkpoint is step 10`."""
+        head = f"attempt {self.attempt + 1}"
+        saved = (f"step {self.step}" if self.step is not None else self.path) if self.path else ""
+        if self.lost is None:
+            return f"{head} ended; the newest checkpoint is {saved or 'none yet'}"
+        since = f"the newest checkpoint is {saved}" if saved else "no checkpoint yet"
+        return f"{head} lost {self.lost} steps: it reached step {self.reached}, {since}"
+
+
+@dataclass(frozen=True, slots=True)
 class BadHost(Event):
     """The run's hub will not use this host again (its GPUs or NICs failed): a spare takes
     its node rank."""
@@ -378,6 +407,19 @@ class TrackerLink(Event):
         return f"{self.tracker}{name}: {self.url}"
 
 
+@dataclass(frozen=True, slots=True)
+class JobState(Event):
+    """What Slurm says of a run's job (remote/slurm/): submitted, PENDING with its reason and
+    expected start, RUNNING on its nodes, or how it ended; `text` in a person's words."""
+
+    job_id: str
+    state: str  # SUBMITTED (ours), then Slurm's: PENDING, RUNNING, COMPLETED, NODE_FAIL ...
+    text: str
+    reason: str = ""
+    start: float | None = None  # when it started, or is expected to
+    nodes: tuple[str, ...] = ()
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.__name__: cls
     for cls in (
@@ -402,6 +444,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Alert,
         Progress,
         TrackerLink,
+        JobState,
+        CheckpointSaved,
+        StepsLost,
     )
 }
 
@@ -417,7 +462,7 @@ def from_json(line: str) -> Event:
         data["failures"] = tuple(failure_from(f) for f in data["failures"])
     if "attempts" in data:
         data["attempts"] = tuple(attempt_from(a) for a in data["attempts"])
-    for key in ("hosts", "ranks", "replace"):
+    for key in ("hosts", "ranks", "replace", "nodes"):
         if key in data:
             data[key] = tuple(data[key])
     if "lines" in data:

@@ -207,7 +207,8 @@ from ddptui.remote.agents.transport import HostError, LocalTransport, Process  #
 from ddptui.remote.events import ChecksDone  # noqa: E402
 from ddptui.remote.host import protocol, wire  # noqa: E402
 from ddptui.remote.run.runner import Emit, Run  # noqa: E402
-from ddptui.tui.dashboard.app import Dashboard, RunLike  # noqa: E402
+from ddptui.tui.dashboard.app import Dashboard  # noqa: E402
+from ddptui.tui.dashboard.control import RunLike  # noqa: E402
 from ddptui.tui.dashboard.logbuffer import LogBuffer  # noqa: E402
 from ddptui.tui.dashboard.logview import RankLog  # noqa: E402
 

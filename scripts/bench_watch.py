@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import threading
@@ -42,6 +43,8 @@ from bench_common import (
 from testhosts import TestCluster
 
 from ddptui.remote.host import spool, vitals, wire
+from ddptui.remote.host.looks import LOOK_S, Looks
+from ddptui.remote.host.probe import find_py_spy
 from ddptui.remote.host.watch import POLL_S
 
 DATA = REPO / "tests" / "data"
@@ -116,13 +119,17 @@ def spread(rates: list[float]) -> float:
     return (max(rates) - min(rates)) / median(rates) if rates else 0.0
 
 
-def node_cpu(ranks: int = 8, rounds: int = 500) -> float:
+def node_cpu(ranks: int = 8, rounds: int = 500, looks: int = 30) -> tuple[float, float]:
     """The CPU a node's supervisor spends on the watch, as a share of one core: a poll every
-    POLL_S (each rank's tree's CPU and I/O) and a look a second (each rank's main thread), on
-    `ranks` sleeping processes here. Robust where wall-clock throughput is not: it counts
-    the supervisor's own CPU seconds."""
+    POLL_S (each rank's tree's CPU and I/O), and a look a second at each rank's main thread
+    (its state, and its stack by py-spy, whose own CPU counts), on `ranks` sleeping processes
+    here: (the supervisor's, py-spy's). Robust where wall-clock throughput is not: it counts
+    CPU seconds, the children's included."""
     sleepers = [subprocess.Popen([sys.executable, "-c", "import time\nwhile 1: time.sleep(1)"])
                 for _ in range(ranks)]  # fmt: skip
+    spy = find_py_spy()
+    if spy is None:
+        sys.exit("bench: no py-spy here: the looks' cost cannot be measured")
     try:
         node = vitals.Node()
         node.by_pid = {p.pid: r for r, p in enumerate(sleepers)}
@@ -130,16 +137,23 @@ def node_cpu(ranks: int = 8, rounds: int = 500) -> float:
         for _ in range(rounds):
             node.sample(False)
         poll = (time.process_time() - t0) / rounds
-        t0 = time.process_time()
-        for _ in range(rounds):
-            for pid in node.by_pid:
-                vitals._state(pid)
-        look = (time.process_time() - t0) / rounds
+        seen, t0, c0 = Looks(), time.process_time(), _children_cpu()
+        for _ in range(looks):
+            seen.look(node.by_pid, spy)
+        look = (time.process_time() - t0) / looks
+        spies = (_children_cpu() - c0) / looks
     finally:
         for p in sleepers:
             p.kill()
             p.wait()
-    return poll / POLL_S + look / vitals.LOOK_S
+    if any(n < looks for _, n in seen.waits.values()):
+        sys.exit(f"bench: py-spy read {seen.waits} of {looks} looks: not the load claimed")
+    return poll / POLL_S + look / LOOK_S, spies / LOOK_S
+
+
+def _children_cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def detection(c: TestCluster, work: Path, rep: int, flight: bool) -> tuple[float, float]:
@@ -219,8 +233,9 @@ def main() -> int:
     with workspace("watch", args.keep) as work, cluster(4, work / "hosts",
                                                         testhosts=args.testhosts) as c:  # fmt: skip
         print(load())
-        share = node_cpu()
-        print(f"a node's supervisor watching 8 ranks: {share:.3%} of a core")
+        share, spies = node_cpu()
+        print(f"a node's supervisor watching 8 ranks: {share:.3%} of a core, and its py-spy "
+              f"looks {spies:.1%} of a core")  # fmt: skip
         rates: dict[bool, list[float]] = {True: [], False: []}
         for rep in range(args.reps):
             for watch in (rep % 2 == 0, rep % 2 != 0):  # alternating which goes first

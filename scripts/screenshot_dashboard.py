@@ -47,7 +47,7 @@ async def shoot(out: Path, work: Path, source: Path, settle: float) -> None:
             await pilot.pause(0.1)
         await pilot.pause(settle)  # e.g. for the GPU monitor's next sample (every 2 s)
         app.pane.flush()
-        app.show_status()
+        app.course.show()
         app.clear_notifications()
         await pilot.pause()
         out.write_text(app.export_screenshot(title="ddptui"))

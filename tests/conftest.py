@@ -19,15 +19,34 @@ sys.path.insert(0, str(Path(__file__).parent / "support"))
 import containerhosts
 import nvidia_smi
 import pytest
+import slurmhosts
 from testhosts import DEFAULT_PREFIX, SUBNET, TestCluster, check_prerequisites
 
 # DDPTUI_TESTHOSTS=PREFIX:SUBNET runs this session's hosts apart from another session's (two
 # checkouts testing at once on one machine); the default is testhosts.py's.
 PREFIX, _, SUBNET = os.environ.get("DDPTUI_TESTHOSTS", f"{DEFAULT_PREFIX}:{SUBNET}").partition(":")
+# DDPTUI_SLURMHOSTS=PREFIX:SUBNET likewise for the Slurm test cluster (support/slurmhosts.py).
+SLURM_PREFIX, _, SLURM_SUBNET = os.environ.get(
+    "DDPTUI_SLURMHOSTS", f"{slurmhosts.PREFIX}:{slurmhosts.SUBNET}"
+).partition(":")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: needs the ssh test-host cluster (root, sshd, netns)")
+
+
+SLOW_E2E = Path(__file__).with_name("slow_e2e.txt")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: the mark must be on when it looks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long stories listed in slow_e2e.txt go behind `slow_e2e` (scripts/slow_e2e.sh)."""
+    slow = {
+        line.strip() for line in SLOW_E2E.read_text().splitlines() if line.strip()[:1] not in "#"
+    }
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow_e2e)
 
 
 def _under_ci() -> bool:
@@ -52,6 +71,21 @@ def cluster(
     """Four ssh test hosts node0..node3 (see testhosts.py), shared by the whole session."""
     root = tmp_path_factory.mktemp("testhosts")
     with TestCluster(n=4, root=root, prefix=PREFIX, subnet=SUBNET) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[slurmhosts.SlurmCluster]:
+    """A real Slurm (slurmhosts.py): a controller, its login node, three compute nodes,
+    shared by the whole session; skipped where this machine lacks it, but under CI."""
+    try:
+        slurmhosts.check_prerequisites()
+    except RuntimeError as exc:
+        if _under_ci():
+            raise
+        pytest.skip(str(exc))
+    root = tmp_path_factory.mktemp("slurmhosts")
+    with slurmhosts.SlurmCluster(3, root=root, prefix=SLURM_PREFIX, subnet=SLURM_SUBNET) as c:
         yield c
 
 

@@ -24,6 +24,7 @@ ddptui [--headless [--verbose]] [-i INVENTORY] [--runs-root DIR] [COMMAND]
        ddptui plot RUN [METRIC]
        ddptui stacks RUN [--json] [--native]
        ddptui serve [RUN] [--host ADDR] [--port N] [--control]
+       ddptui export slurm
        ddptui init [PATTERN|HOST ...] | ssh HOST|NODE|rN | schema | completion SHELL"""
 DESCRIPTION = """\
 Launch multi-node PyTorch training over SSH and watch every rank.
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
 Command = Callable[[argparse.Namespace, list[str]], int]
 SHELLS = ("bash", "zsh", "fish")
+EXPORTS = ("slurm",)
 INIT_HOSTS = (
     "~/.ssh/config's hosts, patterns ('gpu-*') or names, or any host ssh reaches "
     "(default: every host the config names)"
@@ -143,6 +145,10 @@ def parser() -> argparse.ArgumentParser:
     )
     ssh_p.add_argument("target", metavar="HOST|NODE|rN", help=SSH_TARGET)
     ssh_p.add_argument("--run", metavar="RUN", help="rN as this run placed it, its inventory's")
+    export_p = _command(
+        sub, "export", export_command, "print the job as a script to submit by hand (sbatch)"
+    )
+    export_p.add_argument("format", choices=EXPORTS, help="slurm: an sbatch script")
     schema_p = _command(
         sub, "schema", schema_command, "print the inventory's JSON Schema (for editors)"
     )
@@ -294,10 +300,23 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
     if extra and args.command not in (None, "launch"):
         raise UsageError(f"{args.command} takes no script arguments (after --)")
     root = runs_root(args)
+    if _hands_to_slurm(args.inventory):
+        raise UsageError(
+            f"{args.inventory}: the dashboard does not follow a run handed to Slurm yet: "
+            "use ddptui --headless launch (attach, stop, runs: --headless too)"
+        )
     from .dashboard.app import create_app  # Textual loads only for the dashboard
 
     app = create_app(args.inventory, runs_dir=root, extra_args=extra, start=args.command)
     return app.run() or 0
+
+
+def _hands_to_slurm(path: Path) -> bool:
+    """Whether the inventory says slurm: (a mistake in it is the dashboard's to show)."""
+    try:
+        return load_inventory(path).slurm is not None
+    except UsageError:
+        return False
 
 
 def _dashboard_on_run(args: argparse.Namespace) -> int:
@@ -324,6 +343,7 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
     inv = load_inventory(args.inventory, args.exclude)
     if args.sync is not None:
         inv = _with_sync(inv, args.sync)
+    exclude = _slurm_exclude(args.exclude) if inv.slurm else ()
     import asyncio
 
     from ddptui.remote.run.runner import new_run_id
@@ -337,9 +357,19 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
         run_dir = runs_root(args) / run_id
     launching = launch.launch(
         inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id,
-        deep=_deep_seconds(args), verbose=args.verbose, quiet=args.quiet,
+        deep=_deep_seconds(args), verbose=args.verbose, quiet=args.quiet, exclude=exclude,
     )  # fmt: skip
     return asyncio.run(launching)
+
+
+def _slurm_exclude(hosts: str | None) -> tuple[str, ...]:
+    """--exclude for a Slurm job: the nodes Slurm must not give it (sbatch --exclude)."""
+    from ddptui.remote import fold
+
+    try:
+        return tuple(fold.names(hosts)) if hosts else ()
+    except ValueError as exc:
+        raise UsageError(f"--exclude {hosts!r}: {exc}") from None
 
 
 def check_command(args: argparse.Namespace, extra: list[str]) -> int:
@@ -349,6 +379,11 @@ def check_command(args: argparse.Namespace, extra: list[str]) -> int:
     if extra:
         raise UsageError("check takes no script arguments (after --)")
     inv = load_inventory(args.inventory, args.exclude)
+    if inv.slurm is not None:  # no node is Slurm's to check before it gives them
+        raise UsageError(
+            f"{args.inventory}: slurm: has no hosts to check before Slurm gives them; "
+            "`ddptui --headless launch` asks Slurm first (sbatch --test-only)"
+        )
     import asyncio
 
     from .headless.check import check
@@ -523,6 +558,18 @@ def _no_extra(args: argparse.Namespace, extra: list[str]) -> None:
         raise UsageError(f"{args.command} takes no script arguments (after --)")
 
 
+def export_command(args: argparse.Namespace, extra: list[str]) -> int:
+    """`export slurm`: the inventory's job as an sbatch script, printed (nothing contacted)."""
+    _no_extra(args, extra)
+    inv = load_inventory(args.inventory)
+    if inv.slurm is None:
+        raise UsageError(f"{args.inventory} has no slurm: (its nodes, partition...) to export")
+    from ddptui.remote.slurm.export import export
+
+    sys.stdout.write(export(inv))
+    return 0
+
+
 def schema_command(args: argparse.Namespace, extra: list[str]) -> int:
     """`schema`: the inventory's JSON Schema, from the model (or --path: the shipped file's)."""
     from ddptui.remote import schema
@@ -552,12 +599,13 @@ def run_ids(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def load_inventory(path: Path, exclude: str | None = None) -> Inventory:
-    """The inventory, less the hosts --exclude names (node ranks closed up)."""
+    """The inventory, less the hosts --exclude names (node ranks closed up); a Slurm job's
+    whole (Slurm leaves those nodes out: sbatch --exclude)."""
     from ddptui.remote import inventory
 
     try:
         inv = inventory.load(path)
-        return inventory.without(inv, exclude) if exclude else inv
+        return inventory.without(inv, exclude) if exclude and not inv.slurm else inv
     except inventory.InventoryError as exc:
         raise UsageError(str(exc)) from None
 

@@ -124,7 +124,10 @@ def _placeholders(text: str, name: str, address: str | None) -> str:
 
 # -- the run history (`ddptui runs`, the dashboard's `h`) ----------------------------------------
 
-RUN_COLUMNS = ("run", "status", "hosts", "world", "started", "elapsed", "failing rank", "training")
+RUN_COLUMNS = (
+    "run", "status", "hosts", "world", "started", "elapsed", "failing rank", "training", "why",
+)  # fmt: skip
+WHY_SHOWN = 100  # characters of the why in a table (`runs --json` has it whole)
 
 
 def run_row(r: runs.RunRecord) -> dict[str, Any]:
@@ -149,9 +152,11 @@ def run_row(r: runs.RunRecord) -> dict[str, Any]:
         "attempts": attempts(r),
         "bad_hosts": [{"host": h, "why": why} for h, why in runs.bad_hosts(r).items()],
         "progress": progress,
+        "checkpoint": runs.checkpoint(r),
         "links": links,
         "detail": r.detail or ((s.get("failure") or {}).get("message") or ""),
         "run_dir": str(r.dir),
+        "slurm": s.get("slurm") or r.info.get("slurm"),  # its job: id, state, nodes
     }
 
 
@@ -177,24 +182,47 @@ def run_cells(r: dict[str, Any]) -> tuple[str, ...]:
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["started"])) if r["started"] else ""
     tries = f" ({r['attempts']} attempts)" if (r.get("attempts") or 0) > 1 else ""
     bad = ", ".join(b["host"] for b in r.get("bad_hosts") or ())
+    job = r.get("slurm") or {}
+    slurm = f" (job {job.get('job')} {job.get('state') or ''})".replace(" )", ")") if job else ""
     return (
         r["id"],
-        (r["status"] or "…") + tries,
+        (r["status"] or "…") + tries + slurm,
         (f"{len(hosts)}: {hosts[0]}{'…' if len(hosts) > 1 else ''}" if hosts else "0")
         + (f" (bad: {bad})" if bad else ""),
         "" if r["world_size"] is None else str(r["world_size"]),
         started,
         "" if r["elapsed"] is None else runs.age(r["elapsed"]),
         failing or (r["failing_host"] or ""),
-        _training(r.get("progress")),
+        _training(r.get("progress"), r.get("checkpoint")),
+        "" if r["status"] == "succeeded" else _cut(r.get("detail") or "", WHY_SHOWN),
     )
 
 
-def _training(last: dict[str, Any] | None) -> str:
-    """`step 1200/5000 · loss 0.41`: the last step and loss (or the first metric)."""
-    if not last:
+def checkpoint_text(c: Mapping[str, Any] | None, now: float | None = None) -> str:
+    """job.checkpoint's newest: `step 10, saved 3 m 2 s ago (/ckpt/step_10.pt)`."""
+    if not c:
         return ""
-    metrics = last.get("metrics") or {}
-    loss = [k for k in metrics if k == "loss"] or [k for k in metrics if "loss" in k]
-    shown = {k: metrics[k] for k in (loss or list(metrics))[:1]}
-    return progress_text(last.get("step"), last.get("total"), None, shown)
+    age = max(0.0, (time.time() if now is None else now) - float(c.get("at") or 0))
+    what = f"step {c['step']}, saved" if c.get("step") is not None else "saved"
+    return f"{what} {runs.age(age)} ago ({tilde(str(c.get('path') or ''))})"
+
+
+def _cut(text: str, most: int) -> str:
+    line = text.splitlines()[0] if text else ""
+    return line if len(line) <= most else line[: most - 1] + "…"
+
+
+def _training(last: dict[str, Any] | None, checkpoint: dict[str, Any] | None = None) -> str:
+    """`step 1200/5000 · loss 0.41 · checkpoint step 1000`: the last step and loss (or the first
+    metric), and job.checkpoint's newest."""
+    text = ""
+    if last:
+        metrics = last.get("metrics") or {}
+        loss = [k for k in metrics if k == "loss"] or [k for k in metrics if "loss" in k]
+        shown = {k: metrics[k] for k in (loss or list(metrics))[:1]}
+        text = progress_text(last.get("step"), last.get("total"), None, shown)
+    if checkpoint:
+        step = checkpoint.get("step")
+        saved = f"checkpoint step {step}" if step is not None else "checkpoint saved"
+        text = f"{text} · {saved}" if text else saved
+    return text

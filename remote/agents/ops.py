@@ -151,6 +151,35 @@ async def port(agent: Agent) -> int | None:
     return got if isinstance(got, int) and 0 < got < 65536 else None
 
 
+class SlurmReply(NamedTuple):
+    """One of Slurm's commands, run on the login node (remote/host/slurmcmd.py): its exit
+    status (None: it did not end), its output; `dir`, the run's directory there, when asked
+    to prepare it; `output`, the end of a file of it, when asked to read one."""
+
+    code: int | None
+    out: str
+    err: str
+    dir: str
+    output: str
+
+
+async def slurm(
+    agent: Agent, argv: Sequence[str], *, input: str = "", prepare: str = "", read: str = "",
+    timeout: float = 60.0,
+) -> SlurmReply:  # fmt: skip
+    ask: dict[str, Any] = {"argv": list(argv), "input": input, "timeout": timeout}
+    if prepare:
+        ask["prepare"] = prepare
+    if read:
+        ask["read"] = read
+    found = await agent.request(protocol.SLURM, ask, timeout=timeout + 10)
+    code = found.get("code")
+    return SlurmReply(
+        code if isinstance(code, int) else None, _text_long(found.get("out")),
+        _text_long(found.get("err")), _text(found.get("dir")), _text_long(found.get("output")),
+    )  # fmt: skip
+
+
 # -- the shape of an answer ---------------------------------------------------------------------
 
 
@@ -168,6 +197,11 @@ def _dict(value: Any) -> dict[Any, Any]:
 
 def _text(value: Any) -> str:
     return str(value or "")[:TEXT_MAX]
+
+
+def _text_long(value: Any) -> str:
+    """A command's output: bounded by its host (1 MiB), text."""
+    return str(value or "")[-(1 << 20) :]
 
 
 def _state(value: Any) -> NodeState | None:

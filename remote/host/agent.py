@@ -167,6 +167,8 @@ OPS = {
     protocol.PORT: lambda agent, ch, req: _mod("nodes").free_port(ch, req),
     protocol.STANDBY: lambda agent, ch, req: _mod("standby").start(ch, req, agent.code_dir),
     protocol.HANGS: _answer(lambda req: _mod("watch").kept(req)),
+    protocol.SLURM: lambda agent, ch, req: _mod("slurmcmd").slurm(ch, req),
+    protocol.RELAY: lambda agent, ch, req: _mod("slurmcmd").relay(ch, req),
 }
 
 

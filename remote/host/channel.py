@@ -287,12 +287,13 @@ def _handshake(sock, deadline, key, node):
     return Channel(sock, f, session.key, b"peer", b"hub")
 
 
-def listen(bind):
+def listen(bind, port=0):
     """A socket at the master address (the first of a name's addresses this host has), else
-    on every interface (an address this host does not have: NAT, a name resolved otherwise)."""
+    on every interface (an address this host does not have: NAT, a name resolved otherwise);
+    on `port` where one was chosen ahead (under Slurm: no launcher tells the peers), else any."""
     if bind:
         try:
-            found = socket.getaddrinfo(bind, 0, type=socket.SOCK_STREAM)
+            found = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM)
         except OSError:
             found = []
         for family, _, _, _, addr in found:
@@ -300,6 +301,6 @@ def listen(bind):
                 return socket.create_server(addr, family=family)
         log(f"{bind} is no address of this host's: listening on every interface")
     try:
-        return socket.create_server(("", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+        return socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
     except (OSError, ValueError):
-        return socket.create_server(("", 0))
+        return socket.create_server(("", port))

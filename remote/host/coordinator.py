@@ -6,6 +6,7 @@ node's does; beside it, this part holds the run itself, with or without a launch
 - the policy (remote/host/policy.py): what follows each attempt, restart or end;
 - job.notify's command (remote/host/notify.py), and the word of every event in the stream;
 - the training's curve from node 0's ranks' lines (remote/host/progress.py: series.json);
+- job.checkpoint's newest, each new save said (remote/host/checkpoints.py);
 - the run's hang and straggler watch (remote/host/watch.py).
 
 python3 >= 3.8, stdlib only.
@@ -13,8 +14,8 @@ python3 >= 3.8, stdlib only.
 
 from __future__ import annotations
 
-from . import protocol
-from .common import log
+from . import checkpoints, protocol
+from .common import log, thread
 from .hotspares import HotSpares
 from .hub import Hub
 from .notify import Notifier
@@ -39,12 +40,16 @@ class Coordinator(Role):
         link_timeout = spec["link_timeout"]
         self.hub = Hub(
             spec["secret"], spec["names"], link_timeout, protocol.beat_interval(link_timeout),
-            sup.stop, spec["master_addr"], sup.launcher, self._refused,
+            sup.stop, spec["master_addr"], sup.launcher, self._refused, spec["hub_port"] or 0,
         )  # fmt: skip
         self.hub_port = self.hub.port
         self.spares = HotSpares(self.hub, spec["standbys"], self._spare_lost)
+        self.saves: checkpoints.Saves | None = None
+        if spec["checkpoint"] is not None:
+            folder = checkpoints.where(spec["checkpoint"], spec["workdir"])
+            self.saves = checkpoints.Saves(folder, self._saved)
         self.policy = Policy(self.hub, self.spares, spec, sup.note, sup.save_state, self.word,
-                             hang_up_s)  # fmt: skip
+                             hang_up_s, self._attempt_saved if self.saves else None)  # fmt: skip
         self.notifier = Notifier(spec["notify"], spec["run_id"], self._notify_failed, sup.own)
         self.progress: Keeper | None = None  # job.progress: false reads no line for it
         if spec["progress"] is not False:
@@ -54,8 +59,16 @@ class Coordinator(Role):
     def start(self) -> None:
         self.hub.start()
         self.spares.start()
+        if self.saves is not None:
+            thread(self.saves.run)
         # the peers learn where the hub listens through a launcher, whether a job starts or not
         self.sup.note(t=protocol.HUB_PORT, port=self.hub.port)
+
+    def checkpoint(self, attempt: int) -> str | None:
+        if self.saves is None:
+            return None
+        latest = self.saves.look() if attempt == 0 else self.saves.latest  # a restart: the end's
+        return latest["path"] if latest else ""
 
     def watch(self, attempt: int) -> Watch | None:
         return self.hangs.start(attempt)
@@ -86,6 +99,8 @@ class Coordinator(Role):
             self.word(args[0], "running", " ".join(args[1:]))
 
     def close(self) -> None:
+        if self.saves is not None:
+            self.saves.stop()
         if self.progress is not None:
             self.progress.flush()
         # its failures are said in the stream: before it closes
@@ -98,6 +113,22 @@ class Coordinator(Role):
         self.sup.note(t=protocol.NOTIFY, event=event, status=status, message=message,
                       wanted=wanted)  # fmt: skip
         self.notifier(event, status, message)
+
+    def _saved(self, saved: dict[str, Any]) -> None:
+        """The job saved a new newest checkpoint: said (the console, the dashboard, summary.json)
+        and kept in the state (`runs` of a detached run)."""
+        self.sup.note(t=protocol.CHECKPOINT, **saved)
+        self.sup.save_state(checkpoint=saved)
+
+    def _attempt_saved(self, attempt: int, failed: bool) -> dict[str, Any] | None:
+        """The newest checkpoint as `attempt` ended (its job is over: nobody writes); a failed
+        one's loss said: the steps since it, which the next attempt does again."""
+        assert self.saves is not None
+        latest = self.saves.look(settle=0)
+        if failed:
+            reached = self.progress.step(attempt) if self.progress is not None else None
+            self.sup.note(t=protocol.SAVED, **checkpoints.loss(attempt, latest, reached))
+        return latest
 
     def _spare_lost(self, text: str) -> None:
         """A hot spare's standby died, was cut off or could not take its node: said, and to

@@ -241,8 +241,9 @@ class Daemon:
         ifname = netif.route_ifname(spec["route_to"]) if spec["route_to"] else None
         site = self._sitecustomize() if spec["line_buffer"] else None
         argv, env, cwd = job.command(
-            spec, att.number, self.tags, os.environ, lambda: self.scratch(att), ifname, site
-        )
+            spec, att.number, self.tags, os.environ, lambda: self.scratch(att), ifname, site,
+            self.role.checkpoint(att.number),
+        )  # fmt: skip
         stdin = subprocess.DEVNULL
         if box:  # the runtime's client; the job's environment reaches it by -e
             argv, env = self._in_container(box, argv, env, cwd, att)

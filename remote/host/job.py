@@ -24,13 +24,14 @@ def code_dir():
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def command(spec, attempt, tags, host_env, scratch, ifname=None, site=None):
+def command(spec, attempt, tags, host_env, scratch, ifname=None, site=None, checkpoint=None):
     """The job's argv, environment and working directory for `attempt`, from the node's spec:
     the host's environment under the spec's (a container starts from its image's own), the
     run's tags, `~` and the code's directory resolved. scratch() is the attempt's directory for
     torchrun's --log-dir, made the first time it is asked (only where the spec names it).
     ifname: the interface that routes to spec.route_to; site: the whole-lines sitecustomize's
-    directory (spec.line_buffer)."""
+    directory (spec.line_buffer); checkpoint: job.checkpoint's newest, as DDPTUI_CHECKPOINT
+    ("": none yet; None: job.checkpoint is not set)."""
     env = {} if spec["container"] else dict(host_env)
     env.update(spec["env"])
     for name in spec["unset"]:  # e.g. a LOCAL_RANK the host exports stops Lightning
@@ -41,6 +42,8 @@ def command(spec, attempt, tags, host_env, scratch, ifname=None, site=None):
     if site:  # spawn and Lightning: a node's processes share one stdout
         env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p)
     env.update(tags, DDPTUI_ATTEMPT=str(attempt))
+    if checkpoint is not None:
+        env["DDPTUI_CHECKPOINT"] = checkpoint
     argv = [expand(a) if i in spec["expand"] else a for i, a in enumerate(spec["argv"])]
     mark = spec["scratch_arg"]
     argv = [scratch() if a == mark else a.replace(protocol.CODE, code_dir()) for a in argv]

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import contextlib
 
-from . import protocol
-from .hub import HubLink
+from . import checkpoints, protocol
+from .hublink import HubLink
 from .role import Role
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
     from typing import Any
 
+    from .hub import Go
     from .role import Step, Supervisor
 
 
 class Peer(Role):
     def __init__(self, spec: dict[str, Any], sup: Supervisor) -> None:
         self.spec = spec
+        self.resume: str | None = None  # job.checkpoint's newest, as the hub's restart said
         self.link = HubLink(
             spec["secret"], spec["node"], spec["link_timeout"],
             protocol.beat_interval(spec["link_timeout"]), sup.stop, since=spec["attempt"],
@@ -35,7 +37,7 @@ class Peer(Role):
 
     def first(self, attempt: int) -> Step | None:
         """A spare joins a run going: it starts at the hub's word."""
-        return self.link.word() if attempt else (attempt, None)
+        return self._step(self.link.word()) if attempt else (attempt, None)
 
     def begin(self, attempt: int) -> None:
         self.link.begin(attempt)
@@ -44,7 +46,22 @@ class Peer(Role):
         self.link.end(status, reason, echo, facts)
 
     def next(self, attempt: int) -> Step | None:
-        return self.link.word()
+        return self._step(self.link.word())
+
+    def _step(self, go: Go | None) -> Step | None:
+        if go is None:
+            return None
+        self.resume = go.checkpoint
+        return go.attempt, go.after
+
+    def checkpoint(self, attempt: int) -> str | None:
+        """The hub's word on a restart (node 0's view: the one every rank must load); the
+        first attempt's, as this host sees the directory."""
+        if self.spec["checkpoint"] is None:
+            return None
+        if self.resume is not None:
+            return self.resume
+        return checkpoints.newest_path(self.spec["checkpoint"], self.spec["workdir"])
 
     def halt(self, status: str, reason: str) -> None:
         self.link.halt(status, reason)

@@ -45,6 +45,8 @@ class Outcome(NamedTuple):
     lines: int = 0  # the lines the failing node's ranks printed in the attempt
     bad: dict[int, tuple[str, str]] = {}  # node -> (host, why): no attempt may use it again
     final: bool = False  # its failure ends the run (a hang, with job.on_hang: stop)
+    checkpointed: bool = False  # job.checkpoint is set: `saved` is the newest at the end
+    saved: dict[str, Any] | None = None  # {path, step, at} (remote/host/checkpoints.py)
 
     @property
     def cause(self) -> str:
@@ -53,8 +55,11 @@ class Outcome(NamedTuple):
         return "lost" if self.node in self.lost and self.node not in self.bad else "failed"
 
     def failure(self) -> dict[str, Any]:
-        return {"cause": self.kind, "code": self.code, "node": self.node, "rank": self.rank,
-                "lines": self.lines}  # fmt: skip
+        out: dict[str, Any] = {"cause": self.kind, "code": self.code, "node": self.node,
+                               "rank": self.rank, "lines": self.lines}  # fmt: skip
+        if self.checkpointed:
+            out["saved"] = self.saved
+        return out
 
 
 class Decision(NamedTuple):
@@ -116,8 +121,11 @@ class Policy:
         save_state: Callable[..., None],
         word: Callable[[str, str, str], None],
         hang_up_s: float,
+        saved: Callable[[int, bool], dict[str, Any] | None] | None = None,
     ) -> None:
+        """saved: job.checkpoint's newest at an attempt's end (attempt, failed: its loss said)."""
         self.hub, self.spares, self.spec = hub, spares, spec
+        self.saved = saved
         self.note, self.save_state, self.word = note, save_state, word
         self.hang_up_s = hang_up_s  # how long the peers get to hang up at the end
         self.last: Outcome | None = None  # the last attempt's, if it failed
@@ -128,6 +136,9 @@ class Policy:
         """Once every node's job of attempt `number` ended: (attempt, after) to start next,
         after the delay and once a spare took each lost node's place; or None: the run ends."""
         out = self.swap(self.hub.settle())
+        if self.saved is not None:
+            saved = self.saved(number, out.status == "failed" and not out.halted)
+            out = out._replace(checkpointed=True, saved=saved)
         self.bad_hosts(out.bad)
         decision = decide(out, number, self.spec["restarts"], self.spares_left(),
                           self.spec["restart_on"], self.last)  # fmt: skip
@@ -210,24 +221,27 @@ class Policy:
             self.save_state(swapped=self.swapped)  # a later attach follows node k there
 
     def restart(self, out: Outcome, nxt: int) -> tuple[int, str | None]:
-        self.hub.restart(nxt, out.reason)
+        self.hub.restart(nxt, out.reason, out.saved["path"] if out.saved else "")
         self.word("restarted", "running", f"attempt {nxt + 1} of {self.of()} (after {out.reason})")
         return nxt, out.reason
 
     def end(self, out: Outcome, status: str, why: str) -> None:
-        """The run ends: word of how, and every peer told."""
+        """The run ends: word of how (and of why no attempt follows: summary.json's reason,
+        the console's), and every peer told."""
         halted = self.hub.halted
         if halted is not None:  # a stop (or a lease): during the attempt, or after it failed
             event = "lost" if halted[0] == "lost" else "stopped"
             status, message = (halted[0] if out.halted else "failed"), halted[1]
+            why = "" if out.halted else halted[1]
             if not out.halted:
                 message += f" (after {out.reason}: no restart)"
         elif out.status == "succeeded":
-            event, message = "succeeded", "every rank succeeded"
+            event, message, why = "succeeded", "every rank succeeded", ""
         else:
             event = out.cause
             message = str(out.reason) + (f"; {why}" if why else "")
+        self.note(t=protocol.RUN_END, status=status, why=why)
         self.word(event, status, message)
-        self.save_state(run_status=status, run_reason=message, waiting=[])
+        self.save_state(run_status=status, run_reason=message, run_why=why, waiting=[])
         self.spares.finish(message)
         self.hub.finish(message, self.hang_up_s)

@@ -490,6 +490,13 @@ class Keeper:
             if self.tracker.changed:
                 self._write()
 
+    def step(self, attempt):
+        """The step `attempt` reached, as its lines said (None: none said one)."""
+        with self.lock:
+            self.tracker.flush()
+            last = self.tracker.last()
+        return last["step"] if last["attempt"] == attempt else None
+
     def _write(self):
         self.written, self.tracker.changed = time.monotonic(), False
         tmp = self.path + ".tmp"

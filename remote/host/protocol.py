@@ -93,6 +93,8 @@ if TYPE_CHECKING:
         waiting: list[str]  # node 0: the lost nodes' names a spare must replace
         run_status: str  # node 0: the run's end
         run_reason: str
+        run_why: str  # node 0: why no attempt follows (a restart chain that stops)
+        checkpoint: dict[str, Any]  # node 0: job.checkpoint's newest {path, step, at}
         alive: bool  # STATUS: its supervisor answers
         series: dict[str, Any]  # STATUS, node 0, asked for: the training's curve
 
@@ -137,9 +139,11 @@ STATUS = "status"
 PORT = "port"
 STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which node it takes
 HANGS = "hangs"  # node 0's kept hangs (hang-<attempt>.json, remote/host/watch.py)
+SLURM = "slurm"  # the login node: one of Slurm's commands (remote/host/slurmcmd.py)
+RELAY = "relay"  # the login node: srun into a job's node, its stdio the channel's data
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
-    STANDBY, HANGS,
+    STANDBY, HANGS, SLURM, RELAY,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------
@@ -164,6 +168,9 @@ ERROR = "error"  # {msg, attempt}: the node could not start (its job, or its sup
 HUB_PORT = "hub-port"  # {port}: where the hub listens, said first (a job that cannot start too)
 RESTART = "restart"  # {attempt, of, after, node, delay, replace}: the next attempt is coming
 NOTIFY = "notify"  # {event, status, message, wanted}: something happened (job.notify)
+RUN_END = "run-end"  # {status, why}: the run ends; why no attempt follows ("": it says itself)
+CHECKPOINT = "checkpoint"  # {path, step, at}: the job saved a new newest checkpoint
+SAVED = "saved"  # {attempt, path, step, reached, lost}: a failed attempt, against its checkpoint
 NOTIFY_FAILED = "notify-failed"  # {event, error}: the notify command failed (nothing changes)
 TRIMMED = "trimmed"  # meta {bytes, max}; control {missed, at}
 MODE = "mode"  # {mode}: attached or detached
@@ -265,13 +272,14 @@ SPEC_DEFAULTS = {
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place
     "standbys": [],  # node 0: the spares' names, in fleet order: each may stand by (hot)
-    "hub_port": None,  # where the hub listens, known at the start (a hot spare's node)
+    "hub_port": None,  # where the hub listens, known at the start (a hot spare's node; Slurm)
     "restart_on": None,  # node 0: job.restart_on (None: every failure restarts)
     "notify": None,  # node 0: {command, events} (job.notify)
     "progress": None,  # node 0: job.progress, a regex on the lines (remote/host/progress.py)
     "hang_after": 600.0,  # node 0: job.hang_after (None: no hang watch; remote/host/watch.py)
     "on_hang": "restart",  # node 0: job.on_hang: restart | stop | warn
     "on_straggler": "warn",  # node 0: job.on_straggler: warn | replace
+    "checkpoint": None,  # job.checkpoint: where the job saves (remote/host/checkpoints.py)
 }
 
 

@@ -7,6 +7,8 @@ Pure rules over the attempts' outcomes, each a dict with
     code   the failing rank's exit code (cause "failed"), else None
     node, rank   where it failed (rank None when no rank is named)
     lines  the lines that node's ranks printed in the attempt
+    saved  with job.checkpoint: the newest checkpoint at the attempt's end ({path, at, step}, or
+           None before the first); without, no such key
 python3 >= 3.8, standard library only.
 """
 
@@ -37,6 +39,17 @@ def no_progress(last: dict[str, Any] | None, now: dict[str, Any]) -> bool:
     return same and (now.get("lines") or 0) <= (last.get("lines") or 0)
 
 
+HOST_FAULTS = ("lost", "gpu", "straggler")  # a host's, not the job's: no checkpoint was owed
+
+
+def saved_nothing(last: dict[str, Any] | None, now: dict[str, Any]) -> bool:
+    """job.checkpoint: neither of the last two failed attempts' jobs advanced the newest
+    checkpoint (a host's fault excused): another would start from it once more."""
+    if last is None or "saved" not in now or now.get("saved") != last.get("saved"):
+        return False
+    return not any(x.get("cause") in HOST_FAULTS for x in (last, now))
+
+
 def why_not(restart_on: list[Any] | None, last: dict[str, Any] | None,
             now: dict[str, Any]) -> str | None:  # fmt: skip
     """Why the failed attempt `now` is not restarted (None: it is); last: the attempt before."""
@@ -45,6 +58,20 @@ def why_not(restart_on: list[Any] | None, last: dict[str, Any] | None,
     if not restarts_on(restart_on, now):
         what = "exit {}".format(now["code"]) if now.get("code") is not None else now.get("cause")
         return "job.restart_on does not name {}".format(what or "failed")
-    if no_progress(last, now):
+    if "saved" in now:  # a resumed attempt prints fewer lines, and may still go further
+        if saved_nothing(last, now):
+            return (
+                "no progress: the newest checkpoint ({}) did not advance over two attempts".format(
+                    _checkpoint(now["saved"])
+                )
+            )
+    elif no_progress(last, now):
         return "no progress: it failed as the last attempt did, no further"
     return None
+
+
+def _checkpoint(saved: dict[str, Any] | None) -> str:
+    if not saved:
+        return "none yet"
+    step = saved.get("step")
+    return "step {}".format(step) if step is not None else str(saved.get("path"))

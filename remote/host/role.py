@@ -50,6 +50,11 @@ class Role:
     def begin(self, attempt: int) -> None:
         """An attempt of the node's job is starting."""
 
+    def checkpoint(self, attempt: int) -> str | None:
+        """job.checkpoint's newest for `attempt`'s ranks (DDPTUI_CHECKPOINT; "": none yet),
+        None where job.checkpoint is not set."""
+        return None
+
     def watch(self, attempt: int) -> Watch | None:
         """The attempt's job runs: the run's hang watch over it, where this node keeps one."""
         return None

@@ -83,29 +83,34 @@ def _in_container(runtime: str, name: str) -> list[int]:
 
 
 def dump_all(
-    spy: str, by_pid: dict[int, int], native: bool, nonblocking: bool = False
+    spy: str,
+    by_pid: dict[int, int],
+    native: bool,
+    nonblocking: bool = False,
+    timeout: float = DUMP_TIMEOUT,
 ) -> dict[str, Any]:
     """{rank: {pid, threads}} for every rank process, the dumps running side by side.
-    nonblocking: the ranks are not paused while read (the hang watch's samples)."""
+    nonblocking: the ranks are not paused while read (the run's own watch)."""
     extra = (["--native"] if native else []) + (["--nonblocking"] if nonblocking else [])
     running = {pid: _start([spy, "dump", "--json", "--pid", str(pid), *extra]) for pid in by_pid}
+    deadline = time.monotonic() + timeout
     out = {}
     for pid, proc in running.items():
         stack: dict[str, Any] = {"pid": pid}
-        stack.update(_dumped(proc))
+        stack.update(_dumped(proc, max(0.0, deadline - time.monotonic()), timeout))
         out[str(by_pid[pid])] = stack
     return out
 
 
-def _dumped(proc: Any) -> dict[str, Any]:
+def _dumped(proc: Any, wait: float, timeout: float) -> dict[str, Any]:
     if isinstance(proc, OSError):
         return {"error": "cannot run py-spy: {}".format(proc.strerror)}
     try:
-        out, err = proc.communicate(timeout=DUMP_TIMEOUT)
+        out, err = proc.communicate(timeout=wait)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
-        return {"error": "py-spy did not answer in {:g} s".format(DUMP_TIMEOUT)}
+        return {"error": "py-spy did not answer in {:g} s".format(timeout)}
     if proc.returncode != 0:
         lines = [ln.strip() for ln in err.decode("utf-8", "replace").splitlines() if ln.strip()]
         return {"error": "py-spy: " + (" ".join(lines[:3]) or "exit {}".format(proc.returncode))}
@@ -127,7 +132,8 @@ def _thread(t: dict[str, Any]) -> dict[str, Any]:
         for f in t.get("frames", ()) if not _entry_machinery(f)
     ]  # fmt: skip
     main = t.get("thread_name") == "MainThread" or t.get("os_thread_id") == t.get("pid")
-    return {"name": t.get("thread_name"), "main": main, "frames": frames}
+    return {"name": t.get("thread_name"), "main": main, "active": t.get("active"),
+            "frames": frames}  # fmt: skip
 
 
 def _entry_machinery(frame: dict[str, Any]) -> bool:

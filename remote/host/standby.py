@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 from . import nodes, protocol
-from .hub import HubLink
+from .hublink import HubLink
 
 BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import standby;standby.boot()"
 START_TIMEOUT = 30.0  # seconds the standby may take to say it is up

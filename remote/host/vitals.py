@@ -16,6 +16,7 @@ import os
 import time
 
 from . import hangtraces, procs
+from .looks import LOOK_S, Looks
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 FRAMES_MAX = 24  # innermost frames kept of a stack: where it waits is at the top
 TEXT_MAX = 120  # characters of a function's or a file's name
-LOOK_S = 1.0  # between two looks at the ranks' main threads
 TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -54,12 +54,6 @@ def _io_bytes(pid: int) -> int:
         return sum(int(fields.get(name, 0)) for name in IO_FIELDS)
     except (OSError, ValueError):
         return 0
-
-
-def _state(pid: int) -> bytes | None:
-    """The main thread's state letter (R, S, D...), None if it is gone."""
-    got = procs._stat(pid)
-    return got[1][0] if got is not None and got[1] else None
 
 
 def _in_io(pid: int) -> bool:
@@ -120,25 +114,28 @@ class Node:
 
     def __init__(self) -> None:
         self.by_pid: dict[int, int] = {}
-        self.asleep: dict[int, list[int]] = {}  # rank -> [looks asleep, looks] (stragglers)
+        self.looks = Looks()  # each rank's main thread, once a second (stragglers)
         self.last_line = time.monotonic()  # an attempt's start counts as its first line
         self.spy: str | None = None
         self.looked = False  # for py-spy, once
         self.scratch: str | None = None  # the attempt's private dir: the flight recorder's files
 
     def start(self) -> None:
-        self.by_pid, self.last_line, self.asleep = {}, time.monotonic(), {}
+        self.by_pid, self.last_line, self.looks = {}, time.monotonic(), Looks()
 
     def look(self, done: Any, every: float = LOOK_S) -> None:
-        """Until `done` is set: once a second, whether each rank's main thread is asleep
-        (blocked, as a gloo rank waiting in a collective is) or runs (remote/host/straggle.py)."""
+        """Until `done` is set: once a second, whether each rank waits in a collective (its
+        stack, where py-spy reads it) and whether it sleeps (remote/host/looks.py)."""
+        self._find_spy()
+        looks = self.looks
         while not done.wait(every):
-            for pid, rank in list(self.by_pid.items()):
-                state = _state(pid)
-                if state is not None:
-                    seen = self.asleep.setdefault(rank, [0, 0])
-                    seen[0] += state == b"S"
-                    seen[1] += 1
+            looks.look(dict(self.by_pid), self.spy)
+
+    def _find_spy(self) -> None:
+        if not self.looked:
+            from .probe import find_py_spy
+
+            self.spy, self.looked = find_py_spy(), True
 
     def line(self) -> None:
         self.last_line = time.monotonic()
@@ -151,15 +148,12 @@ class Node:
         return flight(self.scratch, sorted(set(self.by_pid.values())), wait)
 
     def sample(self, stacks: bool) -> dict[str, Any]:
-        if stacks and not self.looked:
-            from .probe import find_py_spy
-
-            self.spy, self.looked = find_py_spy(), True
+        if stacks:
+            self._find_spy()
         quiet = round(time.monotonic() - self.last_line, 1)
         got = sample(dict(self.by_pid), self.spy if stacks else None, quiet)
-        for rank, seen in list(self.asleep.items()):
-            if str(rank) in got["ranks"]:
-                got["ranks"][str(rank)]["asleep"] = list(seen)
+        for key, rank in got["ranks"].items():
+            rank.update(self.looks.counts(int(key)))
         if stacks and self.spy is None:
             for rank in got["ranks"].values():
                 rank["error"] = "py-spy not found (pip install py-spy, in the train extra)"

@@ -99,9 +99,8 @@ class Watch:
         ranks, hosts, quiet = merge(answers, self.names)
         self.quiet = quiet if len(answers) == len(self.names) else None
         self.heard = self.clock()
-        counts = {r: tuple(s["asleep"]) for r, s in ranks.items() if _pair(s.get("asleep"))}
-        if self.on_straggler is not None and counts and len(answers) == len(self.names):
-            found = self.stragglers.feed(self.heard, counts)
+        if self.on_straggler is not None and ranks and len(answers) == len(self.names):
+            found = self.stragglers.feed(self.heard, ranks)
             if found is not None:
                 self.on_straggler(found, hosts)
         if stacks and quiet is not None:
@@ -212,11 +211,6 @@ class Guard:
             return hangtraces.keep(self.where, attempt, traces, missing, refused)
         except (OSError, ValueError):
             return None
-
-
-def _pair(value: Any) -> bool:
-    return (isinstance(value, list) and len(value) == 2
-            and all(isinstance(v, int) and v >= 0 for v in value))  # fmt: skip
 
 
 def _thread(fn: Callable[..., Any]) -> None:

@@ -14,11 +14,13 @@ from ddptui.remote.inventory.model import (
     Notify,
     NotifyEvent,
     RestartCause,
+    Slurm,
     SpawnArgs,
     Sync,
     leave_out,
     numbered,
     swap_in,
+    with_nodes,
 )
 from ddptui.remote.inventory.ranges import without
 
@@ -34,6 +36,7 @@ __all__ = [
     "Notify",
     "NotifyEvent",
     "RestartCause",
+    "Slurm",
     "SpawnArgs",
     "Sync",
     "env_text",
@@ -42,6 +45,7 @@ __all__ = [
     "numbered",
     "parse",
     "swap_in",
+    "with_nodes",
     "with_sync",
     "without",
 ]

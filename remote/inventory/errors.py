@@ -58,12 +58,11 @@ def describe(loc: tuple[Any, ...], err: Any) -> str:
 
 
 def _clean(loc: tuple[Any, ...]) -> tuple[Any, ...]:
-    """pydantic adds union branch names (`int`, `literal['auto']`, `str`) to locations."""
-    tags = ("int", "str", "float", "bool")
+    """pydantic adds union branch names (`int`, `literal['auto']`, `list[_HostEntry]`) to
+    locations."""
+    tags, branches = ("int", "str", "float", "bool", "[key]"), ("literal[", "list[")
     return tuple(
-        p
-        for p in loc
-        if not (isinstance(p, str) and (p in tags or p == "[key]" or p.startswith("literal[")))
+        p for p in loc if not (isinstance(p, str) and (p in tags or p.startswith(branches)))
     )
 
 

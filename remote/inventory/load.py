@@ -9,6 +9,7 @@ location back to the line it came from.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from ddptui.remote import fold
 from ddptui.remote.inventory.errors import InventoryError, describe, dotted, line_of, node_at
 from ddptui.remote.inventory.model import (
     Container,
@@ -104,7 +106,7 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
     hosts: list[Host] = []
     spares: list[Host] = []
     seen: dict[str, int] = {}
-    for i, entry, address, name in unfolded(raw.hosts, path, node):
+    for i, entry, address, name in unfolded(_entries(raw, path, node), path, node):
         merged = {
             **raw.defaults.model_dump(exclude_unset=True),
             **entry.model_dump(exclude_unset=True),
@@ -138,7 +140,46 @@ def _resolve(raw: _File, path: Path, node: yaml.Node | None) -> Inventory:
     if not hosts:
         why = "every host is a spare or skipped: the run needs at least one to start on"
         raise InventoryError(path, line_of(node, ("hosts",)), why)
-    return numbered(Inventory(path=path, hosts=tuple(hosts), job=raw.job, spares=tuple(spares)))
+    login = _login(raw, path) if raw.slurm else None
+    inv = Inventory(path=path, hosts=tuple(hosts), job=raw.job, spares=tuple(spares),
+                    slurm=raw.slurm, login=login)  # fmt: skip
+    return numbered(inv)
+
+
+def _entries(raw: _File, path: Path, node: yaml.Node | None) -> list[_HostEntry]:
+    """The hosts as listed; a Slurm job's nodes, named node0... until Slurm says which
+    (with_nodes); `hosts: slurm`, the allocation's, from SLURM_JOB_NODELIST."""
+    if raw.slurm is not None:
+        if raw.defaults.transport == "local":
+            where = line_of(node, ("defaults", "transport"))
+            why = "defaults.transport: a Slurm job's nodes are Slurm's, not local"
+            raise InventoryError(path, where, why)
+        return [_HostEntry(host=f"node{k}") for k in range(raw.slurm.nodes)]
+    if raw.hosts == "slurm":
+        listed = os.environ.get("SLURM_JOB_NODELIST")
+        if not listed:
+            why = "hosts: slurm takes an allocation's nodes, and SLURM_JOB_NODELIST is not set "
+            raise InventoryError(path, line_of(node, ("hosts",)),
+                                 why + "(run ddptui inside salloc or a batch script)")  # fmt: skip
+        try:
+            return [_HostEntry(host=h) for h in fold.names(listed)]
+        except (fold.RangeError, ValueError) as exc:
+            why = f"hosts: slurm: SLURM_JOB_NODELIST {listed!r} is not a host list: {exc}"
+            raise InventoryError(path, line_of(node, ("hosts",)), why) from None
+    assert raw.hosts is not None
+    return raw.hosts
+
+
+def _login(raw: _File, path: Path) -> Host:
+    """The Slurm login node, with the defaults' keys (the one host ddptui logs into)."""
+    assert raw.slurm is not None
+    d = raw.defaults
+    return Host(
+        node_rank=0, host=raw.slurm.login, name=raw.slurm.login, transport="ssh", user=d.user,
+        port=d.port, identity_file=d.identity_file, known_hosts=d.known_hosts,
+        python=d.python or "python3", workdir=d.workdir, env={}, gpus=None,
+        ssh_config=_beside(path, d.ssh_config),
+    )  # fmt: skip
 
 
 DAEMONS = ("docker", "podman")  # runtimes with a daemon (or conmon): containers that outlive us

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
@@ -446,6 +447,15 @@ class Job(_Strict):
         "progress, tried first on every line; false: no line is read for progress",
     )
 
+    checkpoint: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The directory the job saves its checkpoints to (relative to the workdir, "
+        "or absolute): the newest is said at each save, kept in the run's record, and handed "
+        "to every attempt as DDPTUI_CHECKPOINT; a restart chain whose checkpoint stops "
+        "advancing stops",
+    )
+
     @field_validator("progress")
     @classmethod
     def _progress_regex(cls, value: str | bool | None) -> str | bool | None:
@@ -493,18 +503,69 @@ class Job(_Strict):
         return value
 
 
+# sbatch options ddptui sets itself: a run's job is one task per node, named for the run, its
+# output where ddptui reads it.
+SBATCH_OURS = ("--job-name", "-J", "--nodes", "-N", "--ntasks", "-n", "--ntasks-per-node",
+               "--output", "-o", "--error", "-e", "--wrap", "--array", "-a", "--parsable",
+               "--test-only", "--wait", "-W")  # fmt: skip
+
+
+class Slurm(_Strict):
+    """Hand the job to Slurm: submitted through its login node, the one host ddptui logs into,
+    and run on the nodes Slurm gives (instead of hosts:)."""
+
+    login: str = Field(
+        min_length=1,
+        description="The login node: an ssh host, reached as any host is (ssh_config, jump "
+        "hosts, the defaults' user and keys)",
+    )
+    nodes: int = Field(ge=1, description="How many nodes (sbatch --nodes)")
+    partition: str | None = Field(default=None, description="sbatch --partition")
+    account: str | None = Field(default=None, description="sbatch --account")
+    time: str | None = Field(default=None, description="sbatch --time, e.g. 4:00:00")
+    qos: str | None = Field(default=None, description="sbatch --qos")
+    constraint: str | None = Field(default=None, description="sbatch --constraint")
+    gpus_per_node: int | str | None = Field(
+        default=None,
+        description="sbatch --gpus-per-node (8, or a100:8); nproc_per_node: auto takes its count",
+    )
+    sbatch: list[str] = Field(
+        default_factory=list,
+        description="Any other sbatch option, passed as given (not those ddptui sets: "
+        "--nodes, --job-name, --output ...)",
+    )
+
+    @field_validator("sbatch")
+    @classmethod
+    def _not_ours(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if flag in SBATCH_OURS or (flag[:2] in SBATCH_OURS and not flag.startswith("--")):
+                raise ValueError(f"{arg!r}: ddptui sets {flag} itself (slurm.nodes for the nodes)")
+        return args
+
+
 class _File(_Strict):
-    """An inventory.yaml: the hosts, what they share, and the job."""
+    """An inventory.yaml: the hosts (or Slurm), what they share, and the job."""
 
     model_config = ConfigDict(title="ddptui inventory")
 
     defaults: _HostFields = Field(
         default_factory=_HostFields, description="Every host, unless it overrides"
     )
-    hosts: list[_HostEntry] = Field(
-        min_length=1, description="In order: node rank 0, 1, ...; the first is the master"
+    hosts: Annotated[list[_HostEntry], Field(min_length=1)] | Literal["slurm"] | None = Field(
+        default=None,
+        description="In order: node rank 0, 1, ...; the first is the master. `slurm`: the "
+        "nodes of the allocation this runs in (SLURM_JOB_NODELIST)",
     )
+    slurm: Slurm | None = Field(default=None, description=Slurm.__doc__)
     job: Job = Field(description=Job.__doc__)
+
+    @model_validator(mode="after")
+    def _hosts_or_slurm(self) -> _File:
+        if (self.hosts is None) == (self.slurm is None):
+            raise ValueError("say either hosts: or slurm: (the nodes Slurm gives)")
+        return self
 
 
 @dataclass(frozen=True)
@@ -570,6 +631,8 @@ class Inventory:
     spares: tuple[Host, ...] = ()
     excluded: tuple[str, ...] = ()  # left out of this launch (--exclude): names
     retired: tuple[str, ...] = ()  # lost, a spare in their place: never a spare themselves
+    slurm: Slurm | None = None  # handed to Slurm: its hosts are node0... until it says which
+    login: Host | None = None  # Slurm's login node, the one host logged into
 
     @property
     def usable_spares(self) -> tuple[Host, ...]:
@@ -583,6 +646,16 @@ class Inventory:
     def everyone(self) -> tuple[Host, ...]:
         """The nodes, then the spares: every host the launcher may log into."""
         return self.hosts + self.spares
+
+
+def with_nodes(inv: Inventory, names: Sequence[str], since: int = 0) -> Inventory:
+    """A Slurm job's inventory once Slurm has said its nodes, node 0 first; since: the
+    attempt its supervisors started at (a job submitted again after a node failed)."""
+    hosts = tuple(
+        dataclasses.replace(h, host=n, name=n, since=since)
+        for h, n in zip(inv.hosts, names, strict=True)
+    )
+    return dataclasses.replace(inv, hosts=hosts)
 
 
 def numbered(inv: Inventory) -> Inventory:

@@ -27,6 +27,7 @@ from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import (
     Alert,
     BadHost,
+    CheckpointSaved,
     Event,
     Failure,
     HostState,
@@ -36,6 +37,7 @@ from ddptui.remote.events import (
     NodeStarted,
     Notice,
     RunRestarting,
+    StepsLost,
     Stream,
 )
 from ddptui.remote.host import protocol
@@ -101,7 +103,9 @@ class Gang:
     hub_port: int | None = None  # where node 0's hub listens, once it said so
     hub_heard: asyncio.Event = field(default_factory=asyncio.Event)  # ... and it has
     _hub: str | None = None  # the line that tells a supervisor where node 0's hub listens
+    ended_by: str | None = None  # the nodes' allocation ended under the run (Slurm's word)
     _hub_told: dict[int, Channel] = field(default_factory=dict)  # node → the stream told it
+    run_end: nodemsg.RunEnd | None = None  # node 0's hub: the run ends, and why no restart
 
     @property
     def verdict(self) -> Verdict:
@@ -200,9 +204,14 @@ class Gang:
         """Its supervisor could not be started (the agent said why): nothing to attach to."""
         return isinstance(node.end, nodemsg.StartError) and not node.concluded
 
-    async def retire(self, k: int) -> None:
-        """Node k's host is lost for good (a spare takes its place): stop following it."""
+    async def retire(self, k: int, wait: float = 0.0) -> None:
+        """Node k's host is out for good (a spare takes its place): stop following it. Where
+        it is still heard (a bad host: its supervisor stops its job and leaves), its stream is
+        first read to its end, `wait` seconds at most: its last lines and its own word on its
+        end, which a give-up would drop and call it lost."""
         task, link, node = self.tasks.get(k), self.links.get(k), self.nodes.get(k)
+        if wait and task is not None and link is not None and not link.lost:
+            await asyncio.wait([task], timeout=wait)
         if link is not None:
             link.give_up()
             if node is not None:
@@ -283,6 +292,17 @@ class Gang:
                     agent = self.fleet.agents.get(k)
                     if agent is not None:
                         agent.drop()  # ends the stream: the link is dead
+
+    def allocation_ended(self, why: str) -> None:
+        """The nodes are gone with their allocation (a Slurm job that ended under the run):
+        every stream still open ends now, `why` its node's end, not a wait for the lease."""
+        self.ended_by = why
+        for k, link in self.links.items():
+            if not link.ended and not link.lost:
+                link.give_up()
+                agent = self.fleet.agents.get(k)
+                if agent is not None:
+                    agent.drop()
 
     def _silent(self, link: NodeLink, now: float) -> bool:
         """Not heard from for link_timeout, counted from the launcher's wake if it slept."""
@@ -408,6 +428,8 @@ class Gang:
             self.attempts.seen(msg.attempt, at)
             node.attempt, node.end, node.at = msg.attempt, msg, at
             self._conclude(node, link, "")
+        elif isinstance(msg, nodemsg.RunEnd):
+            self.run_end = msg
         elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
             self._hub_said(node, msg, at)
         elif isinstance(msg, nodemsg.Health):
@@ -418,6 +440,10 @@ class Gang:
             self.emit(Notice("error", msg.text))
         elif isinstance(msg, nodemsg.BadHost):
             self.emit(BadHost(msg.name, msg.node, msg.why))
+        elif isinstance(msg, nodemsg.Checkpoint):
+            self.emit(CheckpointSaved(msg.path, msg.step, msg.at))
+        elif isinstance(msg, nodemsg.Saved):
+            self.emit(StepsLost(msg.attempt, msg.path, msg.step, msg.reached, msg.lost))
 
     def _hub_at(self, port: int) -> None:
         """Node 0's hub listens at `port`: every other node's supervisor is told."""
@@ -489,7 +515,9 @@ class Gang:
         # Its supervisor died only where its stream says so: read to its end, with no last
         # word. A stream given up on before its end is a host lost, whatever gave up.
         dead = node.end is None and link.ended and not link.lost
-        if link.lost or not (dead or why):
+        if self.ended_by and node.end is None:
+            gone = self.ended_by
+        elif link.lost or not (dead or why):
             gone = (
                 f"lost: not heard from for {self.link_timeout:g} s (network cut or host down); "
                 "its supervisor stops its part when no launcher is heard from for as long"

@@ -164,45 +164,12 @@ class Launch:
         """Node's spec, with the key it proves to the hub (its own: remote/host/identity.py); a
         spare joins at `attempt`, proving `secret` (its ticket, its standby's key for node);
         inv: the hosts as a hot spare in node's place would have them (else the run's)."""
-        inv = inv or self.inv
-        job = inv.job
-        notify = job.notify.model_dump() if job.notify else None
-        return protocol.spec(
-            {
-                "run_id": self.run_id,
-                "node": node.node_rank,
-                "names": [h.name for h in inv.hosts],
-                "argv": list(node.argv),
-                "expand": list(node.expand),
-                "scratch_arg": SCRATCH,
-                "env": flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),
-                "workdir": self.preflight.workdir(node.host),
-                "route_to": node.route_to,
-                "ifname_vars": list(IFNAME_VARS),
-                "master_addr": master_addr,
-                "grace": job.stop_grace,
-                "unset": list(node.unset),
-                "ranks": list(node.ranks),
-                "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
-                "tail_ranks": node.tail_ranks,
-                "line_buffer": not node.tail_ranks,
-                "container": node.host.container.spec() if node.host.container else None,
-                "link_timeout": job.link_timeout,
-                "spool_max": int(job.spool_max_mb * (1 << 20)),
-                "secret": secret or self.key(node.node_rank),
-                "attempt": attempt,
-                "restarts": job.restarts,
-                "restart_delay": job.restart_delay,
-                "spares": len(inv.usable_spares),
-                "standbys": [h.name for h in inv.usable_spares] if node.node_rank == 0 else [],
-                "restart_on": job.restart_on,
-                "notify": notify,
-                "progress": job.progress,
-                "hang_after": job.hang_after,
-                "on_hang": job.on_hang,
-                "on_straggler": job.on_straggler,
-            }
-        )
+        return node_spec(
+            inv or self.inv, self.run_id, node, master_addr,
+            env=flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),
+            workdir=self.preflight.workdir(node.host), secret=secret or self.key(node.node_rank),
+            attempt=attempt,
+        )  # fmt: skip
 
     def key(self, k: int) -> str:
         """What node (or standby slot) k proves to the hub: node 0, the hub, holds the run's
@@ -241,3 +208,57 @@ class Launch:
         fleet's slots and the run dir say so; what the lost host failed is not the run's."""
         self.preflight.swap_in(k, j, spare, attempt)
         runs.replaced(self.run_dir, k, spare, attempt)
+
+
+def node_spec(
+    inv: Inventory,
+    run_id: str,
+    node: NodePlan,
+    master_addr: str,
+    *,
+    env: dict[str, str],
+    workdir: str | None,
+    secret: str,
+    attempt: int = 0,
+) -> dict[str, Any]:
+    """What node's supervisor is handed (remote/host/protocol.py's spec): its plan, and the
+    job's keys its host acts on. A launch's (Launch.spec) and a Slurm job's alike."""
+    job = inv.job
+    notify = job.notify.model_dump() if job.notify else None
+    return protocol.spec(
+        {
+            "run_id": run_id,
+            "node": node.node_rank,
+            "names": [h.name for h in inv.hosts],
+            "argv": list(node.argv),
+            "expand": list(node.expand),
+            "scratch_arg": SCRATCH,
+            "env": env,
+            "workdir": workdir,
+            "route_to": node.route_to,
+            "ifname_vars": list(IFNAME_VARS),
+            "master_addr": master_addr,
+            "grace": job.stop_grace,
+            "unset": list(node.unset),
+            "ranks": list(node.ranks),
+            "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
+            "tail_ranks": node.tail_ranks,
+            "line_buffer": not node.tail_ranks,
+            "container": node.host.container.spec() if node.host.container else None,
+            "link_timeout": job.link_timeout,
+            "spool_max": int(job.spool_max_mb * (1 << 20)),
+            "secret": secret,
+            "attempt": attempt,
+            "restarts": job.restarts,
+            "restart_delay": job.restart_delay,
+            "spares": len(inv.usable_spares),
+            "standbys": [h.name for h in inv.usable_spares] if node.node_rank == 0 else [],
+            "restart_on": job.restart_on,
+            "notify": notify,
+            "progress": job.progress,
+            "hang_after": job.hang_after,
+            "on_hang": job.on_hang,
+            "on_straggler": job.on_straggler,
+            "checkpoint": job.checkpoint,
+        }
+    )

@@ -101,6 +101,15 @@ class Notify:
 
 
 @dataclass(frozen=True, slots=True)
+class RunEnd:
+    """Node 0's hub: the run ends with `status`; why no attempt follows ("": nothing to say
+    beyond the status and the failure, e.g. no restarts were asked for)."""
+
+    status: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class NotifyFailed:
     event: str
     error: str
@@ -154,6 +163,26 @@ class BadHost:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """Node 0: the job saved a new newest checkpoint (job.checkpoint)."""
+
+    path: str
+    step: int | None
+    at: float  # node 0's clock: when it was written
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """Node 0: a failed attempt against its newest checkpoint (job.checkpoint)."""
+
+    attempt: int
+    path: str  # "": none yet
+    step: int | None  # the checkpoint's
+    reached: int | None  # the attempt's, as its lines said
+    lost: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Redrawn:
     """A rank's line still being redrawn (a tqdm bar): its last drawing, for progress only."""
 
@@ -172,12 +201,15 @@ Message = (
     | Mode
     | Restart
     | Notify
+    | RunEnd
     | NotifyFailed
     | Redrawn
     | Health
     | SpareNews
     | PeerRefused
     | BadHost
+    | Checkpoint
+    | Saved
 )
 
 
@@ -272,10 +304,18 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         _text(m["event"]), _text(m.get("status", "")), _text(m.get("message", "")),
         bool(m.get("wanted")),
     ),
+    protocol.RUN_END: lambda m: RunEnd(_text(m["status"]), _text(m.get("why") or "")),
     protocol.NOTIFY_FAILED: lambda m: NotifyFailed(_text(m["event"]), _text(m.get("error", ""))),
     protocol.REDRAWN: lambda m: Redrawn(_int(m["rank"]), _text(m["text"])),
     protocol.HEALTH: lambda m: Health(_text(m.get("level", "")), _text(m["text"]), _attempt(m)),
     protocol.SPARE_NEWS: lambda m: SpareNews(_text(m.get("level", "")), _text(m["text"])),
     protocol.PEER_REFUSED: lambda m: PeerRefused(_text(m["text"])),
     protocol.BAD_HOST: lambda m: BadHost(_int(m["node"]), _text(m["name"]), _text(m["why"])),
+    protocol.CHECKPOINT: lambda m: Checkpoint(
+        _text(m["path"]), _opt_int(m.get("step")), _epoch(m["at"])
+    ),
+    protocol.SAVED: lambda m: Saved(
+        _int(m["attempt"]), _text(m.get("path") or ""), _opt_int(m.get("step")),
+        _opt_int(m.get("reached")), _opt_int(m.get("lost")),
+    ),
 }  # fmt: skip

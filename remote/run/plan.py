@@ -55,14 +55,16 @@ def build(
     addrs: Sequence[str],
     nprocs: Sequence[int],
     extra_args: Sequence[str] = (),
-    master_port: int | None = None,
+    master_port: int | str | None = None,
 ) -> Plan:
     """addrs: each host's address as its peers reach it; nprocs: processes per host;
-    master_port: the one node 0 picked (job.master_port: auto), else the job's."""
+    master_port: the one node 0 picked (job.master_port: auto), else the job's; a word in
+    place of an address or port is left for the host to fill (a Slurm job's, before its
+    allocation: remote/slurm/script.py)."""
     job = inv.job
     master_addr = job.master_addr or addrs[0]
     port = master_port or job.master_port
-    if not isinstance(port, int):
+    if port == "auto":
         raise ValueError("job.master_port is auto: the port node 0 picked is needed")
     world = sum(nprocs)
     nodes = []
@@ -121,7 +123,7 @@ def _argv(
     inv: Inventory,
     k: int,
     run_id: str,
-    rendezvous: tuple[str, int],
+    rendezvous: tuple[str, int | str],
     local_addr: str,
     nproc: int,
     extra: Sequence[str],
@@ -198,7 +200,7 @@ def tracker_env(run_id: str) -> dict[str, str]:
 
 
 def _env(
-    inv: Inventory, host: Host, rendezvous: tuple[str, int], world: int, run_id: str
+    inv: Inventory, host: Host, rendezvous: tuple[str, int | str], world: int, run_id: str
 ) -> dict[str, str]:
     job = inv.job
     master, port = rendezvous

@@ -35,6 +35,8 @@ from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Emit, Launch
 from ddptui.remote.run.nodemsg import Restart
 
+RETIRE_S = 15.0  # beyond its grace, for a bad host's supervisor to stop its job and say so
+
 DETACHED = (
     "no spare stands by: a lost host's place goes to a spare only while ddptui is attached (a "
     "spare needs a login): a detached run with a lost host waits for the next `ddptui attach`"
@@ -163,7 +165,7 @@ class Recovery:
         """The spare in slot j becomes node k from `attempt` on (the run dir says so, for a
         later attach), then starts."""
         lost = self.launch.inv.hosts[k]
-        await self.gang.retire(k)
+        await self.gang.retire(k, wait=self.gang.grace + RETIRE_S)
         self.launch.swap_in(k, j, spare.name, attempt)
         await self._start(k, attempt, lost.name)
 

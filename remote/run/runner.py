@@ -375,7 +375,8 @@ class Run:
             unreachable=bool(self.preflight.unreachable),
             detached=self.gang.detached,
         )
-        reason = self.gang.reason if status == "lost" else ""
+        said = self.gang.run_end  # why node 0's hub restarts no more
+        reason = self.gang.reason if status == "lost" else said.why if said else ""
         self.progress.tell()  # the last word before the end
         if self.recorder is not None:
             self.recorder.unread = self.gang.unread()

@@ -36,6 +36,7 @@ from typing import IO, Any
 from ddptui.remote.events import (
     AttemptResult,
     BadHost,
+    CheckpointSaved,
     Event,
     GpuStats,
     LogBatch,
@@ -44,6 +45,7 @@ from ddptui.remote.events import (
     Progress,
     RunFinished,
     RunStarted,
+    StepsLost,
 )
 
 # Lines are str decoded with surrogateescape: this error handler writes those bytes back as
@@ -270,12 +272,18 @@ class Recorder:
         # The training's curves and last values (remote/run/progress.py), kept at the end.
         self.series: dict[str, Any] | None = None
         self.bad: list[dict[str, Any]] = []  # hosts the run's hub will not use again, and why
+        self.saved: dict[str, Any] | None = None  # job.checkpoint's newest {path, step, at}
+        self.lost: dict[int, StepsLost] = {}  # a failed attempt's steps since its checkpoint
 
     def __call__(self, event: Event) -> None:
         if isinstance(event, BadHost):  # a replay (an attach again) says it again
             bad = {"host": event.host, "node": event.node_rank, "why": event.why}
             if bad not in self.bad:
                 self.bad.append(bad)
+        elif isinstance(event, CheckpointSaved):
+            self.saved = {"path": event.path, "step": event.step, "at": event.at}
+        elif isinstance(event, StepsLost):
+            self.lost[event.attempt] = event
         if self.events is None:  # passive: the other writer stores it all; the end, both
             if isinstance(event, RunStarted):
                 self.started = event
@@ -451,7 +459,8 @@ class Recorder:
             "failing_rank": fin.failure.rank if fin.failure else None,
             "failing_host": fin.failure.host if fin.failure else None,
             "reason": fin.reason,
-            "attempts": [_attempt(a) for a in fin.attempts],
+            "attempts": [_attempt(a, self.lost.get(a.attempt)) for a in fin.attempts],
+            "checkpoint": self.saved,
             "bad_hosts": self.bad,
             "unread": self.unread,
             "progress": self.series["last"] if self.series else None,
@@ -487,11 +496,17 @@ class Recorder:
             self.fd = -1
 
 
-def _attempt(a: AttemptResult) -> dict[str, Any]:
-    return {
+def _attempt(a: AttemptResult, lost: StepsLost | None) -> dict[str, Any]:
+    """An attempt's record; a failed one's against job.checkpoint's newest: the steps lost
+    (reached, less the checkpoint's), which the next attempt does again."""
+    out: dict[str, Any] = {
         "attempt": a.attempt,
         "started": a.started,
         "finished": a.finished,
         "status": a.status,
         "failure": dataclasses.asdict(a.failure) if a.failure else None,
     }
+    if lost is not None:
+        out |= {"steps_lost": lost.lost, "reached": lost.reached, "checkpoint": lost.path,
+                "checkpoint_step": lost.step}  # fmt: skip
+    return out

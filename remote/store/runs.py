@@ -66,6 +66,16 @@ def write_info(run_dir: Path, **info: Any) -> None:
     replace_private(path, json.dumps({**old, **info}, indent=2) + "\n")
 
 
+def add_to_summary(run_dir: Path, **info: Any) -> None:
+    """Keys added to summary.json, once written (a Slurm job's, known after the run's end)."""
+    path = run_dir / SUMMARY
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    replace_private(path, json.dumps({**old, **info}, indent=2) + "\n")
+
+
 @dataclass
 class RunRecord:
     run_id: str
@@ -89,6 +99,10 @@ class RunRecord:
                 inv = inventory.leave_out(inv, {str(name) for name in excluded})
             for r in self.info.get("replaced") or ():
                 inv = inventory.swap_in(inv, int(r["node"]), str(r["host"]), int(r["since"]))
+            job = self.info.get("slurm") or {}
+            if inv.slurm is not None and job.get("nodes"):  # the nodes Slurm gave it
+                inv = inventory.with_nodes(inv, [str(n) for n in job["nodes"]],
+                                           int(job.get("since") or 0))  # fmt: skip
         except (inventory.InventoryError, KeyError, TypeError, ValueError) as exc:
             raise RunError(f"run {self.run_id}: its inventory copy is unusable: {exc}") from None
         return inv
@@ -212,6 +226,16 @@ def training(r: RunRecord) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]
     if series is None:
         series = read_series(r.dir)
     return (series.get("last"), list(series.get("links") or [])) if series else (None, [])
+
+
+def checkpoint(r: RunRecord) -> dict[str, Any] | None:
+    """job.checkpoint's newest {path, step, at}: the summary's, else node 0's word (a run going
+    on, detached too)."""
+    if r.summary is not None:
+        found = r.summary.get("checkpoint")
+    else:
+        found = (r.states.get(0) or {}).get("checkpoint")
+    return found if isinstance(found, dict) else None
 
 
 def read_series(run_dir: Path) -> dict[str, Any] | None:

@@ -34,7 +34,8 @@ from ddptui.remote.events import (
     RunStarted,
 )
 from ddptui.remote.run.runner import Run
-from ddptui.tui.dashboard.app import Dashboard, engine_runs
+from ddptui.tui.dashboard.app import Dashboard
+from ddptui.tui.dashboard.control import engine_runs
 from ddptui.tui.dashboard.logbuffer import ALL, View
 from ddptui.tui.dashboard.messages import EngineEvent
 from ddptui.tui.dashboard.screens import HostDetailScreen, InventoryErrorScreen, QuitScreen

@@ -223,7 +223,7 @@ async def test_a_stall_shows_until_a_rank_speaks(inv: Path) -> None:
         await pilot.press("l")
         await settle(pilot)
         assert "stalled? silent 15 s (d: stacks)" in screen_text(app)
-        app._emit(RUN_ID, LogBatch("node0", 0, "stdout", ((0, "step 7"),)))
+        app.control.emit(RUN_ID, LogBatch("node0", 0, "stdout", ((0, "step 7"),)))
         await settle(pilot)
         app.tick()
         assert "stalled?" not in app.status.text()
@@ -236,7 +236,7 @@ async def test_each_rank_says_how_long_since_its_last_line(inv: Path) -> None:
         await pilot.press("l")
         await settle(pilot)
         now[0] = 112.0
-        app._emit(RUN_ID, LogBatch("node0", 0, "stdout", ((0, "step 9"),)))
+        app.control.emit(RUN_ID, LogBatch("node0", 0, "stdout", ((0, "step 9"),)))
         await settle(pilot)
         now[0] = 125.0
         app.tick()

@@ -22,7 +22,8 @@ from ddptui.remote.host import hangtraces, protocol, state, watch
 from ddptui.remote.host import stacks as host_stacks
 from ddptui.remote.host.channel import node_key
 from ddptui.remote.host.hangrule import Hang
-from ddptui.remote.host.hub import Hub, HubLink
+from ddptui.remote.host.hub import Hub
+from ddptui.remote.host.hublink import HubLink
 from ddptui.remote.stalls import kept
 
 DATA = Path(__file__).parents[1] / "data" / "flight-recorder"

@@ -15,7 +15,8 @@ from ddptui.remote.host import channel, policy
 from ddptui.remote.host import hub as hubmod
 from ddptui.remote.host.channel import CHALLENGE, Channel, _mac
 from ddptui.remote.host.hotspares import HotSpares
-from ddptui.remote.host.hub import Hub, HubLink
+from ddptui.remote.host.hub import Hub
+from ddptui.remote.host.hublink import HubLink
 from ddptui.remote.host.policy import Outcome
 
 SECRET = "s3cret"
@@ -405,7 +406,7 @@ def test_a_failed_attempt_settles_then_every_peer_hears_the_restart() -> None:
         "failed", "rank 3 failed on node1", 1, [],
     )  # fmt: skip
     h.restart(1, "rank 3 failed on node1")
-    assert [link.word() for link in links] == [(1, "rank 3 failed on node1")] * 2
+    assert [link.word() for link in links] == [hubmod.Go(1, "rank 3 failed on node1")] * 2
     for link in links:
         link.begin(1)
         link.end("succeeded", None)
@@ -438,7 +439,7 @@ def test_a_spare_proves_its_ticket_and_the_lost_node_is_told_it_is_over() -> Non
     old.connect("127.0.0.1", h.port)
     assert old.word() is None and old.over == "another host took this node's place"
     h.restart(1, "node1 was lost")
-    assert spare.word() == (1, "node1 was lost")
+    assert spare.word() == hubmod.Go(1, "node1 was lost")
     stranger = HubLink("guess", 1, 5.0, 0.1, Stops(), since=1)
     stranger.connect("127.0.0.1", h.port)
     time.sleep(0.3)

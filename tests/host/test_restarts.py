@@ -152,6 +152,7 @@ async def test_restart_on_ends_the_run_for_an_exit_it_does_not_name(tmp_path: Pa
     assert (fin.status, [a.status for a in fin.attempts]) == ("failed", ["failed"])
     [alert] = [e for e in events if isinstance(e, Alert)]
     assert alert.message == "node1 failed (exit 3); job.restart_on does not name exit 3"
+    assert fin.reason == "job.restart_on does not name exit 3"
     assert not [e for e in events if isinstance(e, RunRestarting)]
 
 
@@ -162,9 +163,11 @@ async def test_an_attempt_that_gets_no_further_stops_the_chain(tmp_path: Path) -
     fin, events = await run(inv, tmp_path)
     assert [a.status for a in fin.attempts] == ["failed", "failed"]
     last = [e for e in events if isinstance(e, Alert)][-1]
-    assert last.message == (
-        "node1 failed (exit 3); no progress: it failed as the last attempt did, no further"
-    )
+    why = "no progress: it failed as the last attempt did, no further"
+    assert last.message == f"node1 failed (exit 3); {why}"  # job.notify's word
+    assert fin.reason == why  # the console's `not restarted: ...`, the dashboard's
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["reason"] == why
 
 
 SICK = """

@@ -37,7 +37,8 @@ from ddptui.remote.inventory import Inventory
 from ddptui.remote.run.runner import Emit, OnCancel
 from ddptui.remote.stalls.stacks import Frame, Group, Report
 from ddptui.remote.store import runs
-from ddptui.tui.dashboard.app import Dashboard, RunLike, create_app
+from ddptui.tui.dashboard.app import Dashboard, create_app
+from ddptui.tui.dashboard.control import RunLike
 from ddptui.tui.dashboard.glance import ClusterLike
 
 REPO = Path(__file__).resolve().parents[2]

@@ -66,13 +66,13 @@ class Cli(Cmd):
         super().__init__([*args, "--", *extra] if extra else args, run_dir, env)
 
     def run_id(self) -> str:
-        def first_event() -> str | None:
+        def registered() -> str | None:
             try:
-                return str(json.loads(self.events()[0])["run_id"])
-            except (OSError, IndexError):
+                return str(json.loads((self.run_dir / "run.json").read_text())["run_id"])
+            except (OSError, ValueError, KeyError):
                 return None
 
-        return str(wait_for(first_event, 30, "the run to start"))
+        return str(wait_for(registered, 30, "the run to start"))
 
     def events(self) -> list[str]:
         return (self.run_dir / "events.jsonl").read_text().splitlines()

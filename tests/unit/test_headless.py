@@ -229,6 +229,17 @@ def test_a_failed_run_ends_with_its_report_and_no_echo_of_the_others() -> None:
     ]
 
 
+def test_a_restart_chain_that_stops_says_why_after_the_failure() -> None:
+    failure = Failure("a2", 3, 3, "exit 3")
+    why = "no progress: it failed as the last attempt did, no further"
+    err = io.StringIO()
+    Printer(io.StringIO(), err)(RunFinished("failed", 1, 5.0, failure, (failure,), reason=why))
+    assert err.getvalue().splitlines() == [
+        "ddptui: run failed: rank 3 on a2 (exit code 3): exit 3",
+        f"ddptui: not restarted: {why}",
+    ]
+
+
 def test_on_a_terminal_a_live_line_per_phase() -> None:
     err = Terminal()
     printer = Printer(io.StringIO(), err, clock=Clock())

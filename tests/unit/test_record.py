@@ -324,7 +324,20 @@ def test_the_history_shows_the_last_step_and_loss(tmp_path: Path) -> None:
     done = {"status": "succeeded", "progress": last, "links": [link]}
     row = run_row(runs.RunRecord("r1", tmp_path, {"hosts": ["node0"]}, done, "succeeded"))
     assert row["progress"] == last and row["links"] == [link]
-    assert run_cells(row)[-1] == "step 1200/5000 · loss 0.41"
+    assert run_cells(row)[-2] == "step 1200/5000 · loss 0.41"
     hub = {0: {"series": {"last": {"step": 7, "metrics": {}}}}}
     going = runs.RunRecord("r2", tmp_path, {"hosts": ["node0"]}, None, "running", states=hub)
-    assert run_cells(run_row(going))[-1] == "step 7"
+    assert run_cells(run_row(going))[-2] == "step 7"
+
+
+def test_the_history_says_why_a_run_ended_where_it_failed(tmp_path: Path) -> None:
+    """The restarts' stop as summary.json's reason (node 0's hub said it), in `runs`."""
+    from ddptui.tui.text import run_cells, run_row
+
+    why = "no progress: it failed as the last attempt did, no further"
+    failed = {"status": "failed", "reason": why, "attempts": [{}, {}]}
+    record = runs.RunRecord("r1", tmp_path, {"hosts": ["node0"]}, failed, "failed", why)
+    row = run_row(record)
+    assert row["detail"] == why and run_cells(row)[-1] == why
+    ok = runs.RunRecord("r2", tmp_path, {"hosts": ["node0"]}, {"status": "succeeded"}, "succeeded")
+    assert run_cells(run_row(ok))[-1] == ""

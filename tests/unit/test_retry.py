@@ -54,3 +54,24 @@ def test_a_straggler_swapped_for_a_spare_always_restarts() -> None:
     says and however the attempt before failed."""
     now = outcome("straggler", None)
     assert retry.why_not(["hang"], now, now) is None
+
+
+def test_with_checkpoints_no_progress_is_a_checkpoint_that_did_not_advance() -> None:
+    """job.checkpoint: a resumed attempt prints fewer lines and may still go further; what
+    says it got nowhere is its newest checkpoint, the same as the failed attempt's before."""
+    ten = {"path": "/ckpt/step_10.pt", "step": 10, "at": 1.0}
+    fifteen = {"path": "/ckpt/step_15.pt", "step": 15, "at": 2.0}
+    last = outcome(lines=120) | {"saved": ten}
+    assert retry.why_not(None, last, outcome(lines=20) | {"saved": fifteen}) is None
+    assert retry.why_not(None, last, outcome(lines=20) | {"saved": ten}) == (
+        "no progress: the newest checkpoint (step 10) did not advance over two attempts"
+    )
+    other = outcome("hang", None, lines=200) | {"saved": ten}  # another failure, no save
+    assert retry.why_not(None, last, other) is not None
+    none = outcome() | {"saved": None}
+    assert retry.why_not(None, none, none) == (
+        "no progress: the newest checkpoint (none yet) did not advance over two attempts"
+    )
+    assert retry.why_not(None, None, none) is None  # the first failure
+    lost = outcome("lost", None) | {"saved": ten}  # a host's fault: no save was owed
+    assert retry.why_not(None, last, lost) is None

@@ -74,13 +74,17 @@ def examples() -> Iterator[tuple[str, str]]:
 
 def whole(block: dict[str, Any]) -> dict[str, Any]:
     """A fragment of an inventory (a `job:`, a `notify:`) made whole with the least around it."""
-    if not set(block) <= {"defaults", "hosts", "job"}:
+    if not set(block) <= {"defaults", "hosts", "slurm", "job"}:
         block = {"job": block}
-    return {"hosts": [{"host": "a"}], **block, "job": {"script": "t.py", **block.get("job", {})}}
+    where = {} if "slurm" in block else {"hosts": [{"host": "a"}]}
+    return {**where, **block, "job": {"script": "t.py", **block.get("job", {})}}
 
 
 @pytest.mark.parametrize(("where", "text"), list(examples()), ids=lambda v: v[:40])
-def test_every_example_passes_the_schema_as_it_passes_the_model(where: str, text: str) -> None:
+def test_every_example_passes_the_schema_as_it_passes_the_model(
+    where: str, text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)  # outside any allocation
     doc = whole(yaml.safe_load(text))
     assert VALIDATOR.is_valid(doc), [f"{where}: {e.message}" for e in VALIDATOR.iter_errors(doc)]
     try:
@@ -104,6 +108,7 @@ GAPS = {
     "the runtime of hosts[": "the keys of another runtime, merged over defaults",
     "every host is a spare or skipped": "across hosts",
     "has none (set `workdir:`": "job.sync needs every host's workdir, across sections",
+    "SLURM_JOB_NODELIST is not set": "hosts: slurm reads the allocation's environment",
 }
 
 
@@ -133,6 +138,7 @@ def mistakes() -> Iterator[str]:
         )
     yield "hosts:\n  - host: a\n    env: {'A=B': x}\njob: {script: t.py}\n"
     yield cases.SPARES.replace("  - host: gpu[01-03]\n", "").replace("  - host: gpu07\n", "")
+    yield "hosts: slurm\njob: {script: t.py}\n"
     yield cases.SPARES.replace("defaults: {user: root, workdir: /srv/p}", "defaults: {}").replace(
         "job:\n", "job:\n  sync: true\n"
     )
@@ -146,7 +152,8 @@ def model_error(text: str) -> str:
     raise AssertionError(f"the model takes it:\n{text}")
 
 
-def test_the_schema_refuses_what_the_model_refuses() -> None:
+def test_the_schema_refuses_what_the_model_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)  # outside any allocation
     passed = []
     for text in mistakes():
         message = model_error(text)

@@ -1,13 +1,14 @@
 """The straggler rule (remote/host/straggle.py) on synthesised looks: each rank's main thread seen
-asleep or running once a second, as a gloo DDP job's ranks are: balanced, or one 30 % slower
-(the others wait for it, about 0.3 / 1.3 of each step, over the waiting all ranks share)."""
+waiting in a collective or not once a second, as a DDP job's ranks are: balanced, or one 30 %
+slower (the others wait for it, about 0.3 / 1.3 of each step, over the waiting all ranks share);
+and which looks it weighs: the stacks' where every rank has them, else the asleep counts."""
 
 from __future__ import annotations
 
 import random
 import statistics
 
-from ddptui.remote.host.straggle import Stragglers, verdict
+from ddptui.remote.host.straggle import Stragglers, counts, verdict
 
 BASE = 0.08  # the share of looks every rank sleeps in the all-reduce itself
 SLOW = 0.3  # the straggler's slowness
@@ -34,7 +35,7 @@ def run(
             counts[r][0] += rng.random() < p[r]
             counts[r][1] += 1
         if t % 5 == 0:
-            found = watch.feed(t, {r: (a, n) for r, (a, n) in counts.items()})
+            found = watch.feed(t, {r: {"waits": [a, n]} for r, (a, n) in counts.items()})
             if found is not None:
                 said.append((t, *found))
     return said
@@ -63,3 +64,26 @@ def test_no_verdict_on_too_few_looks_or_a_job_that_never_waits() -> None:
     assert verdict({0: (0, 10), 1: (9, 10)}) is None  # 10 looks each: too few
     assert verdict({0: (0, 100), 1: (5, 100), 2: (6, 100)}) is None  # nobody waits much
     assert verdict({0: (2, 100), 1: (30, 100), 2: (31, 100)}) is not None
+
+
+def test_the_stacks_looks_count_where_every_rank_has_them_else_the_asleep_ones() -> None:
+    both = {0: {"waits": [3, 40], "asleep": [30, 40]}, 1: {"waits": [20, 40], "asleep": [31, 40]}}
+    assert counts(both) == ("waits", {0: (3, 40), 1: (20, 40)})
+    one_unread = {0: {"asleep": [30, 40]}, 1: {"waits": [20, 40], "asleep": [31, 40]}}
+    assert counts(one_unread) == ("asleep", {0: (30, 40), 1: (31, 40)})
+    assert counts({0: {"waits": [1, -1]}, 1: {}}) == (None, {})  # what a host sends is data
+
+
+def test_a_change_of_looks_starts_the_window_afresh() -> None:
+    """The first stack looks come a second after the asleep ones: counts of two kinds are
+    never subtracted from each other."""
+    watch = Stragglers()
+    watch.feed(0.0, {0: {"asleep": [0, 0]}, 1: {"asleep": [0, 0]}})
+    looked = {"asleep": [5, 5], "waits": [0, 4]}
+    watch.feed(5.0, {0: looked, 1: looked})
+    assert watch.kind == "waits" and len(watch.seen) == 1
+    for t in range(10, 125, 5):  # rank 0 never waits, rank 1 a third of the time
+        got = watch.feed(float(t), {0: {"waits": [0, t]}, 1: {"waits": [t // 3, t]}})
+        if got is not None:
+            break
+    assert got is not None and got[0] == 0 and t >= 65  # half the window after the change

@@ -2,21 +2,21 @@
 launch / stop / restart, the first failure, every rank's stack when a job stalls.
 
 It renders the engine's events only: `Run(inv, emit=...)` runs in a worker (group
-"run") on the app's own loop. The app routes each event to the widgets that own what it
-changes (the hosts table, the log pane, the banner, the status bar) and each key to its
-action; the dashboard's own connections are Glance's (tui/dashboard/glance.py). Log lines go
-straight into the log pane's buffers (no message per batch: 256 nodes send ~10k batches a
-second under a flood); every other event comes as an `EngineEvent` message, in order.
+"run") on the app's own loop. The app holds the widgets, each owning what it shows, and three
+controllers: the inventory and the run (RunControl, tui/dashboard/control.py), what the run's
+events mean for the user (Course, course.py), the dashboard's own connections (Glance,
+glance.py). It routes each event to the widgets and the course, and each key to the widget or
+controller it concerns.
 """
 
 from __future__ import annotations
 
 import gc
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from textual import on
 from textual.actions import SkipAction
@@ -28,44 +28,30 @@ from textual.widgets import DataTable, Footer, Input
 from textual.worker import Worker, WorkerState
 
 from ddptui.remote import inventory
-from ddptui.remote.agents import openssh, pace
-from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents import pace
 from ddptui.remote.events import (
-    Alert,
     ChecksDone,
-    CodeSynced,
-    DeepChecked,
     Event,
-    Failure,
-    HangDetected,
     HostState,
-    LogBatch,
-    NodeExited,
-    NodeRanks,
-    Notice,
     RunFinished,
-    RunRestarting,
-    RunStarted,
 )
-from ddptui.remote.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
-from ddptui.remote.run.failures import first
-from ddptui.remote.run.runner import Emit, OnCancel, Run, new_run_id
-from ddptui.remote.store import runs
+from ddptui.remote.run.runner import new_run_id
 
-from ..text import run_ended, shown
+from ..text import shown
 from . import hostshell
+from .control import RejoinFactory, RunControl, RunFactory, addresses, engine_rejoin, engine_runs
+from .course import Course
+from .find import FindInput
 from .glance import ClusterFactory, Glance, engine_cluster
-from .history import HistoryScreen
 from .hosts import HostsTable
 from .logbuffer import View
 from .logpane import LogPane
 from .messages import ClusterEvent, EngineEvent, JumpToFailure
-from .screens import HostDetailScreen, InventoryErrorScreen, QuitScreen
+from .screens import HostDetailScreen, QuitScreen
 from .stacks_screen import StacksScreen
 from .training import TrainingPanel
-from .widgets import FailureBanner, FindInput, Status, StatusBar
+from .widgets import FailureBanner, Status, StatusBar
 
-SEVERITY: dict[str, SeverityLevel] = {"info": "information", "warning": "warning", "error": "error"}
 # Actions of the main screen: hidden while another screen (a dialog, the inventory error) is up.
 MAIN_ACTIONS = {
     "launch", "stop", "restart", "filter", "errors", "follow", "jump",
@@ -79,44 +65,6 @@ CONTROL_ACTIONS = {"launch", "stop", "restart", "deep", "shell"}
 # whose full collections then ran every second. Collected every 10k objects, they die young.
 YOUNG_GC = 10_000
 GC_DEFAULT = gc.get_threshold()
-FIND_HINTS = {"hosts": "find hosts: name or address", "views": "find views: r12, node3, …"}
-
-
-class RunLike(Protocol):
-    """What the app needs of a run (`Run`; tests and the benchmark may fake it)."""
-
-    run_id: str
-    on_cancel: OnCancel  # what its end without a word does to the job (the app's crash, say)
-
-    def execute(self) -> Awaitable[RunFinished]: ...
-    def stop(self) -> None: ...
-    def detach(self) -> None: ...
-    def as_viewer(self) -> None: ...
-
-
-# (inventory, emit, run id, the dashboard's connections to borrow or None)
-RunFactory = Callable[[inventory.Inventory, Emit, str, Fleet | None], RunLike]
-# A run started earlier, opened again (attach, the history): (its record, emit, stop it, ...).
-RejoinFactory = Callable[[runs.RunRecord, Emit, bool, Fleet | None], RunLike]
-
-
-def engine_rejoin(
-    record: runs.RunRecord, emit: Emit, stop: bool, fleet: Fleet | None = None
-) -> RunLike:
-    return Run.rejoin(record, emit, stop=stop, fleet=fleet)
-
-
-def engine_runs(runs_dir: Path | None = None, extra_args: Sequence[str] = ()) -> RunFactory:
-    """Runs of the real engine; their logs go under `runs_dir` (default: the user data dir);
-    `extra_args` go to the training script after the inventory's `args`."""
-
-    def make(
-        inv: inventory.Inventory, emit: Emit, run_id: str, fleet: Fleet | None = None
-    ) -> RunLike:
-        run_dir = runs_dir / run_id if runs_dir is not None else None
-        return Run(inv, emit, run_id=run_id, run_dir=run_dir, extra_args=extra_args, fleet=fleet)
-
-    return make
 
 
 class Dashboard(App[int]):
@@ -193,37 +141,48 @@ class Dashboard(App[int]):
         self.read_only = read_only  # no launch, stop, restart or deep check: only watching
         self.served = served  # a browser's session: leaving it never stops the job
         self.runs_dir = runs_dir  # where runs are kept (None: the user data dir)
-        self.inventory_path = inventory_path
-        self.run_factory = run_factory or engine_runs()
-        self.rejoin_factory = rejoin_factory
-        self.clock, self.run_ids = clock, run_ids
         self.start = start  # the command it opened on: `ddptui launch` launches at once
         self.open_on = run  # `ddptui attach|stop|stacks RUN`: the run to open at once
-        # `ddptui launch`: the run checks the hosts; the dashboard's own connections open after.
-        # `ddptui attach RUN` too: a running job's hosts fail a check (its port is taken).
-        self._cluster_later = start == "launch" or run is not None
         self.glance = Glance(self, cluster_factory)
-        self.inventory: inventory.Inventory | None = None
-        self.current_run: RunLike | None = None
-        self.run_id: str | None = None
-        self.run_dir: str | None = None
-        self.worker: Worker[RunFinished] | None = None
-        self.status = Status()
-        self.failure: Failure | None = None
-        self.failures: list[Failure] = []
-        self.finished: RunFinished | None = None
-        self._started_at: float | None = None
-        self._stopping = False  # the user asked the run to stop
-        self._after_run: Callable[[], None] | None = None  # restart or quit, once it ended
         self.hosts = HostsTable(clock, id="hosts")
         self.banner = FailureBanner(id="banner")
         self.pane = LogPane(clock, id="logs")
-        self.find_box = FindInput(id="find")
+        self.find_box = FindInput(self.hosts, self.pane, id="find")
         self.status_bar = StatusBar(id="status")
         self.training = TrainingPanel(id="training")
+        self.course = Course(self, clock, hosts=self.hosts, pane=self.pane, banner=self.banner,
+                             status_bar=self.status_bar)  # fmt: skip
+        self.control = RunControl(
+            self, self.glance, self.course, hosts=self.hosts, pane=self.pane,
+            inventory_path=inventory_path, run_factory=run_factory or engine_runs(),
+            rejoin_factory=rejoin_factory, run_ids=run_ids,
+            cluster_later=start == "launch" or run is not None, read_only=read_only, served=served,
+        )  # fmt: skip
         if read_only:  # the hints name no key it refuses
             self.status.no_run = "no run yet (read-only)"
             self.pane.findings.keys = "c checks again · h runs · Enter on a host: its facts"
+
+    # What the dashboard shows now, as its widgets, tests and scripts ask it.
+
+    @property
+    def inventory(self) -> inventory.Inventory | None:
+        return self.control.inventory
+
+    @property
+    def run_id(self) -> str | None:
+        return self.control.run_id
+
+    @property
+    def worker(self) -> Worker[RunFinished] | None:
+        return self.control.worker
+
+    @property
+    def running(self) -> bool:
+        return self.control.running
+
+    @property
+    def status(self) -> Status:
+        return self.course.status
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -241,10 +200,10 @@ class Dashboard(App[int]):
         self.hosts.focus()
         self.set_interval(1.0, self.tick)
         try:
-            self._use_inventory(inventory.load(self.inventory_path))
+            self.control.use_inventory(inventory.load(self.control.inventory_path))
         except inventory.InventoryError as exc:
-            self._inventory_error(exc)
-        self.show_status()
+            self.control.inventory_error(exc)
+        self.course.show()
         # Everything so far (modules, widgets, styles) lives as long as the app: moved out of
         # the cycle collector's way, a full collection under bench_dashboard.py's flood takes a
         # fraction of the time (the stalls a keypress waits behind).
@@ -255,7 +214,7 @@ class Dashboard(App[int]):
         elif self.start == "runs":
             self.action_history()
         elif self.open_on is not None:
-            self.open_run(self.open_on, stop=self.start == "stop")
+            self.control.open(self.open_on, stop=self.start == "stop")
 
     async def on_unmount(self) -> None:
         await self.glance.close()
@@ -278,203 +237,45 @@ class Dashboard(App[int]):
         message, title = shown(message), shown(title)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
-    # -- inventory --------------------------------------------------------------------------
-
-    def _use_inventory(self, inv: inventory.Inventory) -> None:
-        self.inventory = inv
-        self.hosts.set_hosts(inv.hosts)
-        self.status.hosts = len(inv.hosts)
-        self.sub_title = str(inv.path)
-        # `ddptui launch`: the connections open now, for the run; their checks come after it
-        if self.glance.open(inv, check=not self._cluster_later) and not self._cluster_later:
-            self.pane.findings.start(addresses(inv))
-        self.show_status()
-        self.refresh_bindings()
-
-    def reload_inventory(self) -> inventory.Inventory | None:
-        """The inventory read afresh (edits since count, ssh_config's too); a mistake opens its
-        screen."""
-        openssh.forget()
-        try:
-            inv = inventory.load(self.inventory_path)
-        except inventory.InventoryError as exc:
-            self._inventory_error(exc)
-            return None
-        self._use_inventory(inv)
-        return inv
-
-    def _inventory_error(self, exc: inventory.InventoryError) -> None:
-        self.inventory = None
-        self.refresh_bindings()
-
-        def fixed(inv: inventory.Inventory | None) -> None:
-            if inv is not None:
-                self._use_inventory(inv)
-                self.notify(f"inventory loaded: {len(inv.hosts)} hosts", timeout=3)
-
-        self.push_screen(InventoryErrorScreen(exc), fixed)
-
-    # -- running ----------------------------------------------------------------------------
-
-    @property
-    def running(self) -> bool:
-        return self.worker is not None and not self.worker.is_finished
+    # -- the run: RunControl's ----------------------------------------------------------------
 
     def action_launch(self) -> None:
-        if self.running:
-            return
-        inv = self.reload_inventory()  # edits since the last run count
-        if inv is None:
-            return
-        run_id = self.run_ids()
-        emit = partial(self._emit, run_id)
-        self._start(run_id, self.run_factory(inv, emit, run_id, self.glance.fleet(inv)))
-        self.pane.findings.start(addresses(inv))  # the run checks the hosts too
-
-    def open_run(self, spec: str, stop: bool = False) -> None:
-        """A run started earlier: every host's lines from the first, then live (attached),
-        or its logs and how it ended if it is over. stop: stop it as well."""
-        if self.running:
-            self.notify("a run is open here: stop (s) or detach (x) it first", severity="warning")
-            return
-        try:
-            record = runs.resolve(spec)
-            inv = record.inventory()
-        except runs.RunError as exc:
-            self.notify(str(exc), severity="error", timeout=10)
-            return
-        self._use_inventory(inv)
-        emit = partial(self._emit, record.run_id)
-        fleet = self.glance.fleet(inv)
-        self._start(record.run_id, self.rejoin_factory(record, emit, stop, fleet), launched=False)
-
-    def _start(self, run_id: str, run: RunLike, launched: bool = True) -> None:
-        """A run (new or rejoined) becomes the one shown: fresh state, its worker started."""
-        self._reset(run_id)
-        self.current_run = run
-        self._on_cancel(run, launched)
-        self.status.run_id, self.status.state = run_id, "connecting"
-        self.worker = self.run_worker(run.execute(), name="run", group="run", exit_on_error=False)
-        self.glance.pause(True)  # the run streams the figures over its own connections
-        self.pane.show_view(self.pane.logs.view)
-        self.pane.log_view.focus()
-        self.refresh_bindings()
-        self.show_status()
-
-    def _on_cancel(self, run: RunLike, launched: bool) -> None:
-        """However this app ends (a crash, a closed tab, a cancelled worker), the engine does
-        what this says, not the app's handlers: a read-only viewer leaves the run exactly as it
-        was (it holds no lease and says nothing to the hosts); a browser's --control tab detaches
-        the run it launched (the tab was its only launcher) and leaves one it opened as it was.
-        A terminal's dashboard stops its run (Ctrl-C, a crash): nothing outlives it unasked."""
-        if self.read_only:
-            run.as_viewer()
-        elif self.served:
-            run.on_cancel = "detach" if launched else "leave"
-
-    def _reset(self, run_id: str) -> None:
-        """A new run: empty logs, no failure, host states start over."""
-        self.run_id = run_id  # from now on, only this run's events are taken
-        self.pane.reset()
-        self.failure, self.failures, self.finished = None, [], None
-        self._started_at, self._stopping = None, False
-        self.banner.hide()
-        self.hosts.reset()
-        old = self.status
-        self.status = Status(hosts=old.hosts, world_size=old.world_size, no_run=old.no_run)
+        self.control.launch()
 
     def action_history(self) -> None:
-        def chosen(run_id: str | None) -> None:
-            if run_id is not None:
-                self.open_run(run_id)
-
-        self.push_screen(HistoryScreen(), chosen)
+        self.control.history()
 
     def action_detach(self) -> None:
-        """Quit, leaving the job to run on its hosts (its supervisors end it, and clean up)."""
-        if self.current_run is None or not self.running:
-            return
-        self._after_run = self._quit_now
-        self.current_run.detach()  # a viewer's only lets go: the run stays as it was
-        gone = "left" if self.read_only else "detached"
-        self.notify(f"{gone}: run {self.run_id} goes on (ddptui attach {self.run_id})")
+        self.control.detach()
 
     def action_stop(self) -> None:
-        if self.current_run is not None and self.running:
-            self._stopping = True
-            self.status.state = "stopping"
-            self.current_run.stop()
-            self.refresh_bindings()
-            self.show_status()
+        self.control.stop()
 
     def action_restart(self) -> None:
-        if self.running:
-            self._after_run = self.action_launch
-            self.action_stop()
-        else:
-            self.action_launch()
+        self.control.restart()
 
     async def action_quit(self) -> None:
-        if self.read_only and self.running:  # a viewer leaves; the job is not theirs to stop
-            self.action_detach()
-        elif not self.running:  # still a bad inventory: the exit status says so, as --headless's
-            self.exit(EXIT_USAGE if self.inventory is None else EXIT_OK)
-        elif self._after_run == self._quit_now:  # asked twice: leave; each host cleans up
-            self.exit(EXIT_INTERRUPTED)
-        else:
-            self.push_screen(QuitScreen(len(self.hosts.infos)), self._quit_answered)
-
-    def _quit_answered(self, answer: str | None) -> None:
-        if answer is not None and not self.running:  # it ended meanwhile
-            self.exit(EXIT_OK)
-        elif answer == "stop":
-            self._after_run = self._quit_now
-            self.action_stop()
-            self.notify("stopping the job on every host, then quitting (q again: leave now)")
-        elif answer == "detach":
-            self.action_detach()
-
-    def _quit_now(self) -> None:
-        self.exit(EXIT_OK)
+        self.control.quit(viewer=self.read_only)
 
     def on_exit_app(self) -> None:
         """A served app ends when its browser leaves (the tab closed, the link lost): the run
         it launched is detached now, while its links still carry the word; any other end, a
         crash included, is the engine's on_cancel as its worker is cancelled."""
-        if self.current_run is not None and self.running and self.current_run.on_cancel == "detach":
-            self.current_run.detach()
+        run = self.control.current_run
+        if run is not None and self.running and run.on_cancel == "detach":
+            run.detach()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group == "deep" and event.worker.is_finished:
-            self._deep_ended(event.worker)
-        if event.worker is not self.worker or not event.worker.is_finished:
-            return
-        if event.state == WorkerState.ERROR:
-            self.status.state = "error"
-            self.notify(f"the run ended on an internal error: {event.worker.error!r}",
-                        severity="error", timeout=30)  # fmt: skip
-        self.glance.pause(False)
-        if self._cluster_later and self.inventory is not None:
-            self._cluster_later = False  # the run is over: the dashboard's checks now
-            self.glance.check(self.inventory)
-            self.pane.findings.start(addresses(self.inventory))
-        self.status.alert, self.status.lines_per_s = "", None
-        self.refresh_bindings()
-        self.show_status()
-        after, self._after_run = self._after_run, None
-        if after is not None:
-            after()
+        worker = event.worker
+        if worker.group == "deep" and worker.is_finished:  # the deep check's: l again
+            self.refresh_bindings()
+            if worker.state == WorkerState.ERROR:
+                why = f"it ended on an internal error: {worker.error!r}"
+                self.pane.findings.deep_progress(why)
+        if worker is self.worker and worker.is_finished:
+            self.control.ended(worker)
 
-    # -- events -----------------------------------------------------------------------------
-
-    def _emit(self, run_id: str, event: Event) -> None:
-        """The run's emit, on the app's loop (the run is its worker)."""
-        if run_id != self.run_id:
-            return  # a previous run's last words
-        if type(event) is LogBatch:  # the hot path: into the buffers, drawn by the pane's timer
-            self.pane.add(event)
-        else:
-            self.post_message(EngineEvent(run_id, event))
+    # -- events: each widget takes what it shows of one, the course the rest -----------------
 
     def on_engine_event(self, message: EngineEvent) -> None:
         if message.run_id == self.run_id:
@@ -486,145 +287,22 @@ class Dashboard(App[int]):
         event = message.event
         if isinstance(event, HostState):  # the dashboard's own connection, not a run's
             self.hosts.reach(event)
-            self.show_status()
+            self.course.show()
         else:
             self._route(event)
 
     def _route(self, event: Event) -> None:
-        """Each widget takes what it shows of the event; the run's course is the app's."""
         self.hosts.apply(event)
         self.pane.apply(event)
         self.training.apply(event)
-        handler = self._handlers.get(type(event))
-        if handler is not None:
-            handler(self, event)
-
-    def _run_started(self, ev: RunStarted) -> None:
-        self._started_at = self.clock()
-        self.run_dir = ev.run_dir
-        self.status.world_size = ev.world_size or self.status.world_size
-        self.show_status()
-
-    def _host_state(self, ev: HostState) -> None:
-        if ev.state == "running" and self.status.state in ("connecting", "restarting"):
-            self.status.state = "running"
-        self.show_status()
-
-    def _node_ranks(self, ev: NodeRanks) -> None:
-        if ev.world_size:
-            self.status.world_size = ev.world_size
-            self.show_status()
-
-    def _node_exited(self, ev: NodeExited) -> None:
-        if ev.failures and not self._stopping:  # after a stop, failures are its echo
-            self.failures.extend(ev.failures)
-            if self.status.state == "running":
-                self.status.state = "stopping"
-            self._show_failure(first(self.failures))
-
-    def _code_synced(self, ev: CodeSynced) -> None:
-        self.notify(f"{ev.host}: {ev.text()}", severity="error" if ev.error else "information")
-
-    def _alert(self, ev: Alert) -> None:
-        """What job.notify tells of (failed, lost, restarted...): the bell, and a toast; a hang
-        the run's watch found is always shown, as an error."""
-        if ev.wanted:
-            self.bell()
-        if ev.wanted or ev.event == "hang":
-            severity = SEVERITY[{"hang": "error", "straggler": "warning"}.get(ev.event, "info")]
-            self.notify(f"{ev.event}: {ev.message}", title="ddptui", timeout=10, severity=severity)
-
-    def _run_restarting(self, ev: RunRestarting) -> None:
-        """The hub starts the job again: the banner keeps the failure that caused it, and the
-        next attempt's failures are its own."""
-        self.failures.clear()
-        self.status.state = "restarting"
-        self.show_status()
-        self.notify(ev.text(), severity="warning", timeout=10)
-
-    def _notice(self, ev: Notice) -> None:
-        where = f"{ev.host}: " if ev.host else ""
-        self.notify(where + ev.text, severity=SEVERITY[ev.level], timeout=6)
-
-    def _hang_detected(self, ev: HangDetected) -> None:
-        """The run warned of a stall (its Notice is shown too): the status bar says so until
-        a rank speaks again."""
-        self.status.stalled(ev, self.pane.received)
-        self.show_status()
-
-    def _run_finished(self, ev: RunFinished) -> None:
-        self.finished = ev
-        self.status.state = ev.status
-        self.status.elapsed = ev.elapsed
-        if ev.failure is not None:
-            self._show_failure(ev.failure)
-        severity: SeverityLevel = "information" if ev.status == "succeeded" else "warning"
-        if ev.status in ("failed", "unreachable"):
-            severity = "error"
-        self.notify(run_ended(ev, took=False), severity=severity, timeout=10 if ev.reason else 6)
-        self.show_status()
-
-    def _checks_done(self, ev: ChecksDone) -> None:
-        if self.start == "stacks" and self.running:  # `ddptui stacks RUN`: now connected
-            self.start = None
+        if isinstance(event, ChecksDone) and self.start == "stacks" and self.running:
+            self.start = None  # `ddptui stacks RUN`: now connected
             self.action_stacks()
-        self.hosts.flush()  # every host's row now, not at the next tick
-        self.show_status()
-        failures = [f for f in ev.findings if f.level == "failure"]
-        warnings = [f for f in ev.findings if f.level == "warning"]
-        if failures:
-            self.notify(f"checks failed: {failures[0].message}", severity="error", timeout=10)
-        elif warnings:
-            self.notify(f"checks passed with {len(warnings)} warning(s)", severity="warning")
-        else:
-            self.notify("checks passed", timeout=3)
-
-    def _deep_ended(self, worker: Worker[Any]) -> None:
-        self.refresh_bindings()  # l again
-        if worker.state == WorkerState.ERROR:
-            self.pane.findings.deep_progress(f"it ended on an internal error: {worker.error!r}")
-
-    def _deep_checked(self, ev: DeepChecked) -> None:
-        failed = [f for f in ev.findings if f.level == "failure"]
-        if failed:
-            self.notify(f"deep check failed: {failed[0].message}", severity="error", timeout=10)
-        else:
-            self.notify(f"deep check passed in {ev.seconds:.0f} s", timeout=6)
-
-    _handlers: ClassVar[dict[type[Event], Callable[[Any, Any], None]]] = {
-        RunStarted: _run_started,
-        HostState: _host_state,
-        NodeRanks: _node_ranks,
-        NodeExited: _node_exited,
-        Notice: _notice,
-        RunFinished: _run_finished,
-        ChecksDone: _checks_done,
-        DeepChecked: _deep_checked,
-        HangDetected: _hang_detected,
-        CodeSynced: _code_synced,
-        RunRestarting: _run_restarting,
-        Alert: _alert,
-    }
-
-    def _show_failure(self, failure: Failure | None) -> None:
-        if failure is None or failure == self.failure:
-            return
-        self.failure = failure
-        self.banner.show_failure(failure)
-        self.pane.mark_failed(f.rank for f in [*self.failures, failure])
-        self.refresh_bindings()
-
-    def show_status(self) -> None:
-        status = self.status
-        if self._started_at is not None and self.finished is None:
-            status.elapsed = self.clock() - self._started_at
-            status.measure(self.clock(), self.pane.received)
-        status.hosts_up = len(self.hosts.up)
-        self.status_bar.show(status)
+        self.course.apply(event)
 
     def tick(self) -> None:
         """Every second: the status bar, and how long each rank has been silent."""
-        self.show_status()
+        self.course.show()
         self.pane.tick()
 
     # -- keys: each to the widget it concerns ------------------------------------------------
@@ -639,7 +317,7 @@ class Dashboard(App[int]):
 
     def action_jump(self) -> None:
         self._log_key()
-        f = self.failure
+        f = self.course.failure
         if f is None:
             return
         if f.rank is not None:
@@ -677,7 +355,7 @@ class Dashboard(App[int]):
 
     def action_check(self) -> None:
         """Check every host again (the inventory read afresh: edits count)."""
-        inv = self.reload_inventory()
+        inv = self.control.reload_inventory()
         if inv is None:
             return
         self.pane.show_checks(True)
@@ -687,7 +365,7 @@ class Dashboard(App[int]):
     def action_deep(self) -> None:
         """The deep check: the fabric measured on every rank the job would have, shown in
         the checks pane (the inventory read afresh)."""
-        inv = self.reload_inventory()
+        inv = self.control.reload_inventory()
         if inv is None or self.running or self.glance.deep_checking:
             return
         self.pane.show_checks(True)
@@ -699,7 +377,7 @@ class Dashboard(App[int]):
         if self.run_id is None or self.inventory is None:
             return
         flight = self.inventory.job.nccl.flight_recorder
-        self.glance.stacks(self.run_id, Path(self.run_dir or "."), flight=flight)
+        self.glance.stacks(self.run_id, Path(self.course.run_dir or "."), flight=flight)
 
     async def action_shell(self) -> None:
         """A shell on the host in view (tui/dashboard/hostshell.py), the app suspended."""
@@ -714,31 +392,8 @@ class Dashboard(App[int]):
         if info is not None:
             self.push_screen(HostDetailScreen(info))
 
-    # -- find: the hosts pane or the views list ---------------------------------------------
-
     def action_find(self, target: str) -> None:
-        box = self.find_box
-        box.target = target
-        box.placeholder = FIND_HINTS[target]
-        box.value = self.hosts.needle if target == "hosts" else self.pane.views.needle
-        box.add_class("-shown")
-        box.focus()
-
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input is self.find_box:
-            self._find(event.value)
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input is self.find_box:
-            self._find(event.value)
-            self.find_box.remove_class("-shown")
-            (self.hosts if self.find_box.target == "hosts" else self.pane.views).focus()
-
-    def _find(self, text: str) -> None:
-        if self.find_box.target == "hosts":
-            self.hosts.find(text)
-        else:
-            self.pane.find_views(text)
+        self.find_box.open(target)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """False hides a key (another screen is up, no failure, read-only); None shows it
@@ -753,13 +408,13 @@ class Dashboard(App[int]):
             busy = self.running or self.glance.deep_checking
             return None if busy or self.inventory is None else True
         if action in ("stop", "detach"):
-            return True if self.running and not self._stopping else None
+            return True if self.running and not self.course.stopping else None
         if action == "history":
             return None if self.running else True
         if action == "restart":
             return None if self.inventory is None else True
         if action == "jump":
-            return self.failure is not None
+            return self.course.failure is not None
         if action == "shell":  # on the cluster view, or a host's details
             on_host = self.screen is self.screen_stack[0] or isinstance(
                 self.screen, HostDetailScreen
@@ -786,11 +441,6 @@ class Dashboard(App[int]):
                     binding.tooltip,
                     partial(self.run_action, binding.action),
                 )
-
-
-def addresses(inv: inventory.Inventory) -> dict[str, str]:
-    """Each host's name and address: a finding's words name them, folded across hosts."""
-    return {h.name: h.host for h in inv.hosts}
 
 
 def create_app(

@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from ddptui.remote.run import statuses
+from ddptui.remote.slurm import status
 from ddptui.remote.store import runs
 
 from ..text import RUN_COLUMNS, run_cells, run_row, shown
@@ -47,7 +47,7 @@ class HistoryScreen(ModalScreen[str | None]):
     async def _load(self) -> None:
         records = runs.all_runs()
         self._fill([run_row(r) for r in records])  # local facts first, statuses as they come
-        await statuses.fill(records)
+        await status.fill(records)
         self._fill([run_row(r) for r in records])
         self.query_one("#history-note", Static).update(f"{len(records)} runs")
 

@@ -1,10 +1,12 @@
-"""The training panel: step, speed, time left, the trackers' links, and a metric's curve over
+"""The training panel: step, speed, time left, the trackers' links, job.checkpoint's newest (and
+the steps the last failed attempt lost), and a metric's curve over
 steps across attempts (a restart marked), from the engine's Progress events; nothing here
 reads a line. Hidden until the lines say some progress; `m` (the panel focused, or a click
 on it) draws the next metric."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -13,9 +15,17 @@ from textual.containers import Horizontal
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
 
-from ddptui.remote.events import Event, Progress, RunStarted, TrackerLink
+from ddptui.remote.events import (
+    CheckpointSaved,
+    Event,
+    Progress,
+    RunStarted,
+    StepsLost,
+    TrackerLink,
+)
 
 from ..plot import draw, pick
+from ..text import checkpoint_text
 from .plain import plain
 
 RANKS_SHOWN = 4  # the slowest ranks named beside the run's figures
@@ -34,6 +44,8 @@ class TrainingPanel(Horizontal, can_focus=True):
         self.metric: str | None = None  # the one the user picked (m), else loss
         self.last: Progress | None = None
         self.links: list[TrackerLink] = []
+        self.saved: CheckpointSaved | None = None
+        self.lost: StepsLost | None = None
 
     def compose(self) -> ComposeResult:
         yield self.figures
@@ -48,8 +60,15 @@ class TrainingPanel(Horizontal, can_focus=True):
             self.links.append(event)
             self.add_class("-shown")
             self._show()
+        elif isinstance(event, CheckpointSaved | StepsLost):
+            if isinstance(event, CheckpointSaved):
+                self.saved = event
+            else:
+                self.lost = event
+            self.add_class("-shown")
+            self._show()
         elif isinstance(event, RunStarted):  # a new run: nothing of the last one's
-            self.last, self.links = None, []
+            self.last, self.links, self.saved, self.lost = None, [], None, None
             self.remove_class("-shown")
 
     def action_next_metric(self) -> None:
@@ -68,6 +87,10 @@ class TrainingPanel(Horizontal, can_focus=True):
             stepped = [r for r in p.ranks if r.step is not None]
             slow = sorted(stepped, key=lambda r: r.step or 0)[:RANKS_SHOWN]
             lines.append("slowest: " + ", ".join(f"r{r.rank} {r.step}" for r in slow))
+        if self.saved is not None:
+            lines.append("checkpoint: " + checkpoint_text(dataclasses.asdict(self.saved)))
+        if self.lost is not None:
+            lines.append(self.lost.text())
         lines += [link.text() for link in self.links]
         self.figures.update(plain("\n".join(lines)))
         name = pick(sorted(p.series), self.metric) if p else None

@@ -163,13 +163,3 @@ class FilterInput(ClearableInput):
     BINDINGS = [
         Binding("escape", "clear", "Clear filter", id="filter-clear", tooltip="No filter"),
     ]
-
-
-class FindInput(ClearableInput):
-    """The search of the hosts pane or the views list: each key narrows it, escape clears."""
-
-    BINDINGS = [
-        Binding("escape", "clear", "Clear search", id="find-clear", tooltip="Show them all"),
-    ]
-
-    target = ""  # "hosts" or "views"

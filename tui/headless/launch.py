@@ -16,6 +16,7 @@ from ddptui.remote.exits import EXIT_INTERRUPTED
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.run import checkup
 from ddptui.remote.run.runner import Run
+from ddptui.remote.slurm.run import SlurmRun
 
 from .printer import Printer
 
@@ -31,6 +32,7 @@ async def launch(
     deep: float | None = None,
     verbose: bool = False,
     quiet: bool = False,
+    exclude: Sequence[str] = (),
 ) -> int:
     stopping = False
 
@@ -50,12 +52,18 @@ async def launch(
         stop()
 
     printer = Printer(
-        on_closed=lambda: stop("output closed"), verbose=verbose, quiet=quiet, hosts=inv.hosts
-    )
-    run = Run(
-        inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks,
-        detach=detach, deep=None if deep is None else checkup.deep_first(deep),
+        on_closed=lambda: stop("output closed"), verbose=verbose, quiet=quiet,
+        hosts=() if inv.slurm else inv.hosts,  # Slurm's nodes: once it says which
     )  # fmt: skip
+    run: Run | SlurmRun
+    if inv.slurm is not None:
+        run = SlurmRun(inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra,
+                       detach=detach, exclude=exclude)  # fmt: skip
+    else:
+        run = Run(
+            inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks,
+            detach=detach, deep=None if deep is None else checkup.deep_first(deep),
+        )  # fmt: skip
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, interrupt)

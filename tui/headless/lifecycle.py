@@ -19,6 +19,7 @@ from typing import Any, TextIO
 from ddptui.remote.events import (
     Event,
     HostState,
+    JobState,
     LogBatch,
     Notice,
     RunFinished,
@@ -27,8 +28,10 @@ from ddptui.remote.events import (
     failure_from,
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK
-from ddptui.remote.run import late, statuses
+from ddptui.remote.run import late
 from ddptui.remote.run.runner import Run
+from ddptui.remote.slurm import status
+from ddptui.remote.slurm.run import SlurmRun, job_of
 from ddptui.remote.store import runs
 
 from ..text import RUN_COLUMNS, run_cells, run_row, shown
@@ -96,7 +99,7 @@ async def attach(
         await late.fetch(record, printer)  # but for what a lost host printed meanwhile
         return show_finished(record, printer, tail)
     emit: Callable[[Event], None] = printer if tail is None else TailPrinter(printer, tail)
-    run = Run.rejoin(record, emit)
+    run = rejoin(record, emit)
     detached = False
 
     def detach() -> None:
@@ -109,6 +112,15 @@ async def attach(
     _on_signals(detach)
     fin = await run.execute()
     return EXIT_INTERRUPTED if detached else fin.exit_code
+
+
+def rejoin(
+    record: runs.RunRecord, emit: Callable[[Event], None], stop: bool = False
+) -> Run | SlurmRun:
+    """A run started earlier, followed again: on its hosts, or through Slurm."""
+    if job_of(record):
+        return SlurmRun(record.inventory(), emit, record=record, stop=stop)
+    return Run.rejoin(record, emit, stop=stop)
 
 
 def show_finished(record: runs.RunRecord, printer: Printer, tail: int | None) -> int:
@@ -158,7 +170,7 @@ class Quiet:
         self.printer = printer
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, HostState | Notice | RunFinished | RunStarted):
+        if isinstance(event, HostState | Notice | RunFinished | RunStarted | JobState):
             self.printer(event)
 
 
@@ -166,7 +178,7 @@ async def stop(spec: str, *, verbose: bool = False) -> int:
     """`ddptui --headless stop RUN`: 0 once nothing of it is left, 1 naming what is."""
     record = runs.resolve(spec)
     printer = _printer(record, verbose)
-    run = Run.rejoin(record, Quiet(printer), stop=True)
+    run = rejoin(record, Quiet(printer), stop=True)
     fin = await run.execute()
     if fin.status == "unreachable" or run.leftovers:
         left = [text.partition(": ")[::2] for text in run.leftovers]  # "host: what is left"
@@ -183,7 +195,7 @@ async def history(as_json: bool = False, out: TextIO | None = None) -> int:
     """`ddptui --headless runs`: every run, newest first, its status from its hosts if need be."""
     out = out or sys.stdout
     records = runs.all_runs()
-    await statuses.fill(records)
+    await status.fill(records)
     rows = [run_row(r) for r in records]
     if as_json:
         out.write(json.dumps({"runs": rows}, indent=2) + "\n")

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 from ddptui.remote.events import progress_text
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ddptui.remote.host.safetext import clean
-from ddptui.remote.run import statuses
+from ddptui.remote.slurm import status
 from ddptui.remote.store import runs
 
 from ..plot import draw, pick, restarts
@@ -26,7 +26,7 @@ async def plot(spec: str, metric: str | None = None, out: TextIO | None = None) 
     record = runs.resolve(spec)
     series = None
     if record.summary is None:  # it may be going on: node 0's host has the latest
-        await statuses.fill([record])
+        await status.fill([record])
         hub = record.states.get(0) or {}
         series = hub.get("series") if isinstance(hub.get("series"), dict) else None
     series = series or runs.read_series(record.dir)

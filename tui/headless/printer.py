@@ -12,6 +12,7 @@ phases show as a live line (console.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,12 +21,14 @@ from typing import TextIO
 
 from ddptui.remote.events import (
     Alert,
+    CheckpointSaved,
     ChecksDone,
     CodeSynced,
     DeepChecked,
     DeepProgress,
     Event,
     HostState,
+    JobState,
     LogBatch,
     NodeRanks,
     NodeStarted,
@@ -34,11 +37,12 @@ from ddptui.remote.events import (
     RunFinished,
     RunRestarting,
     RunStarted,
+    StepsLost,
     TrackerLink,
 )
 from ddptui.remote.inventory import Host
 
-from ..text import Fold, failure_line, run_ended
+from ..text import Fold, checkpoint_text, failure_line, run_ended
 from .console import Console
 from .findings import deep_lines, finding_line, finding_lines
 from .phases import Phases
@@ -106,7 +110,11 @@ class Printer:
                 self.say(line)
         elif isinstance(event, Progress):
             self._progress(event)
-        elif isinstance(event, TrackerLink):
+        elif isinstance(event, TrackerLink | JobState):
+            self.say(event.text() if isinstance(event, TrackerLink) else event.text)
+        elif isinstance(event, CheckpointSaved):
+            self.say("checkpoint: " + checkpoint_text(dataclasses.asdict(event)))
+        elif isinstance(event, StepsLost):
             self.say(event.text())
         elif isinstance(event, Alert) and event.event in ("hang", "straggler"):  # the run's watch
             self.say(f"{event.event}: {event.message}")
@@ -175,6 +183,8 @@ class Printer:
             self.say(f"run failed: {failure_line(fin.failure)}")
             tail = fin.failure.traceback[-TRACEBACK_SHOWN:] + fin.failure.evidence
             self.console.write(self.err, "".join(f"    {line}\n" for line in tail))
+            if fin.reason:  # why the restarts stop here (node 0's hub says)
+                self.say(f"not restarted: {fin.reason}")
         elif fin.status != "detached":
             self.say(run_ended(fin))
 

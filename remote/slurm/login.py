@@ -1,0 +1,113 @@
+"""The Slurm login node: one SSH login for the whole run, its agent (remote/agents/agent.py)
+shared by every Slurm command and by the relay to every node (remote/slurm/transport.py).
+
+Sites block accounts that open many logins: a followed run logs in once, and again only if
+that connection drops. Slurm's commands run there (remote/host/slurmcmd.py), their words
+passed on as Slurm's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from ddptui.remote.agents import ops
+from ddptui.remote.agents.agent import Agent
+from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.transport import HostError
+from ddptui.remote.events import Event, HostState, Notice
+from ddptui.remote.inventory import Host
+from ddptui.remote.slurm import queue
+
+Emit = Callable[[Event], None]
+OUTPUT = "slurm-%j.out"  # the job's own output file, in the run's directory on the login node
+
+
+class SlurmError(HostError):
+    """Slurm refused or failed, in its own words (sbatch's `error: ...`)."""
+
+
+class Login:
+    def __init__(
+        self, host: Host, emit: Emit, *, lease: float = 60.0, start_timeout: float = 300.0
+    ) -> None:
+        self.host, self.emit = host, emit
+        self.fleet = Fleet([host], lease=lease, start_timeout=start_timeout)
+        self.logins = 0  # how many times this run logged in (sites count them)
+
+    @property
+    def name(self) -> str:
+        return self.host.name
+
+    async def agent(self) -> Agent:
+        """The login node's agent: logged into once, again only if the connection dropped.
+        Raises HostError."""
+        return await self.fleet.agent(0, self._said)
+
+    def _said(self, event: Event) -> None:
+        """The login's own progress: a line once logged in, not a host of the run's."""
+        if isinstance(event, HostState) and event.state == "connected":
+            self.logins += 1
+            again = " again" if self.logins > 1 else ""
+            text = f"logged into {self.name}{again} ({event.detail}): Slurm's commands and every "
+            self.emit(Notice("info", text + "node of the job go through this one login"))
+
+    async def command(
+        self, argv: Sequence[str], *, input: str = "", prepare: str = "", read: str = ""
+    ) -> ops.SlurmReply:
+        agent = await self.agent()
+        return await ops.slurm(agent, argv, input=input, prepare=prepare, read=read)
+
+    async def submit(self, script: str, run_id: str, *, test_only: bool = False) -> str:
+        """The job's id (test_only: Slurm's estimate, `Job 3 to start at ... on nodes ...`);
+        SlurmError in Slurm's words if it refuses. The job's output goes to the run's
+        directory on the login node, made first: Slurm needs it to exist at submit."""
+        if test_only:
+            return self._words(
+                await self.command(["sbatch", "--test-only"], input=script), "sbatch --test-only"
+            )
+        where = (await self.command([], prepare=run_id)).dir
+        argv = ["sbatch", "--parsable", f"--output={where}/{OUTPUT}"]
+        reply = await self.command(argv, input=script)
+        self._words(reply, "sbatch")
+        return reply.out.strip().split(";")[0]
+
+    def _words(self, reply: ops.SlurmReply, what: str) -> str:
+        said = " ".join(line.strip() for line in reply.err.splitlines() if line.strip())
+        said = said.removeprefix("sbatch: ").replace(" sbatch: ", " ")
+        if reply.code != 0:
+            raise SlurmError(self.name, f"{what}: {said or f'exit {reply.code}'}")
+        return said
+
+    async def job(self, job_id: str) -> queue.Job | None:
+        """What Slurm says of the job: squeue while it knows it, else sacct; None when neither
+        does (purged, and no accounting)."""
+        reply = await self.command(
+            ["squeue", "-h", "--states=all", "-j", job_id, "-o", queue.SQUEUE_FORMAT]
+        )
+        found = queue.parse_squeue(reply.out) if reply.code == 0 else None
+        if found is not None:
+            return found
+        reply = await self.command(
+            ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", queue.SACCT_FIELDS]
+        )
+        return queue.parse_sacct(reply.out) if reply.code == 0 else None
+
+    async def down(self, nodes: Sequence[str]) -> list[str]:
+        """Those of these nodes Slurm holds down, drained or failed (a node failure's)."""
+        argv = ["sinfo", "-h", "-N", "-n", ",".join(nodes), "-t", "down,drain,fail", "-o", "%N"]
+        reply = await self.command(argv)
+        found = reply.out.split() if reply.code == 0 else []
+        return [n for n in nodes if n in found]
+
+    async def cancel(self, job_id: str) -> str | None:
+        """scancel; why it failed, or None."""
+        reply = await self.command(["scancel", job_id])
+        return None if reply.code == 0 else (reply.err.strip() or f"exit {reply.code}")
+
+    async def output(self, run_id: str, job_id: str) -> str:
+        """The end of the job's own output file (where a node's boot says why it failed)."""
+        reply = await self.command([], read=f"{run_id}/{OUTPUT.replace('%j', job_id)}")
+        return reply.output
+
+    async def close(self) -> None:
+        await self.fleet.close()

@@ -1,0 +1,99 @@
+"""job.checkpoint on this machine (local transport): the real supervisors and hub, a job that saves
+every 5 steps and resumes from DDPTUI_CHECKPOINT; its failed attempts' steps lost, and a chain
+whose checkpoint stops advancing stopped."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from runtools import run_job
+
+from ddptui.remote import inventory
+from ddptui.remote.events import CheckpointSaved, Event, RunFinished, StepsLost
+
+# Both nodes step; node 0 says each step and saves every 5th (written aside, then renamed, as
+# torch.save through a temporary name does); node 0 fails at step 12 on the attempts FAIL names.
+# No torch: a stand-in for torch.distributed says the process joined its group as rank NODE_RANK,
+# so its lines carry its rank (remote/host/linebuf.py), as a real job's do.
+JOB = """
+import os, sys, time, types
+attempt, node = os.environ["DDPTUI_ATTEMPT"], os.environ["NODE_RANK"]
+dist = sys.modules["torch.distributed"] = types.ModuleType("torch.distributed")
+dist.is_available = dist.is_initialized = lambda: True
+dist.get_rank = lambda: int(node)
+ckpt = os.environ["DDPTUI_CHECKPOINT"]
+start = int(ckpt.rsplit("_", 1)[1].split(".")[0]) if ckpt else 0
+print(f"node {node} attempt {attempt} resumes from {ckpt or 'nothing'}", flush=True)
+os.makedirs("ckpt", exist_ok=True)
+for step in range(start + 1, 21):
+    time.sleep(0.05)
+    if node == "0":
+        print(f"step {step} loss {1 / step:.3f}", flush=True)
+        if step % 5 == 0:
+            with open(f"ckpt/.step_{step}.pt", "w") as f:
+                f.write("weights")
+            os.rename(f"ckpt/.step_{step}.pt", f"ckpt/step_{step}.pt")
+        if step == 12 and (sys.argv[1] == "all" or attempt == "0"):
+            sys.exit(3)
+"""
+
+
+def write(tmp: Path, fail: str, **job: Any) -> inventory.Inventory:
+    (tmp / "job.py").write_text(JOB)
+    doc = {
+        "defaults": {"transport": "local", "workdir": str(tmp), "python": sys.executable},
+        "hosts": [{"host": "localhost", "name": f"node{k}"} for k in range(2)],
+        "job": {
+            "script": "job.py", "args": [fail], "launcher": "env", "master_port": "auto",
+            "stop_grace": 1, "link_timeout": 10, "restart_delay": 0.2, "restarts": 3,
+            "checkpoint": "ckpt", "nccl": {"socket_ifname": None}, **job,
+        },
+    }  # fmt: skip
+    (tmp / "inventory.yaml").write_text(yaml.safe_dump(doc))
+    return inventory.load(tmp / "inventory.yaml")
+
+
+async def run(
+    inv: inventory.Inventory, tmp: Path
+) -> tuple[RunFinished, list[Event], dict[str, Any]]:
+    fin, events = await run_job(inv, tmp, None, timeout=90)
+    return fin, events, json.loads((tmp / "run" / "summary.json").read_text())
+
+
+async def test_a_restart_resumes_from_the_newest_checkpoint_and_says_the_steps_lost(
+    tmp_path: Path,
+) -> None:
+    fin, events, summary = await run(write(tmp_path, "0"), tmp_path)
+    assert [a.status for a in fin.attempts] == ["failed", "succeeded"]
+    ten = str(tmp_path / "ckpt" / "step_10.pt")
+    log = (tmp_path / "run" / "rank-0.log").read_text().splitlines()
+    assert "node 0 attempt 0 resumes from nothing" in log
+    assert f"node 0 attempt 1 resumes from {ten}" in log
+    assert f"node 1 attempt 1 resumes from {ten}" in (tmp_path / "run" / "rank-1.log").read_text()
+    [lost] = [e for e in events if isinstance(e, StepsLost)]
+    assert (lost.attempt, lost.path, lost.step, lost.reached, lost.lost) == (0, ten, 10, 12, 2)
+    assert (
+        lost.text()
+        == "attempt 1 lost 2 steps: it reached step 12, the newest checkpoint is step 10"
+    )
+    first = summary["attempts"][0]
+    assert (first["steps_lost"], first["reached"], first["checkpoint_step"]) == (2, 12, 10)
+    assert "steps_lost" not in summary["attempts"][1]  # it succeeded: nothing lost
+    assert summary["checkpoint"]["step"] == 20
+    saved = [e.step for e in events if isinstance(e, CheckpointSaved)]
+    assert saved[-1] == 20 and 10 in saved
+
+
+async def test_a_chain_whose_checkpoint_stops_advancing_stops_and_says_so(tmp_path: Path) -> None:
+    """Every attempt fails at step 12, resumed from step 10: the second attempt saved nothing
+    new, so a third would fail there again (it prints fewer lines than the first: the lines'
+    rule alone would not know)."""
+    fin, _, summary = await run(write(tmp_path, "all"), tmp_path)
+    assert [a.status for a in fin.attempts] == ["failed", "failed"]
+    why = "no progress: the newest checkpoint (step 10) did not advance over two attempts"
+    assert fin.reason == why and summary["reason"] == why
+    assert [a["steps_lost"] for a in summary["attempts"]] == [2, 2]

@@ -1,0 +1,133 @@
+"""A run handed to Slurm, the pure parts: `slurm:` and `hosts: slurm` read, Slurm's host lists
+expanded without scontrol, squeue's and sacct's words read, the batch script's options, and the
+exported script. A real Slurm runs them end to end: tests/e2e/test_slurm_e2e.py and
+tests/e2e/test_slurm_more_e2e.py."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ddptui.remote import fold, inventory
+from ddptui.remote.host import hostlist
+from ddptui.remote.inventory import InventoryError
+from ddptui.remote.slurm import export, queue, script
+
+SLURM = """\
+defaults: {user: alice, env: {EXTRA: "it's here"}}
+slurm:
+  login: hpc-login
+  nodes: 3
+  partition: gpu
+  gpus_per_node: a100:4
+  sbatch: ["--exclusive"]
+job: {script: train.py, nproc_per_node: auto}
+"""
+
+
+def parse(text: str) -> inventory.Inventory:
+    return inventory.parse(text, Path("inv.yaml"))
+
+
+def mistake(text: str) -> str:
+    with pytest.raises(InventoryError) as err:
+        parse(text)
+    return str(err.value)
+
+
+def test_slurm_takes_the_place_of_hosts() -> None:
+    inv = parse(SLURM)
+    assert inv.slurm is not None and inv.slurm.nodes == 3
+    assert [h.name for h in inv.hosts] == ["node0", "node1", "node2"]  # until Slurm says
+    assert inv.login is not None and (inv.login.host, inv.login.user) == ("hpc-login", "alice")
+    named = inventory.with_nodes(inv, ["gpu07", "gpu08", "gpu11"], since=2)
+    assert [(h.name, h.since) for h in named.hosts] == [("gpu07", 2), ("gpu08", 2), ("gpu11", 2)]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (SLURM.replace("job:", "hosts: [{host: a}]\njob:"), "say either hosts: or slurm:"),
+        ("job: {script: t.py}\n", "say either hosts: or slurm:"),
+        (SLURM.replace('["--exclusive"]', '["-N", "2"]'), "inv.yaml:7: `slurm.sbatch`: '-N'"),
+        (SLURM.replace('["--exclusive"]', '["--output=x"]'), "ddptui sets --output itself"),
+        (SLURM.replace("nodes: 3", "nodes: 0"), "inv.yaml:4: `slurm.nodes`"),
+        (SLURM.replace("  login: hpc-login\n", ""), "`slurm.login` is required"),
+        (SLURM.replace("user: alice", "transport: local"), "a Slurm job's nodes are Slurm's"),
+    ],
+)
+def test_slurm_mistakes_name_the_line(text: str, said: str) -> None:
+    assert said in mistake(text)
+
+
+def test_hosts_slurm_takes_the_allocations_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = "hosts: slurm\njob: {script: t.py}\n"
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    assert mistake(text).startswith("inv.yaml:1: hosts: slurm takes an allocation's nodes")
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[07-08],cpu1")
+    assert [h.name for h in parse(text).hosts] == ["gpu07", "gpu08", "cpu1"]
+    monkeypatch.setenv("SLURM_JOB_NODELIST", "gpu[07-")
+    assert "SLURM_JOB_NODELIST 'gpu[07-' is not a host list" in mistake(text)
+
+
+@pytest.mark.parametrize(
+    ("listed", "names"),
+    [
+        ("n1", ["n1"]),
+        ("gpu[01-03,07],cpu1", ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]),
+        ("n[08-10]", ["n08", "n09", "n10"]),
+        ("r[1-2]n[1-2]", ["r1n1", "r1n2", "r2n1", "r2n2"]),
+        ("a-1,b[9-10]", ["a-1", "b9", "b10"]),
+    ],
+)
+def test_a_host_list_expands_as_scontrol_show_hostnames(listed: str, names: list[str]) -> None:
+    assert hostlist.expand(listed) == names
+    assert fold.names(listed) == names  # the launcher's side reads Slurm's lists alike
+
+
+@pytest.mark.parametrize("bad", ["n[1-", "n[1-2]]", "n[a-b]"])
+def test_a_host_list_that_is_not_one_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        hostlist.expand(bad)
+
+
+def test_squeue_says_pending_with_its_reason_and_expected_start() -> None:
+    job = queue.parse_squeue("12|ddptui-r1|PENDING|Resources|2030-06-01T14:03:00|||alice\n")
+    assert job is not None and (job.state, job.reason, job.nodes) == ("PENDING", "Resources", ())
+    assert not job.running and not job.ended and job.mine("ddptui-r1")
+    assert queue.pending_text(job, now=job.start - 190).startswith(  # type: ignore[operator]
+        "job 12 pending (Resources): expected to start at 2030-06-01 14:03 (in 3 m 10 s"
+    )
+    running = queue.parse_squeue("12|ddptui-r1|RUNNING|None|N/A|n[1-3]|n2|alice\n")
+    assert running is not None and running.running and running.start is None
+    assert running.nodes == ("n2", "n1", "n3")  # the batch host first: node 0
+
+
+def test_sacct_says_how_it_ended() -> None:
+    out = "7|ddptui-r1|CANCELLED by 0|None|2030-06-01T14:03:00|n[1-2]|0:15\n7.batch|batch|...\n"
+    job = queue.parse_sacct(out)
+    assert job is not None and job.ended and job.state == "CANCELLED"
+    assert queue.ended_text(job) == "job 7 CANCELLED, exit code 0:15"
+    assert queue.parse_squeue("") is None and queue.parse_sacct("") is None
+
+
+def test_the_batch_scripts_options() -> None:
+    inv = parse(SLURM)
+    opts = script.options(inv, script.job_name("r1"), exclude=["n9"])
+    assert opts == [
+        "--job-name=ddptui-r1", "--nodes=3", "--ntasks-per-node=1", "--partition=gpu",
+        "--gpus-per-node=a100:4", "--exclude=n9", "--exclusive",
+    ]  # fmt: skip
+    assert script.world_size(inv) == 12  # auto: gpus_per_node's count
+    text = script.render(inv, "r1")
+    assert text.startswith("#!/bin/bash\n#SBATCH --job-name=ddptui-r1\n")
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_the_exported_script_is_shell_and_names_no_ddptui_code() -> None:
+    text = export.export(parse(SLURM))
+    assert "#SBATCH --nodes=3" in text and "srun" in text and "--node-rank 2" in text
+    assert "ddph" not in text  # no host code of ddptui's: srun and torchrun alone
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
