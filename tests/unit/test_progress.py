@@ -229,9 +229,13 @@ def test_a_loop_that_says_only_its_epochs() -> None:
     assert parse("epoch 3 done") is None
 
 
-def test_a_flood_is_read_in_full_up_to_a_budget_then_its_news_once_a_second() -> None:
+def test_a_flood_is_read_in_full_up_to_a_budget_then_its_news_once_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from ddptui.remote.host import progress
 
+    # one second of reading throughout: on a loaded machine the first chunk alone took longer
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 1000.0)
     t = Tracker()  # type: ignore[no-untyped-call]
     chunk = "".join(f"[0]:step {i}/10 loss 1\n" for i in range(progress.READ_LINES))
     t.feed_text(chunk, 0, 1.0)
