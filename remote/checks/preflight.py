@@ -83,10 +83,16 @@ class Preflight:
     # -- connecting -----------------------------------------------------------------------------
 
     async def connect(self, why: str = "not starting: every host must be reachable") -> bool:
-        ok = all(await asyncio.gather(*(self._agent(k) for k in range(len(self.inv.hosts)))))
+        """Every node's agent up (one found unreachable already is not tried again)."""
+        tried = [k for k in range(len(self.inv.hosts)) if k not in self.unreachable]
+        ok = all(await asyncio.gather(*(self._agent(k) for k in tried))) and not self.unreachable
         if not ok:
             self.emit(Notice("error", why))
         return ok
+
+    async def reach(self, k: int) -> bool:
+        """Host k's agent up, alone (an attach asks node 0 first)."""
+        return await self._agent(k)
 
     async def _agent(self, k: int) -> bool:
         try:
