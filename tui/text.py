@@ -1,19 +1,58 @@
 """Words both front-ends use (the dashboard and the headless commands): how a failure, a path,
-the same line from many hosts and a row of the run history read."""
+the same line from many hosts and a row of the run history read, and what of a host's or a
+rank's text may be shown at all."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ddptui.remote import fold
 from ddptui.remote.events import Failure, LeaseHolder, RunFinished, progress_text
+from ddptui.remote.host.safetext import clean
 from ddptui.remote.leases import words
 from ddptui.remote.run.failures import describe_exit
 from ddptui.remote.store import runs
+
+T = TypeVar("T")
+_SCALARS = frozenset((int, float, bool, type(None)))
+
+
+def shown(value: T) -> T:
+    """`value` (an event, or any data in one) with every text in it as it may be shown: no
+    escape sequence or control character but newline and tab (remote/host/safetext.py's one
+    cleaner). The same object where nothing needed cleaning."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is str:
+        return clean(value)  # type: ignore[arg-type,return-value]
+    out: Any = value
+    if isinstance(value, tuple | list):
+        if all(type(v) in _SCALARS for v in value):  # a curve's point, a list of ranks
+            return value
+        items = [shown(v) for v in value]
+        if any(a is not b for a, b in zip(items, value, strict=True)):
+            out = type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
+    elif isinstance(value, dict):
+        pairs = [(shown(k), shown(v)) for k, v in value.items()]
+        if any(p is not q for pair, old in zip(pairs, value.items(), strict=True)
+               for p, q in zip(pair, old, strict=True)):  # fmt: skip
+            out = dict(pairs)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changed = {}
+        for f in dataclasses.fields(value):
+            old = getattr(value, f.name)
+            new = shown(old)
+            if new is not old:
+                changed[f.name] = new
+        if changed:
+            out = dataclasses.replace(value, **changed)
+    return out  # type: ignore[no-any-return]
 
 
 def failure_line(f: Failure) -> str:
@@ -195,11 +234,11 @@ def lease_holder(h: LeaseHolder) -> str:
     (`ddptui who`, the dashboard's host view)."""
     about = [f"node {h.node}" if h.node is not None else "", words.since(h), h.mode]
     about.append(f"from {h.launcher}" if h.launcher else "")
-    return f"{words.run_of(h)} ({', '.join(a for a in about if a)})"
+    return clean(f"{words.run_of(h)} ({', '.join(a for a in about if a)})")  # hosts' words
 
 
 def lease_waiter(h: LeaseHolder) -> str:
     """`alice's run Q, 2 GPUs (since 12:05 (1 min), from alice@desk)`: a launch in the queue."""
     about = [words.since(h), f"from {h.launcher}" if h.launcher else ""]
     wants = f", {h.count} GPU(s)" if h.count else ""
-    return f"{words.run_of(h)}{wants} ({', '.join(a for a in about if a)})"
+    return clean(f"{words.run_of(h)}{wants} ({', '.join(a for a in about if a)})")

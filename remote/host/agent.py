@@ -148,7 +148,7 @@ def _probe(agent, ch, req):
 # What a launch asks of an agent before its start (its checks' probe carries `warm`): the spare
 # supervisor waits through these (remote/host/prefork.py), and any other op ends it.
 LAUNCH_OPS = {protocol.SYNC_PLAN, protocol.SYNC_PUT, protocol.COUNT, protocol.PORT,
-              protocol.MONITOR, protocol.GPU_LEASE, protocol.START}  # fmt: skip
+              protocol.MONITOR, protocol.GPU_LEASE, protocol.START, protocol.MARK}  # fmt: skip
 
 OPS = {
     protocol.PROBE: _probe,
@@ -171,6 +171,7 @@ OPS = {
     protocol.GPU_LEASES: _answer(lambda req: _mod("leaseop").view(req)),
     protocol.SLURM: lambda agent, ch, req: _mod("slurmcmd").slurm(ch, req),
     protocol.RELAY: lambda agent, ch, req: _mod("slurmcmd").relay(ch, req),
+    protocol.MARK: _answer(lambda req: _mod("checkpoints").mark(req)),
 }
 
 

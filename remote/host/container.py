@@ -53,7 +53,7 @@ NOT_STARTED = {
 }
 
 
-def name(run_id, node, suffix=""):
+def name(run_id: str, node: int, suffix: str = "") -> str:
     """The container's name: ddptui-<run>-n<k> (the checks' dry run adds -check)."""
     return "ddptui-{}-n{}{}".format(run_id, node, suffix)
 
@@ -90,7 +90,7 @@ def _login(environ):
 def command(
     spec, argv, env, run_id, node, workdir, private, grace=5.0, shared=(), host=None, suffix="",
     environ=None,
-):  # fmt: skip
+) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """(argv, its environment): what runs `argv` (the node's command) in a container, through
     the shim. environ: the host's (default os.environ), which the runtime's client keeps.
 

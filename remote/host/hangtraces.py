@@ -6,7 +6,11 @@ directory, `flight-<attempt>/` (one JSON file a rank), with torch's analyser's v
 (`analysis.txt`), where an attach or the launcher copies them from.
 
 Bounded on every side: a piece is a line of the link, a rank's trace at most TRACE_MAX once
-unpacked, all of them at most GATHER_MAX as sent. Imported by every peer's hub link, it leaves
+unpacked, all of them at most GATHER_MAX as sent and UNPACKED_MAX unpacked (zlib packs a
+megabyte of one byte into a kilobyte: a bomb within GATHER_MAX would unpack to tens of
+gigabytes), never trusting a size a peer states. A node sends only its own ranks' traces: a
+rank that the hang's samples put on another node is refused, and the sender named (it would
+have replaced that rank's trace, and so the verdict). Imported by every peer's hub link, it leaves
 py-spy's and the analyser's module (stacks.py) to the node that needs it. python3 >= 3.8,
 stdlib only.
 """
@@ -23,10 +27,12 @@ import zlib
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterator, List, Set, Tuple
+    from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 PIECE = 40 << 10  # base64 characters of one piece: a hub-link line, with room to spare
 GATHER_MAX = 64 << 20  # bytes of every node's pieces together, as sent
+UNPACKED_MAX = 128 << 20  # bytes of every trace together, unpacked: tens of ranks' rings
+LEFT_OUT = "left out: "  # a trace past UNPACKED_MAX, so said
 # All of it comes before the attempt ends (a rank stopped dumps nothing), so together with the
 # restart it stays within the 30 s a restart after a hang may take.
 DUMP_S = 10.0  # how long a rank has to write its trace (NCCL's first dump: ~5 s on an H200)
@@ -63,10 +69,12 @@ def pieces(seq: Any, found: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
 class Gather:
     """Node 0's side: every node's pieces for one ask, put back together. add() takes a node's
     message (the hub link's threads, node 0's own); wait() returns once every node said done,
-    or at the deadline."""
+    or at the deadline. owners: {rank: node}, each rank's node as the hang's samples found it;
+    a node's pieces and words for any other rank are refused, the node named in `foreign`."""
 
-    def __init__(self, seq: Any, nodes: int) -> None:
-        self.seq, self.nodes = seq, nodes
+    def __init__(self, seq: Any, nodes: int, owners: Dict[str, int]) -> None:
+        self.seq, self.nodes, self.owners = seq, nodes, owners
+        self.foreign: Dict[int, Set[str]] = {}  # node -> the ranks not its own it sent
         self.cond = threading.Condition()
         self.parts: Dict[str, List[str]] = {}  # rank -> its pieces so far
         self.count: Dict[str, Any] = {}  # rank -> how many pieces its node said it sends
@@ -81,7 +89,8 @@ class Gather:
             if msg.get("done") is True:
                 errors = msg.get("errors")
                 for rank, why in errors.items() if isinstance(errors, dict) else ():
-                    self.missing[str(rank)] = str(why)[:500]
+                    if self._own(node, str(rank)):
+                        self.missing[str(rank)] = str(why)[:500]
                 self.done.add(node)
                 self.cond.notify_all()
                 return
@@ -92,6 +101,8 @@ class Gather:
                 or msg.get("i") != len(self.parts.get(rank, ()))
             ):
                 return  # out of order, or not a piece: that rank's trace is left incomplete
+            if not self._own(node, rank):
+                return
             self.size += len(data)
             if self.size > GATHER_MAX:
                 self.missing[rank] = "its trace was more than the hub takes"
@@ -100,8 +111,21 @@ class Gather:
             self.parts.setdefault(rank, []).append(data)
             self.count[rank] = msg.get("n")
 
+    def refused(self) -> Dict[int, List[int]]:
+        """{node: the ranks not its own it sent}, for the nodes that did."""
+        with self.cond:
+            return {k: sorted(map(int, r)) for k, r in sorted(self.foreign.items()) if r}
+
+    def _own(self, node: int, rank: str) -> bool:
+        if self.owners.get(rank) == node:
+            return True
+        if len(self.foreign.setdefault(node, set())) < 1000:  # enough to name it by
+            self.foreign[node].add(rank)
+        return False
+
     def wait(self, timeout: float) -> Tuple[Dict[str, Any], Dict[str, str]]:
-        """({rank: trace}, {rank: why none}) once every node is done, or at the deadline."""
+        """({rank: trace}, {rank: why none}) once every node is done, or at the deadline;
+        unpacked in rank order while they come to UNPACKED_MAX in all, the rest named."""
         deadline = time.monotonic() + timeout
         with self.cond:
             self.cond.wait_for(lambda: len(self.done) >= self.nodes,
@@ -110,27 +134,54 @@ class Gather:
         from .stacks import TRACE_MAX
 
         traces = {}
-        for rank, got in parts.items():
+        room = UNPACKED_MAX
+        for rank in sorted(parts, key=int):
+            got = parts[rank]
             if len(got) != count.get(rank):
                 missing[rank] = "its trace came only in part"
                 continue
+            most = min(TRACE_MAX, room)
             try:
-                unpack = zlib.decompressobj()
-                data = unpack.decompress(base64.b64decode("".join(got)), TRACE_MAX)
-                if unpack.unconsumed_tail:
-                    raise ValueError("more than {} bytes".format(TRACE_MAX))
-                traces[rank] = json.loads(data)
+                data = unpacked(base64.b64decode("".join(got)), most)
+                if data is not None:
+                    traces[rank] = json.loads(data)
+                    room -= len(data)
+                    continue
             except (ValueError, zlib.error) as exc:
                 missing[rank] = "its trace could not be read: {}".format(exc)
+                continue
+            if most < TRACE_MAX:  # said: a verdict on the others is on part of the run
+                missing[rank] = LEFT_OUT + "the traces came to more than {} MiB unpacked".format(
+                    UNPACKED_MAX >> 20)  # fmt: skip
+            else:
+                missing[rank] = "its trace was more than {} MiB unpacked".format(TRACE_MAX >> 20)
         return traces, missing
 
 
+def unpacked(packed: bytes, most: int) -> Optional[bytes]:
+    """`packed` (zlib) unpacked, or None where it is more than `most` bytes: never more is
+    made, whatever the data claims."""
+    if most < 1:  # 0 would be no bound at all
+        return None
+    unpack = zlib.decompressobj()
+    data = unpack.decompress(packed, most)
+    if unpack.eof:
+        return data
+    if unpack.unconsumed_tail or unpack.decompress(b"", 1):
+        return None
+    raise ValueError("cut short")
+
+
 def keep(
-    where: str, attempt: int, traces: Dict[str, Any], missing: Dict[str, str]
+    where: str,
+    attempt: int,
+    traces: Dict[str, Any],
+    missing: Dict[str, str],
+    refused: Optional[Dict[str, List[int]]] = None,
 ) -> Dict[str, Any]:
     """The traces in `where`/flight-ATTEMPT/ (JSON, one a rank) with torch's verdict on them
     (analysis.txt); what the hang's record says of them: {dir, ranks, missing, verdict,
-    missing_ranks}."""
+    missing_ranks, refused}. refused: {host: ranks not its own it sent}."""
     from . import stacks
 
     folder = os.path.join(where, "flight-{}".format(attempt))
@@ -148,6 +199,7 @@ def keep(
         "missing": {r: missing[r] for r in sorted(missing, key=int)},
         "verdict": said,
         "missing_ranks": missing_ranks(said or ""),
+        "refused": dict(refused or {}),
     }
 
 
@@ -166,16 +218,28 @@ def missing_ranks(verdict: str) -> List[int]:
 
 
 def summary(kept: Dict[str, Any]) -> str:
-    """The hang's word on the traces: how many, and who the verdict says is missing."""
+    """The hang's word on the traces: how many, who the verdict says is missing, and which
+    host sent traces of ranks not its own."""
     if not kept["ranks"]:
         whys = sorted(set(kept["missing"].values()))
-        return "no flight recorder trace" + (" ({})".format(whys[0]) if whys else "")
-    out = "flight recorder: {} trace(s) kept in {}".format(len(kept["ranks"]), kept["dir"])
-    if kept["missing_ranks"]:
+        out = "no flight recorder trace" + (" ({})".format(whys[0]) if whys else "")
+    else:
+        out = "flight recorder: {} trace(s) kept in {}".format(len(kept["ranks"]), kept["dir"])
+    if kept["ranks"] and kept["missing_ranks"]:
         out += "; its verdict: rank(s) {} missing from a collective".format(
             ",".join(map(str, kept["missing_ranks"]))
         )
+    left = [why for why in kept["missing"].values() if why.startswith(LEFT_OUT)]
+    if kept["ranks"] and left:
+        out += "; {} more {}".format(len(left), left[0])
+    for host, ranks in sorted((kept.get("refused") or {}).items()):
+        out += "; {} sent traces of ranks not its own ({}): refused".format(host, _ranks(ranks))
     return out
+
+
+def _ranks(ranks: List[int]) -> str:
+    shown = ",".join(map(str, ranks[:8]))
+    return shown + (" and {} more".format(len(ranks) - 8) if len(ranks) > 8 else "")
 
 
 def _write(path: str, text: str) -> None:

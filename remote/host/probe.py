@@ -59,7 +59,20 @@ def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, 
         "leases": _leases(said, spec.get("lease")),
         "health": healthy,
         "py_spy": {"path": find_py_spy(), "ptrace": ptrace_rights()},
+        "checkpoint": _checkpoint(spec.get("checkpoint"), spec.get("workdir")),
     }
+
+
+def _checkpoint(spec: Any, workdir: str | None) -> Any:
+    """job.checkpoint as this host sees it, and whether node 0's mark is there."""
+    if not spec:
+        return None
+    from . import checkpoints
+
+    try:
+        return checkpoints.look(spec, workdir)
+    except (OSError, ValueError) as exc:
+        return {"dir": spec.get("dir"), "error": str(exc)}
 
 
 def _container(box: dict[str, Any], spec: dict[str, Any], workdir: dict[str, Any]) -> Any:

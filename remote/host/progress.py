@@ -166,7 +166,7 @@ def _int(text):
 def _pairs(regex, text):
     for key, raw in regex.findall(text):
         value = _number(raw)
-        if value is not None and key.lower() not in _NOT_METRICS:
+        if value is not None and len(key) <= 100 and key.lower() not in _NOT_METRICS:
             yield key, value
 
 
@@ -236,6 +236,8 @@ SERIES_MAX = 400  # points kept per metric, evenly thinned over the whole run
 LINKS_MAX = 32
 URL_MAX = 1024
 NAME_MAX = 200
+METRICS_MAX = 100  # metrics a run keeps a curve of: the first so many named
+METRIC = re.compile(r"[A-Za-z_][\w./-]{0,99}\Z")  # a metric's name, as the forms read one
 RATE_WINDOW_S = 30.0  # steps/s from the steps seen over about this long, where no bar says it
 
 
@@ -358,6 +360,10 @@ class Tracker:
             self.attempts.append([attempt, step, at])
         elif attempt == self.attempt and self.attempts[-1][1] is None and step is not None:
             self.attempts[-1][1] = step
+        if len(self.series) + len(metrics) > METRICS_MAX:  # only the metrics a curve is kept of
+            room = max(0, METRICS_MAX - len(self.series))
+            new = set([k for k in metrics if k not in self.series][:room])
+            metrics = {k: v for k, v in metrics.items() if k in self.series or k in new}
         state = self.ranks.get(rank)
         if state is None:
             state = self.ranks[rank] = Rank()
@@ -383,7 +389,8 @@ class Tracker:
         try:
             series = {
                 str(k): [[float(s), float(v), int(a)] for s, v, a in points][-SERIES_MAX:]
-                for k, points in (dump.get("metrics") or {}).items()
+                for k, points in list((dump.get("metrics") or {}).items())[:METRICS_MAX]
+                if METRIC.match(str(k))
             }
             attempts = [[int(a["attempt"]), a.get("step"), float(a["at"])]
                         for a in dump.get("attempts") or ()]  # fmt: skip
@@ -392,7 +399,8 @@ class Tracker:
                      if len(str(x["url"])) <= URL_MAX}  # fmt: skip
             last = dump.get("last") or {}
             step, total, rate = last.get("step"), last.get("total"), last.get("rate")
-            metrics = {str(k): float(v) for k, v in (last.get("metrics") or {}).items()}
+            metrics = {str(k): float(v) for k, v in (last.get("metrics") or {}).items()
+                       if str(k) in series}  # fmt: skip
         except (AttributeError, KeyError, TypeError, ValueError):
             return False
         if not series:

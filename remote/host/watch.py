@@ -166,7 +166,7 @@ class Guard:
         ends (stop), or only the word (warn). The same hosts to blame in two attempts in a row:
         said as a bad host. Where no stack names a culprit, the verdict's missing rank is it."""
         action = self.spec["on_hang"]
-        flight = self.flight(attempt) if hangtraces.wanted(self.spec) else None
+        flight = self.flight(attempt, hosts) if hangtraces.wanted(self.spec) else None
         if flight is not None and not hang.culprits:
             hang.culprits = [r for r in flight["missing_ranks"] if r in hosts]
         try:
@@ -187,12 +187,16 @@ class Guard:
             node = names.index(culprits[0]) if culprits and culprits[0] in names else None
             self.hub.fail("hung: " + hang.text(hosts), node, final=action == "stop", bad=twice)
 
-    def flight(self, attempt: int) -> Optional[Dict[str, Any]]:
+    def flight(self, attempt: int, hosts: Dict[int, str]) -> Optional[Dict[str, Any]]:
         """Every node's ranks' flight recorder traces, sent here in pieces, kept in
         flight-ATTEMPT/ with the analyser's verdict (remote/host/hangtraces.py); None where
-        they could not be kept."""
+        they could not be kept. hosts: {rank: host}, as the hang's samples found them: a
+        node's traces of a rank on another node are refused, and the node named."""
         self.asked += 1
-        gather = hangtraces.Gather("{}.{}".format(attempt, self.asked), len(self.spec["names"]))
+        names = self.spec["names"]
+        node_of = {name: k for k, name in enumerate(names)}
+        owners = {str(r): node_of[h] for r, h in hosts.items() if h in node_of}
+        gather = hangtraces.Gather("{}.{}".format(attempt, self.asked), len(names), owners)
         self.hub.traced = gather.add
         self.hub.ask_flight(gather.seq)
         try:
@@ -202,8 +206,9 @@ class Guard:
         for piece in hangtraces.pieces(gather.seq, own):
             gather.add(0, piece)
         traces, missing = gather.wait(hangtraces.ANSWER_S)
+        refused = {names[k]: ranks for k, ranks in gather.refused().items()}
         try:
-            return hangtraces.keep(self.where, attempt, traces, missing)
+            return hangtraces.keep(self.where, attempt, traces, missing, refused)
         except (OSError, ValueError):
             return None
 

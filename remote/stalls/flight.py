@@ -10,6 +10,11 @@ read there by an unpickler that refuses any class or function, remote/host/stack
 them as JSON. They are saved in the run directory as JSON, and node 0's host runs torch's
 analyser on them with its own python, in its private directory: the verdict comes back as text
 and names the ranks that missed a collective.
+
+A host answers for its own ranks only: a rank two hosts send is taken from neither, and both
+are named (one would have replaced the other's trace, and so the verdict). What is kept is
+bounded as node 0's gathering is (remote/host/hangtraces.py: UNPACKED_MAX), the ranks in order,
+the rest named.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddptui.remote.host.hangtraces import clean
+from ddptui.remote import fold
+from ddptui.remote.host.hangtraces import LEFT_OUT, UNPACKED_MAX, clean
 from ddptui.remote.store.record import private_dir, write_private
 
 BUFFER = 2000  # collectives each rank remembers
@@ -29,6 +35,8 @@ PREFIX = "nccl_trace_rank_"  # remote/host/stacks.py: TRACE
 PIPE = "nccl_pipe_rank_"  # remote/host/stacks.py: PIPE
 VERDICT_LINES = 12  # of the analyser's output, on the console and in the dashboard
 
+# A host's word on one of its ranks: (the host, its trace or why none: ops.FlightDump).
+Sent = tuple[str, Any]
 # The traces as JSON ({rank: trace}) → the analyser's verdict, from a host.
 Analyse = Callable[[bytes], Awaitable[str]]
 
@@ -72,6 +80,27 @@ def for_torch(env: Mapping[str, str], version: str | None) -> dict[str, str]:
     if not found or (int(found[1]), int(found[2])) < NEW_NAMES_ONLY:
         return dict(env)
     return {k: v for k, v in env.items() if k not in RENAMED or env.get(RENAMED[k]) != v}
+
+
+def collect(sent: Mapping[int, list[Sent]]) -> Collected:
+    """The traces hosts sent ({rank: [(host, dump)]}): each rank's from the one host that sent
+    it, at most UNPACKED_MAX bytes of them in all."""
+    found: dict[int, Any] = {}
+    missing: dict[int, str] = {}
+    room = UNPACKED_MAX
+    for rank in sorted(sent):
+        hosts = [host for host, _ in sent[rank]]
+        got = sent[rank][0][1]
+        if len(hosts) > 1:
+            missing[rank] = f"refused: {fold.hosts(hosts)} each sent one (a host sends its own)"
+        elif got.error is not None:
+            missing[rank] = got.error
+        elif (size := len(json.dumps(got.trace))) > room:
+            missing[rank] = f"{LEFT_OUT}the traces came to more than {UNPACKED_MAX >> 20} MiB"
+        else:
+            room -= size
+            found[rank] = got.trace
+    return Collected(found, missing)
 
 
 @dataclass

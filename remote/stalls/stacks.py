@@ -141,17 +141,13 @@ async def traces(fleet: Fleet, emit: Emit, run_id: str) -> flight.Collected:
     """Every rank's flight recorder trace, asked for through its dump pipe. An op of its own
     beside the stacks': a rank's first dump can take seconds."""
     answers = await _ask(fleet, emit, run_id, stacks=False, flight_wait=FLIGHT_WAIT)
-    found: dict[int, Any] = {}
-    missing: dict[int, str] = {}
-    for answer in answers:
+    sent: dict[int, list[tuple[str, ops.FlightDump]]] = {}  # rank → each host's word on it
+    for host, answer in zip(fleet.hosts[: fleet.nnodes], answers, strict=True):
         if isinstance(answer, str):
             continue  # the stacks' op says why the host gave nothing
         for rank, got in answer.flight.items():
-            if got.error is None:
-                found[rank] = got.trace
-            else:
-                missing[rank] = got.error
-    return flight.Collected(found, missing)
+            sent.setdefault(rank, []).append((host.name, got))
+    return flight.collect(sent)
 
 
 def analyser(fleet: Fleet, emit: Emit, run_id: str) -> flight.Analyse:

@@ -5,12 +5,14 @@ node's traces sent to the hub in pieces over the real hub link, put back togethe
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import pickle
 import random
 import threading
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,7 @@ def test_traces_go_in_pieces_and_come_back_whole(monkeypatch: pytest.MonkeyPatch
     msgs = sent({r: {"trace": t} for r, t in traces.items()} | {"5": {"error": "no pipe"}})
     assert len(msgs) > 4 and msgs[-1] == {"seq": "0.1", "done": True, "errors": {"5": "no pipe"}}
     assert all(len(json.dumps(m)) < 200 for m in msgs)
-    gather = hangtraces.Gather("0.1", 1)
+    gather = hangtraces.Gather("0.1", 1, {"0": 0, "1": 0, "5": 0})
     for m in [{"seq": "0.0", "rank": "0", "i": 0, "n": 1, "data": "junk"}, *msgs]:
         gather.add(0, m)  # another ask's piece is not this one's
     got, missing = gather.wait(0)
@@ -58,7 +60,7 @@ def test_a_trace_in_part_too_large_or_unreadable_is_named_not_kept(
 ) -> None:
     monkeypatch.setattr(hangtraces, "PIECE", 100)
     trace = {"entries": [random.random() for _ in range(200)]}
-    gather = hangtraces.Gather("s", 2)
+    gather = hangtraces.Gather("s", 2, {"0": 1, "1": 1, "2": 0})
     msgs = sent({"0": {"trace": trace}, "1": {"trace": trace}}, "s")
     for m in msgs:
         if not (m.get("rank") == "1" and m.get("i") == 1):  # a piece of rank 1's lost
@@ -69,7 +71,7 @@ def test_a_trace_in_part_too_large_or_unreadable_is_named_not_kept(
     assert missing["1"] == "its trace came only in part"
     assert missing["2"].startswith("its trace could not be read")
     monkeypatch.setattr(hangtraces, "GATHER_MAX", 150)
-    gather = hangtraces.Gather("s", 1)
+    gather = hangtraces.Gather("s", 1, {"0": 0, "1": 0})
     for m in msgs:
         gather.add(0, m)
     got, missing = gather.wait(0)
@@ -93,7 +95,7 @@ def test_every_peer_sends_its_traces_over_the_hub_link() -> None:
     while len(h.joined) < 2:
         assert time.monotonic() < deadline, "a peer never joined"
         time.sleep(0.02)
-    gather = hangtraces.Gather("0.1", 3)
+    gather = hangtraces.Gather("0.1", 3, {"2": 1, "3": 1, "4": 2})
     h.traced = gather.add
     h.ask_flight("0.1")
     gather.add(0, {"seq": "0.1", "done": True, "errors": {}})  # node 0's own: none
@@ -120,6 +122,67 @@ def test_node_0_keeps_them_with_torch_s_verdict(tmp_path: Path) -> None:
         "missing from a collective"  # fmt: skip
     none = hangtraces.keep(str(tmp_path), 4, {}, {"0": "the flight recorder is not on"})
     assert hangtraces.summary(none) == "no flight recorder trace (the flight recorder is not on)"
+
+
+@pytest.mark.security
+def test_a_node_sends_only_its_own_ranks_traces() -> None:
+    """Node 2 sends traces (and words) for node 1's ranks and one no node has: each is refused,
+    node 1's own kept, and node 2 named (its trace replaced node 1's, and so the verdict)."""
+    gather = hangtraces.Gather("s", 3, {"0": 0, "1": 1, "2": 1, "3": 2})
+    for node, found in (
+        (2, {"1": {"trace": ["forged"]}, "9": {"trace": ["x"]}, "2": {"error": "forged"}}),
+        (1, {"1": {"trace": ["one"]}, "2": {"trace": ["two"]}}),
+        (2, {"3": {"trace": ["three"]}}),
+        (0, {"0": {"trace": ["zero"]}}),
+    ):
+        for m in sent(found, "s"):
+            gather.add(node, m)
+    traces, missing = gather.wait(0)
+    assert traces == {"0": ["zero"], "1": ["one"], "2": ["two"], "3": ["three"]}
+    assert missing == {} and gather.refused() == {2: [1, 2, 9]}
+    kept = {"ranks": [0, 1, 2, 3], "dir": "d", "missing": {}, "missing_ranks": [],
+            "refused": {"node2": [1, 2, 9]}}  # fmt: skip
+    assert hangtraces.summary(kept).endswith(
+        "; node2 sent traces of ranks not its own (1,2,9): refused"
+    )
+
+
+@pytest.mark.security
+def test_a_zlib_bomb_unpacks_no_further_than_the_cap_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ranks' traces each within a rank's bound, 261 KB sent, became 191 MB held: at most
+    UNPACKED_MAX is ever made, whatever a piece claims, the ranks in order, the cap said.
+    (Here at 1/16 of the real bounds: unpacking 200 MB takes seconds.)"""
+    mib = 1 << 20
+    monkeypatch.setattr(host_stacks, "TRACE_MAX", 4 * mib)
+    monkeypatch.setattr(hangtraces, "UNPACKED_MAX", 8 * mib)
+
+    def packed(size: int) -> str:  # a JSON string of `size` bytes, zlib'd
+        return base64.b64encode(zlib.compress(b'"' + b"a" * (size - 2) + b'"', 9)).decode()
+
+    bomb = packed(15 * mib // 4)
+    assert len(bomb) < 8 << 10
+    gather = hangtraces.Gather("s", 1, {"0": 0, "1": 0, "2": 0, "3": 0})
+    for rank, data in (("0", bomb), ("1", bomb), ("2", bomb), ("3", packed(1000))):
+        gather.add(0, {"seq": "s", "rank": rank, "i": 0, "n": 1, "data": data})
+    made: list[int] = []  # bytes each unpacking made, at most
+    real = hangtraces.unpacked
+    monkeypatch.setattr(hangtraces, "unpacked", lambda p, most: made.append(most) or real(p, most))
+    traces, missing = gather.wait(0)
+    assert list(traces) == ["0", "1", "3"]
+    assert missing == {"2": "left out: the traces came to more than 8 MiB unpacked"}
+    assert sum(len(t) for t in traces.values()) <= 8 * mib
+    assert made[2] == mib // 2  # the room left, never a whole trace past the cap
+    gather = hangtraces.Gather("s", 1, {"0": 0})
+    gather.add(0, {"seq": "s", "rank": "0", "i": 0, "n": 1, "data": packed(4 * mib + 1)})
+    assert gather.wait(0) == ({}, {"0": "its trace was more than 4 MiB unpacked"})
+    kept = {"ranks": [0, 1, 3], "dir": "d", "missing": missing, "missing_ranks": []}
+    assert hangtraces.summary(kept).endswith(
+        "; 1 more left out: the traces came to more than 8 MiB unpacked"
+    )
+    with pytest.raises(ValueError, match="cut short"):
+        hangtraces.unpacked(zlib.compress(b"[1, 2, 3]")[:-6], mib)
 
 
 class FlightHub:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import pty
 import subprocess
@@ -182,6 +183,27 @@ async def test_a_phase_the_engine_adds_is_folded_the_same_way() -> None:
     ]
 
 
+def test_an_attach_names_the_spare_in_a_lost_hosts_place() -> None:
+    """The run dir's copy says a1, a2; a hot spare a3 took node 1 with nobody attached: the
+    attach's hosts are a1 and a3, and a phase ends without a2."""
+    clock = Clock()
+    copy = [Host(k, f"10.0.0.{k}", f"a{k + 1}", "ssh", "root", 22, None, None, "python3", "~/p",
+                 {}, None) for k in range(2)]  # fmt: skip
+
+    def events() -> Iterable[Event]:
+        yield RunStarted("r1", "/runs/r1", ("a1", "a3"), 2, "torchrun")
+        yield from (HostState(name, k, "connecting") for k, name in enumerate(("a1", "a3")))
+        for k, name in enumerate(("a1", "a3")):
+            clock.now += 1.0
+            yield HostState(name, k, "connected", "1.00 s")
+
+    said, _ = play(events(), clock=clock, hosts=copy)
+    assert said == [
+        "ddptui: run r1: 2 hosts, world size 2; logs in /runs/r1",
+        "ddptui: connected to 2 hosts in 2.0 s; slowest a3 2.0 s",
+    ]
+
+
 async def test_words_from_many_hosts_wait_a_moment_to_be_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -288,16 +310,17 @@ def test_terminal_safe_keeps_colours_and_drops_every_other_control() -> None:
 
 
 @pytest.mark.security
-def test_rank_text_is_made_safe_on_a_terminal_only() -> None:
+def test_rank_text_is_made_safe_on_a_terminal_and_ddptuis_words_everywhere() -> None:
     batch = LogBatch("n\x1b]0;t\x07", 0, "stdout", ((0, HOSTILE),))
     tty, pipe = Terminal(), io.StringIO()
     Printer(tty, Terminal())(batch)
     Printer(pipe, io.StringIO())(batch)
     assert tty.getvalue() == f"[r0 n] {SAFE}\n"
     assert pipe.getvalue() == f"[r0 n\x1b]0;t\x07] {HOSTILE}\n"  # a pipe or a file: as written
-    err = Terminal()
-    Printer(io.StringIO(), err)(Notice("error", HOSTILE, host="n1"))
-    assert err.getvalue() == f"ddptui: n1: error: {SAFE}\n"
+    plain = "clipboard title clear   reset bell red\ttab"  # ddptui's words: no escape at all
+    for err in (Terminal(), io.StringIO()):  # a terminal, or a pipe
+        Printer(io.StringIO(), err)(Notice("error", HOSTILE, host="n1"))
+        assert err.getvalue() == f"ddptui: n1: error: {plain}\n"
 
 
 @pytest.mark.security
@@ -323,6 +346,36 @@ def test_a_launch_on_a_terminal_strips_what_its_log_keeps(tmp_path: Path) -> Non
     assert b"\x1b]52" not in shown and b"\x1b[2J" not in shown and b"\x1bc" not in shown
     log = (run_dir / "node-0.log").read_bytes()
     assert log == (HOSTILE + "\n").encode()
+
+
+@pytest.mark.security
+def test_runs_and_plot_on_a_terminal_show_no_escape_of_a_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose summary and curve carry a rank's OSC 52, OSC 0 and C1 controls (a metric's
+    name, the failing host's, a tracker's link): `runs` and `plot` under a pseudo-terminal print
+    none of them (they came out raw)."""
+    env_home = tmp_path / "data"
+    monkeypatch.setenv("XDG_DATA_HOME", str(env_home))
+    from ddptui.remote.store import runs
+
+    run_dir = runs.root() / "20250102-080000-beef"
+    run_dir.mkdir(parents=True)
+    info = {"run_id": run_dir.name, "hosts": ["node0"], "started_at": 1.7e9}
+    (run_dir / "run.json").write_text(json.dumps(info))
+    metric = "loss\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x9b2J"
+    progress = {"step": 3, "total": 9, "metrics": {metric: 0.5}}
+    summary = {"status": "failed", "exit_code": 1, "elapsed": 1.0, "failing_rank": 0,
+               "failing_host": "node0\x1b]52;c;aGk=\x07", "progress": progress,
+               "links": [{"tracker": "W&B", "url": "https://w.ai/\x1b]52;c;aGk=\x07"}]}  # fmt: skip
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    series = {"metrics": {metric: [[1, 1.0, 0], [3, 0.5, 0]]}, "attempts": [], "last": progress}
+    (run_dir / "series.json").write_text(json.dumps(series))
+    cli = [sys.executable, "-m", "ddptui.tui.cli", "--headless"]
+    for argv in (["runs"], ["plot", run_dir.name]):
+        shown = _on_a_terminal([*cli, *argv])
+        assert b"loss" in shown, shown
+        assert not any(c in shown for c in (b"\x1b]", b"\x07", b"\xc2\x9b", b"\x1b[2J")), shown
 
 
 def _on_a_terminal(argv: Sequence[str]) -> bytes:

@@ -229,9 +229,13 @@ def test_a_loop_that_says_only_its_epochs() -> None:
     assert parse("epoch 3 done") is None
 
 
-def test_a_flood_is_read_in_full_up_to_a_budget_then_its_news_once_a_second() -> None:
+def test_a_flood_is_read_in_full_up_to_a_budget_then_its_news_once_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from ddptui.remote.host import progress
 
+    # one second of reading throughout: on a loaded machine the first chunk alone took longer
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 1000.0)
     t = Tracker()  # type: ignore[no-untyped-call]
     chunk = "".join(f"[0]:step {i}/10 loss 1\n" for i in range(progress.READ_LINES))
     t.feed_text(chunk, 0, 1.0)
@@ -309,3 +313,18 @@ def test_links_are_bounded_kept_once_and_never_carry_a_control() -> None:
              for i in range(3000)]  # fmt: skip
     assert seeded.seed({"metrics": {"loss": [[1, 1.0, 0]]}, "links": links})  # type: ignore[no-untyped-call]
     assert len(seeded.links) == LINKS_MAX
+
+
+@pytest.mark.security
+def test_a_run_keeps_the_curves_of_a_bounded_number_of_metrics_of_plain_names() -> None:
+    from ddptui.remote.host.progress import METRICS_MAX
+
+    t = Tracker()  # type: ignore[no-untyped-call]
+    t.feed_text("".join(f"[0]:step {i} m{i}=1 loss=2\n" for i in range(1000)), 0)
+    assert len(t.series) == METRICS_MAX and "loss" in t.series
+    assert all(len(s.metrics) <= METRICS_MAX for s in t.ranks.values())
+    seeded = Tracker()  # type: ignore[no-untyped-call]
+    hostile = {"metrics": {"loss\x1b]52;c;aGk=\x07": [[1, 1.0, 0]], "ok": [[1, 1.0, 0]]},
+               "last": {"metrics": {"loss\x1b]52;c;aGk=\x07": 1.0, "ok": 1.0}}}  # fmt: skip
+    assert seeded.seed(hostile)  # type: ignore[no-untyped-call]
+    assert list(seeded.series) == ["ok"] and seeded.last()["metrics"] == {"ok": 1.0}  # type: ignore[no-untyped-call]

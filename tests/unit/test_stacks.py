@@ -4,6 +4,7 @@ tests/host/test_host_stacks.py's."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -177,3 +178,39 @@ def test_the_probe_finds_py_spy_and_the_rights_here() -> None:
     assert host_probe.find_py_spy() is not None
     rights = host_probe.ptrace_rights()
     assert rights == ("root" if os.geteuid() == 0 else rights)
+
+
+@pytest.mark.security
+def test_a_host_answers_for_its_own_ranks_only_and_what_is_kept_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """node2 sends a trace of rank 1, node1's: it replaced node1's (and so the verdict). A rank
+    two hosts send is taken from neither, both named; past the cap, the rest is named."""
+    answers = {
+        "node0": {"flight": {"0": {"trace": ["zero"]}}},
+        "node1": {"flight": {"1": {"trace": ["one"]}, "2": {"trace": ["2" * (1 << 20)]}}},
+        "node2": {"flight": {"1": {"trace": ["forged"]}, "3": {"error": "no pipe"}}},
+    }
+
+    class Agent:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def request(self, op: str, spec: dict[str, object], timeout: float) -> object:
+            return answers[self.name]
+
+    class Fleet:
+        hosts = [type("H", (), {"name": n, "since": 0}) for n in answers]
+        nnodes = 3
+
+        async def agent(self, k: int, emit: object) -> Agent:
+            return Agent(self.hosts[k].name)
+
+    monkeypatch.setattr(flight, "UNPACKED_MAX", 1 << 20)
+    got = asyncio.run(stacks.traces(Fleet(), lambda e: None, RUN))  # type: ignore[arg-type]
+    assert got.traces == {0: ["zero"]}
+    assert got.missing == {
+        1: "refused: node[1-2] each sent one (a host sends its own)",
+        2: "left out: the traces came to more than 1 MiB",
+        3: "no pipe",
+    }

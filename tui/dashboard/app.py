@@ -37,6 +37,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.run.runner import new_run_id
 
+from ..text import shown
 from . import hostshell
 from .control import RejoinFactory, RunControl, RunFactory, addresses, engine_rejoin, engine_runs
 from .course import Course
@@ -231,7 +232,9 @@ class Dashboard(App[int]):
         markup: bool = True,
     ) -> None:
         """Every toast is plain text: messages carry host, rank and inventory text, which is
-        never read as markup (`[/x]` in a script's name, `[@click=app.quit]` from a host)."""
+        never read as markup (`[/x]` in a script's name, `[@click=app.quit]` from a host), nor
+        a terminal's command (an OSC 52 in an exception's words)."""
+        message, title = shown(message), shown(title)
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     # -- the run: RunControl's ----------------------------------------------------------------

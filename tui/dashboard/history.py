@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Footer, Static
 from ddptui.remote.slurm import status
 from ddptui.remote.store import runs
 
-from ..text import RUN_COLUMNS, run_cells, run_row
+from ..text import RUN_COLUMNS, run_cells, run_row, shown
 
 
 class HistoryScreen(ModalScreen[str | None]):
@@ -56,7 +56,7 @@ class HistoryScreen(ModalScreen[str | None]):
         cursor = table.cursor_row
         table.clear()
         for r in rows:
-            table.add_row(*map(Text, run_cells(r)), key=r["id"])
+            table.add_row(*(Text(shown(cell)) for cell in run_cells(r)), key=r["id"])
         if rows:
             table.move_cursor(row=min(cursor, len(rows) - 1))
 

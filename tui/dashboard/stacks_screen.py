@@ -10,6 +10,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from ddptui.remote.host.safetext import clean
 from ddptui.remote.stalls.stacks import Report
 
 from .colours import theme_colour
@@ -53,24 +54,30 @@ class StacksScreen(ModalScreen[None]):
         body.update(self.render_report(self.report))
 
     def render_report(self, report: Report) -> Text:
+        """The groups, odd ones out first, each host that gave none, the flight recorder's
+        word: what hosts sent (frames, errors, the verdict) shown with no control in it."""
         out = Text()
+
+        def add(piece: str, style: str = "") -> None:
+            out.append(clean(piece), style)
+
         odd = theme_colour(self, "text-warning")
         error = theme_colour(self, "text-error")
         for i, group in enumerate(report.groups):
             style = error if group.error else (odd if i == 0 and len(report.groups) > 1 else "")
-            out.append(group.label(), style=f"bold {style}".strip())
-            out.append(f"  {len(group.ranks)} rank{'s' * (len(group.ranks) > 1)}\n", "dim")
+            add(group.label(), style=f"bold {style}".strip())
+            add(f"  {len(group.ranks)} rank{'s' * (len(group.ranks) > 1)}\n", "dim")
             if group.error:
-                out.append(f"    no stack: {group.error}\n", style=error)
+                add(f"    no stack: {group.error}\n", style=error)
             for frame in group.frames:
-                out.append(f"    {frame.function}", style="bold")
-                out.append(f" ({frame.file}:{frame.line})\n", style="dim")
-            out.append("\n")
+                add(f"    {frame.function}", style="bold")
+                add(f" ({frame.file}:{frame.line})\n", style="dim")
+            add("\n")
         for host, why in report.problems.items():
-            out.append(f"{host}: ", style=f"bold {error}")
-            out.append(f"{why}\n")
+            add(f"{host}: ", style=f"bold {error}")
+            add(f"{why}\n")
         if report.flight is not None:
-            out.append("\n" + "\n".join(report.flight.lines()) + "\n")
+            add("\n" + "\n".join(report.flight.lines()) + "\n")
         if not report.groups and not report.problems:
-            out.append("no rank of this run was found on any host\n")
+            add("no rank of this run was found on any host\n")
         return out

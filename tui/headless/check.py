@@ -22,10 +22,11 @@ from ddptui.remote.events import (
     Notice,
 )
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE
+from ddptui.remote.host.safetext import clean
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.run import checkup
 
-from .console import isatty, silence, terminal_safe
+from .console import isatty, silence
 from .findings import deep_lines, finding_line, finding_lines
 from .printer import Printer
 
@@ -46,19 +47,18 @@ def print_table(
     verbose: bool = False,
 ) -> None:
     """The table, each finding once for all its hosts (`verbose`: once per host), the verdict.
-    What hosts said is text, never markup; on a terminal, made safe (console.py)."""
+    What hosts said is text, never markup nor a terminal's command (safetext.py)."""
     from rich import box  # here: a launch, which prints no table, need not pay for rich
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     terminal = isatty(out)
-    safe = terminal_safe if terminal else str
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for name in COLUMNS:
         table.add_column(name, overflow="fold")
     for h in sorted(hosts, key=lambda h: h.node_rank):
-        table.add_row(*(Text(safe(cell)) for cell in row(h)))
+        table.add_row(*(Text(clean(cell)) for cell in row(h)))
     width = None if terminal else NOT_A_TERMINAL_WIDTH
     Console(file=out, width=width, highlight=False).print(table)
     shown = [f for f in done.findings if f.level != "ok" or f.check in SAID_WHEN_OK]
@@ -67,7 +67,7 @@ def print_table(
     else:
         lines = finding_lines(shown, addresses)
     for line in lines:
-        out.write(safe(line) + "\n")
+        out.write(clean(line) + "\n")
     out.write(summary(hosts, done) + "\n")
     out.flush()
 
@@ -132,9 +132,8 @@ def summary(hosts: Sequence[HostChecked], done: ChecksDone) -> str:
 def print_deep(
     deep: DeepChecked, out: TextIO, *, addresses: Mapping[str, str] | None = None
 ) -> None:
-    safe = terminal_safe if isatty(out) else str
     for line in deep_lines(deep, addresses):
-        out.write(safe(line) + "\n")
+        out.write(clean(line) + "\n")
     out.flush()
 
 

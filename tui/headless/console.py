@@ -1,10 +1,11 @@
 """Where the headless commands write: stdout and stderr, as a terminal or a pipe.
 
-On a terminal, the text of ranks and hosts is made safe before it is written (`terminal_safe`,
-remote/host/safetext.py's cleaner keeping SGR colours: a rank's OSC 52 would write the user's
-clipboard, its title and clear-screen sequences take over the window), and ddptui keeps one
-live line at the bottom of stderr (`connecting 97/128 …`) that other output scrolls above. In
-a pipe or a file the bytes stay as written, and there is no live line. A closed output (`| head`
+The text of ranks and hosts is made safe before it is written (remote/host/safetext.py's
+cleaner: a rank's OSC 52 would write the user's clipboard, its title and clear-screen sequences
+take over the window): ddptui's own words everywhere, ranks' lines on a terminal (`terminal_safe`,
+their SGR colours kept); in a pipe or a file ranks' lines stay as written. On a terminal ddptui
+keeps one live line at the bottom of stderr (`connecting 97/128 …`) that other output scrolls
+above; in a pipe there is none. A closed output (`| head`
 exited, the terminal gone) is said once (`on_closed`) and written to no more.
 """
 
@@ -53,15 +54,20 @@ class Console:
             if isinstance(stream, io.TextIOWrapper):  # any byte a rank wrote, on any console
                 stream.reconfigure(errors=BYTES_BACK)
 
-    def write(self, dst: TextIO, text: str) -> None:
-        """Text to one of the outputs: made safe on a terminal, above the live line."""
-        if id(dst) in self.terminals:
+    def write(self, dst: TextIO, text: str, lines: bool = False) -> None:
+        """Text to one of the outputs, above the live line. ddptui's own words, which carry
+        hosts' and ranks' text, are made safe everywhere; ranks' `lines` on a terminal only
+        (their SGR colours kept): in a pipe or a file they stay as the ranks wrote them."""
+        terminal = id(dst) in self.terminals
+        if not lines:
+            text = clean(text)
+        elif terminal:
             text = terminal_safe(text)
-            if self.status:  # the live line out of the way, the text, the live line again
-                self._put(self.err, CLEAR_LINE)
-                self._put(dst, text)
-                self._put(self.err, self.status)
-                return
+        if terminal and self.status:  # the live line out of the way, the text, it again
+            self._put(self.err, CLEAR_LINE)
+            self._put(dst, text)
+            self._put(self.err, self.status)
+            return
         self._put(dst, text)
 
     def show(self, status: str) -> None:
@@ -69,7 +75,7 @@ class Console:
         if not self.live or status == self.status:
             return
         width = shutil.get_terminal_size().columns - 1
-        status = terminal_safe(status)[:width]  # one row: a wrapped line cannot be redrawn
+        status = clean(status)[:width]  # one row: a wrapped line cannot be redrawn
         self.status = status
         self._put(self.err, CLEAR_LINE + status)
 

@@ -34,7 +34,7 @@ from ddptui.remote.slurm import status
 from ddptui.remote.slurm.run import SlurmRun, job_of
 from ddptui.remote.store import runs
 
-from ..text import RUN_COLUMNS, run_cells, run_row
+from ..text import RUN_COLUMNS, run_cells, run_row, shown
 from .printer import Printer
 
 
@@ -205,7 +205,7 @@ async def history(as_json: bool = False, out: TextIO | None = None) -> int:
 
 
 def print_table(rows: list[dict[str, Any]], out: TextIO) -> None:
-    table = [RUN_COLUMNS, *(run_cells(r) for r in rows)]
+    table = [RUN_COLUMNS, *(shown(run_cells(r)) for r in rows)]  # hosts' words: made safe
     widths = [max(len(row[i]) for row in table) for i in range(len(RUN_COLUMNS))]
     for line in table:
         out.write("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())

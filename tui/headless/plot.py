@@ -13,6 +13,7 @@ from typing import Any, TextIO
 
 from ddptui.remote.events import progress_text
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ddptui.remote.host.safetext import clean
 from ddptui.remote.slurm import status
 from ddptui.remote.store import runs
 
@@ -35,7 +36,7 @@ async def plot(spec: str, metric: str | None = None, out: TextIO | None = None) 
         return EXIT_FAILED
     name = pick(sorted(metrics), metric)
     if name is None:
-        known = ", ".join(sorted(metrics))
+        known = clean(", ".join(sorted(metrics)))
         sys.stderr.write(f"ddptui: run {record.run_id} has no metric {metric!r} (it has {known})\n")
         return EXIT_USAGE
     import plotext as plt
@@ -45,9 +46,10 @@ async def plot(spec: str, metric: str | None = None, out: TextIO | None = None) 
     plt.plotsize(min(width, 120), max(12, min(height - 2, 30)))
     draw(plt, name, metrics[name], restarts(series))
     drawn = plt.build()
-    out.write((drawn if isatty(out) else plt.uncolorize(drawn)) + "\n")  # a pipe: no colours
+    terminal = isatty(out)  # a pipe: no colours; the metric's name is a rank's text, made safe
+    out.write(clean(drawn if terminal else plt.uncolorize(drawn), colours=terminal) + "\n")
     last = series.get("last") or {}
     said = progress_text(last.get("step"), last.get("total"), None, last.get("metrics") or {})
     if said:
-        out.write(f"last: {said}\n")
+        out.write(f"last: {clean(said)}\n")
     return EXIT_OK

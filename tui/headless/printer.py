@@ -4,7 +4,8 @@ Rank lines go to stdout or stderr as the rank wrote them (bytes as they came), p
 `[r<rank> <host>]`; ddptui's own messages go to stderr prefixed `ddptui:`, a few for the whole
 run however many hosts: the hosts' phases folded (phases.py), the same words from several
 hosts one line naming them folded (`node[0-127]: ...`), the run's end one line and its failure
-report. `verbose` gives every host's own lines instead. On a terminal, text is made safe and
+report. `verbose` gives every host's own lines instead. ddptui's words are made safe (no
+escape sequence or control of a host's or a rank's), and rank lines too on a terminal, where
 phases show as a live line (console.py).
 """
 
@@ -140,7 +141,7 @@ class Printer:
             text = tag + ("\n" + tag).join(map(itemgetter(1), batch.lines)) + "\n"
         else:
             text = "".join([tags[rank] + line + "\n" for rank, line in batch.lines])
-        self.console.write(self.out if batch.stream == "stdout" else self.err, text)
+        self.console.write(self.out if batch.stream == "stdout" else self.err, text, lines=True)
 
     def _host_state(self, ev: HostState) -> None:
         if not self.verbose:

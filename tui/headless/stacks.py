@@ -5,7 +5,7 @@ RUN is a run directory, a run id, or a unique prefix of one (remote/store/runs.p
 the inventory saved with it. The stacks are printed as soon as they are in; with the flight
 recorder, its traces and the analyser's verdict follow (they take seconds). A host that gave
 no stacks is named with why; the same reason on many hosts is one line (`--verbose`: a line
-each). On a terminal, frames and reasons are made safe (console.py): they come from the ranks.
+each). Frames and reasons are made safe (remote/host/safetext.py): they come from the ranks.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import TextIO
 
 from ddptui.remote.agents.fleet import fleet_for
 from ddptui.remote.exits import EXIT_FAILED, EXIT_OK
+from ddptui.remote.host.safetext import clean
 from ddptui.remote.stalls import stacks
 from ddptui.remote.store import runs
 
 from ..text import Fold
-from .console import isatty, terminal_safe
 
 
 async def print_stacks(
@@ -39,10 +39,8 @@ async def print_stacks(
     inv = record.inventory()
     fleet = fleet_for(inv)  # one login per host
 
-    safe = terminal_safe if isatty(out) else str
-
     def show(report: stacks.Report) -> None:  # the stacks at once; the analyser takes seconds
-        out.write(safe(text(report, {h.name: h.host for h in inv.hosts}, verbose)) + "\n")
+        out.write(clean(text(report, {h.name: h.host for h in inv.hosts}, verbose)) + "\n")
         out.flush()
 
     try:
@@ -55,7 +53,7 @@ async def print_stacks(
     if as_json:
         out.write(json.dumps(report.as_json(), indent=2) + "\n")
     elif report.flight is not None:
-        out.write(safe("\n".join(report.flight.lines())) + "\n")
+        out.write(clean("\n".join(report.flight.lines())) + "\n")
     out.flush()
     print(f"ddptui: saved to {path}", file=sys.stderr)
     complete = report.groups and not report.problems and all(g.error is None for g in report.groups)
