@@ -127,3 +127,49 @@ def test_it_installs_as_ddptui_alone(tmp_path: Path) -> None:
     for must in ("ddptui/remote/host/daemon.py", "ddptui/remote/inventory.schema.json",
                  "ddptui/tui/dashboard/app.tcss", "ddptui/remote/run/runner.py"):  # fmt: skip
         assert must in names
+
+
+def imported(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The modules of ours `name` imports anywhere: at the top, in a function, under
+    TYPE_CHECKING (each an edge of a cycle a reader must follow all the same)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - max(node.level - 1, 0)]
+            mod = ".".join([*base, node.module] if node.module else base)
+            mod = mod if node.level else node.module or ""
+            found.add(mod)
+            found.update(f"{mod}.{a.name}" for a in node.names)
+    ours = set()
+    for mod in found:
+        while mod and mod not in modules:
+            mod = mod.rpartition(".")[0]
+        if mod and mod != name:
+            ours.add(mod)
+    return ours
+
+
+def test_no_import_cycle_of_any_kind() -> None:
+    paths = {}
+    for top in PACKAGES:
+        for p in (ROOT / top).rglob("*.py"):
+            parts = p.relative_to(ROOT).with_suffix("").parts
+            paths[".".join(("ddptui", *parts[: -1 if parts[-1] == "__init__" else None]))] = p
+    graph = {name: imported(p, name, set(paths)) for name, p in paths.items()}
+    cycles = []
+    for start in graph:  # a path from a module's imports back to itself
+        seen, todo = {start: [start]}, [start]
+        while todo:
+            here = todo.pop()
+            for nxt in sorted(graph[here]):
+                if nxt == start:
+                    cycles.append(" -> ".join([*seen[here], start]))
+                    todo = []
+                    break
+                if nxt not in seen:
+                    seen[nxt] = [*seen[here], nxt]
+                    todo.append(nxt)
+    assert not cycles, "import cycles:\n" + "\n".join(sorted(cycles))
