@@ -173,3 +173,25 @@ def test_no_import_cycle_of_any_kind() -> None:
                     seen[nxt] = [*seen[here], nxt]
                     todo.append(nxt)
     assert not cycles, "import cycles:\n" + "\n".join(sorted(cycles))
+
+
+# The host side runs on the hosts' own python3: the standard library alone, and torch only in
+# the modules the job's interpreter runs for the checks (an allowlist: a new dependency fails).
+TORCH_ON_THE_JOBS_PYTHON = {"fabric.py", "probe.py"}
+
+
+def test_the_host_side_imports_only_the_standard_library() -> None:
+    outside = []
+    for p in sorted((ROOT / "remote" / "host").glob("*.py")):
+        allowed = set(sys.stdlib_module_names) | (
+            {"torch"} if p.name in TORCH_ON_THE_JOBS_PYTHON else set()
+        )
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            outside += [f"{p.name}: {n}" for n in names if n.split(".")[0] not in allowed]
+    assert not outside, f"the host side imports beyond the standard library: {outside}"
