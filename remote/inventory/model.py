@@ -233,8 +233,7 @@ class _HostFields(_Strict):
     )
     gpus: Annotated[int, Field(ge=0)] | list[Annotated[int, Field(ge=0)]] | None = Field(
         default=None,
-        description="The GPUs the job may take here, by index ([0, 1]); or a number: processes "
-        "for `nproc_per_node: auto` where the host has no GPU found",
+        description="The GPUs the job may take ([0, 1]); a number: `auto`'s processes if none seen",
     )
     # the job runs in a container
     container: ContainerFields | None = Field(default=None, description=ContainerFields.__doc__)

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ddptui.remote.events import Gpu
+from ddptui.remote.events import Gpu, HostLeases
 
 HISTORY = 150  # samples kept: 5 minutes at one every 2 s
 BARS = "▁▂▃▄▅▆▇█"
@@ -24,6 +24,7 @@ class GpuHistory:
     util: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))  # mean %
     memory: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))  # used, 0-1
     per_gpu: dict[int, tuple[deque[float], deque[float]]] = field(default_factory=dict)
+    leases: HostLeases | None = None  # its GPUs' leases, as its monitor last said
 
     def add(self, gpus: Sequence[Gpu]) -> None:
         if not gpus:

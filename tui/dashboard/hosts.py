@@ -95,7 +95,6 @@ class HostInfo:
     ifname: str | None = None
     pid: int | None = None
     gpus: tuple[Gpu, ...] | None = None  # None until checked
-    leases: HostLeases | None = None  # its GPUs' leases, as its monitor last said
     facts: dict[str, Any] = field(default_factory=dict)
     findings: tuple[Finding, ...] = ()
     history: GpuHistory = field(default_factory=GpuHistory)
@@ -298,7 +297,7 @@ class HostsTable(DataTable[Text]):
             info.gpus = event.gpus
             info.history.add(event.gpus)
         elif isinstance(event, HostLeases):
-            info.leases = event
+            info.history.leases = event
             held = any(g.holder for g in event.gpus or ()) or event.queue
             if held and not self.leased:  # the first GPUs held: a field for who holds them
                 self.leased = True
@@ -464,7 +463,7 @@ class HostsTable(DataTable[Text]):
         cells = {
             "host": name, "address": Text(info.address), "image": Text(info.image_text()),
             "state": state, "ranks": Text(ranks_text(info.ranks)), "gpus": Text(gpus),
-            "leases": Text(leases_text(info.leases)), "util": Text(util), "mem": Text(mem),
+            "leases": Text(leases_text(info.history.leases)), "util": Text(util), "mem": Text(mem),
             "procs": Text(processes_text(info.gpus, self._widths[-1])),
         }  # fmt: skip
         return self._join([cells[key] for key, _ in self._columns])

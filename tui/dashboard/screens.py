@@ -253,7 +253,9 @@ class HostDetailScreen(ModalScreen[None]):
         gpus = self.info.gpus
         if not gpus:
             return Text("GPUs: none" if gpus == () else "")
-        leases = {g.index: g for g in (self.info.leases and self.info.leases.gpus) or ()}
+        leases = {
+            g.index: g for g in (self.info.history.leases and self.info.history.leases.gpus) or ()
+        }
         table = Table("#", "model", "util", "memory", "temp", "processes", box=None)
         if leases:  # each GPU's holder, once the host's leases are known
             table.add_column("lease")
@@ -261,7 +263,7 @@ class HostDetailScreen(ModalScreen[None]):
             lease = [Text(_lease_cell(leases.get(g.index)))] if leases else []
             table.add_row(*map(Text, _gpu_row(g)), *lease)
         count, util, mem = gpu_cells(gpus)
-        queue = self.info.leases.queue if self.info.leases else ()
+        queue = self.info.history.leases.queue if self.info.history.leases else ()
         waiting = [Text(f"waiting for its GPUs: {lease_waiter(q)}") for q in queue]
         return Group(Text(f"GPUs: {count}, {util} busy, {mem}", style="bold"), table, *waiting)
 
