@@ -130,18 +130,11 @@ def torch_info(has_smi: bool) -> dict[str, Any]:
     return info
 
 
-# torch/version.py's assignments, read, not run: running it imports typing, milliseconds of
-# CPU on every host. A string or None, annotated or not (`cuda: Optional[str] = '12.4'`):
-# group 3 is the value, None for None.
-VERSION_LINE = (
-    r"""^(__version__|cuda)[ \t]*(?::[^=\n]*)?=[ \t]*(?:(['"])([^'"\n]*)\2|None)"""
-    r"[ \t]*$"
-)
-
-
 def version_file(text: str) -> dict[str, str | None]:
     """__version__ and cuda of a torch/version.py; ValueError without __version__."""
     import re  # the agent has it already (json's)
+
+    from .container import VERSION_LINE  # the dry run's script reads it so too
 
     found = {m.group(1): m.group(3) for m in re.finditer(VERSION_LINE, text, re.M)}
     if not found.get("__version__"):
