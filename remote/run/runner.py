@@ -216,15 +216,17 @@ class Run:
         return self._finish()
 
     async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
-        inv, info = self.inv, record.info
+        info = record.info
+        # node 0 first: its state names the hot spares that took nodes with nobody attached,
+        # and the run's hosts are said with them (never the lost hosts they replaced)
+        if await self._until_stopped(self.preflight.reach(0)):
+            await self.recovery.learn_swaps()
+        inv = self.inv
         names = tuple(h.name for h in inv.hosts)
         world = info.get("world_size")
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
-        if 0 not in self.preflight.unreachable:
-            await self.recovery.learn_swaps()
-            inv = self.inv  # with the hot spares' swaps
         seeded = await self._seed_progress()
         if 0 not in self.preflight.unreachable:  # the hangs kept while nobody was attached
             await kept.fetch(self.fleet, self.emit, self.run_id, self.run_dir)

@@ -99,9 +99,10 @@ class Login:
         found = reply.out.split() if reply.code == 0 else []
         return [n for n in nodes if n in found]
 
-    async def cancel(self, job_id: str) -> str | None:
-        """scancel; why it failed, or None."""
-        reply = await self.command(["scancel", job_id])
+    async def cancel(self, job_id: str, name: str) -> str | None:
+        """scancel, of the job by that id only while it has that name (an id counted again
+        names somebody else's job); why it failed, or None."""
+        reply = await self.command(["scancel", f"--name={name}", job_id])
         return None if reply.code == 0 else (reply.err.strip() or f"exit {reply.code}")
 
     async def output(self, run_id: str, job_id: str) -> str:

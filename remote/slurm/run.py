@@ -228,7 +228,10 @@ class SlurmRun:
         return job
 
     async def _cancel(self) -> None:
-        why = await self.login.cancel(self.job_id)
+        """scancel, never of another's job that got the run's id."""
+        if await self._ask() is None:
+            return
+        why = await self.login.cancel(self.job_id, script.job_name(self.run_id))
         if why:
             self.emit(Notice("warning", f"scancel {self.job_id}: {why}"))
 

@@ -213,6 +213,7 @@ def test_a_detached_run_swaps_a_lost_host_for_a_hot_spare_with_nobody_attached(
     assert "[r0 node0] done" in attach.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
+    assert summary["hosts"] == ["node0", "node2"]  # as the attach said them: the spare's
 
 
 @pytest.mark.slow_e2e

@@ -2,7 +2,7 @@
 detach, attach and stop; the exported script run by hand; `hosts: slurm` inside salloc; a hang
 and a GPU failure inside a Slurm job; and the pitfalls the field hit: a head address that
 resolves to loopback on the nodes, no scontrol where the job runs, the output's directory
-missing at submit.
+missing at submit, job ids that repeat after a controller restart.
 """
 
 from __future__ import annotations
@@ -110,6 +110,44 @@ def test_pitfalls_loopback_head_no_scontrol_no_output_dir(
     finally:
         slurm.write_hosts()
         slurm.remove_everywhere("scontrol")
+
+
+def test_a_job_id_slurm_counted_again_is_not_taken_for_the_run(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    slurm.stop_controller()
+    slurm.start_controller(fresh=True)  # ids from 1
+    slurm.wait_idle()
+    inv = slurm.write_inventory(tmp_path / "inv.yaml", tick_job(3, 0.01))
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"])
+    assert cli.wait(60) == 0, cli.stderr
+    run = cli.stdout.splitlines()[-1]
+    mine = json.loads((tmp_path / "run" / "run.json").read_text())["slurm"]["job"]
+    done(slurm, mine)
+    slurm.stop_controller()
+    slurm.start_controller(fresh=True)  # its state lost: the ids count again
+    slurm.wait_idle()
+    others = []  # held jobs of somebody else's, until one has the run's id
+    while not others or others[-1] != mine:
+        argv = ["sbatch", "--parsable", "--hold", "-J", "someone-else", "--wrap", "true"]
+        others.append(slurm.slurm(argv).stdout.strip())
+        assert len(others) < 10, others
+    try:
+        runs = Cmd(["runs", "--json"], tmp_path / "runs")
+        assert runs.wait(60) == 0, runs.stderr
+        [row] = [r for r in json.loads(runs.stdout)["runs"] if r["id"] == run]
+        assert row["status"] == "succeeded", row  # its spools' word, not someone-else's job
+        attach = Cmd(["attach", run], tmp_path / "attach")
+        assert attach.wait(60) == 0, attach.stderr
+        assert f"Slurm's job {mine} is 'someone-else' now, not this run's" in attach.stderr
+        assert "tick 3 2" in attach.stdout
+        stop = Cmd(["stop", run], tmp_path / "stop")
+        stop.wait(60)
+        assert f"{mine} PENDING someone-else" in slurm.squeue(), stop.stderr  # never cancelled
+        slurm.slurm(["scancel", f"--name=ddptui-{run}", mine])  # as ddptui's scancel: a no-op
+        assert f"{mine} PENDING someone-else" in slurm.squeue()
+    finally:
+        slurm.slurm(["scancel", *others])
 
 
 @pytest.fixture
