@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddptui.remote.events import Gpu, GpuProcess
+from ddptui.remote.host.health import CSV  # as the hosts read their GPUs: one way to ask
 
 GPU_FIELDS = (
     "index",
@@ -25,7 +26,6 @@ GPU_FIELDS = (
     "driver_version",
 )
 APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
-CSV = "--format=csv,noheader,nounits"
 GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), CSV)
 APPS_QUERY = ("nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), CSV)
 # What the host runs, by name; plain `nvidia-smi` is the only place naming the driver's CUDA.

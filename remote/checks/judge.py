@@ -12,7 +12,7 @@ import ipaddress
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ddptui.remote.checks import container
+from ddptui.remote.checks import checkpoint, container
 from ddptui.remote.checks.finding import Add, collect
 from ddptui.remote.events import ChecksDone, Finding, Gpu, HostChecked
 from ddptui.remote.inventory import Inventory
@@ -44,6 +44,7 @@ def host_findings(name: str, facts: Mapping[str, Any], gpus: Sequence[Gpu]) -> t
     _workdir(add, facts)
     _network(add, facts)
     _stacks(add, facts)
+    checkpoint.judge(add, facts)
     if facts.get("container"):  # the job runs in a container (remote/host/container.py)
         container.judge(add, facts["container"], facts.get("run_id"))
     if facts.get("git_error"):

@@ -22,7 +22,7 @@ from ddptui.remote.agents import sync
 from ddptui.remote.agents.agent import AgentError
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
-from ddptui.remote.checks import judge, probe
+from ddptui.remote.checks import checkpoint, judge, probe
 from ddptui.remote.events import ChecksDone, Event, Failure, HostChecked, HostState, Notice
 from ddptui.remote.inventory import Host, Inventory
 from ddptui.remote.stalls import flight
@@ -83,10 +83,16 @@ class Preflight:
     # -- connecting -----------------------------------------------------------------------------
 
     async def connect(self, why: str = "not starting: every host must be reachable") -> bool:
-        ok = all(await asyncio.gather(*(self._agent(k) for k in range(len(self.inv.hosts)))))
+        """Every node's agent up (one found unreachable already is not tried again)."""
+        tried = [k for k in range(len(self.inv.hosts)) if k not in self.unreachable]
+        ok = all(await asyncio.gather(*(self._agent(k) for k in tried))) and not self.unreachable
         if not ok:
             self.emit(Notice("error", why))
         return ok
+
+    async def reach(self, k: int) -> bool:
+        """Host k's agent up, alone (an attach asks node 0 first)."""
+        return await self._agent(k)
 
     async def _agent(self, k: int) -> bool:
         try:
@@ -133,11 +139,15 @@ class Preflight:
     async def check(self) -> ChecksDone:
         """Probe every host (its agent started first, if need be), then judge them together."""
         master_known = asyncio.Event()  # the master's address is where its sshd answered
+        folder, mark = self.inv.job.checkpoint, None  # node 0's, where job.checkpoint is
 
         async def one(k: int) -> HostChecked:
+            nonlocal mark
             host = self.inv.everyone[k]
             try:
                 up = k not in self.unreachable and await self._agent(k)
+                if k == 0 and up and folder is not None:  # before any other host looks
+                    mark = await checkpoint.mark(self.fleet.ready(0), folder, self.workdir(host))
             finally:
                 if k == 0:
                     master_known.set()
@@ -157,6 +167,7 @@ class Preflight:
                     connect_s=self.fleet.took.get(k),
                     run_id=self.run_id,
                     warm=self.early(k) if k < len(self.inv.hosts) else None,  # a launch's node
+                    ckpt=checkpoint.asked(folder, mark, k == 0),
                 )
             if checked.gpus:  # those the job will see (CUDA_VISIBLE_DEVICES, MIG)
                 self.gpu_counts[k] = checked.facts.get("visible_gpus", len(checked.gpus))
@@ -171,6 +182,9 @@ class Preflight:
 
         everyone = range(len(self.inv.everyone))
         done = judge.done(await asyncio.gather(*(one(k) for k in everyone)))
+        if mark is not None and folder is not None:
+            node0 = self.inv.hosts[0]
+            await checkpoint.unmark(self.fleet.ready(0), folder, self.workdir(node0), mark)
         for k in self.unreachable.keys() - range(len(self.inv.hosts)):
             del self.unreachable[k]  # a spare: named in its findings, never the run's
         for k in self.broken.keys() - range(len(self.inv.hosts)):

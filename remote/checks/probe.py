@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.transport import HostError
-from ddptui.remote.checks import judge, visible
+from ddptui.remote.checks import checkpoint, judge, visible
 from ddptui.remote.events import Gpu, HostChecked
 from ddptui.remote.inventory import Host, Job
 from ddptui.remote.smi import (
@@ -40,11 +40,13 @@ def spec(
     host: Host | None = None,
     run_id: str | None = None,
     warm: str | dict[str, Any] | None = None,
+    ckpt: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What the host's probe is asked (remote/host/probe.py: facts). A host whose job runs in a
     container gets that checked too, by a dry run with the job's flags (run_id names it).
     warm: the run whose start follows if the checks pass: the host's supervisor boots meanwhile;
-    or that node's early spec (protocol.EARLY): it is prepared meanwhile, all but its job."""
+    or that node's early spec (protocol.EARLY): it is prepared meanwhile, all but its job.
+    ckpt: job.checkpoint's look (remote/checks/checkpoint.py)."""
     asked: dict[str, Any] = {
         "smi": {name: list(args) for name, args in SMI_RUNS.items()},
         "script": job.script,
@@ -52,6 +54,7 @@ def spec(
         "master_addr": master_addr,
         "master_port": job.master_port if is_master else None,
         "warm": warm,
+        "checkpoint": ckpt,
     }
     if host is not None and host.container is not None:
         asked.update(container=host.container.spec(), node=host.node_rank, run_id=run_id,
@@ -68,11 +71,12 @@ async def probe(
     connect_s: float | None,
     run_id: str | None = None,
     warm: str | dict[str, Any] | None = None,
+    ckpt: dict[str, Any] | None = None,
 ) -> HostChecked:
-    """Probe one host whose agent is up: one op, one answer (warm: see spec)."""
+    """Probe one host whose agent is up: one op, one answer (warm, ckpt: see spec)."""
     t = agent.transport
     host = t.host
-    asked = spec(job, master_addr, workdir, host.node_rank == 0, host, run_id, warm)
+    asked = spec(job, master_addr, workdir, host.node_rank == 0, host, run_id, warm, ckpt)
     try:
         found = await ops.probe(agent, asked, PROBE_TIMEOUT)
     except HostError as exc:
@@ -217,6 +221,7 @@ def _facts(found: dict[str, Any]) -> dict[str, Any]:
         **_py_spy(found),
         **_code(found),
         "health": _health(found.get("health")),
+        **checkpoint.facts(found.get("checkpoint")),
     }
 
 

@@ -148,7 +148,7 @@ def _probe(agent, ch, req):
 # What a launch asks of an agent before its start (its checks' probe carries `warm`): the spare
 # supervisor waits through these (remote/host/prefork.py), and any other op ends it.
 LAUNCH_OPS = {protocol.SYNC_PLAN, protocol.SYNC_PUT, protocol.COUNT, protocol.PORT,
-              protocol.MONITOR, protocol.START}  # fmt: skip
+              protocol.MONITOR, protocol.START, protocol.MARK}  # fmt: skip
 
 OPS = {
     protocol.PROBE: _probe,
@@ -169,6 +169,7 @@ OPS = {
     protocol.HANGS: _answer(lambda req: _mod("watch").kept(req)),
     protocol.SLURM: lambda agent, ch, req: _mod("slurmcmd").slurm(ch, req),
     protocol.RELAY: lambda agent, ch, req: _mod("slurmcmd").relay(ch, req),
+    protocol.MARK: _answer(lambda req: _mod("checkpoints").mark(req)),
 }
 
 

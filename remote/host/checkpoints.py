@@ -12,7 +12,9 @@ last number.
 Node 0's supervisor watches it all along (`Saves`, every POLL_S): each new newest is said in
 its stream (the console, the dashboard, summary.json), the restart hands it to every rank as
 DDPTUI_CHECKPOINT, and a restart chain whose newest did not change over two failed attempts
-got no further. python3 >= 3.8, stdlib only.
+got no further. The checks ask every host whether it sees the directory node 0 saves to
+(`look`, after node 0's `mark`): a spare or a restart that runs node 0 elsewhere resumes only
+from shared storage. python3 >= 3.8, stdlib only.
 """
 
 from __future__ import annotations  # py3.8: annotations stay unevaluated
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 POLL_S = 5.0  # between two looks at the directory
 SETTLE_S = 2.0  # a checkpoint is whole once nothing in it changed for this long
 ENTRIES_MAX = 10000  # entries of the directory looked at (a folder's own, one level)
+MARK = ".ddptui-shared-"  # + a token: the check's mark (hidden: never taken for a checkpoint)
 _TEMP = re.compile(r"(?i)^\.|\.(tmp|temp|partial|part|lock|swp)$|~$")
 _STEP = re.compile(r"(?i)step[=_-]?(\d+)")
 _NUMBER = re.compile(r"(\d+)")
@@ -147,3 +150,43 @@ class Saves:
 
     def stop(self) -> None:
         self.done.set()
+
+
+def _there(folder: str) -> str:
+    """The directory itself, or the nearest folder above it that exists: where the job will
+    make it (its storage is that folder's)."""
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)
+    return folder
+
+
+def _mark_path(folder: str, token: Any) -> str:
+    token = str(token)
+    if not re.match(r"^[0-9a-f]{16,64}$", token):
+        raise ValueError("not a token: {!r}".format(token[:80]))
+    return os.path.join(_there(folder), MARK + token)
+
+
+def look(spec: dict[str, Any], workdir: str | None) -> dict[str, Any]:
+    """The checks' look at job.checkpoint here ({dir, see?}): the directory as this host
+    resolves it, whether it exists, whether the job may write it (or make it), and whether
+    node 0's mark of token `see` is there (None: not asked)."""
+    folder = where(str(spec["dir"]), workdir)
+    there = _there(folder)
+    seen = os.path.lexists(_mark_path(folder, spec["see"])) if spec.get("see") else None
+    return {"dir": folder, "exists": there == folder, "seen": seen,
+            "writable": os.access(there, os.W_OK | os.X_OK)}  # fmt: skip
+
+
+def mark(req: dict[str, Any]) -> dict[str, Any]:
+    """Node 0's part of the look ({dir, workdir, token, unmark?}): its mark written where the
+    directory is (or will be made), or taken away. {error}: None, or why it could not."""
+    try:
+        path = _mark_path(where(str(req["dir"]), req.get("workdir")), req["token"])
+        if req.get("unmark"):
+            os.unlink(path)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except OSError as exc:
+        return {"error": "{}: {}".format(exc.filename or req.get("dir"), exc.strerror)}
+    return {"error": None}

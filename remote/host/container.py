@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 LABEL = "ddptui.run"
-DAEMONS = ("docker", "podman")  # their containers outlive the client: swept by label
+DAEMONS = ("docker", "podman")  # their containers outlive the client: swept by label (and
+# the inventory refuses their options on the others)
 TAGS = ("DDPTUI_RUN_ID", "DDPTUI_NODE")  # the supervisor's tags (remote/host/procs.py)
 SHIM = "ddptui_shim.py"  # written into the run's private directory, run by the image's python
 READY = "container.started"  # the shim makes it once the job has started: a later exit is the job's
@@ -53,7 +54,7 @@ NOT_STARTED = {
 }
 
 
-def name(run_id, node, suffix=""):
+def name(run_id: str, node: int, suffix: str = "") -> str:
     """The container's name: ddptui-<run>-n<k> (the checks' dry run adds -check)."""
     return "ddptui-{}-n{}{}".format(run_id, node, suffix)
 
@@ -90,7 +91,7 @@ def _login(environ):
 def command(
     spec, argv, env, run_id, node, workdir, private, grace=5.0, shared=(), host=None, suffix="",
     environ=None,
-):  # fmt: skip
+) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """(argv, its environment): what runs `argv` (the node's command) in a container, through
     the shim. environ: the host's (default os.environ), which the runtime's client keeps.
 
@@ -510,6 +511,14 @@ def leftovers(runtime):
     return out.split() if code == 0 else []
 
 
+# torch/version.py's assignments, read, not run: running it imports typing, milliseconds of
+# CPU on every host. A string or None, annotated or not (`cuda: Optional[str] = '12.4'`):
+# group 3 is the value, None for None.
+VERSION_LINE = (
+    r"""^(__version__|cuda)[ \t]*(?::[^=\n]*)?=[ \t]*(?:(['"])([^'"\n]*)\2|None)"""
+    r"[ \t]*$"
+)
+
 # The image's python, torch, CUDA and NCCL, and /dev/shm. torch/version.py tells a CPU build
 # without the import (seconds of CPU), read as the probe reads it (VERSION_LINE); a CUDA build
 # is imported for its GPUs and NCCL.
@@ -550,8 +559,6 @@ def dry_run(spec, run_id, node, workdir, shim_source, env, host, timeout=DRY_RUN
     try:
         with open(os.path.join(private, SHIM), "w") as f:
             f.write(shim_source)
-        from .probe import VERSION_LINE  # the agent's probe runs us: imported already
-
         script = "MARK = {!r}\nVERSION_LINE = {!r}\n{}".format(MARK, VERSION_LINE, DRY_RUN)
         argv = [spec.get("python") or "python3", "-c", script]
         cmd, environ = command(

@@ -21,11 +21,9 @@ the last byte (or after a while: the spool stays for a later `attach`).
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import os
-import re
 import select
 import shutil
 import socket
@@ -34,7 +32,6 @@ import threading
 import time
 
 from . import (
-    container,
     healthwatch,
     job,
     linebuf,
@@ -46,8 +43,10 @@ from . import (
     vitals,
     wire,
 )
+from .attempt import Attempt
 from .common import log, rmtree, thread
 from .coordinator import Coordinator
+from .jobbox import JobBox
 from .owncommands import OwnCommands
 from .peer import Peer
 from .protocol import beat_interval
@@ -64,34 +63,11 @@ if TYPE_CHECKING:
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
 DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
-REAPED_KEPT = 1024  # exit codes of children kept for whoever waits on them
 REAP_WAIT_S = 0.2  # how long a rank's end waits for the reaper to give its exit code
 
 
 def now_ms():
     return int(time.time() * 1000)
-
-
-class Attempt:
-    """One attempt of the node's job (job.restarts): its process, and how it ended."""
-
-    def __init__(self, number):
-        self.number = number
-        self.job = None
-        self.code = None
-        self.error = None  # why the job could not start
-        self.done = threading.Event()  # the job has ended (or never started)
-        self.stopped = threading.Event()  # a stop was asked
-        self.by = self.reason = self.node = None  # the first stop's
-        self.survivors = []
-        self.scratch = None  # torchrun's --log-dir: fresh for each attempt
-        self.err = b""  # the end of the job's own stderr: torchrun's report names the rank
-        self.died = None  # (rank, exit code or None, time): the first rank process to end
-        self.sick = None  # why this host's GPUs or NICs failed during the attempt
-        self.evidence = []  # what that verdict rests on (each read's exit, stderr, row)
-        self.watch = None  # the attempt's health watch, once it has read how the host began
-        self.reading = threading.Lock()  # one read of the watch at a time
-        self.lines = 0  # the lines its ranks printed: how far it got (remote/host/retry.py)
 
 
 class Daemon:
@@ -112,19 +88,17 @@ class Daemon:
         self.stop_once = threading.Lock()
         self.att: Attempt | None = None  # the current Attempt
         self.number = spec["attempt"]  # the current attempt's number
-        self.unswept: Attempt | None = None  # the last Attempt whose container is yet to be swept
+        self.box = JobBox(spec, ndir, self.save_state)  # its container, if any
         self.halted: tuple[str, str] | None = (
             None  # (status, reason): a stop that ends the run (no attempt follows)
         )
-        self.children = threading.Condition()  # the reaper's: exit codes by pid
-        self.reaped: collections.OrderedDict[int, int | None] = collections.OrderedDict()
+        self.reaper = procs.Reaper(self._exited)  # every child's exit code
         # its own commands (health reads, job.notify's): never swept, their codes the reaper's
-        self.own = OwnCommands(self._wait_child, self.children, self.reaped)
+        self.own = OwnCommands(self.reaper.wait, self.reaper.cond, self.reaper.codes)
         self.exempt = {os.getpid()}  # never ours to stop (the guardian is added here)
         self.subreaper = False  # orphans of the job come to this daemon (boot)
         self.guard = (0, -1)  # the guardian's pid and pipe (boot)
         self.ranks = list(spec["ranks"])  # as planned, else as the last attempt revealed them
-        self.site: str | None = None  # the whole-lines sitecustomize's directory
         self.smi = shutil.which("nvidia-smi")
         self.watch_health = healthwatch.worth_watching(self.smi)  # a CPU host watches nothing
         self.vitals = vitals.Node()  # its ranks' progress, for the run's hang watch
@@ -168,7 +142,7 @@ class Daemon:
         self.role = self._role()
         self.role.start()
         self.viewers.serve(server)
-        thread(self._reap)
+        thread(self.reaper.run)
         thread(self._watch_lease)
         self.save_state(status="starting", started=time.time(), attempt=self.spec["attempt"])
         ready("ok")
@@ -192,9 +166,9 @@ class Daemon:
 
     def _attempt(self, number, after):
         """One attempt of the node's job, from its start to its end (and its leftovers gone)."""
-        self._sweep_containers()  # the last attempt's, if left: its name is this one's
+        self.box.sweep()  # the last attempt's, if left: its name is this one's
         self.role.begin(number)
-        att = Attempt(number)
+        att = Attempt(number, self.name, self.spec["ranks"])
         with self.stop_once:
             self.att, self.number = att, number
             if self.halted is not None:  # a restart crossed a stop: it ends at once, unstarted
@@ -220,9 +194,7 @@ class Daemon:
         att.done.set()
         self._finish(att)
         if started is not None:
-            self.unswept = att
-            if not self._removed_by_client(att):
-                self._sweep_containers()
+            self.box.finished(att)
 
     def _mark(self, number, after):
         """`ddptui: attempt 2 of 3 (after ...)` in every rank's log before the attempt's lines."""
@@ -237,18 +209,17 @@ class Daemon:
 
     def _start_job(self, att):
         spec = self.spec
-        box = spec["container"]
         ifname = netif.route_ifname(spec["route_to"]) if spec["route_to"] else None
-        site = self._sitecustomize() if spec["line_buffer"] else None
+        site = linebuf.site_dir(self.dir) if spec["line_buffer"] else None
         argv, env, cwd = job.command(
             spec, att.number, self.tags, os.environ, lambda: self.scratch(att), ifname, site,
             self.role.checkpoint(att.number),
         )  # fmt: skip
         stdin = subprocess.DEVNULL
-        if box:  # the runtime's client; the job's environment reaches it by -e
-            argv, env = self._in_container(box, argv, env, cwd, att)
+        if self.box.box:  # the runtime's client; the job's environment reaches it by -e
+            argv, env = self.box.command(argv, env, cwd, self.scratch(att))
             stdin, cwd = subprocess.PIPE, None  # the job's own cwd is inside
-        with self.stop_once, self.children:  # a stop, and the reaper, see it started or not
+        with self.stop_once, self.reaper.cond:  # a stop, and the reaper, see it started or not
             if att.stopped.is_set():
                 return None
             try:
@@ -267,9 +238,8 @@ class Daemon:
             hub_port=self.role.hub_port, mode=self.mode, ranks=spec["ranks"],
             attempt=att.number,
         )  # fmt: skip
-        runtime = box and box["runtime"]
         self.save_state(status="running", job_pid=att.job.pid, scratch=att.scratch,
-                        container=self._container_name(), runtime=runtime)  # fmt: skip
+                        container=self.box.name(), runtime=self.box.runtime)  # fmt: skip
         threads = [
             thread(self._pump, att.job.stdout, b"1", att),
             thread(self._pump, att.job.stderr, b"2", att),
@@ -297,67 +267,8 @@ class Daemon:
         self.vitals.line()
         self.role.feed(data, self.number)
 
-    def _in_container(self, box, argv, env, cwd, att):
-        """The runtime's argv and environment for the node's command: one attached container,
-        its shim ending the job when the container's stdin closes (remote/host/container.py,
-        shim.py)."""
-        _unlink(os.path.join(self.dir, container.READY))  # the last attempt's, if any
-        path = os.path.join(self.dir, container.SHIM)
-        if not os.path.exists(path):  # written once: every attempt's container runs it
-            here = os.path.dirname(os.path.abspath(__file__))
-            with open(os.path.join(here, "shim.py"), encoding="utf-8") as f:
-                source = f.read()
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(source)
-        code = job.code_dir()
-        shared = [self.scratch(att)] + ([code] if any(code in a for a in argv) else [])
-        return container.command(
-            box, argv, env, self.spec["run_id"], self.node, cwd, self.dir, grace=self.grace,
-            shared=shared,
-        )  # fmt: skip
-
-    def _container_name(self):
-        box = self.spec["container"]
-        if not box or box["runtime"] not in container.DAEMONS:
-            return None
-        return container.name(self.spec["run_id"], self.node)
-
-    def _job_ended(self, att):
-        """The job's exit code as subprocess gives it (-N: signal N), or why its container did
-        not start at all (then no rank failed: the runtime's own words)."""
-        box, code = self.spec["container"], att.code
-        if not box or att.job is None:
-            return code, None
-        started = os.path.exists(os.path.join(self.dir, container.READY))
-        said = att.err[-4096:].decode("utf-8", "replace")
-        why = container.start_failure(box, code, said, started)
-        if box["runtime"] in container.DAEMONS and 128 < code < 160:
-            code = -(code - 128)  # docker and podman say 128+N for a signal
-        return code, why
-
-    def _removed_by_client(self, att):
-        """The job started in its container and the runtime's client then ended on its own,
-        unstopped: `run --rm` took the container away first, so the label sweep is only the
-        net, and waits until the end is told (_end)."""
-        ended = not att.stopped.is_set() and att.code is not None and att.code >= 0
-        return ended and os.path.exists(os.path.join(self.dir, container.READY))
-
-    def _sweep_containers(self):
-        """Before anything else starts here: the label sweep of the last attempt's container,
-        for a client that could not remove it (killed, stopped, a runtime's failure). Its
-        failure is in the node's state."""
-        att, self.unswept = self.unswept, None
-        box = self.spec["container"]
-        if att is not None and box:
-            _, why = container.sweep(box["runtime"], self.spec["run_id"], self.node)
-            if why:
-                att.survivors.append("containers of the run: {}".format(why))
-                log("{}: {}".format(self.name, att.survivors[-1]))
-                self.save_state(survivors=att.survivors)
-
     def _finish(self, att):
-        code, not_started = self._job_ended(att)
+        code, not_started = self.box.ended(att)
         echo, stopped = False, att.stopped.is_set()
         if not_started:  # the runtime's words: no rank ever ran
             att.error = not_started
@@ -374,7 +285,7 @@ class Daemon:
             else:
                 status = "succeeded" if code == 0 else "failed"
             if not stopped and code != 0 and not att.sick:
-                att.reason, echo = self._failed_text(att)
+                att.reason, echo = att.failed_text()
             reason = att.reason
             died = att.died and {"rank": att.died[0], "code": att.died[1], "at": att.died[2]}
             self.note(
@@ -388,46 +299,11 @@ class Daemon:
         if stopped and att.by == protocol.BY_PEER and code and not att.sick:
             # A peer's echo (its rank lost ours) may have stopped us after our own failure:
             # the hub hears of ours, the cause.
-            own = torchrun.own_failure(self.name, att.err, att.scratch, self.spec["ranks"])
+            own = att.own_failure()
             said = ("failed", own) if own else said
         if att.scratch:
             rmtree(att.scratch)
-        self.role.ended(*said, echo, self._failure_facts(att, said[1], code))
-
-    def _failure_facts(self, att, reason, code):
-        """What the run's hub weighs a failure by (remote/host/retry.py): its cause, the
-        failing rank and its exit code, how far this node got; bad: this host may not run
-        the job again."""
-        m = re.match(r"rank (\d+) failed", reason or "")
-        codes = [c for _, _, c in torchrun.failed_ranks(att.err) if c is not None]
-        if att.died and att.died[1] is not None:
-            codes.append(att.died[1])
-        return {
-            "cause": "gpu" if att.sick else "failed",
-            "rank": int(m.group(1)) if m else None,
-            "code": codes[0] if codes else code,
-            "lines": att.lines,
-            "bad": bool(att.sick),
-            "host": self.name,
-        }
-
-    def _failed_text(self, att):
-        """`rank 3 failed on node1 (killed by SIGKILL)` where the first rank to end was killed,
-        `rank 3 failed on node1` where torchrun's report names it, else the node's exit; and
-        whether that rank died of another's failure (an echo), which the hub passes over for
-        a failure of a rank's own."""
-        died = att.died
-        if died and procs.own_death(died[1]):  # the first rank to go, killed (OOM, a segfault)
-            return "rank {} failed on {} ({})".format(
-                died[0], self.name, procs.describe_code(died[1])
-            ), False
-        own = torchrun.own_failure(self.name, att.err, att.scratch, self.spec["ranks"])
-        if own:
-            return own, False
-        ranks = torchrun.failed_ranks(att.err)
-        if ranks:
-            return "rank {} failed on {}".format(ranks[0][0], self.name), True
-        return "{} failed (exit {})".format(self.name, att.code), False
+        self.role.ended(*said, echo, att.facts(said[1], code))
 
     def _end(self):
         """The run is over here: word goes out, then the viewers get the last bytes."""
@@ -438,7 +314,7 @@ class Daemon:
         # a later attach finds no daemon and is served the spool instead
         _unlink(protocol.CTL_SOCKET)
         self.viewers.drain(time.monotonic() + DRAIN_S)
-        self._sweep_containers()  # its client removed it; the net, after the end is told
+        self.box.sweep()  # its client removed it; the net, after the end is told
         self.own.end()  # a health read still under way goes with its supervisor
         os.write(self.guardian_pipe, b"k")  # a normal end: the guardian has nothing to do
 
@@ -504,7 +380,7 @@ class Daemon:
         self.stop(by if by in protocol.HALT_BY.values() else protocol.BY_PEER, reason, node)
 
     def _sweep(self, att):
-        if self.spec["container"] and att.job.stdin:
+        if self.box.box and att.job.stdin:
             with contextlib.suppress(OSError):
                 att.job.stdin.close()  # the shim in the container ends the job
         att.survivors += procs.sweep(self._find, self.grace, reap=lambda: None)
@@ -519,7 +395,7 @@ class Daemon:
     def _tagged(self):
         """Whether the job's processes are found by their tags, not as this daemon's tree: what
         left the tree (a container's processes), or any where it could not adopt orphans."""
-        return bool(self.spec["container"]) or not self.subreaper
+        return bool(self.box.box) or not self.subreaper
 
     def _watch_lease(self):
         while not self.viewers.closing:
@@ -544,41 +420,12 @@ class Daemon:
         att.scratch = tempfile.mkdtemp(prefix=prefix, dir=where)
         return att.scratch
 
-    def _sitecustomize(self):
-        if self.site is None:
-            self.site = os.path.join(self.dir, "py")
-            os.mkdir(self.site, 0o700)
-            with open(os.path.join(self.site, "sitecustomize.py"), "w") as f:
-                f.write(linebuf.SITECUSTOMIZE)
-        return self.site
-
-    def _reap(self):
-        """The one place children are waited for, for the daemon's whole life: Popen.wait
-        could lose a status to another waitpid (then it reports 0 for a node that was stopped).
-        Each exit code is kept a while for whoever waits on that child (_wait_child)."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, 0)
-            except ChildProcessError:
-                time.sleep(0.1)
-                continue
-            code = procs.exit_code(status)
-            with self.children:
-                self.reaped[pid] = code
-                while len(self.reaped) > REAPED_KEPT:
-                    self.reaped.popitem(last=False)
-                att = self.att
-                if att is not None and att.job is not None and pid == att.job.pid:
-                    att.job.returncode = att.code = code
-                    att.done.set()
-                self.children.notify_all()
-
-    def _wait_child(self, pid, timeout):
-        """A child's exit code once reaped; None if it still runs after `timeout`."""
-        with self.children:
-            if not self.children.wait_for(lambda: pid in self.reaped, timeout):
-                return None
-            return self.reaped.pop(pid)
+    def _exited(self, pid, code):
+        """The reaper's word of a child's end (under its lock): the job's ends the attempt."""
+        att = self.att
+        if att is not None and att.job is not None and pid == att.job.pid:
+            att.job.returncode = att.code = code
+            att.done.set()
 
     def _pump(self, pipe, stream, att):
         """Spool whole lines; a partial line waits for its end (or EOF)."""
@@ -630,9 +477,7 @@ class Daemon:
 
     def _reaped(self, pid):
         """A child's exit code, once the reaper has it (it may be a moment behind)."""
-        with self.children:
-            self.children.wait_for(lambda: pid in self.reaped, REAP_WAIT_S)
-            return self.reaped.get(pid)
+        return self.reaper.code(pid, REAP_WAIT_S)
 
     # -- viewers ------------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from . import channel, identity, protocol
 from .common import thread
-from .policy import Outcome
+from .outcome import Outcome
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:

@@ -13,6 +13,8 @@ endlessly without a newline costs linear time and bounded memory.
 Then it runs the host's own sitecustomize, if there is one. Standard library only.
 """
 
+import os
+
 SITECUSTOMIZE = r'''# Written by ddptui's supervisor (see remote/host/linebuf.py in ddptui).
 import io, os, sys, threading
 
@@ -116,3 +118,13 @@ finally:
     sys.path[:] = _path
     sys.modules.setdefault("sitecustomize", _me)  # the import that ran us looks for one
 '''
+
+
+def site_dir(ndir):
+    """The private directory holding SITECUSTOMIZE in node directory `ndir`, written once."""
+    site = os.path.join(ndir, "py")
+    if not os.path.isdir(site):
+        os.mkdir(site, 0o700)
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write(SITECUSTOMIZE)
+    return site

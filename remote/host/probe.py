@@ -57,7 +57,20 @@ def facts(spec: dict[str, Any], missing_python: str | None = None) -> dict[str, 
         "smi": {name: _finish(proc) for name, proc in running.items()} if smi else None,
         "health": healthy,
         "py_spy": {"path": find_py_spy(), "ptrace": ptrace_rights()},
+        "checkpoint": _checkpoint(spec.get("checkpoint"), spec.get("workdir")),
     }
+
+
+def _checkpoint(spec: Any, workdir: str | None) -> Any:
+    """job.checkpoint as this host sees it, and whether node 0's mark is there."""
+    if not spec:
+        return None
+    from . import checkpoints
+
+    try:
+        return checkpoints.look(spec, workdir)
+    except (OSError, ValueError) as exc:
+        return {"dir": spec.get("dir"), "error": str(exc)}
 
 
 def _container(box: dict[str, Any], spec: dict[str, Any], workdir: dict[str, Any]) -> Any:
@@ -117,18 +130,11 @@ def torch_info(has_smi: bool) -> dict[str, Any]:
     return info
 
 
-# torch/version.py's assignments, read, not run: running it imports typing, milliseconds of
-# CPU on every host. A string or None, annotated or not (`cuda: Optional[str] = '12.4'`):
-# group 3 is the value, None for None.
-VERSION_LINE = (
-    r"""^(__version__|cuda)[ \t]*(?::[^=\n]*)?=[ \t]*(?:(['"])([^'"\n]*)\2|None)"""
-    r"[ \t]*$"
-)
-
-
 def version_file(text: str) -> dict[str, str | None]:
     """__version__ and cuda of a torch/version.py; ValueError without __version__."""
     import re  # the agent has it already (json's)
+
+    from .container import VERSION_LINE  # the dry run's script reads it so too
 
     found = {m.group(1): m.group(3) for m in re.finditer(VERSION_LINE, text, re.M)}
     if not found.get("__version__"):

@@ -10,11 +10,17 @@ Two ways to find what belongs to a job, used together:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import select
 import signal
+import threading
 import time
+
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Callable
 
 PR_SET_CHILD_SUBREAPER = 36
 KILL_WAIT_S = 5.0  # after KILL: what is still there then cannot be killed (D state)
@@ -222,6 +228,49 @@ def exit_code(status):
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
     return os.WEXITSTATUS(status)
+
+
+class Reaper:
+    """The one place a supervisor's children are waited for, for its whole life: Popen.wait
+    could lose a status to another waitpid (then it reports 0 for a node that was stopped).
+    Each exit code is kept a while for whoever waits on that child; on_exit(pid, code) hears
+    of each first, under `cond` (held by whoever starts a child it must see reaped)."""
+
+    KEPT = 1024  # exit codes of children kept for whoever waits on them
+
+    def __init__(self, on_exit: Callable[[int, int | None], None]) -> None:
+        self.on_exit = on_exit
+        self.cond = threading.Condition()
+        self.codes: collections.OrderedDict[int, int | None] = collections.OrderedDict()
+
+    def run(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                time.sleep(0.1)
+                continue
+            code = exit_code(status)
+            with self.cond:
+                self.codes[pid] = code
+                while len(self.codes) > self.KEPT:
+                    self.codes.popitem(last=False)
+                self.on_exit(pid, code)
+                self.cond.notify_all()
+
+    def wait(self, pid: int, timeout: float) -> int | None:
+        """A child's exit code once reaped, taken; None if it still runs after `timeout`."""
+        with self.cond:
+            if not self.cond.wait_for(lambda: pid in self.codes, timeout):
+                return None
+            return self.codes.pop(pid)
+
+    def code(self, pid: int, timeout: float) -> int | None:
+        """A child's exit code, left for others too, once reaped (the reaper may be a moment
+        behind its end); None past `timeout`."""
+        with self.cond:
+            self.cond.wait_for(lambda: pid in self.codes, timeout)
+            return self.codes.get(pid)
 
 
 # -- ranks ---------------------------------------------------------------------------------------

@@ -141,9 +141,10 @@ STANDBY = "standby"  # a hot spare's standby: idle until node 0's hub says which
 HANGS = "hangs"  # node 0's kept hangs (hang-<attempt>.json, remote/host/watch.py)
 SLURM = "slurm"  # the login node: one of Slurm's commands (remote/host/slurmcmd.py)
 RELAY = "relay"  # the login node: srun into a job's node, its stdio the channel's data
+MARK = "mark"  # node 0's mark where job.checkpoint is, for the checks (remote/host/checkpoints.py)
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
-    STANDBY, HANGS, SLURM, RELAY,
+    STANDBY, HANGS, SLURM, RELAY, MARK,
 )  # fmt: skip
 
 # -- channel 0 ----------------------------------------------------------------------------------

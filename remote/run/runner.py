@@ -37,7 +37,7 @@ from ddptui.remote.events import (
 )
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import nodemsg, recover
+from ddptui.remote.run import late, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
@@ -168,9 +168,10 @@ class Run:
         self.recorder = Recorder(self.run_dir, resume=record is not None, started_at=started)
         try:
             if record is not None:
-                return await self._rejoin(record)
-            runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
-            return await self._execute()
+                fin = await self._rejoin(record)
+            else:
+                runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
+                fin = await self._execute()
         finally:
             if not self.gang.detached:  # after a cancel: as on_cancel says
                 await self._cancelled()
@@ -178,6 +179,9 @@ class Run:
             if self.own_fleet:
                 await self.fleet.close()
             self.recorder.close()
+        if self.gang.retired and fin.status != "detached" and not self.gang.viewer:
+            await late.at_end(self.run_dir)  # the replaced hosts' last lines: nobody may look again
+        return fin
 
     async def _cancelled(self) -> None:
         """Ended without a word from the user (a cancel, an error): stop what runs and read to
@@ -216,15 +220,17 @@ class Run:
         return self._finish()
 
     async def _rejoin(self, record: runs.RunRecord) -> RunFinished:
-        inv, info = self.inv, record.info
+        info = record.info
+        # node 0 first: its state names the hot spares that took nodes with nobody attached,
+        # and the run's hosts are said with them (never the lost hosts they replaced)
+        if await self._until_stopped(self.preflight.reach(0)):
+            await self.recovery.learn_swaps()
+        inv = self.inv
         names = tuple(h.name for h in inv.hosts)
         world = info.get("world_size")
         self.emit(RunStarted(self.run_id, str(self.run_dir), names, world, inv.job.launcher))
         why = "cannot reach every host: the run's part on those is not known"
         await self._until_stopped(self.preflight.connect(why))
-        if 0 not in self.preflight.unreachable:
-            await self.recovery.learn_swaps()
-            inv = self.inv  # with the hot spares' swaps
         seeded = await self._seed_progress()
         if 0 not in self.preflight.unreachable:  # the hangs kept while nobody was attached
             await kept.fetch(self.fleet, self.emit, self.run_id, self.run_dir)

@@ -14,9 +14,11 @@ from apptools import (
     screen_text,
     settle,
     wait_for,
+    write_inventory,
 )
 from apptools import two_node_script as script
 
+from ddptui.remote.events import Event, HostState, RunStarted
 from ddptui.remote.run.runner import Emit
 from ddptui.tui.dashboard.app import create_app
 from ddptui.tui.dashboard.glance import ClusterLike
@@ -130,3 +132,26 @@ async def test_attach_checks_no_host_while_its_job_runs(inv: Path, history: str)
         assert app.worker is not None
         await app.worker.wait()
         await wait_for(pilot, lambda: any(c.checks for c in clusters.made), "the checks after")
+
+
+async def test_a_spare_in_a_lost_hosts_place_takes_its_row(tmp_path: Path) -> None:
+    """An attach to a run whose hot spare took node 1 with nobody attached: node 1's row is
+    the spare's (node2), named as the run has it, never the lost host's (node1)."""
+    hosts = [{"host": "localhost", "name": f"node{i}", "spare": i == 2} for i in range(3)]
+    job = {"script": "train.py", "master_port": 29500}
+    inv = write_inventory(tmp_path / "inv.yaml", hosts, job, {"transport": "local"})
+
+    def swapped(run_id: str) -> list[Event]:
+        return [
+            RunStarted(run_id, f"/runs/{run_id}", ("node0", "node2"), 2, "torchrun"),
+            HostState("node0", 0, "running"),
+            HostState("node2", 1, "running"),
+        ]
+
+    app, _ = fake_app(inv, swapped)
+    async with app.run_test(size=SIZE) as pilot:
+        assert [i.name for i in app.hosts.infos.values()] == ["node0", "node1"]
+        await pilot.press("l")
+        await wait_for(pilot, lambda: "node2" in screen_text(app), "the spare's row")
+        assert [(k, i.name) for k, i in app.hosts.infos.items()] == [(0, "node0"), (1, "node2")]
+        assert "node1" not in screen_text(app)

@@ -101,6 +101,29 @@ def test_healthy_hosts_pass_with_warnings(gpu_cluster: TestCluster, tmp_path: Pa
     assert res.stdout.splitlines()[-1].startswith("3 hosts: checks passed, ")
 
 
+def test_a_checkpoint_directory_not_shared_with_node_0_is_named(
+    gpu_cluster: TestCluster, tmp_path: Path
+) -> None:
+    """job.checkpoint under each host's own home: node1 and the spare node2 cannot see what
+    node 0 saves (a warning naming each, with its path); on storage all share, none, and node
+    0's mark is gone after."""
+    spare = {"host": gpu_cluster.hosts[2].addr, "name": "node2", "spare": True}
+    for folder, unshared in (("~/ckpt", {"node1", "node2"}), (str(tmp_path / "ckpt"), set())):
+        path = gpu_cluster.write_inventory(
+            tmp_path / "inv.yaml", {**JOB, "checkpoint": folder}, hosts=(0, 1, spare)
+        )
+        _, done = preflight(inventory.load(path))
+        said = {f.host: f for f in done.findings if f.check == "checkpoint"}
+        assert set(said) == {"node0", "node1", "node2"}, done.findings
+        warned = {h for h, f in said.items() if f.level == "warning"}
+        assert warned == unshared, said
+        for name in unshared:
+            home = gpu_cluster.hosts[int(name[-1])].home
+            assert said[name].message.startswith(f"job.checkpoint {home}/ckpt is not where node 0")
+        assert said["node0"].level == "ok", said["node0"]
+    assert list(tmp_path.glob(".ddptui-shared-*")) == []
+
+
 def test_auto_counts_each_hosts_gpus(gpu_cluster: TestCluster, tmp_path: Path) -> None:
     cpu = {"host": gpu_cluster.hosts[2].addr, "name": "node2", "gpus": 2}
     job = {**JOB, "nproc_per_node": "auto"}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, wait_for
+from hostile import SHAPES
 from testhosts import REPO, TestCluster, as_neighbour, neighbour, netns_popen
 
 from ddptui.remote import inventory
@@ -202,3 +203,69 @@ async def test_a_host_of_the_run_cannot_speak_as_another(
         fin = await task
     assert fin.status == "stopped" and not [e for e in events if isinstance(e, BadHost)]
     assert_nothing_left(cluster, run.run_id)
+
+
+HOSTILE_JOB = {"script": "tests/data/hostile_job.py", "nproc_per_node": 1, "master_port": "auto",
+               "link_timeout": 10, "stop_grace": 2}  # fmt: skip
+# What no display may pass on: C0 and C1 controls but newline and tab (ESC starts every escape
+# sequence; BEL and ST end OSC and DCS strings), and the clipboard's and the title's payloads.
+COMMANDS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]|cm0gLXJmIH4=|pwned")
+
+
+def test_a_rank_printing_200_kb_hostile_lines_never_stops_the_run(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    """Rank 0 prints a 200 KB line of every shape that made a parser backtrack (issue 37: one
+    16 KB line held node 0's supervisor, its hub and heartbeats, for 13 s; the run was lost past
+    link_timeout): the other rank's lines go on streaming, nothing is lost and the run succeeds."""
+    stop = tmp_path / "stop"
+    job = {**HOSTILE_JOB, "args": ["lines", str(stop)]}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
+    cli = Cli(
+        inv,
+        tmp_path / "run",
+        flags=["--skip-checks"],
+        env={"XDG_DATA_HOME": str(tmp_path / "data")},
+    )
+    run_id = cli.run_id()
+    log0, log1 = cli.run_dir / "rank-0.log", cli.run_dir / "rank-1.log"
+    wait_for(lambda: log0.exists() and b"hostile lines printed" in log0.read_bytes(), 90, "rank 0")
+    since = max(ticks(log1.read_bytes(), 1))
+    wait_for(lambda: max(ticks(log1.read_bytes(), 1)) > since + 20, 30, "rank 1's lines")
+    stop.touch()
+    assert cli.wait() == 0, cli.stderr[-3000:]
+    assert "lost" not in cli.stderr, cli.stderr[-3000:]
+    shapes = [line[:199_992] + line[-8:] for line in SHAPES.values()]
+    assert log0.read_bytes().split(b"\n")[1:-2] == [s.encode() for s in shapes]  # each whole
+    assert ticks(log1.read_bytes(), 1) == list(range(len(ticks(log1.read_bytes(), 1))))
+    assert_nothing_left(cluster, run_id)
+
+
+def test_terminal_commands_a_job_prints_reach_no_display(
+    cluster: TestCluster, tmp_path: Path
+) -> None:
+    """OSC 52 (the clipboard), OSC 0 (the title), DCS, APC, CSI and C1 controls in a rank's
+    progress line, a tracker's link and the exception it dies of: none reaches ddptui's words on
+    the console (the failure banner, the link), `runs`, `plot` or job.notify's environment
+    (issue 37, item 4)."""
+    data_home = {"XDG_DATA_HOME": str(tmp_path / "data")}
+    notified = tmp_path / "notified"
+    job = {**HOSTILE_JOB, "args": ["escapes"],
+           "notify": {"command": f"env > {notified}", "events": ["failed"]}}  # fmt: skip
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0])
+    cli = Cli(inv, tmp_path / "run", flags=["--skip-checks"], env=data_home)
+    run_id = cli.run_id()
+    assert cli.wait() == 1, cli.stderr[-3000:]
+    assert "ValueError: hostile abcde" in cli.stderr  # the failure banner, made safe
+    listed = Cmd(["runs"], tmp_path / "runs", data_home)
+    plot = Cmd(["plot", run_id], tmp_path / "plot", data_home)
+    assert listed.wait(60) == 0 and plot.wait(60) == 0, listed.stderr + plot.stderr
+    assert "hostile abcde" in listed.stdout and "loss" in plot.stdout
+    env = wait_for(lambda: notified.exists() and notified.read_text(errors="replace"), 30, "notify")
+    said = dict(line.split("=", 1) for line in env.splitlines() if line.startswith("DDPTUI_"))
+    assert said["DDPTUI_MESSAGE"] == "rank 0 failed on node0", said
+    assert said["DDPTUI_LINKS"] == "http://localhost:6006/", said
+    # ranks' lines in a pipe stay as written (console.py): the rest is ddptui's words on them
+    own = "\n".join(x for x in cli.stderr.split("\n") if not x.startswith("["))
+    for shown in (own, listed.stdout, plot.stdout, plot.stderr, env):
+        assert not COMMANDS.search(shown), COMMANDS.findall(shown)

@@ -70,3 +70,18 @@ def test_where_is_relative_to_the_workdir(tmp_path: Path) -> None:
     assert checkpoints.where("ckpt", str(tmp_path)) == str(tmp_path / "ckpt")
     assert checkpoints.where("/abs/ckpt", str(tmp_path)) == "/abs/ckpt"
     assert checkpoints.where("~/ckpt", None) == os.path.expanduser("~/ckpt")
+
+
+def test_the_checks_mark_is_seen_where_the_directory_is_or_will_be(tmp_path: Path) -> None:
+    token = "0123456789abcdef0123456789abcdef"
+    spec = {"dir": "shared/ckpt", "workdir": str(tmp_path), "token": token}
+    (tmp_path / "shared").mkdir()
+    assert checkpoints.mark(spec) == {"error": None}  # in shared/: ckpt is not made yet
+    here = checkpoints.look({"dir": str(tmp_path / "shared" / "ckpt"), "see": token}, None)
+    assert (here["exists"], here["writable"], here["seen"]) == (False, True, True)
+    elsewhere = checkpoints.look({"dir": "ckpt", "see": token}, str(tmp_path / "other"))
+    assert elsewhere["seen"] is False
+    assert checkpoints.mark({**spec, "unmark": True}) == {"error": None}
+    assert list((tmp_path / "shared").iterdir()) == []
+    with pytest.raises(ValueError):
+        checkpoints.look({"dir": "ckpt", "see": "../x"}, str(tmp_path))

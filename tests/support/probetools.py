@@ -14,7 +14,7 @@ import pytest
 
 from ddptui.remote import inventory
 from ddptui.remote.agents.agent import Agent
-from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.fleet import Fleet, fleet_for
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import ChecksDone, Event, HostChecked
 from ddptui.remote.host.netif import free_port as free_port  # a port no outgoing connection takes
@@ -47,7 +47,7 @@ def preflight(
     """Every host checked as `ddptui check` does it (each one's agent started, then let go)."""
 
     async def check() -> tuple[Preflight, ChecksDone]:
-        fleet = Fleet(inv.hosts)
+        fleet = fleet_for(inv)  # the spares' too
         pre = Preflight(inv, fleet, emit)
         try:
             return pre, await pre.check()

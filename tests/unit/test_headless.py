@@ -183,6 +183,27 @@ async def test_a_phase_the_engine_adds_is_folded_the_same_way() -> None:
     ]
 
 
+def test_an_attach_names_the_spare_in_a_lost_hosts_place() -> None:
+    """The run dir's copy says a1, a2; a hot spare a3 took node 1 with nobody attached: the
+    attach's hosts are a1 and a3, and a phase ends without a2."""
+    clock = Clock()
+    copy = [Host(k, f"10.0.0.{k}", f"a{k + 1}", "ssh", "root", 22, None, None, "python3", "~/p",
+                 {}, None) for k in range(2)]  # fmt: skip
+
+    def events() -> Iterable[Event]:
+        yield RunStarted("r1", "/runs/r1", ("a1", "a3"), 2, "torchrun")
+        yield from (HostState(name, k, "connecting") for k, name in enumerate(("a1", "a3")))
+        for k, name in enumerate(("a1", "a3")):
+            clock.now += 1.0
+            yield HostState(name, k, "connected", "1.00 s")
+
+    said, _ = play(events(), clock=clock, hosts=copy)
+    assert said == [
+        "ddptui: run r1: 2 hosts, world size 2; logs in /runs/r1",
+        "ddptui: connected to 2 hosts in 2.0 s; slowest a3 2.0 s",
+    ]
+
+
 async def test_words_from_many_hosts_wait_a_moment_to_be_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

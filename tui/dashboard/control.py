@@ -122,7 +122,7 @@ class RunControl:
 
     def use_inventory(self, inv: inventory.Inventory) -> None:
         self.inventory = inv
-        self.hosts.set_hosts(inv.hosts)
+        self.hosts.set_hosts(inv.hosts, inv.spares)
         self.course.status.hosts = len(inv.hosts)
         self.app.sub_title = str(inv.path)
         # `ddptui launch`: the connections open now, for the run; their checks come after it.

@@ -9,6 +9,7 @@ that changed are drawn again once a second, and only those (DataTable draws the 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from ddptui.remote.events import (
     HostState,
     NodeRanks,
     NodeStarted,
+    RunStarted,
 )
 from ddptui.remote.inventory import Host
 
@@ -221,6 +223,7 @@ class HostsTable(DataTable[Text]):
         super().__init__(id=id, cursor_type="row")
         self.clock = clock
         self.infos: dict[int, HostInfo] = {}
+        self.spares: dict[str, Host] = {}  # by name: each may take a node's row
         self.needle = ""  # the search: only matching hosts have rows
         self._shown: dict[int, Text] = {}  # each row as drawn
         self._dirty: set[int] = set()  # rows to redraw at the next flush
@@ -244,6 +247,12 @@ class HostsTable(DataTable[Text]):
                     bad.bad = event.why
                     self.refresh_host(bad.node_rank)
             return
+        if isinstance(event, RunStarted):  # an attach: the hosts as the run has them now
+            for k, name in enumerate(event.hosts):
+                self._holds(k, name)
+            return
+        if isinstance(event, HostState | NodeStarted):  # a spare starting in a node's place
+            self._holds(event.node_rank, event.host)
         info = self.infos.get(getattr(event, "node_rank", -1))
         if info is None:
             return
@@ -275,11 +284,13 @@ class HostsTable(DataTable[Text]):
             info.reach, info.reach_detail = event.state, event.detail
             self.refresh_host(info.node_rank)
 
-    def set_hosts(self, hosts: tuple[Host, ...]) -> None:
-        """Rows for a (re)loaded inventory; what is known of hosts that stay is kept."""
+    def set_hosts(self, hosts: tuple[Host, ...], spares: tuple[Host, ...] = ()) -> None:
+        """Rows for a (re)loaded inventory; what is known of hosts that stay is kept. A spare
+        gets the row of the node it takes (`_holds`)."""
         old = {info.name: info for info in self.infos.values()}
+        self.spares = {h.name: h for h in spares}
         self.clear(columns=True)
-        self._add_columns(hosts)
+        self._add_columns((*hosts, *spares))
         self.infos = {}
         for host in hosts:
             info = HostInfo.from_host(host)
@@ -295,6 +306,15 @@ class HostsTable(DataTable[Text]):
             self.infos[host.node_rank] = info
         self.up = {k for k, info in self.infos.items() if info.up}
         self._add_rows()
+
+    def _holds(self, k: int, name: str) -> None:
+        """Node k's row is the spare `name`'s from now on, if it took that node's place."""
+        info, spare = self.infos.get(k), self.spares.get(name)
+        if info is None or spare is None or info.name == name:
+            return
+        del self.spares[name]
+        self.infos[k] = HostInfo.from_host(dataclasses.replace(spare, node_rank=k))
+        self.refresh_host(k)
 
     def find(self, needle: str) -> None:
         """Rows for the hosts matching `needle` only ("" shows every host)."""

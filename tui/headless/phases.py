@@ -64,8 +64,9 @@ class Phases:
         self.running_said = False
 
     def expect(self, hosts: Sequence[str]) -> None:
-        """The run's hosts: a phase ends when every one of them is through it."""
-        self.hosts.update(dict.fromkeys(hosts))
+        """The run's hosts (as it has them now: a spare, never the lost host it replaced): a
+        phase ends when every one of them is through it."""
+        self.hosts = dict.fromkeys(hosts)
 
     def __call__(self, ev: HostState) -> bool:
         """Take a host's new state; True when that ended a phase."""
