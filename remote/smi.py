@@ -14,6 +14,7 @@ from typing import Any
 
 from ddptui.remote.events import Gpu, GpuProcess
 from ddptui.remote.host import gpuinfo
+from ddptui.remote.host.health import CSV  # as the hosts read their GPUs: one way to ask
 
 GPU_FIELDS = (
     *gpuinfo.QUERY_HEAD,  # index, uuid, name: the host's live leases read these (monitor.py)
@@ -23,7 +24,7 @@ GPU_FIELDS = (
     "temperature.gpu",
     "driver_version",
 )
-CSV = "--format=csv,noheader,nounits"
+APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
 GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), CSV)
 APPS_QUERY = ("nvidia-smi", *gpuinfo.APPS)  # the host's leases ask the same (gpuinfo.py)
 # What the host runs, by name; plain `nvidia-smi` is the only place naming the driver's CUDA.

@@ -1,8 +1,9 @@
 """A GPU failing mid-run: how soon the attempt ends after the failure is visible on the host.
 
-    .venv/bin/python scripts/bench_health.py [--reps 3]
+    .venv/bin/python scripts/bench_health.py [--reps 3] [--testhosts PREFIX:SUBNET]
 
-Two ssh test hosts (prefix ddptb, 10.213.9.0/24) run examples/train.py under torchrun (gloo, one
+Two ssh test hosts (default prefix ddptb, 10.213.9.0/24; $DDPTUI_TESTHOSTS or --testhosts picks
+others) run examples/train.py under torchrun (gloo, one
 rank each, restarts 0). node1 has the recorded 8x H100 nvidia-smi stand-in on its PATH and a
 journalctl stand-in reading a file of its own. Once every rank runs, and after a random wait (the
 failure falls anywhere in the watch's 4 s between reads), one failure is written on node1:
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import shutil
 import subprocess
@@ -49,9 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=3, help="runs of each case (default 3)")
     p.add_argument("--cases", default=",".join(CAUSES), help="which (default: all)")
+    p.add_argument("--testhosts", default=os.environ.get("DDPTUI_TESTHOSTS", "ddptb:10.213.9"))
     p.add_argument("--keep", action="store_true", help="keep logs and outputs")
     args = p.parse_args(argv)
-    with workspace("health", args.keep) as work, cluster(2, work / "hosts") as c:
+    with (
+        workspace("health", args.keep) as work,
+        cluster(2, work / "hosts", False, args.testhosts) as c,
+    ):
         machine, journal = work / "h100", work / "journal.txt"
         c.put_tool(1, "nvidia-smi", stand_in(str(machine)))
         c.put_tool(1, "journalctl", f"#!/bin/sh\ncat {journal}\n")

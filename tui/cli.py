@@ -313,23 +313,10 @@ def dashboard(args: argparse.Namespace, extra: list[str]) -> int:
     if extra and args.command not in (None, "launch"):
         raise UsageError(f"{args.command} takes no script arguments (after --)")
     root = runs_root(args)
-    if _hands_to_slurm(args.inventory):
-        raise UsageError(
-            f"{args.inventory}: the dashboard does not follow a run handed to Slurm yet: "
-            "use ddptui --headless launch (attach, stop, runs: --headless too)"
-        )
     from .dashboard.app import create_app  # Textual loads only for the dashboard
 
     app = create_app(args.inventory, runs_dir=root, extra_args=extra, start=args.command)
     return app.run() or 0
-
-
-def _hands_to_slurm(path: Path) -> bool:
-    """Whether the inventory says slurm: (a mistake in it is the dashboard's to show)."""
-    try:
-        return load_inventory(path).slurm is not None
-    except UsageError:
-        return False
 
 
 def _dashboard_on_run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from ddptui.remote import fold
+from ddptui.remote.host.container import DAEMONS  # runtimes whose containers outlive us
 from ddptui.remote.inventory.errors import InventoryError, describe, dotted, line_of, node_at
 from ddptui.remote.inventory.model import (
     Container,
@@ -183,7 +184,6 @@ def _login(raw: _File, path: Path) -> Host:
     )  # fmt: skip
 
 
-DAEMONS = ("docker", "podman")  # runtimes with a daemon (or conmon): containers that outlive us
 DEFAULT_ULIMITS = {"memlock": "-1:-1"}  # NCCL registers memory with the IB devices
 # Keys that only some runtimes have a flag for: said for another runtime, they would be ignored.
 ONLY_FOR: dict[str, tuple[Callable[[Any], bool], tuple[str, ...]]] = {

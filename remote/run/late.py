@@ -5,7 +5,9 @@ The run's summary names each stream its end left unread, with where the logs sto
 (remote/run/gang.py's unread). Here each such host is asked, once its supervisor is over, for its
 spool from there; the lines go into rank-N.log (node-K.log), each log's first late line
 preceded by one that says they came late, from which host, and when they were read. A host
-still unreachable stays in the list for the next time.
+still unreachable stays in the list for the next time. The launcher looks once itself, at the
+run's end, for the hosts spares replaced (`at_end`): lost an attempt or more before, they had
+time to come back, and nobody may ask after the run again.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ddptui.remote.agents import ops
@@ -29,9 +32,11 @@ from ddptui.remote.inventory import Host
 from ddptui.remote.run.gang import STREAMS
 from ddptui.remote.run.ranktag import Lines, untag
 from ddptui.remote.store.record import Recorder, replace_private
-from ddptui.remote.store.runs import SUMMARY, RunError, RunRecord
+from ddptui.remote.store.runs import SUMMARY, RunError, RunRecord, read
 
 READ_TIMEOUT = 120.0  # one host's spool, from where the logs stop to its end
+END_S = 10.0  # at a run's end, how long its launcher tries the replaced hosts' spools
+END_AGAIN_S = 1.0  # between two tries (a replaced host's supervisor may be leaving still)
 
 Emit = Callable[[Event], None]
 Batches = list[tuple[bytes, Lines]]  # (stream, lines) as the spool holds them
@@ -57,15 +62,42 @@ class Unread:
             return None
 
 
-async def fetch(record: RunRecord, emit: Emit | None = None) -> int:
-    """Read the late lines of every stream the run left unread into its logs; how many came.
-    emit hears a notice per host (never the lines: they are in the logs now)."""
+async def at_end(run_dir: Path) -> None:
+    """A run's end, in its launcher: the late lines of the hosts spares replaced, read into its
+    logs if they can be within END_S (tried again while such a host's supervisor is still
+    leaving); what is left waits for the next look (`runs`, `attach`)."""
+    deadline = time.monotonic() + END_S
+    while True:
+        try:
+            record = read(run_dir)
+            replaced = set(record.inventory().retired)
+        except RunError:
+            return
+        left = [u for u in _unread(record) if u.host in replaced]
+        if not left or time.monotonic() + END_AGAIN_S > deadline:
+            return
+        try:
+            await asyncio.wait_for(fetch(record, among=replaced), deadline - time.monotonic())
+        except TimeoutError:
+            return
+        await asyncio.sleep(END_AGAIN_S)
+
+
+def _unread(record: RunRecord) -> list[Unread]:
+    found = map(Unread.parse, (record.summary or {}).get("unread") or ())
+    return [u for u in found if u is not None]
+
+
+async def fetch(record: RunRecord, emit: Emit | None = None, among: set[str] | None = None) -> int:
+    """Read the late lines of every stream the run left unread into its logs (`among`: of
+    those hosts only); how many came. emit hears a notice per host (never the lines: they are
+    in the logs now)."""
     summary = record.summary or {}
-    unread = [u for u in map(Unread.parse, summary.get("unread") or ()) if u is not None]
+    unread = _unread(record)
     if not unread:
         return 0
     try:
-        hosts = {h.name: h for h in record.inventory().everyone}
+        hosts = {h.name: h for h in record.inventory().everyone if among is None or h.name in among}
     except RunError:
         return 0
     got = await asyncio.gather(*(_read(record.run_id, hosts.get(u.host), u) for u in unread))

@@ -38,7 +38,7 @@ from ddptui.remote.events import (
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.leases.take import Ask
-from ddptui.remote.run import nodemsg, recover
+from ddptui.remote.run import late, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
@@ -172,9 +172,10 @@ class Run:
         self.recorder = Recorder(self.run_dir, resume=record is not None, started_at=started)
         try:
             if record is not None:
-                return await self._rejoin(record)
-            runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
-            return await self._execute()
+                fin = await self._rejoin(record)
+            else:
+                runs.register(self.run_dir, self.run_id, self.inv, launcher=self.inv.job.launcher)
+                fin = await self._execute()
         finally:
             self.launch.leases.close()  # what no supervisor took over is given back
             if not self.gang.detached:  # after a cancel: as on_cancel says
@@ -183,6 +184,9 @@ class Run:
             if self.own_fleet:
                 await self.fleet.close()
             self.recorder.close()
+        if self.gang.retired and fin.status != "detached" and not self.gang.viewer:
+            await late.at_end(self.run_dir)  # the replaced hosts' last lines: nobody may look again
+        return fin
 
     async def _cancelled(self) -> None:
         """Ended without a word from the user (a cancel, an error): stop what runs and read to

@@ -27,7 +27,7 @@ from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Failure, JobState, Notice, RunFinished
 from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run.runner import Run, new_run_id
+from ddptui.remote.run.runner import OnCancel, Run, new_run_id
 from ddptui.remote.slurm import queue, script
 from ddptui.remote.slurm.login import Login, SlurmError
 from ddptui.remote.slurm.transport import SrunTransport
@@ -70,6 +70,8 @@ class SlurmRun:
         self.info: dict[str, Any] = dict((record.info.get("slurm") or {}) if record else {})
         self.detach_now = detach
         self.stopping = stop
+        self.on_cancel: OnCancel = "stop"  # its end without a word (the dashboard's crash)
+        self.viewer = False  # only watching: no stop, no scancel, whatever happens
         self.run: Run | None = None  # the nodes followed, once Slurm runs the job
         self.fleet: Fleet | None = None
         self.recorder: Recorder | None = None
@@ -98,6 +100,12 @@ class SlurmRun:
             self.run.detach()
         self._wake.set()
 
+    def as_viewer(self) -> None:
+        """Only watch (a read-only dashboard, before execute): its end leaves the job and its
+        nodes exactly as they were."""
+        self.viewer = True
+        self.on_cancel = "leave"
+
     def emit(self, event: Event) -> None:
         if self.recorder is not None:
             self.recorder(event)
@@ -110,6 +118,11 @@ class SlurmRun:
         self.recorder = Recorder(self.run_dir, resume=self.record is not None, started_at=started)
         try:
             return await self._execute()
+        except asyncio.CancelledError:
+            if self.run is None and self.on_cancel == "stop":  # still queued: not left to Slurm
+                with contextlib.suppress(HostError):
+                    await self._cancel()
+            raise
         finally:
             if self.recorder is not None:
                 self.recorder.close()
@@ -228,8 +241,8 @@ class SlurmRun:
         return job
 
     async def _cancel(self) -> None:
-        """scancel, never of another's job that got the run's id."""
-        if await self._ask() is None:
+        """scancel, never of another's job that got the run's id (nor by a viewer)."""
+        if self.viewer or await self._ask() is None:
             return
         why = await self.login.cancel(self.job_id, script.job_name(self.run_id))
         if why:
@@ -292,6 +305,9 @@ class SlurmRun:
         self.recorder.close()  # the run's own recorder takes the directory on
         self.recorder = None
         self.run = Run.rejoin(record, self._emit_to, stop=self.stopping, fleet=self.fleet)
+        self.run.on_cancel = self.on_cancel
+        if self.viewer:
+            self.run.as_viewer()
         if self.detach_now:
             self.run.detach_when_running = True
         watch = asyncio.ensure_future(self._watch_job() if live else asyncio.sleep(0))

@@ -47,12 +47,12 @@ from ddptui.remote.events import (
     RunStarted,
     StepsLost,
 )
+from ddptui.remote.host.progress import SERIES  # the name node 0 writes it by too
 
 # Lines are str decoded with surrogateescape: this error handler writes those bytes back as
 # they came, and anything else the encoding cannot carry (a lone surrogate, or a console that
 # is not UTF-8) as a backslash escape, never an exception in the middle of a run.
 BYTES_BACK = "ddptui-bytes"
-SERIES = "series.json"
 WAITING_MAX = 4 << 20  # characters of lines that may wait for the logs (see Recorder.waiting)
 WRITES_QUEUED = 2  # hand-overs that may wait for the writer thread (see Recorder.written)
 

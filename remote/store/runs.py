@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.remote import inventory
+from ddptui.remote.host.progress import SERIES
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.store.record import (
-    SERIES,
     RunDirError,
     check_private,
     private_dir,

@@ -103,9 +103,12 @@ def test_a_cut_host_gives_its_node_rank_to_a_spare(cluster: TestCluster, tmp_pat
     veth = veth_name(cluster.prefix, 1)
     subprocess.run(["ip", "link", "set", veth, "down"], check=True)
     try:
+        wait_for(lambda: "takes node1's place" in cli.stderr, 120, "the spare to take node 1")
+        subprocess.run(["ip", "link", "set", veth, "up"], check=True)  # node1 is back
         assert cli.wait(180) == 0, cli.stderr
         summary = cli.summary()
         assert (summary["status"], summary["hosts"]) == ("succeeded", ["node0", "node1"])
+        assert summary["unread"] == []  # node1's spool read at the run's end: nothing left
         first, second = summary["attempts"]
         assert (first["status"], first["failure"]["host"]) == ("failed", "node1")
         assert "lost" in first["failure"]["message"]

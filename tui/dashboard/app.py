@@ -60,6 +60,7 @@ MAIN_ACTIONS = {
 # What a read-only dashboard (`ddptui serve` without --control) refuses: whatever starts, stops
 # or takes over a job or a host (a shell on it).
 CONTROL_ACTIONS = {"launch", "stop", "restart", "deep", "shell"}
+NODE_ACTIONS = {"check", "deep", "shell", "stacks"}  # over SSH to the hosts: none to Slurm's
 # Under a flood the young generation (the default 700 objects) filled many times a frame: what
 # lived for a frame or a batch (strips, timers, held records) reached the oldest generation,
 # whose full collections then ran every second. Collected every 10k objects, they die young.
@@ -403,6 +404,8 @@ class Dashboard(App[int]):
         if action in MAIN_ACTIONS and self.screen is not self.screen_stack[0]:
             return False
         if action == "quit" and isinstance(self.screen, QuitScreen):
+            return False
+        if action in NODE_ACTIONS and self.inventory is not None and self.inventory.slurm:
             return False
         if action == "launch":  # nor while the deep check's job holds the hosts
             busy = self.running or self.glance.deep_checking

@@ -12,6 +12,7 @@ as an `EngineEvent` message, in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -23,10 +24,11 @@ from textual.worker import Worker, WorkerState
 from ddptui.remote import inventory
 from ddptui.remote.agents import openssh
 from ddptui.remote.agents.fleet import Fleet
-from ddptui.remote.events import Event, LogBatch, RunFinished
+from ddptui.remote.events import Event, JobState, LogBatch, RunFinished
 from ddptui.remote.exits import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from ddptui.remote.leases.take import Ask
 from ddptui.remote.run.runner import Emit, OnCancel, Run
+from ddptui.remote.slurm.run import SlurmRun, job_of
 from ddptui.remote.store import runs
 
 from .course import Course
@@ -60,6 +62,8 @@ RejoinFactory = Callable[[runs.RunRecord, Emit, bool, Fleet | None], RunLike]
 def engine_rejoin(
     record: runs.RunRecord, emit: Emit, stop: bool, fleet: Fleet | None = None
 ) -> RunLike:
+    if job_of(record):  # handed to Slurm: followed through its login node
+        return SlurmRun(record.inventory(), emit, record=record, stop=stop)
     return Run.rejoin(record, emit, stop=stop, fleet=fleet)
 
 
@@ -72,6 +76,8 @@ def engine_runs(runs_dir: Path | None = None, extra_args: Sequence[str] = ()) ->
         ask: Ask | None = None,
     ) -> RunLike:  # fmt: skip
         run_dir = runs_dir / run_id if runs_dir is not None else None
+        if inv.slurm is not None:
+            return SlurmRun(inv, emit, run_id=run_id, run_dir=run_dir, extra_args=extra_args)
         return Run(inv, emit, run_id=run_id, run_dir=run_dir, extra_args=extra_args, fleet=fleet,
                    ask=ask)  # fmt: skip
 
@@ -124,8 +130,10 @@ class RunControl:
         self.hosts.set_hosts(inv.hosts, inv.spares)
         self.course.status.hosts = len(inv.hosts)
         self.app.sub_title = str(inv.path)
-        # `ddptui launch`: the connections open now, for the run; their checks come after it
-        if self.glance.open(inv, check=not self.cluster_later) and not self.cluster_later:
+        # `ddptui launch`: the connections open now, for the run; their checks come after it.
+        # None to Slurm's nodes: only its login node is reached, by the run.
+        opened = inv.slurm is None and self.glance.open(inv, check=not self.cluster_later)
+        if opened and not self.cluster_later:
             self.pane.findings.start(addresses(inv))
         self.course.show()
         self.app.refresh_bindings()
@@ -165,7 +173,8 @@ class RunControl:
         emit = partial(self.emit, run_id)
         run = self.run_factory(inv, emit, run_id, self.glance.fleet(inv), ask=self._ask_wait)
         self._start(run_id, run)
-        self.pane.findings.start(addresses(inv))  # the run checks the hosts too
+        if inv.slurm is None:
+            self.pane.findings.start(addresses(inv))  # the run checks the hosts too
 
     async def _ask_wait(self, why: str) -> bool:
         """Its GPUs are held: wait in the queue for them? (a stop meanwhile takes it away)."""
@@ -243,10 +252,22 @@ class RunControl:
         """The run's emit, on the app's loop (the run is its worker)."""
         if run_id != self.run_id:
             return  # a previous run's last words
+        if isinstance(event, JobState) and event.nodes:
+            self._slurm_nodes(event.nodes)
         if type(event) is LogBatch:  # the hot path: into the buffers, drawn by the pane's timer
             self.pane.add(event)
         else:
             self.app.post_message(EngineEvent(run_id, event))
+
+    def _slurm_nodes(self, nodes: Sequence[str]) -> None:
+        """Slurm gave the job its nodes: the rows are theirs from now on."""
+        inv = self.inventory
+        if inv is None or [h.name for h in inv.hosts] == list(nodes):
+            return
+        with contextlib.suppress(ValueError):  # a count that differs: the rows stay
+            self.inventory = inventory.with_nodes(inv, nodes)
+            self.hosts.set_hosts(self.inventory.hosts)
+            self.course.status.hosts = len(nodes)
 
     def stop(self) -> None:
         if self.current_run is not None and self.running:
@@ -281,7 +302,7 @@ class RunControl:
             self.app.notify(f"the run ended on an internal error: {worker.error!r}",
                             severity="error", timeout=30)  # fmt: skip
         self.glance.pause(False)
-        if self.cluster_later and self.inventory is not None:
+        if self.cluster_later and self.inventory is not None and self.inventory.slurm is None:
             self.cluster_later = False  # the run is over: the dashboard's checks now
             self.glance.check(self.inventory)
             self.pane.findings.start(addresses(self.inventory))

@@ -21,6 +21,7 @@ from ddptui.remote.events import (
     Failure,
     HangDetected,
     HostState,
+    JobState,
     NodeExited,
     NodeRanks,
     Notice,
@@ -137,6 +138,20 @@ class Course:
         self.show()
         self.app.notify(ev.text(), severity="warning", timeout=10)
 
+    def _job_state(self, ev: JobState) -> None:
+        """Slurm's word on the run's job: submitted, pending (its reason and expected start
+        stay in the status bar until it runs), running on its nodes, or how it ended."""
+        said = self.status.state
+        if ev.state in ("SUBMITTED", "PENDING"):
+            self.status.state = ev.state.lower()
+            self.status.say(ev.text, self.pane.received)
+        elif ev.state == "RUNNING":
+            self.status.state, self.status.alert = "connecting", ""  # to its nodes, now
+        if self.status.state != said or ev.state not in ("SUBMITTED", "PENDING", "RUNNING"):
+            ended = ev.state not in ("SUBMITTED", "PENDING", "RUNNING", "COMPLETED")
+            self.app.notify(ev.text, severity="warning" if ended else "information", timeout=6)
+        self.show()
+
     def _notice(self, ev: Notice) -> None:
         where = f"{ev.host}: " if ev.host else ""
         self.app.notify(where + ev.text, severity=SEVERITY[ev.level], timeout=6)
@@ -186,6 +201,7 @@ class Course:
         NodeRanks: _node_ranks,
         NodeExited: _node_exited,
         Notice: _notice,
+        JobState: _job_state,
         RunFinished: _run_finished,
         ChecksDone: _checks_done,
         DeepChecked: _deep_checked,

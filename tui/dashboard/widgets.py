@@ -52,8 +52,11 @@ class Status:
     def stalled(self, ev: HangDetected, received: int) -> None:
         """The run warned of a stall: said until a rank speaks again."""
         what = "silent" if ev.reason == "silent" else "GPUs idle"
-        self.alert = f"stalled? {what} {ev.since:.0f} s (d: stacks)"
-        self._received_at_alert = received
+        self.say(f"stalled? {what} {ev.since:.0f} s (d: stacks)", received)
+
+    def say(self, alert: str, received: int) -> None:
+        """An alert (a stall, a job Slurm holds pending) until a rank speaks again."""
+        self.alert, self._received_at_alert = alert, received
 
     def text(self) -> str:
         run = f"run {self.run_id}" if self.run_id else self.no_run
@@ -93,6 +96,8 @@ STATE_STYLES = {
     "restarting": "text-warning",
     "stopped": "text-warning",
     "connecting": "text-warning",
+    "submitted": "text-warning",
+    "pending": "text-warning",
 }
 
 
