@@ -17,7 +17,7 @@ import re
 import threading
 import time
 
-from . import hangtraces, state
+from . import flightfiles, hangtraces, state
 from .hangrule import HangRule
 from .policy import spares_left
 from .straggle import Stragglers
@@ -30,8 +30,10 @@ POLL_S = 5.0  # between two asks
 ANSWER_S = 10.0  # how long one ask's answers are waited for (py-spy reads a few ranks)
 KEPT_MAX = 6 << 20  # bytes of kept hangs a launcher fetches: one answer (wire.FRAME_MAX), escaped
 _HANG = re.compile(r"hang-[0-9]+\.json\Z")  # what keep() writes
-_FLIGHT = re.compile(r"flight-[0-9]+\Z")  # what hangtraces.keep() writes, and in it:
-_TRACE = re.compile(r"(nccl_trace_rank_[0-9]+\.json|analysis\.txt)\Z")
+_FLIGHT = re.compile(flightfiles.FOLDER + r"[0-9]+\Z")  # what hangtraces.keep() writes, in it:
+_TRACE = re.compile(
+    "({}[0-9]+\\.json|{})\\Z".format(flightfiles.TRACE, re.escape(flightfiles.VERDICT))
+)
 
 
 class Watch:
