@@ -37,7 +37,7 @@ _held: dict[tuple[str, int], lease.Held] = {}  # (run id, node) → taken, not y
 _held_lock = threading.Lock()
 # The checks' nvidia-smi answers, parsed (when, GPUs, apps): the launch's lease, on the same
 # agent moments later, takes them as they are (asking again was most of the lease's cost)
-_probed = None
+_probed: tuple[float, list[gpuinfo.Gpu], Any] | None = None
 
 
 def take_over(run_id, node):
@@ -48,13 +48,8 @@ def take_over(run_id, node):
 
 def serve(ch, req):
     want = req.get("want") or {}
-    asked_at = time.monotonic()
-    probed = _probed
     try:
-        if probed is not None and asked_at - probed[0] <= APPS_S:  # as fresh as a waiter's
-            asked_at, found = probed[0], probed[1:]
-        else:
-            found = lease.read_gpus()
+        asked_at, found = _read_gpus()
     except LeaseError as exc:  # its GPUs cannot be listed: none can be leased (the checks fail it)
         return ch.answer({"t": "none", "error": str(exc)})
     if not found:
@@ -67,6 +62,15 @@ def serve(ch, req):
         ch.answer({"t": "error", "error": str(exc)})
     finally:
         waiter.leave()
+
+
+def _read_gpus():
+    """(when nvidia-smi was asked, lease.read_gpus()): the checks' answers where they are as
+    fresh as a waiting launch's (APPS_S), else asked now."""
+    now, probed = time.monotonic(), _probed
+    if probed is not None and now - probed[0] <= APPS_S:
+        return probed[0], probed[1:]
+    return now, lease.read_gpus()
 
 
 class Waiter:
