@@ -355,7 +355,7 @@ class Daemon:
         warning is told, a failure ends the attempt at once, naming the GPU, and the host is
         bad for the rest of the run."""
         with att.reading:
-            watch = healthwatch.Watch(self.smi, run=self.own.run)
+            watch = healthwatch.HealthWatch(self.smi, run=self.own.run)
             watch.begin()
             att.watch = watch
         while not att.done.wait(healthwatch.INTERVAL_S):

@@ -43,7 +43,7 @@ from ddptui.remote.events import (
 from ddptui.remote.host import protocol
 from ddptui.remote.run import nodemsg
 from ddptui.remote.run.failures import FailureTracker
-from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.progress import ProgressReader
 from ddptui.remote.run.ranktag import untag
 from ddptui.remote.run.verdict import Attempts, Verdict
 
@@ -81,7 +81,7 @@ class Gang:
     names: tuple[str, ...] = ()  # every node's host, as the run began
     nnodes: int = 0
     tracker: FailureTracker = field(default_factory=FailureTracker)
-    progress: Watch | None = None  # the training's progress, read from the lines
+    progress: ProgressReader | None = None  # the training's progress, read from the lines
     replayed_progress: bool = True  # False: an attach's replay is not read for it (seeded)
     attempts: Attempts = field(default_factory=Attempts)
     detached: bool = False  # this launcher let the run go (detached it, or left it as it was)
