@@ -44,7 +44,7 @@ from ddptui.remote.host import protocol
 from ddptui.remote.run import nodemsg
 from ddptui.remote.run.failures import FailureTracker
 from ddptui.remote.run.progress import ProgressReader
-from ddptui.remote.run.ranktag import untag
+from ddptui.remote.run.ranktag import tagged, untag
 from ddptui.remote.run.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
@@ -386,7 +386,7 @@ class Gang:
         k, name = node.node_rank, node.name
         if isinstance(msg, nodemsg.Redrawn):
             if self.progress is not None:
-                self.progress.feed(f"[{msg.rank}]:{msg.text}\n", node.attempt, at, 1, k)
+                self.progress.feed(tagged(msg.rank, msg.text), node.attempt, at, 1, k)
             return
         if isinstance(msg, nodemsg.Started):
             self.attempts.seen(msg.attempt, at)

@@ -2,7 +2,8 @@
 line with no tag is the node's own (torchrun's, the supervisor's, a style that tags nothing).
 
 The tag is torchrun's own (`--tee`); the host writes it where torchrun does not
-(remote/host/ranktag.py, which says how it reads: TAG). This side only reads, whole lines.
+(remote/host/ranktag.py, which says how it reads: TAG). This side reads whole lines (and tags one
+a host sent apart, to read it as the others).
 """
 
 from __future__ import annotations
@@ -11,12 +12,17 @@ import re
 from itertools import repeat
 from operator import itemgetter
 
-from ddptui.remote.host.ranktag import TAG
+from ddptui.remote.host.ranktag import FORMAT, TAG
 
 # `[<global rank>]:text`, each whole line
 TAGGED = re.compile(r"^(?:" + TAG + r")?(.*)\n", re.MULTILINE)
 
 Lines = tuple[tuple[int | None, str], ...]
+
+
+def tagged(rank: int, text: str) -> str:
+    """One line of rank's as its host sends it: `[3]:hello` and the newline."""
+    return FORMAT % rank + text + "\n"
 
 
 def untag(data: str) -> Lines:

@@ -38,3 +38,4 @@ def test_the_jobs_own_python_writes_the_same_tag() -> None:
     assert f"\n_FORMAT = {HOST.FORMAT!r}  #" in linebuf.SITECUSTOMIZE
     assert "@FORMAT@" not in linebuf.SITECUSTOMIZE
     assert LAUNCHER.untag(HOST.FORMAT % 5 + "hi\n") == ((5, "hi"),)
+    assert LAUNCHER.untag(LAUNCHER.tagged(5, "hi")) == ((5, "hi"),)
