@@ -23,6 +23,7 @@ from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Channel
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.link import Item, NodeLink, Record
+from ddptui.remote.agents.silence import Silence
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import (
     Alert,
@@ -46,7 +47,6 @@ from ddptui.remote.run.failures import FailureTracker
 from ddptui.remote.run.hubview import HubView
 from ddptui.remote.run.progress import Watch
 from ddptui.remote.run.ranktag import untag
-from ddptui.remote.run.silence import Silence
 from ddptui.remote.run.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
@@ -285,7 +285,7 @@ class Gang:
                 if link.ended or link.lost or link.channel is None:
                     continue
                 link.say(protocol.SAY_PING)
-                if self.silence.silent(link, now):
+                if self.silence.silent(link.heard, now):
                     link.give_up()
                     agent = self.fleet.agents.get(k)
                     if agent is not None:
@@ -322,7 +322,7 @@ class Gang:
                 if not await _unless(link.given_up, self.fleet.reconnect(k, self.emit)):
                     break  # lost meanwhile: no login attempt is waited out
             except HostError:
-                if self.silence.silent(link, time.monotonic()):
+                if self.silence.silent(link.heard, time.monotonic()):
                     link.give_up()
                     break
                 await asyncio.sleep(delay)

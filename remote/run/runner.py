@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet, fleet_for
+from ddptui.remote.agents.silence import Silence
 from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
@@ -42,7 +43,6 @@ from ddptui.remote.run import late, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
 from ddptui.remote.run.progress import Watch
-from ddptui.remote.run.silence import Silence
 from ddptui.remote.stalls import hang, kept, stacks
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder

@@ -1,11 +1,12 @@
 """A host is lost: judged here, and only here, on the launcher.
 
-A node's stream is given up on once its host has said nothing for the lease (job.link_timeout),
-counted from the launcher's own wake if it was not running itself (a laptop's lid closed, a
-SIGSTOP: the hosts were not silent, it was). What a stream that ended without its supervisor's
-word means for its node is said here too: lost, its allocation ended under it (Slurm's word), its
-connection's own reason, or its supervisor dead. remote/run/gang.py asks; the hosts judge their
-own side (a supervisor, the launcher's silence; node 0's hub, its peers').
+A node's stream (remote/run/gang.py) or a lease's channel (remote/leases/take.py) is given up on
+once its host has said nothing for the lease (job.link_timeout), counted from the launcher's own
+wake if it was not running itself (a laptop's lid closed, a SIGSTOP: the hosts were not silent,
+it was). What a stream that ended without its supervisor's word means for its node is said here
+too: lost, its allocation ended under it (Slurm's word), its connection's own reason, or its
+supervisor dead. The hosts judge their own side: a supervisor, the launcher's silence; node 0's
+hub, its peers'.
 """
 
 from __future__ import annotations
@@ -44,9 +45,10 @@ class Silence:
             "hosts are judged once what they said meanwhile is read"
         )
 
-    def silent(self, link: NodeLink, now: float) -> bool:
-        """Its host not heard from for the lease, counted from the launcher's wake if it slept."""
-        return now - max(link.heard, self.woke) > self.timeout
+    def silent(self, heard: float, now: float) -> bool:
+        """A host last `heard` then (monotonic) is not heard from for the lease, counted from
+        the launcher's wake if it slept."""
+        return now - max(heard, self.woke) > self.timeout
 
     @property
     def reconnecting(self) -> str:
