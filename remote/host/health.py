@@ -27,6 +27,7 @@ import signal
 import time
 
 from .owncommands import OwnCommands
+from .protocol import SMI_CSV
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
@@ -61,7 +62,6 @@ FIELD_SETS = (
     _COMMON + _REMAP + tuple("clocks_throttle_reasons." + r for r in _REASONS),
     _COMMON + tuple("clocks_throttle_reasons." + r for r in _REASONS),
 )
-CSV = "--format=csv,noheader,nounits"
 SLOWDOWN = {
     "hw_slowdown": "hardware slowdown",
     "hw_thermal_slowdown": "hardware thermal slowdown",
@@ -143,7 +143,7 @@ def _read_rows(smi: str, n: int, deadline: float, timeout: float, found: list[An
     (rows or None, whether its failure is worth a second read)."""
     why = ""
     for fields in FIELD_SETS:
-        code, out, err = run([smi, "--query-gpu=" + ",".join(fields), CSV],
+        code, out, err = run([smi, "--query-gpu=" + ",".join(fields), SMI_CSV],
                              max(0.0, deadline - time.monotonic()))  # fmt: skip
         if code == 0:
             malformed = _malformed(fields, out)
