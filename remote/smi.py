@@ -14,7 +14,7 @@ from typing import Any
 
 from ddptui.remote.events import Gpu, GpuProcess
 from ddptui.remote.host import gpuinfo
-from ddptui.remote.host.protocol import SMI_CSV  # as the hosts read their GPUs
+from ddptui.remote.host.protocol import SMI_CSV as CSV  # as the hosts read their GPUs
 
 GPU_FIELDS = (
     *gpuinfo.QUERY_HEAD,  # index, uuid, name: the host's live leases read these (monitor.py)
@@ -25,7 +25,7 @@ GPU_FIELDS = (
     "driver_version",
 )
 APP_FIELDS = ("gpu_uuid", "pid", "used_memory", "process_name")
-GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), SMI_CSV)
+GPU_QUERY = ("nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), CSV)
 APPS_QUERY = ("nvidia-smi", *gpuinfo.APPS)  # the host's leases ask the same (gpuinfo.py)
 # What the host runs, by name; plain `nvidia-smi` is the only place naming the driver's CUDA.
 # `-L`: the MIG devices, and the UUIDs CUDA_VISIBLE_DEVICES may name (remote/checks/visible.py).

@@ -27,7 +27,7 @@ import signal
 import time
 
 from .owncommands import OwnCommands
-from .protocol import SMI_CSV
+from .protocol import SMI_CSV as CSV
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ def _read_rows(smi: str, n: int, deadline: float, timeout: float, found: list[An
     (rows or None, whether its failure is worth a second read)."""
     why = ""
     for fields in FIELD_SETS:
-        code, out, err = run([smi, "--query-gpu=" + ",".join(fields), SMI_CSV],
+        code, out, err = run([smi, "--query-gpu=" + ",".join(fields), CSV],
                              max(0.0, deadline - time.monotonic()))  # fmt: skip
         if code == 0:
             malformed = _malformed(fields, out)
