@@ -43,8 +43,8 @@ from ddptui.remote.events import (
 from ddptui.remote.host import protocol
 from ddptui.remote.run import nodemsg
 from ddptui.remote.run.failures import FailureTracker
-from ddptui.remote.run.progress import Watch
-from ddptui.remote.run.ranktag import untag
+from ddptui.remote.run.progress import ProgressReader
+from ddptui.remote.run.ranktag import tagged, untag
 from ddptui.remote.run.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
@@ -81,7 +81,7 @@ class Gang:
     names: tuple[str, ...] = ()  # every node's host, as the run began
     nnodes: int = 0
     tracker: FailureTracker = field(default_factory=FailureTracker)
-    progress: Watch | None = None  # the training's progress, read from the lines
+    progress: ProgressReader | None = None  # the training's progress, read from the lines
     replayed_progress: bool = True  # False: an attach's replay is not read for it (seeded)
     attempts: Attempts = field(default_factory=Attempts)
     detached: bool = False  # this launcher let the run go (detached it, or left it as it was)
@@ -393,7 +393,7 @@ class Gang:
         k, name = node.node_rank, node.name
         if isinstance(msg, nodemsg.Redrawn):
             if self.progress is not None:
-                self.progress.feed(f"[{msg.rank}]:{msg.text}\n", node.attempt, at, 1, k)
+                self.progress.feed(tagged(msg.rank, msg.text), node.attempt, at, 1, k)
             return
         if isinstance(msg, nodemsg.Started):
             self.attempts.seen(msg.attempt, at)

@@ -41,7 +41,7 @@ from ddptui.remote.leases.take import Ask
 from ddptui.remote.run import late, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
-from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.progress import ProgressReader
 from ddptui.remote.stalls import hang, kept, stacks
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
@@ -110,7 +110,9 @@ class Run:
         self.leftovers: list[str] = []  # what a stop could not kill
         self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
         job = inv.job
-        self.progress = Watch(job.progress if isinstance(job.progress, str) else None, self.emit)
+        self.progress = ProgressReader(
+            job.progress if isinstance(job.progress, str) else None, self.emit
+        )
         self.gang = Gang(
             self.run_id, self.fleet, self.emit, job.link_timeout, job.stop_grace,
             names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),

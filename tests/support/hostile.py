@@ -67,7 +67,7 @@ def _parsers() -> dict[str, Callable[[str], object]]:
     from ddptui.remote.host.progress import Tracker
     from ddptui.remote.run import ranktag as run_ranktag
     from ddptui.remote.run.failures import FailureTracker
-    from ddptui.remote.run.progress import Watch
+    from ddptui.remote.run.progress import ProgressReader
     from ddptui.tui.dashboard.logbuffer import clean
     from ddptui.tui.headless.console import terminal_safe
     from ddptui.tui.text import Fold
@@ -79,7 +79,7 @@ def _parsers() -> dict[str, Callable[[str], object]]:
         Tracker(r"it (?P<step>\d+) of (?P<total>\d+)").feed_text(f"[0]:{line}\n", 0)  # type: ignore[no-untyped-call]
 
     def launcher(line: str) -> None:  # the launcher's relay
-        Watch(None, lambda event: None).feed(f"[1]:{line}\n[1]:{line}\n", 0)
+        ProgressReader(None, lambda event: None).feed(f"[1]:{line}\n[1]:{line}\n", 0)
 
     def failures(line: str) -> None:
         tracker = FailureTracker()
