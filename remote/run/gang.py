@@ -349,12 +349,12 @@ class Gang:
                 msg = nodemsg.parse(item)
                 if isinstance(msg, nodemsg.StartError):  # the agent's: no supervisor
                     node.end, node.at = msg, time.time()
-                elif isinstance(msg, nodemsg.Trimmed) and msg.missed:
+                elif isinstance(msg, nodemsg.Trimmed) and (unread := self._missed(node, msg)):
                     self.emit(
                         Notice(
                             "warning",
-                            f"{msg.missed} bytes of output were trimmed on the host before "
-                            "ddptui could read them (job.spool_max_mb)",
+                            f"{unread} bytes of output were trimmed on the host before ddptui "
+                            "could read them (job.spool_max_mb)",
                             host=node.name,
                         )
                     )
@@ -362,6 +362,13 @@ class Gang:
             restart, self.hub.restart = self.hub.restart, None
             if self.on_replace is not None and not (self.user_stop or self.viewer):
                 self.on_replace(restart)
+
+    def _missed(self, node: Node, msg: nodemsg.Trimmed) -> int:
+        """Of the bytes a replay asked for and the host had trimmed, those the run dir's logs
+        do not hold already (an attach replays from the first byte, to show it)."""
+        if not msg.at:
+            return msg.missed
+        return max(0, min(msg.missed, msg.at - self.stored.get(node.node_rank, 0)))
 
     def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
         k, name = node.node_rank, node.name
