@@ -368,7 +368,7 @@ class Gang:
         do not hold already (an attach replays from the first byte, to show it)."""
         if not msg.at:
             return msg.missed
-        return max(0, min(msg.missed, msg.at - self.stored.get(node.node_rank, 0)))
+        return max(0, min(msg.missed, msg.at - node.stored))
 
     def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
         k, name = node.node_rank, node.name
