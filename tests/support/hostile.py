@@ -54,6 +54,13 @@ SHAPES = {
 }
 
 
+def printed(line: str, size: int) -> str:
+    """What a job prints of a shape: its head and its last 8 characters, `size` bytes at most in
+    UTF-8 (a host passes a longer line on in pieces: wire.RECORD_MAX)."""
+    room = size - len(line[-8:].encode())
+    return line[:room].encode()[:room].decode(errors="ignore") + line[-8:]
+
+
 def _parsers() -> dict[str, Callable[[str], object]]:
     """name -> a parser's entry point, fed one line of a rank's (or a host's) text."""
     from ddptui.remote.host import hangtraces, health, ranktag, torchrun
