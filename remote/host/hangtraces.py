@@ -31,15 +31,19 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
+    from . import stacks
+
 PIECE = 40 << 10  # base64 characters of one piece: a hub-link line, with room to spare
 GATHER_MAX = 64 << 20  # bytes of every node's pieces together, as sent
 UNPACKED_MAX = 128 << 20  # bytes of every trace together, unpacked: tens of ranks' rings
 LEFT_OUT = "left out: "  # a trace past UNPACKED_MAX, so said
 # All of it comes before the attempt ends (a rank stopped dumps nothing), so together with the
-# restart it stays within the 30 s a restart after a hang may take.
-DUMP_S = 10.0  # how long a rank has to write its trace (NCCL's first dump: ~5 s on an H200)
+# restart it stays within the 30 s a restart after a hang may take. A rank's first dump imports
+# part of torch (~5 s on an idle H200; more than 10 s on a loaded node), and so does the
+# analyser (~2 s idle, 15-20 s loaded): it starts with the ask, its import beside the dumps.
+DUMP_S = 15.0  # how long a rank has to write its trace
 ANSWER_S = DUMP_S + 3.0  # how long node 0 waits for every node's pieces
-VERDICT_S = 10.0  # torch's analyser (~2 s here); past it the traces are kept, unanalysed
+VERDICT_S = ANSWER_S + 7.0  # from the ask to torch's verdict; past it, the traces kept unanalysed
 VERDICT_LINES = 8  # of its findings, in the hang's word
 _MISSING = re.compile(r"missing ranks: \{([0-9, ]+)\}")
 _NOISE = ("tabulate is not installed",)
@@ -179,19 +183,42 @@ def keep(
     traces: Dict[str, Any],
     missing: Dict[str, str],
     refused: Optional[Dict[str, List[int]]] = None,
+    analyser: Optional[stacks.Analyser] = None,
 ) -> Dict[str, Any]:
     """The traces in `where`/flight-ATTEMPT/ (JSON, one a rank) with torch's verdict on them
     (analysis.txt); what the hang's record says of them: {dir, ranks, missing, verdict,
-    missing_ranks, refused}. refused: {host: ranks not its own it sent}."""
-    from . import stacks
+    missing_ranks, refused}. refused: {host: ranks not its own it sent}. analyser: the one
+    start_analyser() started with the ask; else one starts now."""
+    analyser = analyser or (start_analyser() if traces else None)
+    try:
+        return _keep(where, attempt, traces, missing, refused, analyser)
+    finally:
+        if analyser is not None:
+            analyser.close()
 
+
+def start_analyser() -> stacks.Analyser:
+    """torch's analyser, started now for the traces to come: it answers within VERDICT_S."""
+    from .stacks import Analyser
+
+    return Analyser(VERDICT_S)
+
+
+def _keep(
+    where: str,
+    attempt: int,
+    traces: Dict[str, Any],
+    missing: Dict[str, str],
+    refused: Optional[Dict[str, List[int]]],
+    analyser: Optional[stacks.Analyser],
+) -> Dict[str, Any]:
     folder = os.path.join(where, FOLDER + str(attempt))
     os.makedirs(folder, 0o700, exist_ok=True)
     for rank, trace in traces.items():
         _write(os.path.join(folder, "{}{}.json".format(TRACE, int(rank))), json.dumps(trace))
     said = None
-    if traces:
-        got = stacks.verdict(traces, folder, VERDICT_S)
+    if traces and analyser is not None:
+        got = analyser.verdict(traces, folder)
         said = clean(got["verdict"]) if "verdict" in got else got["error"]  # no verdict in N s
         _write(os.path.join(folder, VERDICT), said + "\n")
     return {

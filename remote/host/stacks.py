@@ -257,23 +257,57 @@ def analyse(ch: Any, req: dict[str, Any]) -> None:
     ch.answer(verdict(traces, where, ANALYSE_TIMEOUT))
 
 
-def verdict(traces: dict[str, Any], parent: str, timeout: float) -> dict[str, Any]:
-    """torch's analyser on traces ({rank: trace}, plain data), in a fresh directory under the
-    private `parent`: {verdict, code} | {error}. The pickles it reads are written here, from
-    that data, and gone after."""
-    where = tempfile.mkdtemp(prefix="flight-", dir=parent)
-    try:
-        for rank, trace in traces.items():
-            path = os.path.join(where, TRACE + str(int(rank)))
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(trace, f)
-        argv = [sys.executable, "-m", ANALYSER, "-p", TRACE, where]
+# The analyser's interpreter, started before the traces are in: importing torch is most of its
+# time (~2 s on an idle node, 15-20 s on a loaded one), and it overlaps the ranks' dumps
+_WARM = """import runpy, sys
+import {m}
+where = sys.stdin.readline().strip()
+if where:
+    sys.argv = [{m!r}, "-p", {p!r}, where]
+    runpy.run_module({m!r}, run_name="__main__", alter_sys=True)
+""".format(m=ANALYSER, p=TRACE)
+
+
+class Analyser:
+    """torch's analyser, started now, given the traces later (verdict()); `budget`: seconds
+    from its start to its verdict."""
+
+    def __init__(self, budget: float) -> None:
+        self.budget, self.deadline = budget, time.monotonic() + budget
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WARM],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+
+    def verdict(self, traces: dict[str, Any], parent: str) -> dict[str, Any]:
+        """Its verdict on traces ({rank: trace}, plain data), in a fresh directory under the
+        private `parent`: {verdict, code} | {error}. The pickles it reads are written here,
+        from that data, and gone after."""
+        where = tempfile.mkdtemp(prefix="flight-", dir=parent)
         try:
-            res = subprocess.run(argv, capture_output=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return {"error": "no verdict in {:g} s".format(timeout)}
-        text = (res.stdout + res.stderr).decode("utf-8", "replace")[-VERDICT_MAX:]
-        return {"verdict": text, "code": res.returncode}
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
+            for rank, trace in traces.items():
+                path = os.path.join(where, TRACE + str(int(rank)))
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    pickle.dump(trace, f)
+            wait = max(0.0, self.deadline - time.monotonic())
+            try:
+                out, err = self.proc.communicate((where + "\n").encode(), timeout=wait)
+            except subprocess.TimeoutExpired:
+                return {"error": "no verdict in {:g} s".format(self.budget)}
+            text = (out + err).decode("utf-8", "replace")[-VERDICT_MAX:]
+            return {"verdict": text, "code": self.proc.returncode}
+        finally:
+            self.close()
+            shutil.rmtree(where, ignore_errors=True)
+
+    def close(self) -> None:
+        """Stopped, if it still runs (no traces to analyse, or past its budget)."""
+        if self.proc.returncode is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+def verdict(traces: dict[str, Any], parent: str, timeout: float) -> dict[str, Any]:
+    """torch's analyser on traces, started now (Analyser)."""
+    return Analyser(timeout).verdict(traces, parent)

@@ -199,6 +199,10 @@ class Guard:
         node_of = {name: k for k, name in enumerate(names)}
         owners = {str(r): node_of[h] for r, h in hosts.items() if h in node_of}
         gather = hangtraces.Gather("{}.{}".format(attempt, self.asked), len(names), owners)
+        try:
+            analyser = hangtraces.start_analyser()  # torch imported while the ranks dump
+        except OSError:
+            analyser = None
         self.hub.traced = gather.add
         self.hub.ask_flight(gather.seq)
         try:
@@ -210,7 +214,7 @@ class Guard:
         traces, missing = gather.wait(hangtraces.ANSWER_S)
         refused = {names[k]: ranks for k, ranks in gather.refused().items()}
         try:
-            return hangtraces.keep(self.where, attempt, traces, missing, refused)
+            return hangtraces.keep(self.where, attempt, traces, missing, refused, analyser)
         except (OSError, ValueError):
             return None
 
