@@ -11,7 +11,7 @@ attach, monitor) are read by remote/agents/link.py and remote/agents/monitor.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.transport import HostError
@@ -22,8 +22,9 @@ TEXT_MAX = 1000  # characters kept of a text a host sends (a reason, a path, a v
 GPUS_MAX = 1024  # GPUs of one host read at most (what a host sends is bounded)
 QUEUE_MAX = 256  # holders and waiters read at most
 
-NodeState = dict[str, Any]  # a node's state.json as its host reads it (remote/host/nodes.py)
-Runs = dict[str, dict[int, NodeState | None]]  # run id → node → its state (None: none kept)
+if TYPE_CHECKING:  # a node's state.json as its host writes and reads it (remote/host/nodes.py)
+    from ddptui.remote.host.protocol import NodeState
+Runs = dict[str, dict[int, "NodeState | None"]]  # run id → node → its state (None: none kept)
 
 
 class ReplyError(HostError):
@@ -305,7 +306,7 @@ def _text_long(value: Any) -> str:
 def _state(value: Any) -> NodeState | None:
     if value is not None and not isinstance(value, dict):
         raise TypeError(type(value).__name__)
-    return value
+    return cast("NodeState | None", value)
 
 
 def _rank_dump(got: dict[str, Any]) -> RankDump:
