@@ -120,6 +120,16 @@ async def flight(agent: Agent, run_id: str, node: int, traces: bytes, timeout: f
     return str(found.get("verdict") or "")
 
 
+async def hangs(agent: Agent, run_id: str, since: int) -> dict[str, str]:
+    """The hangs node 0's host kept for the run (remote/host/watch.py): each file's name and
+    text (remote/stalls/kept.py writes only the names and JSON it knows)."""
+    found = await agent.request(protocol.HANGS, {"run_id": run_id, "since": since})
+    records = found.get("records")
+    if not isinstance(records, dict):
+        return {}
+    return {str(name): text for name, text in records.items() if isinstance(text, str)}
+
+
 async def sweep(agent: Agent, run_id: str, node: int, grace: float) -> list[str]:
     """Stop what is left of a node by the run's tags: what could not be killed."""
     args = {"run_id": run_id, "node": node, "grace": grace}

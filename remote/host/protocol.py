@@ -35,7 +35,7 @@ import hashlib
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any, Mapping, Sequence, TypedDict
+    from typing import Any, List, Mapping, Sequence, Tuple, TypedDict
 
     # -- what the hub and its peers say (HUB_*) --
 
@@ -365,6 +365,18 @@ def spec(given: Mapping[str, Any]) -> Spec:
         else:
             out[key] = type(default)(default) if isinstance(default, (list, dict)) else default
     return out  # type: ignore[return-value]  # every key of Spec, each checked above
+
+
+def say(verb: str, *args: object) -> str:
+    """A launcher's word to a supervisor (a SAY_* verb and its arguments), as one line; free
+    text goes last (its spaces are the reader's to join)."""
+    return " ".join([verb, *(str(a) for a in args)])
+
+
+def heard(line: str) -> Tuple[str, List[str]]:
+    """A launcher's word as its supervisor reads it: its verb ("" if none) and its arguments."""
+    words = line.split()
+    return (words[0], words[1:]) if words else ("", [])
 
 
 # Facts both sides act on, each said once here:

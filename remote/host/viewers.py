@@ -32,7 +32,7 @@ COMMAND_MAX = 4096  # bytes of a launcher's command line read
 
 
 class Viewers:
-    """The viewers of one node: hello() is what each is told first, command(words) gets each
+    """The viewers of one node: hello() is what each is told first, command(verb, args) gets each
     line a viewer sends."""
 
     def __init__(self, spool, hello, command, beat):
@@ -81,11 +81,11 @@ class Viewers:
     def _client(self, sock, done):
         rfile = sock.makefile("rb")
         try:
-            words = rfile.readline(256).split()
-            offset = int(words[1]) if words[:1] == [b"hello"] else 0
+            verb, args = protocol.heard(rfile.readline(256).decode("utf-8", "replace"))
+            offset = int(args[0]) if verb == protocol.SAY_HELLO else 0
         except (OSError, ValueError, IndexError):
-            words, offset = [], 0
-        view = words[2:3] == [protocol.SAY_VIEW.encode()]
+            args, offset = [], 0
+        view = args[1:2] == [protocol.SAY_VIEW]
         if not view:
             self.heard = time.monotonic()
         hello = self.hello()
@@ -96,7 +96,7 @@ class Viewers:
                 if view:
                     continue
                 self.heard = time.monotonic()
-                self.command(line[:COMMAND_MAX].decode("utf-8", "replace").split())
+                self.command(*protocol.heard(line[:COMMAND_MAX].decode("utf-8", "replace")))
         except OSError:
             pass
         finally:
