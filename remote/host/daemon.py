@@ -496,8 +496,9 @@ class Daemon:
             "spool_end": self.spool.end,
         }
 
-    def _command(self, verb: str, args: list[str]) -> None:
-        """A launcher's word on a viewer's connection (protocol.heard)."""
+    def _command(self, words: list[str]) -> None:
+        """A launcher's word on a viewer's connection, its line's words."""
+        verb, args = protocol.heard(words)
         if not verb:
             return
         if verb == protocol.SAY_STOP and args[:1] == [protocol.SAY_STOP_FAILURE]:

@@ -373,9 +373,9 @@ def say(verb: str, *args: object) -> str:
     return " ".join([verb, *(str(a) for a in args)])
 
 
-def heard(line: str) -> Tuple[str, List[str]]:
-    """A launcher's word as its supervisor reads it: its verb ("" if none) and its arguments."""
-    words = line.split()
+def heard(words: List[str]) -> Tuple[str, List[str]]:
+    """A launcher's word as its supervisor reads it (its line's words): its verb ("" if none)
+    and its arguments."""
     return (words[0], words[1:]) if words else ("", [])
 
 

@@ -32,7 +32,7 @@ COMMAND_MAX = 4096  # bytes of a launcher's command line read
 
 
 class Viewers:
-    """The viewers of one node: hello() is what each is told first, command(verb, args) gets each
+    """The viewers of one node: hello() is what each is told first, command(words) gets each
     line a viewer sends."""
 
     def __init__(self, spool, hello, command, beat):
@@ -81,7 +81,7 @@ class Viewers:
     def _client(self, sock, done):
         rfile = sock.makefile("rb")
         try:
-            verb, args = protocol.heard(rfile.readline(256).decode("utf-8", "replace"))
+            verb, args = protocol.heard(rfile.readline(256).decode("utf-8", "replace").split())
             offset = int(args[0]) if verb == protocol.SAY_HELLO else 0
         except (OSError, ValueError, IndexError):
             args, offset = [], 0
@@ -96,7 +96,7 @@ class Viewers:
                 if view:
                     continue
                 self.heard = time.monotonic()
-                self.command(*protocol.heard(line[:COMMAND_MAX].decode("utf-8", "replace")))
+                self.command(line[:COMMAND_MAX].decode("utf-8", "replace").split())
         except OSError:
             pass
         finally:

@@ -160,7 +160,8 @@ def test_the_typed_spec_names_every_key_of_the_spec_and_no_other() -> None:
 
 def test_a_launcher_s_word_is_read_as_it_was_said() -> None:
     said = protocol.say(protocol.SAY_STOP, protocol.SAY_STOP_FAILURE, 3)
-    assert protocol.heard(said) == (protocol.SAY_STOP, [protocol.SAY_STOP_FAILURE, "3"])
-    verb, args = protocol.heard(protocol.say(protocol.SAY_NO_SPARE, "no spare host is free"))
+    assert protocol.heard(said.split()) == (protocol.SAY_STOP, [protocol.SAY_STOP_FAILURE, "3"])
+    words = protocol.say(protocol.SAY_NO_SPARE, "no spare host is free").split()
+    verb, args = protocol.heard(words)
     assert (verb, " ".join(args)) == (protocol.SAY_NO_SPARE, "no spare host is free")
-    assert protocol.heard("  \n") == ("", [])
+    assert protocol.heard([]) == ("", [])
