@@ -14,7 +14,7 @@ from typing import Any
 
 from ddptui.remote.events import Gpu, GpuProcess
 from ddptui.remote.host import gpuinfo
-from ddptui.remote.host.health import CSV  # as the hosts read their GPUs: one way to ask
+from ddptui.remote.host.protocol import SMI_CSV as CSV  # as the hosts read their GPUs
 
 GPU_FIELDS = (
     *gpuinfo.QUERY_HEAD,  # index, uuid, name: the host's live leases read these (monitor.py)

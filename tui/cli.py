@@ -344,6 +344,11 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
     if args.sync is not None:
         inv = _with_sync(inv, args.sync)
     exclude = _slurm_exclude(args.exclude) if inv.slurm else ()
+    if inv.slurm is not None and args.wait is not None:  # sbatch queues it: Slurm's GPUs
+        raise UsageError(
+            f"--wait: {args.inventory} hands the job to Slurm (slurm:), whose queue it waits "
+            "in: its nodes' GPUs are Slurm's to share, not leased (drop --wait)"
+        )
     import asyncio
 
     from ddptui.remote.run.runner import new_run_id

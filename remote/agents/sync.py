@@ -35,7 +35,7 @@ from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import CodeSynced, Event
-from ddptui.remote.host.sync import file_sha256
+from ddptui.remote.host.protocol import file_sha256
 from ddptui.remote.inventory import Host, Inventory, Sync
 
 # Never code: version control, caches, virtualenvs (interpreter-specific, often huge) and the

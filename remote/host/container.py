@@ -25,13 +25,13 @@ import subprocess
 import threading
 import time
 
+from .protocol import DAEMONS
+
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
     from typing import Any
 
 LABEL = "ddptui.run"
-DAEMONS = ("docker", "podman")  # their containers outlive the client: swept by label (and
-# the inventory refuses their options on the others)
 TAGS = ("DDPTUI_RUN_ID", "DDPTUI_NODE")  # the supervisor's tags (remote/host/procs.py)
 SHIM = "ddptui_shim.py"  # written into the run's private directory, run by the image's python
 READY = "container.started"  # the shim makes it once the job has started: a later exit is the job's

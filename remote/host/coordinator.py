@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from .role import Step, Supervisor
-    from .watch import Watch
+    from .watch import HangWatch
 
 
 class Coordinator(Role):
@@ -71,7 +71,7 @@ class Coordinator(Role):
         latest = self.saves.look() if attempt == 0 else self.saves.latest  # a restart: the end's
         return latest["path"] if latest else ""
 
-    def watch(self, attempt: int) -> Watch | None:
+    def watch(self, attempt: int) -> HangWatch | None:
         return self.hangs.start(attempt)
 
     def feed(self, data: bytes, attempt: int) -> None:

@@ -203,7 +203,7 @@ class Daemon:
         said += " (after {})".format(after) if after else ""
         text = said.encode("utf-8", "replace")
         if self.ranks:
-            data = b"".join(b"[%d]:%s\n" % (rank, text) for rank in self.ranks)
+            data = b"".join(ranktag.tag(rank) + text + b"\n" for rank in self.ranks)
         else:
             data = text + b"\n"  # ranks yet unknown: the node's own line
         self._append(wire.record(b"1", now_ms(), data))
@@ -259,7 +259,7 @@ class Daemon:
         """A rank's bar being redrawn: told for its progress (never a log line)."""
         text = shown.decode("utf-8", "replace")
         self.note(t=protocol.REDRAWN, rank=rank, text=text)
-        self.role.feed(b"[%d]:%s\n" % (rank, shown), self.number)
+        self.role.feed(ranktag.tag(rank) + shown + b"\n", self.number)
 
     def _spool_lines(self, stream, data):
         if self.att is not None:
@@ -355,7 +355,7 @@ class Daemon:
         warning is told, a failure ends the attempt at once, naming the GPU, and the host is
         bad for the rest of the run."""
         with att.reading:
-            watch = healthwatch.Watch(self.smi, run=self.own.run)
+            watch = healthwatch.HealthWatch(self.smi, run=self.own.run)
             watch.begin()
             att.watch = watch
         while not att.done.wait(healthwatch.INTERVAL_S):

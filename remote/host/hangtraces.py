@@ -25,6 +25,8 @@ import threading
 import time
 import zlib
 
+from .flightfiles import FOLDER, PIPE_VAR, TRACE, VERDICT
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
@@ -39,7 +41,6 @@ DUMP_S = 10.0  # how long a rank has to write its trace (NCCL's first dump: ~5 s
 ANSWER_S = DUMP_S + 3.0  # how long node 0 waits for every node's pieces
 VERDICT_S = 10.0  # torch's analyser (~2 s here); past it the traces are kept, unanalysed
 VERDICT_LINES = 8  # of its findings, in the hang's word
-PIPE_VAR = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE"  # set where nccl.flight_recorder is on
 _MISSING = re.compile(r"missing ranks: \{([0-9, ]+)\}")
 _NOISE = ("tabulate is not installed",)
 
@@ -184,15 +185,15 @@ def keep(
     missing_ranks, refused}. refused: {host: ranks not its own it sent}."""
     from . import stacks
 
-    folder = os.path.join(where, "flight-{}".format(attempt))
+    folder = os.path.join(where, FOLDER + str(attempt))
     os.makedirs(folder, 0o700, exist_ok=True)
     for rank, trace in traces.items():
-        _write(os.path.join(folder, "{}{}.json".format(stacks.TRACE, int(rank))), json.dumps(trace))
+        _write(os.path.join(folder, "{}{}.json".format(TRACE, int(rank))), json.dumps(trace))
     said = None
     if traces:
         got = stacks.verdict(traces, folder, VERDICT_S)
         said = clean(got["verdict"]) if "verdict" in got else got["error"]  # no verdict in N s
-        _write(os.path.join(folder, "analysis.txt"), said + "\n")
+        _write(os.path.join(folder, VERDICT), said + "\n")
     return {
         "dir": folder,
         "ranks": sorted(int(r) for r in traces),

@@ -27,6 +27,7 @@ import signal
 import time
 
 from .owncommands import OwnCommands
+from .protocol import SMI_CSV as CSV
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
@@ -61,7 +62,6 @@ FIELD_SETS = (
     _COMMON + _REMAP + tuple("clocks_throttle_reasons." + r for r in _REASONS),
     _COMMON + tuple("clocks_throttle_reasons." + r for r in _REASONS),
 )
-CSV = "--format=csv,noheader,nounits"
 SLOWDOWN = {
     "hw_slowdown": "hardware slowdown",
     "hw_thermal_slowdown": "hardware thermal slowdown",

@@ -42,7 +42,7 @@ def worth_watching(smi: str | None, ib_root: str = health.SYS_IB) -> bool:
     return bool(smi) or bool(health.ib_ports(ib_root))
 
 
-class Watch:
+class HealthWatch:
     """One attempt's watch of this host: `begin` reads how it is, each `poll` says what
     changed since: (failures, warnings), issues as health.py words them."""
 

@@ -12,6 +12,7 @@ import os
 
 from . import container, job
 from .common import log
+from .protocol import DAEMONS
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ class JobBox:
 
     def name(self) -> str | None:
         """The container's name, for a runtime with a daemon (docker, podman)."""
-        if not self.box or self.runtime not in container.DAEMONS:
+        if not self.box or self.runtime not in DAEMONS:
             return None
         return container.name(self.spec["run_id"], self.node)
 
@@ -67,7 +68,7 @@ class JobBox:
         started = os.path.exists(os.path.join(self.dir, container.READY))
         said = att.err[-4096:].decode("utf-8", "replace")
         why = container.start_failure(self.box, code, said, started)
-        if self.runtime in container.DAEMONS and 128 < code < 160:
+        if self.runtime in DAEMONS and 128 < code < 160:
             code = -(code - 128)  # docker and podman say 128+N for a signal
         return code, why
 

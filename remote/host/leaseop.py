@@ -35,6 +35,9 @@ APPS_S = 5.0  # how often it asks nvidia-smi again what runs on the GPUs (its co
 
 _held: dict[tuple[str, int], lease.Held] = {}  # (run id, node) → taken, not yet handed over
 _held_lock = threading.Lock()
+# The checks' nvidia-smi answers, parsed (when, GPUs, apps): the launch's lease, on the same
+# agent moments later, takes them as they are (asking again was most of the lease's cost)
+_probed: tuple[float, list[gpuinfo.Gpu], Any] | None = None
 
 
 def take_over(run_id, node):
@@ -46,18 +49,28 @@ def take_over(run_id, node):
 def serve(ch, req):
     want = req.get("want") or {}
     try:
-        found = lease.read_gpus()
+        asked_at, found = _read_gpus()
     except LeaseError as exc:  # its GPUs cannot be listed: none can be leased (the checks fail it)
         return ch.answer({"t": "none", "error": str(exc)})
     if not found:
         return ch.answer({"t": "none"})
     waiter = Waiter(ch, want, *found)
+    waiter.asked_at = asked_at
     try:
         waiter.run()
     except LeaseError as exc:
         ch.answer({"t": "error", "error": str(exc)})
     finally:
         waiter.leave()
+
+
+def _read_gpus():
+    """(when nvidia-smi was asked, lease.read_gpus()): the checks' answers where they are as
+    fresh as a waiting launch's (APPS_S), else asked now."""
+    now, probed = time.monotonic(), _probed
+    if probed is not None and now - probed[0] <= APPS_S:
+        return probed[0], probed[1:]
+    return now, lease.read_gpus()
 
 
 class Waiter:
@@ -242,8 +255,10 @@ def view(req=None):
 def for_probe(listed, apps, want):
     """The checks' view, from the nvidia-smi answers the probe has: view_of's, and the GPUs
     this node may take (`candidates`: its pins, or what CUDA_VISIBLE_DEVICES names)."""
-    gpus = gpuinfo.parse_list(listed)
-    said = dict(view_of(gpus, gpuinfo.parse_apps(apps)), busy=want.get("busy"))
+    global _probed
+    gpus, running = gpuinfo.parse_list(listed), gpuinfo.parse_apps(apps)
+    _probed = (time.monotonic(), gpus, running)
+    said = dict(view_of(gpus, running), busy=want.get("busy"))
     try:
         said["candidates"] = [g.index for g, _ in lease.candidates(gpus, want)]
     except LeaseError as exc:

@@ -15,6 +15,8 @@ Then it runs the host's own sitecustomize, if there is one. Standard library onl
 
 import os
 
+from . import ranktag
+
 SITECUSTOMIZE = r'''# Written by ddptui's supervisor (see remote/host/linebuf.py in ddptui).
 import io, os, sys, threading
 
@@ -36,7 +38,7 @@ class _Lines(io.TextIOWrapper):
     Each thread keeps its own unfinished line: one thread's half line must not take in
     another's."""
 
-    _tag = None  # "[3]:" once known (remote/host/ranktag.py's tag; not importable here)
+    _tag = None  # "[3]:" once known
     _bol = True  # the next character starts a line
     _rests = None  # thread id -> its unfinished line, [length, pieces] (set by _wrap)
 
@@ -51,9 +53,15 @@ class _Lines(io.TextIOWrapper):
         if self._tag is None and _TAGS:
             rank = _rank()
             if rank is not None:
-                self._tag = "[%d]:" % rank
+                self._tag = _FORMAT % rank
         rests, me = self._rests, _ident()
         held = rests.pop(me, None)  # this thread's unfinished line: [length, pieces]
+        if held is _CUT:  # its line left as a piece: the newline that ends it is said
+            held = None
+            if s[0] == "\n":
+                s = s[1:]
+                if not s:
+                    return n
         cut = s.rfind("\n") + 1
         if cut:  # line_buffering: the text ends with a newline, so it leaves now
             self._emit(s[:cut] if held is None else "".join(held[1]) + s[:cut])
@@ -69,11 +77,12 @@ class _Lines(io.TextIOWrapper):
             rests[me] = held
         else:  # an endless line leaves in pieces, each a line
             self._emit("".join(held[1]) + "\n")
+            rests[me] = _CUT  # print()'s own newline, next, adds no empty line
         return n
 
     def flush(self):
         held = self._rests.pop(_ident(), None) if self._rests else None
-        if held:  # asked for: a prompt, a progress bar
+        if held:  # asked for: a prompt, a progress bar (a line just cut has nothing held)
             self._emit("".join(held[1]))
         super().flush()
 
@@ -101,7 +110,9 @@ def _wrap(name):
 
 
 _CAP = 1 << 16  # characters of one unfinished line held at most; then it leaves as a piece
+_CUT = []  # in _rests: the thread's last write ended its line as a piece
 _TAGS = os.environ.get("DDPTUI_RANK_TAGS") == "1"
+_FORMAT = "@FORMAT@"  # the tag: remote/host/ranktag.py's, put here as this source is written
 _wrap("stdout")
 _wrap("stderr")
 
@@ -117,7 +128,7 @@ except ImportError:
 finally:
     sys.path[:] = _path
     sys.modules.setdefault("sitecustomize", _me)  # the import that ran us looks for one
-'''
+'''.replace('"@FORMAT@"', repr(ranktag.FORMAT))
 
 
 def site_dir(ndir):

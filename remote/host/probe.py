@@ -20,7 +20,7 @@ import sys
 
 from . import health
 from .netif import bind_error, free_port, route_ifname
-from .sync import file_sha256
+from .protocol import file_sha256
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:

@@ -31,6 +31,8 @@ launcher (seconds of silence after which the agent leaves).
 
 from __future__ import annotations
 
+import hashlib
+
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
     from typing import Any, TypedDict
@@ -321,6 +323,21 @@ def spec(given: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = type(default)(default) if isinstance(default, (list, dict)) else default
     return out
+
+
+# Facts both sides act on, each said once here:
+SMI_CSV = "--format=csv,noheader,nounits"  # how nvidia-smi is asked, by the hosts and the launcher
+DAEMONS = ("docker", "podman")  # runtimes whose containers outlive the client: swept by label
+# (and the inventory refuses their options on the others)
+
+
+def file_sha256(path: str) -> str:
+    """A file's name for job.sync and the probe, the same on both sides."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def beat_interval(link_timeout: float) -> float:

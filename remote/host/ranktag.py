@@ -1,20 +1,22 @@
 """A rank's lines on a node's stream, host side: `[3]:hello` is rank 3's line "hello"; a line
 with no tag is the node's own.
 
-The tag is torchrun's own (`--tee`); tail.py writes it for the ranks it reads from their files.
-The launcher reads it with its twin, remote/run/ranktag.py (the same names; the host code ships
-alone, so each side keeps its copy). linebuf.py writes it too, on its own: it runs inside the
-job's python, where this package is not importable.
+The tag is torchrun's own (`--tee`), written here once for both sides: tail.py and the
+supervisor (daemon.py) write it where torchrun does not, linebuf.py has the job's own python
+write it (FORMAT, put into its source: this package is not importable there), and the launcher
+reads it by TAG (remote/run/ranktag.py).
 """
 
 import re
 
-TAGGED = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)$", re.MULTILINE)  # the last line may be partial
+FORMAT = "[%d]:"  # a rank's tag, its global rank in it
+TAG = r"\[(\d{1,9})\]:"  # FORMAT read back: the rank as int() reads it
+TAGGED = re.compile(r"^(?:" + TAG + r")?(.*)$", re.MULTILINE)  # the last line may be partial
 
 
 def tag(rank):
     """The bytes that start each of rank's lines."""
-    return b"[%d]:" % rank
+    return (FORMAT % rank).encode()
 
 
 def untag(text):

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from .owncommands import OwnCommands
     from .vitals import Node
-    from .watch import Watch
+    from .watch import HangWatch
 
     Step = tuple[int, str | None]  # (attempt, after what): an attempt to start
 
@@ -55,7 +55,7 @@ class Role:
         None where job.checkpoint is not set."""
         return None
 
-    def watch(self, attempt: int) -> Watch | None:
+    def watch(self, attempt: int) -> HangWatch | None:
         """The attempt's job runs: the run's hang watch over it, where this node keeps one."""
         return None
 

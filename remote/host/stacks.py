@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from . import procs, state
+from .flightfiles import PIPE, TRACE
 from .probe import _start, find_py_spy, ptrace_rights
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 DUMP_TIMEOUT = 20.0
-PIPE = "nccl_pipe_rank_"  # + rank + ".pipe", in the node's scratch dir (remote/stalls/flight.py)
-TRACE = "nccl_trace_rank_"  # + rank
 TRACE_MAX = 64 << 20  # bytes of one rank's trace
 FLIGHT_POLL = 0.1
 ANALYSER = "torch.distributed.flight_recorder.fr_trace"

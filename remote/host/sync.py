@@ -23,10 +23,11 @@ from __future__ import annotations  # py3.8: annotations stay unevaluated
 
 import contextlib
 import errno
-import hashlib
 import json
 import os
 import stat
+
+from .protocol import file_sha256
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 def serve(ch: Any, req: dict[str, Any], step: str) -> None:
     """req: {dest}; the data follows on the channel."""
-    import tarfile  # here: the probe imports this module for file_sha256 alone, on every host
+    import tarfile  # here: tar's import costs every host start; only a sync needs it
 
     root = os.path.expanduser(req["dest"])
     try:
@@ -68,14 +69,6 @@ def _same(root: str, rel: str, size: int, sha: str, mtime: float) -> bool:
         return abs(st.st_mtime - mtime) < MTIME_SLACK or file_sha256(path) == sha
     except OSError:
         return False
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def put(root: str, stream: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 
-from . import hangtraces, state
+from . import flightfiles, hangtraces, state
 from .hangrule import HangRule
 from .policy import spares_left
 from .straggle import Stragglers
@@ -30,11 +30,13 @@ POLL_S = 5.0  # between two asks
 ANSWER_S = 10.0  # how long one ask's answers are waited for (py-spy reads a few ranks)
 KEPT_MAX = 6 << 20  # bytes of kept hangs a launcher fetches: one answer (wire.FRAME_MAX), escaped
 _HANG = re.compile(r"hang-[0-9]+\.json\Z")  # what keep() writes
-_FLIGHT = re.compile(r"flight-[0-9]+\Z")  # what hangtraces.keep() writes, and in it:
-_TRACE = re.compile(r"(nccl_trace_rank_[0-9]+\.json|analysis\.txt)\Z")
+_FLIGHT = re.compile(flightfiles.FOLDER + r"[0-9]+\Z")  # what hangtraces.keep() writes, in it:
+_TRACE = re.compile(
+    "({}[0-9]+\\.json|{})\\Z".format(flightfiles.TRACE, re.escape(flightfiles.VERDICT))
+)
 
 
-class Watch:
+class HangWatch:
     """ask(seq, stacks): asks every node (node 0's own supervisor too); each answers through
     `answer(node, seq, sample)`. on_hang(hang, ranks, hosts) runs in the watch's thread."""
 
@@ -74,7 +76,7 @@ class Watch:
             self.cond.notify_all()
 
     def run(self) -> None:
-        """Until stop(): one attempt's watch (a new attempt gets a new Watch)."""
+        """Until stop(): one attempt's watch (a new attempt gets a new HangWatch)."""
         while not self.stopped.is_set():
             self.step()
             self.stopped.wait(self.poll)
@@ -110,7 +112,7 @@ class Watch:
 
 
 class Guard:
-    """Node 0's side: a Watch over each attempt, and what a hang does. hub: the run's Hub;
+    """Node 0's side: a HangWatch over each attempt, and what a hang does. hub: the run's Hub;
     node: node 0's own vitals.Node; word(event, status, message): the daemon's (the stream,
     the console, job.notify)."""
 
@@ -122,7 +124,7 @@ class Guard:
         self.last: Any = None  # (attempt, the culprits' hosts) of the last hang
         self.asked = 0  # flight recorder asks, for their seq
 
-    def start(self, attempt: int) -> Optional[Watch]:
+    def start(self, attempt: int) -> Optional[HangWatch]:
         """The attempt's watch, running; None where job.hang_after is off."""
         if self.spec["hang_after"] is None:
             return None
@@ -131,7 +133,7 @@ class Guard:
             self.hub.ask(seq, stacks)
             _thread(lambda: watch.answer(0, seq, self.node.sample(stacks)))
 
-        watch = Watch(self.spec["names"], self.spec["hang_after"], ask,
+        watch = HangWatch(self.spec["names"], self.spec["hang_after"], ask,
                       lambda *found: self.hung(attempt, *found),
                       on_straggler=lambda *found: self.straggler(attempt, *found))  # fmt: skip
         self.hub.sampled = watch.answer

@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from ddptui.remote import fold
-from ddptui.remote.host.container import DAEMONS  # runtimes whose containers outlive us
+from ddptui.remote.host.protocol import DAEMONS  # runtimes whose containers outlive us
 from ddptui.remote.inventory.errors import InventoryError, describe, dotted, line_of, node_at
 from ddptui.remote.inventory.model import (
     Container,

@@ -26,6 +26,7 @@ from typing import Any
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Agent, Channel
 from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.silence import Silence
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Failure, Notice
 from ddptui.remote.host import protocol
@@ -65,7 +66,7 @@ def launcher() -> str:
 class _Node:
     """One node's `gpu-lease` channel: its host's words, in order."""
 
-    def __init__(self, name: str, agent: Agent, asked: dict[str, Any], silence: float) -> None:
+    def __init__(self, name: str, agent: Agent, asked: dict[str, Any], silence: Silence) -> None:
         self.name, self.agent, self.silence = name, agent, silence
         self.words: asyncio.Queue[ops.Leasing] = asyncio.Queue()
         self.last = ops.Leasing("wait")
@@ -87,9 +88,10 @@ class _Node:
 
     def silent(self) -> ops.Leasing | None:
         """An error word once its host has said nothing for link_timeout (cut off)."""
-        quiet = time.monotonic() - self.agent.heard
-        if quiet <= self.silence:
+        now = time.monotonic()
+        if not self.silence.silent(self.agent.heard, now):
             return None
+        quiet = now - self.agent.heard
         return ops.Leasing("error", error=f"not heard from for {quiet:.0f} s (cut off?)")
 
     async def next(self) -> ops.Leasing:
@@ -153,7 +155,7 @@ class Leases:
                 agent = await self.fleet.agent(k, self.emit)
             except HostError as exc:
                 return self._refuse(f"{exc.host} cannot lease its GPUs: {exc.reason}")
-            self.nodes[k] = _Node(agent.name, agent, args, self.silence)
+            self.nodes[k] = _Node(agent.name, agent, args, Silence(self.silence))
         return True
 
     async def _all(self) -> dict[int, ops.Leasing]:

@@ -23,6 +23,7 @@ from ddptui.remote.agents import ops
 from ddptui.remote.agents.agent import Channel
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.link import Item, NodeLink, Record
+from ddptui.remote.agents.silence import Silence
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import (
     Alert,
@@ -43,12 +44,12 @@ from ddptui.remote.events import (
 from ddptui.remote.host import protocol
 from ddptui.remote.run import nodemsg
 from ddptui.remote.run.failures import FailureTracker
-from ddptui.remote.run.progress import Watch
-from ddptui.remote.run.ranktag import untag
+from ddptui.remote.run.hubview import HubView
+from ddptui.remote.run.progress import ProgressReader
+from ddptui.remote.run.ranktag import tagged, untag
 from ddptui.remote.run.verdict import Attempts, Verdict
 
 STREAMS: dict[bytes, Stream] = {b"1": "stdout", b"2": "stderr"}
-AWAY_BEATS = 3  # the launcher's own clock jumped by this many beats: it was not running
 
 
 @dataclass
@@ -65,6 +66,10 @@ class Node:
     at: float = 0.0  # host clock of that word
     stopped_at: float | None = None  # host clock of its word that it was told to stop
     concluded: bool = False  # its ending of `attempt` is told (NodeExited)
+    stored: int = 0  # its spool's offset the run dir's logs hold already (shown, not stored)
+    link: NodeLink | None = None  # its stream, once followed
+    task: asyncio.Future[None] | None = None  # following it, to its end
+    hub_told: Channel | None = None  # the stream told where node 0's hub listens
 
 
 Start = tuple[Node, str, dict[str, Any]]  # a node, the op that starts it, its arguments
@@ -72,40 +77,43 @@ Start = tuple[Node, str, dict[str, Any]]  # a node, the op that starts it, its a
 
 @dataclass
 class Gang:
+    """The run's nodes, each followed to its end; each node's own state is its Node's."""
+
     run_id: str
     fleet: Fleet
     emit: Callable[[Event], None]
-    link_timeout: float
+    silence: Silence  # when a host is lost, and what its stream's end means
     grace: float
-    master_addr: str = ""
     names: tuple[str, ...] = ()  # every node's host, as the run began
-    nnodes: int = 0
     tracker: FailureTracker = field(default_factory=FailureTracker)
-    progress: Watch | None = None  # the training's progress, read from the lines
+    progress: ProgressReader | None = None  # the training's progress, read from the lines
     replayed_progress: bool = True  # False: an attach's replay is not read for it (seeded)
     attempts: Attempts = field(default_factory=Attempts)
     detached: bool = False  # this launcher let the run go (detached it, or left it as it was)
     viewer: bool = False  # it only watches: it says nothing that changes the run (NodeLink.view)
     user_stop: bool = False  # a user's stop: never followed by a restart
-    links: dict[int, NodeLink] = field(default_factory=dict)
-    nodes: dict[int, Node] = field(default_factory=dict)
-    tasks: dict[int, asyncio.Future[None]] = field(default_factory=dict)  # each node followed
+    nodes: dict[int, Node] = field(default_factory=dict)  # node rank → the node in that place
     # Node 0's hub said a spare must take a lost node's place: told to on_replace once what
     # node 0 spooled is read (an attach replays old words first).
     on_replace: Callable[[nodemsg.Restart], None] | None = None
-    _replace: nodemsg.Restart | None = None
+    hub: HubView = field(default_factory=HubView)  # node 0's hub, as heard
     running: asyncio.Event = field(default_factory=asyncio.Event)  # every node has started
-    stored: dict[int, int] = field(default_factory=dict)  # node → spool offset the logs hold
-    away: float = 0.0  # seconds the launcher itself was not running (a laptop's lid closed)
     retired: list[dict[str, Any]] = field(default_factory=list)  # unread() of retired nodes
-    woke: float = 0.0  # when it ran again (monotonic): no silence before counts against a host
     _sweeps: list[asyncio.Future[None]] = field(default_factory=list)
-    hub_port: int | None = None  # where node 0's hub listens, once it said so
-    hub_heard: asyncio.Event = field(default_factory=asyncio.Event)  # ... and it has
-    _hub: str | None = None  # the line that tells a supervisor where node 0's hub listens
-    ended_by: str | None = None  # the nodes' allocation ended under the run (Slurm's word)
-    _hub_told: dict[int, Channel] = field(default_factory=dict)  # node → the stream told it
-    run_end: nodemsg.RunEnd | None = None  # node 0's hub: the run ends, and why no restart
+
+    @property
+    def links(self) -> dict[int, NodeLink]:
+        """Each node's stream, by node rank."""
+        return {k: n.link for k, n in self.nodes.items() if n.link is not None}
+
+    @property
+    def tasks(self) -> list[asyncio.Future[None]]:
+        """Each node followed."""
+        return [n.task for n in self.nodes.values() if n.task is not None]
+
+    @property
+    def hub_port(self) -> int | None:
+        return self.hub.port
 
     @property
     def verdict(self) -> Verdict:
@@ -161,33 +169,31 @@ class Gang:
         starts: Sequence[Start],
         master_addr: str,
         *,
-        stored: dict[int, int] | None = None,
         seeded: bool = False,
     ) -> None:
         """Follow every node from its start (or attach): the peers reach node 0's hub at
-        master_addr; `stored`, node → spool offset the run dir's logs hold already (shown, not
-        stored again); `seeded`: the progress is known, an attach's replay is not read for it."""
-        self.master_addr = master_addr
-        self.stored = dict(stored or {})
+        master_addr; `seeded`: the progress is known, an attach's replay is not read for it."""
+        self.hub.addr = master_addr
         self.replayed_progress = not seeded
         for node, op, args in starts:
             self.begin(node, op, args)
 
     def begin(self, node: Node, op: str, args: dict[str, Any]) -> None:
-        """Follow a node from now on (start or attach): `wait` waits for it too."""
-        self.tasks[node.node_rank] = asyncio.ensure_future(self.follow(node, op, args))
+        """Follow a node from now on (start or attach), in its node rank's place: `wait`
+        waits for it too."""
+        self.nodes[node.node_rank] = node
+        node.link = NodeLink(self.run_id, node.node_rank, view=self.viewer)
+        node.task = asyncio.ensure_future(self.follow(node, node.link, op, args))
 
     async def wait(self) -> None:
         """Until every node followed (those begun meanwhile too) is over."""
-        while pending := [t for t in self.tasks.values() if not t.done()]:
+        while pending := [t for t in self.tasks if not t.done()]:
             await asyncio.wait(pending)
-        await asyncio.gather(*self.tasks.values())
+        await asyncio.gather(*self.tasks)
 
-    async def follow(self, node: Node, op: str, args: dict[str, Any]) -> None:
+    async def follow(self, node: Node, link: NodeLink, op: str, args: dict[str, Any]) -> None:
         """Open the node's stream (start or attach) and follow it to its end."""
         k = node.node_rank
-        self.nodes[k] = node
-        link = self.links[k] = NodeLink(self.run_id, k, view=self.viewer)
         for text in self._agent_noise(k):  # what its login printed: the node's own output
             self.emit(LogBatch(node.name, k, "stdout", ((None, text),)))
         while True:
@@ -209,7 +215,8 @@ class Gang:
         it is still heard (a bad host: its supervisor stops its job and leaves), its stream is
         first read to its end, `wait` seconds at most: its last lines and its own word on its
         end, which a give-up would drop and call it lost."""
-        task, link, node = self.tasks.get(k), self.links.get(k), self.nodes.get(k)
+        node = self.nodes.get(k)
+        task, link = (node.task, node.link) if node is not None else (None, None)
         if wait and task is not None and link is not None and not link.lost:
             await asyncio.wait([task], timeout=wait)
         if link is not None:
@@ -228,7 +235,7 @@ class Gang:
         it can be reached (remote/run/late.py)."""
         if self.detached:  # an attach reads them all
             return []
-        found = [e for k, node in self.nodes.items() for e in self._unread(node, self.links[k])]
+        found = [e for n in self.nodes.values() if n.link for e in self._unread(n, n.link)]
         return self.retired + found
 
     def _unread(self, node: Node, link: NodeLink) -> list[dict[str, Any]]:
@@ -259,7 +266,7 @@ class Gang:
             link.say(protocol.SAY_STOP)
         elif self.verdict.cause and node.started and node.attempt == self.attempts.current:
             link.say(self._stop_line("failure"))
-        self._tell_hub(k, link)
+        self._tell_hub(node)
         return await done or ""
 
     async def keep_leases(self) -> None:
@@ -267,27 +274,18 @@ class Gang:
 
         If the launcher itself was not running (its clock jumped: a laptop asleep, a SIGSTOP),
         the silence is its own: what the hosts sent meanwhile is read before anyone is judged."""
-        beat = protocol.beat_interval(self.link_timeout)
         last = time.monotonic()
         while True:
-            await asyncio.sleep(beat)
+            await asyncio.sleep(self.silence.beat)
             now = time.monotonic()
-            if now - last > AWAY_BEATS * beat + 1.0:  # the hosts heard nothing from `last`
-                self.away = max(self.away, now - last)
-                self.emit(
-                    Notice(
-                        "warning",
-                        f"ddptui itself was not running for {self.away:.0f} s (asleep or "
-                        "stopped): the hosts are judged once what they said meanwhile is read",
-                    )
-                )
-                self.woke = now  # the hosts are judged afresh, once they had their say
+            if (slept := self.silence.slept(last, now)) is not None:
+                self.emit(Notice("warning", slept))
             last = now
             for k, link in self.links.items():
                 if link.ended or link.lost or link.channel is None:
                     continue
                 link.say(protocol.SAY_PING)
-                if self._silent(link, now):
+                if self.silence.silent(link.heard, now):
                     link.give_up()
                     agent = self.fleet.agents.get(k)
                     if agent is not None:
@@ -296,7 +294,7 @@ class Gang:
     def allocation_ended(self, why: str) -> None:
         """The nodes are gone with their allocation (a Slurm job that ended under the run):
         every stream still open ends now, `why` its node's end, not a wait for the lease."""
-        self.ended_by = why
+        self.silence.ended_by = why
         for k, link in self.links.items():
             if not link.ended and not link.lost:
                 link.give_up()
@@ -304,20 +302,10 @@ class Gang:
                 if agent is not None:
                     agent.drop()
 
-    def _silent(self, link: NodeLink, now: float) -> bool:
-        """Not heard from for link_timeout, counted from the launcher's wake if it slept."""
-        return now - max(link.heard, self.woke) > self.link_timeout
-
     @property
     def reason(self) -> str:
-        """Why a run ended lost (the hosts' lease): the launcher's own absence, if it was
-        away past the lease; else what the hosts said."""
-        if self.away:
-            return (
-                f"ddptui itself was not running for {self.away:.0f} s (asleep or stopped), "
-                f"past the {self.link_timeout:g} s lease: the hosts ended the run"
-            )
-        return self.verdict.lease
+        """Why a run ended lost (the hosts' lease)."""
+        return self.silence.reason(self.verdict.lease)
 
     async def _reconnect(self, node: Node, link: NodeLink, why: str) -> bool:
         """The stream again, resumed where it stopped; False: given up (lost, or detached)."""
@@ -327,21 +315,14 @@ class Gang:
         if agent is not None and not why:
             return True  # the agent is fine; its supervisor's stream ended early: attach again
         self.emit(HostState(name, k, "disconnected", "reconnecting"))
-        self.emit(
-            Notice(
-                "warning",
-                f"connection lost; reconnecting (the job runs on; the host counts as lost "
-                f"after {self.link_timeout:g} s without a word)",
-                host=name,
-            )
-        )
+        self.emit(Notice("warning", self.silence.reconnecting, host=name))
         delay = 0.5
         while not link.lost and not self.detached:
             try:
                 if not await _unless(link.given_up, self.fleet.reconnect(k, self.emit)):
                     break  # lost meanwhile: no login attempt is waited out
             except HostError:
-                if self._silent(link, time.monotonic()):
+                if self.silence.silent(link.heard, time.monotonic()):
                     link.give_up()
                     break
                 await asyncio.sleep(delay)
@@ -362,38 +343,45 @@ class Gang:
                     self._message(node, link, nodemsg.parse(item.message()), item.at)
                 else:
                     text = item.data.decode("utf-8", "surrogateescape")
-                    stored = item.end <= self.stored.get(node.node_rank, 0)
+                    stored = item.end <= node.stored
                     self._lines(node, STREAMS[item.kind], text, item.at, link.replaying, stored)
             else:
                 msg = nodemsg.parse(item)
                 if isinstance(msg, nodemsg.StartError):  # the agent's: no supervisor
                     node.end, node.at = msg, time.time()
-                elif isinstance(msg, nodemsg.Trimmed) and msg.missed:
+                elif isinstance(msg, nodemsg.Trimmed) and (unread := self._missed(node, msg)):
                     self.emit(
                         Notice(
                             "warning",
-                            f"{msg.missed} bytes of output were trimmed on the host before "
-                            "ddptui could read them (job.spool_max_mb)",
+                            f"{unread} bytes of output were trimmed on the host before ddptui "
+                            "could read them (job.spool_max_mb)",
                             host=node.name,
                         )
                     )
-        if node.node_rank == 0 and self._replace is not None and link.caught_up:
-            restart, self._replace = self._replace, None
+        if node.node_rank == 0 and self.hub.restart is not None and link.caught_up:
+            restart, self.hub.restart = self.hub.restart, None
             if self.on_replace is not None and not (self.user_stop or self.viewer):
                 self.on_replace(restart)
+
+    def _missed(self, node: Node, msg: nodemsg.Trimmed) -> int:
+        """Of the bytes a replay asked for and the host had trimmed, those the run dir's logs
+        do not hold already (an attach replays from the first byte, to show it)."""
+        if not msg.at:
+            return msg.missed
+        return max(0, min(msg.missed, msg.at - node.stored))
 
     def _message(self, node: Node, link: NodeLink, msg: nodemsg.Message | None, at: float) -> None:
         k, name = node.node_rank, node.name
         if isinstance(msg, nodemsg.Redrawn):
             if self.progress is not None:
-                self.progress.feed(f"[{msg.rank}]:{msg.text}\n", node.attempt, at, 1, k)
+                self.progress.feed(tagged(msg.rank, msg.text), node.attempt, at, 1, k)
             return
         if isinstance(msg, nodemsg.Started):
             self.attempts.seen(msg.attempt, at)
             if msg.attempt > node.attempt:  # its lines of the last attempt tell nothing now
                 self.tracker.forget(name)
-            if self._replace is not None and msg.attempt >= self._replace.attempt:
-                self._replace = None  # done already (an attach's replay)
+            if self.hub.restart is not None and msg.attempt >= self.hub.restart.attempt:
+                self.hub.restart = None  # done already (an attach's replay)
             node.attempt, node.started, node.end, node.concluded = msg.attempt, True, None, False
             node.stopped_at = None
             node.ranks = msg.ranks or node.ranks
@@ -402,7 +390,7 @@ class Gang:
             if k == 0 and msg.hub_port:
                 self._hub_at(msg.hub_port)
             else:
-                self._tell_hub(k, link)
+                self._tell_hub(node)
             self._check_running()
         elif isinstance(msg, nodemsg.HubPort) and k == 0:
             self._hub_at(msg.port)
@@ -429,7 +417,7 @@ class Gang:
             node.attempt, node.end, node.at = msg.attempt, msg, at
             self._conclude(node, link, "")
         elif isinstance(msg, nodemsg.RunEnd):
-            self.run_end = msg
+            self.hub.run_end = msg
         elif isinstance(msg, nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed):
             self._hub_said(node, msg, at)
         elif isinstance(msg, nodemsg.Health):
@@ -447,23 +435,23 @@ class Gang:
 
     def _hub_at(self, port: int) -> None:
         """Node 0's hub listens at `port`: every other node's supervisor is told."""
-        hub = f"{protocol.SAY_HUB} {self.master_addr} {port}"
-        self.hub_port = port
-        self.hub_heard.set()
-        if hub != self._hub:
-            self._hub, self._hub_told = hub, {}
-        for j, other in self.links.items():
-            self._tell_hub(j, other)
+        if self.hub.listens(port):
+            for node in self.nodes.values():
+                node.hub_told = None
+        for node in self.nodes.values():
+            self._tell_hub(node)
 
-    def _tell_hub(self, k: int, link: NodeLink) -> None:
+    def _tell_hub(self, node: Node) -> None:
         """Node k's supervisor hears where the hub listens, once a stream: its agent keeps
         what a stream says until the supervisor reads it, and a reconnect's new stream is told
         again. Node 0 says its port twice (as its hub starts, and in its start), and a start
         of 128 hosts is where every write waits for a core."""
-        if not (self._hub and k) or link.channel is None or self._hub_told.get(k) is link.channel:
+        link, line = node.link, self.hub.line
+        if not (line and node.node_rank) or link is None or link.channel is None:
             return
-        self._hub_told[k] = link.channel
-        link.say(self._hub)
+        if node.hub_told is not link.channel:
+            node.hub_told = link.channel
+            link.say(line)
 
     def _hub_said(
         self, node: Node, msg: nodemsg.Restart | nodemsg.Notify | nodemsg.NotifyFailed, at: float
@@ -479,7 +467,7 @@ class Gang:
             self.attempts.hub_said(msg.attempt - 1, culprit, msg.after, at)
             replace = tuple(self._name(j) for j in msg.replace)
             self.emit(RunRestarting(msg.attempt, msg.of, msg.after, msg.delay, replace))
-            self._replace = msg if msg.replace else None
+            self.hub.restart = msg if msg.replace else None
 
     def _name(self, k: int) -> str:
         node = self.nodes.get(k)
@@ -489,7 +477,7 @@ class Gang:
 
     def _check_running(self) -> None:
         started = sum(n.started for n in self.nodes.values())
-        if started == self.nnodes and (self._hub or started == 1):
+        if started == len(self.names) and (self.hub.line or started == 1):
             self.running.set()
 
     def _lines(
@@ -515,17 +503,7 @@ class Gang:
         # Its supervisor died only where its stream says so: read to its end, with no last
         # word. A stream given up on before its end is a host lost, whatever gave up.
         dead = node.end is None and link.ended and not link.lost
-        if self.ended_by and node.end is None:
-            gone = self.ended_by
-        elif link.lost or not (dead or why):
-            gone = (
-                f"lost: not heard from for {self.link_timeout:g} s (network cut or host down); "
-                "its supervisor stops its part when no launcher is heard from for as long"
-            )
-        elif why and node.end is None:
-            gone = why
-        else:
-            gone = "its supervisor died (the host's part is swept by the run's tags)"
+        gone = self.silence.gone(link, why, node.end is not None)
         died = node.end.died if isinstance(node.end, nodemsg.Exit) else None
         ending = self.attempts.of(node.attempt).ended(
             name,

@@ -117,11 +117,13 @@ class NotifyFailed:
 
 @dataclass(frozen=True, slots=True)
 class Trimmed:
-    """The host trimmed its spool (meta: bytes, max), or a reader missed bytes (control)."""
+    """The host trimmed its spool (meta: bytes, max), or a reader missed bytes (control: the
+    `missed` bytes before offset `at`, where the spool now starts)."""
 
     bytes: int = 0
     max: int = 0
     missed: int = 0
+    at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +295,8 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
         _text(m.get("msg", "the node could not start")), _attempt(m)
     ),
     protocol.TRIMMED: lambda m: Trimmed(
-        _int(m.get("bytes", 0)), _int(m.get("max", 0)), _int(m.get("missed", 0))
+        _int(m.get("bytes", 0)), _int(m.get("max", 0)), _int(m.get("missed", 0)),
+        _int(m.get("at", 0)),
     ),
     protocol.MODE: lambda m: Mode(_text(m["mode"])),
     protocol.RESTART: lambda m: Restart(

@@ -1,10 +1,10 @@
 """The training's progress, launcher side: step, speed, time left, metrics, trackers' links.
 
-The launcher's relay hands every chunk of a node's lines to `Watch.feed` (remote/run/gang.py); a
-chunk where nothing looks like progress costs one regex scan (remote/host/progress.py). The
-front-ends get `Progress` at most once a second and each tracker's link once (`TrackerLink`),
-so none of them parses a line. The run directory keeps the last values and links in
-summary.json and the curves in series.json (remote/store/record.py).
+The launcher's relay hands every chunk of a node's lines to `ProgressReader.feed`
+(remote/run/gang.py); a chunk where nothing looks like progress costs one regex scan
+(remote/host/progress.py). The front-ends get `Progress` at most once a second and each
+tracker's link once (`TrackerLink`), so none of them parses a line. The run directory keeps the
+last values and links in summary.json and the curves in series.json (remote/store/record.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from ddptui.remote.host.progress import Tracker
 EVERY_S = 1.0  # Progress at most this often
 
 
-class Watch:
+class ProgressReader:
+    """The training's progress, read from a run's lines and told at most once a second (not a
+    watch: the hosts' watches are remote/host/watch.py's and healthwatch.py's)."""
+
     def __init__(self, pattern: str | None, emit: Callable[[Event], None]) -> None:
         self.tracker = Tracker(pattern)  # type: ignore[no-untyped-call]
         self.emit = emit

@@ -1,9 +1,9 @@
 """A rank's lines on a node's stream, launcher side: `[3]:hello` is rank 3's line "hello"; a
 line with no tag is the node's own (torchrun's, the supervisor's, a style that tags nothing).
 
-The tag is torchrun's own (`--tee`); the host writes it where torchrun does not (its twin,
-remote/host/ranktag.py, with the same names; the host code ships alone, so each side keeps
-its copy). This side only reads.
+The tag is torchrun's own (`--tee`); the host writes it where torchrun does not
+(remote/host/ranktag.py, which says how it reads: TAG). This side reads whole lines (and tags one
+a host sent apart, to read it as the others).
 """
 
 from __future__ import annotations
@@ -12,10 +12,17 @@ import re
 from itertools import repeat
 from operator import itemgetter
 
-# `[<global rank>]:text`, each whole line; \d is what int() reads
-TAGGED = re.compile(r"^(?:\[(\d{1,9})\]:)?(.*)\n", re.MULTILINE)
+from ddptui.remote.host.ranktag import FORMAT, TAG
+
+# `[<global rank>]:text`, each whole line
+TAGGED = re.compile(r"^(?:" + TAG + r")?(.*)\n", re.MULTILINE)
 
 Lines = tuple[tuple[int | None, str], ...]
+
+
+def tagged(rank: int, text: str) -> str:
+    """One line of rank's as its host sends it: `[3]:hello` and the newline."""
+    return FORMAT % rank + text + "\n"
 
 
 def untag(data: str) -> Lines:

@@ -68,7 +68,7 @@ class Recovery:
         inv = self.launch.inv
         if not inv.job.restarts or len(inv.hosts) < 2:
             return
-        await self.gang.hub_heard.wait()
+        await self.gang.hub.heard.wait()
         await asyncio.gather(*(self._stand_by(j, spare) for j, spare in self._candidates()))
 
     async def _stand_by(self, j: int, spare: Host) -> None:
@@ -77,7 +77,7 @@ class Recovery:
         if why is None:
             try:
                 agent = await launch.fleet.agent(j, self.emit)
-                hub = (self.gang.master_addr, self.gang.hub_port)
+                hub = (self.gang.hub.addr, self.gang.hub.port)
                 await ops.standby(agent, launch.standby(j, spare.name, *hub))
             except HostError as exc:
                 why = exc.reason
@@ -147,7 +147,7 @@ class Recovery:
             if pushed.error:
                 return pushed.text()
         checked = await probe.probe(
-            agent, job, self.gang.master_addr, workdir=workdir, connect_s=fleet.took.get(j),
+            agent, job, self.gang.hub.addr, workdir=workdir, connect_s=fleet.took.get(j),
             warm=launch.run_id,
         )  # fmt: skip
         failed = [f for f in checked.findings if f.level == "failure"]
@@ -200,7 +200,7 @@ class Recovery:
         # as the run is: a detached run's spare needs no launcher either
         hub = gang.links.get(0)
         detached = hub is not None and hub.hello.get("mode") == "detached"
-        spec = self.launch.spec(node, gang.master_addr, attempt=attempt, secret=ticket)
+        spec = self.launch.spec(node, gang.hub.addr, attempt=attempt, secret=ticket)
         text = f"{host.name} takes {lost}'s place as node {k} from attempt {attempt + 1}"
         self.emit(Notice("info", text))
         node_start = Node(host.name, k, node.ranks, since=attempt)

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet, fleet_for
+from ddptui.remote.agents.silence import Silence
 from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import (
@@ -41,7 +42,7 @@ from ddptui.remote.leases.take import Ask
 from ddptui.remote.run import late, nodemsg, recover
 from ddptui.remote.run.gang import Gang, Node
 from ddptui.remote.run.launch import Launch
-from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.progress import ProgressReader
 from ddptui.remote.stalls import hang, kept, stacks
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
@@ -110,10 +111,12 @@ class Run:
         self.leftovers: list[str] = []  # what a stop could not kill
         self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
         job = inv.job
-        self.progress = Watch(job.progress if isinstance(job.progress, str) else None, self.emit)
+        self.progress = ProgressReader(
+            job.progress if isinstance(job.progress, str) else None, self.emit
+        )
         self.gang = Gang(
-            self.run_id, self.fleet, self.emit, job.link_timeout, job.stop_grace,
-            names=tuple(h.name for h in inv.hosts), nnodes=len(inv.hosts),
+            self.run_id, self.fleet, self.emit, Silence(job.link_timeout), job.stop_grace,
+            names=tuple(h.name for h in inv.hosts),
             progress=self.progress if job.progress is not False else None,  # false: not read
             on_replace=self._replace,
         )  # fmt: skip
@@ -250,7 +253,7 @@ class Run:
             self.gang.stop("user")
         starts = [
             (
-                Node(h.name, h.node_rank, since=h.since),
+                Node(h.name, h.node_rank, since=h.since, stored=stored.get(k, 0)),
                 protocol.ATTACH,
                 {"run_id": self.run_id, "node": k, "since": h.since},
             )
@@ -258,9 +261,7 @@ class Run:
             if k not in self.preflight.unreachable
         ]
         master_addr = str(info.get("master_addr") or "")
-        await self._follow(
-            partial(self.gang.start, starts, master_addr, stored=stored, seeded=seeded)
-        )
+        await self._follow(partial(self.gang.start, starts, master_addr, seeded=seeded))
         if self.stop_now:  # nothing of it may be left: ask each host to sweep by its tags
             await self._sweep_all()
         return self._finish()
@@ -319,7 +320,7 @@ class Run:
         ]
         start()
         if self.detach_when_running:
-            nodes = list(gang.tasks.values())
+            nodes = gang.tasks
             helpers.append(asyncio.ensure_future(self._detach_once_running(nodes)))
         try:
             await gang.wait()
@@ -373,7 +374,6 @@ class Run:
 
     def _new_stream(self, k: int, attempt: int) -> None:
         """Node k's logs go on from a spare's stream (its spool starts anew)."""
-        self.gang.stored.pop(k, None)
         if self.recorder is not None:
             self.recorder.new_stream(k, attempt)
 
@@ -389,7 +389,7 @@ class Run:
             detached=self.gang.detached,
             refused=self.launch.leases.refused,
         )
-        said = self.gang.run_end  # why node 0's hub restarts no more
+        said = self.gang.hub.run_end  # why node 0's hub restarts no more
         reason = self.gang.reason if status == "lost" else said.why if said else ""
         self.progress.tell()  # the last word before the end
         if self.recorder is not None:

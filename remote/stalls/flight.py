@@ -27,12 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from ddptui.remote import fold
+from ddptui.remote.host.flightfiles import PIPE, PIPE_VAR, TRACE, VERDICT
 from ddptui.remote.host.hangtraces import LEFT_OUT, UNPACKED_MAX, clean
 from ddptui.remote.store.record import private_dir, write_private
 
 BUFFER = 2000  # collectives each rank remembers
-PREFIX = "nccl_trace_rank_"  # remote/host/stacks.py: TRACE
-PIPE = "nccl_pipe_rank_"  # remote/host/stacks.py: PIPE
 VERDICT_LINES = 12  # of the analyser's output, on the console and in the dashboard
 
 # A host's word on one of its ranks: (the host, its trace or why none: ops.FlightDump).
@@ -53,14 +52,14 @@ NEW_NAMES_ONLY = (2, 11)
 def env(scratch: str, own: Collection[str] = ()) -> dict[str, str]:
     """The variables that turn the flight recorder on for every rank of a node. own: the names
     the inventory sets itself: where it sets either name of a pair, ddptui sets neither."""
-    trace = f"{scratch}/{PREFIX}"
+    trace = f"{scratch}/{TRACE}"
     recorder = {
         "TORCH_NCCL_TRACE_BUFFER_SIZE": str(BUFFER),
         "TORCH_FR_BUFFER_SIZE": str(BUFFER),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
         "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": trace,
         "TORCH_FR_DUMP_TEMP_FILE": trace,
-        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE": f"{scratch}/{PIPE}",
+        PIPE_VAR: f"{scratch}/{PIPE}",
     }
     theirs = {name for pair in RENAMED.items() if set(pair) & set(own) for name in pair}
     return {k: v for k, v in recorder.items() if k not in theirs}
@@ -118,11 +117,11 @@ class Collected:
             return
         private_dir(where)
         for rank, trace in self.traces.items():
-            write_private(where / f"{PREFIX}{rank}.json", json.dumps(trace))
+            write_private(where / f"{TRACE}{rank}.json", json.dumps(trace))
         self.dir = where
         if analyse is not None:
             self.verdict = clean(await analyse(json.dumps(self.traces).encode()))
-            write_private(where / "analysis.txt", self.verdict + "\n")
+            write_private(where / VERDICT, self.verdict + "\n")
 
     def lines(self) -> list[str]:
         head = f"flight recorder: {len(self.traces)} trace(s)"

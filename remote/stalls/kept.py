@@ -19,11 +19,12 @@ from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Notice
 from ddptui.remote.host import protocol
+from ddptui.remote.host.flightfiles import FOLDER, TRACE, VERDICT
 from ddptui.remote.store.record import private_dir, write_private
 
 NAME = re.compile(r"hang-[0-9]{1,6}\.json")
 # the flight recorder's traces at that hang, and the analyser's verdict (remote/host/hangtraces.py)
-TRACE = re.compile(r"(flight-[0-9]{1,6})/(nccl_trace_rank_[0-9]{1,7}\.json|analysis\.txt)")
+KEPT_TRACE = re.compile(rf"({FOLDER}[0-9]{{1,6}})/({TRACE}[0-9]{{1,7}}\.json|{re.escape(VERDICT)})")
 
 
 async def fetch(fleet: Fleet, emit: Callable[[Event], None], run_id: str, run_dir: Path) -> None:
@@ -52,7 +53,7 @@ async def fetch(fleet: Fleet, emit: Callable[[Event], None], run_id: str, run_di
 def _local(run_dir: Path, name: str, text: object) -> Path | None:
     """Where a kept record goes in run_dir: None for a name keep() never writes, or JSON that
     is not."""
-    trace = TRACE.fullmatch(name)
+    trace = KEPT_TRACE.fullmatch(name)
     if not isinstance(text, str) or not (NAME.fullmatch(name) or trace):
         return None
     if name.endswith(".json"):

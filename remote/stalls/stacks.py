@@ -25,6 +25,7 @@ from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Notice, StacksCaptured
+from ddptui.remote.host.flightfiles import FOLDER
 from ddptui.remote.stalls import flight
 from ddptui.remote.store.record import private_dir, replace_private
 
@@ -261,7 +262,7 @@ async def capture(
     if flights is not None:
         report.flight = await flights
         analyse = analyser(fleet, say, run_id)
-        await report.flight.save(run_dir / f"flight-{stamp}", analyse)
+        await report.flight.save(run_dir / f"{FOLDER}{stamp}", analyse)
         _save(report, path)  # with the traces' fate and the verdict
     return report, path
 

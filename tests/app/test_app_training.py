@@ -8,7 +8,7 @@ import pytest
 from apptools import fake_app, local_inventory, screen_text, settle, two_node_script
 
 from ddptui.remote.events import Event
-from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.progress import ProgressReader
 
 SIZE = (120, 40)
 
@@ -16,7 +16,7 @@ SIZE = (120, 40)
 def training_script(run_id: str) -> list[Event]:
     """Two nodes running; rank 0 prints steps and loss, fails, and a second attempt goes on."""
     out = two_node_script(run_id)
-    watch = Watch(None, out.append)
+    watch = ProgressReader(None, out.append)
     watch.feed("[0]:wandb: 🚀 View run fancy-sun-1 at: https://wandb.ai/t/p/runs/abc\n", 0)
     for attempt, steps in ((0, range(1, 60)), (1, range(50, 121))):
         for s in steps:  # 4 steps/s by the hosts' clock

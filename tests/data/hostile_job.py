@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-LINE = 200_000
+LINE = 200_000  # bytes
 CLIP = "\x1b]52;c;cm0gLXJmIH4=\x07"  # OSC 52: writes the clipboard
 TITLE = "\x1b]0;pwned\x1b\\"  # OSC 0: the window's title
 DCS = "\x1bPq#0;2;0;0;0\x1b\\"
@@ -27,11 +27,11 @@ EVIL = f"{CLIP}a{TITLE}b{DCS}c{APC}d\x1b[2J\x9b2Je"  # shown, it reads `abcde`
 def lines(rank: int, stop: Path) -> None:
     if rank == 0:
         sys.path.insert(0, str(Path(__file__).parents[1] / "support"))
-        from hostile import SHAPES
+        from hostile import SHAPES, printed
 
         print("tick 0 0", flush=True)
         for line in SHAPES.values():
-            print(line[: LINE - 8] + line[-8:], flush=True)  # the shape's head and its end
+            print(printed(line, LINE), flush=True)  # the shape's head and its end
         print("hostile lines printed", flush=True)
     i = 0
     while not stop.exists():

@@ -174,9 +174,12 @@ def test_a_killed_runs_gpus_are_taken_and_its_run_named(
     assert doomed.wait(120) == 0, doomed.stderr
     run_id = doomed.run_id()
     found = supervisors(run_id)  # and their guardians, forked from them
-    for pid in found:
-        if parent(pid) not in found:  # the supervisors: their guardians sweep their ranks
-            os.kill(pid, signal.SIGKILL)
+    # the supervisors, told apart before any dies: a guardian whose supervisor is gone has
+    # init for a parent, and killed with it, nothing is left to sweep the job's ranks
+    heads = [pid for pid in found if parent(pid) not in found]
+    assert len(heads) == 2, found
+    for pid in heads:
+        os.kill(pid, signal.SIGKILL)
     assert_nothing_left(cluster, run_id)
     left = who(inv, tmp_path / "who")
     assert f"(last root's run {run_id}, which died holding it)" in left, left

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from e2etools import Cli, Cmd, assert_nothing_left, wait_for
-from hostile import SHAPES
+from hostile import SHAPES, printed
 from testhosts import REPO, TestCluster, as_neighbour, neighbour, netns_popen
 
 from ddptui.remote import inventory
@@ -212,14 +212,15 @@ HOSTILE_JOB = {"script": "tests/data/hostile_job.py", "nproc_per_node": 1, "mast
 COMMANDS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]|cm0gLXJmIH4=|pwned")
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "env"])
 def test_a_rank_printing_200_kb_hostile_lines_never_stops_the_run(
-    cluster: TestCluster, tmp_path: Path
+    cluster: TestCluster, tmp_path: Path, launcher: str
 ) -> None:
     """Rank 0 prints a 200 KB line of every shape that made a parser backtrack (issue 37: one
     16 KB line held node 0's supervisor, its hub and heartbeats, for 13 s; the run was lost past
     link_timeout): the other rank's lines go on streaming, nothing is lost and the run succeeds."""
     stop = tmp_path / "stop"
-    job = {**HOSTILE_JOB, "args": ["lines", str(stop)]}
+    job = {**HOSTILE_JOB, "args": ["lines", str(stop)], "launcher": launcher}
     inv = cluster.write_inventory(tmp_path / "inv.yaml", job, hosts=[0, 1])
     cli = Cli(
         inv,
@@ -228,14 +229,16 @@ def test_a_rank_printing_200_kb_hostile_lines_never_stops_the_run(
         env={"XDG_DATA_HOME": str(tmp_path / "data")},
     )
     run_id = cli.run_id()
-    log0, log1 = cli.run_dir / "rank-0.log", cli.run_dir / "rank-1.log"
+    # the env style's lines are untagged (no torch here): each is its node's
+    kind = "node" if launcher == "env" else "rank"
+    log0, log1 = (cli.run_dir / f"{kind}-{i}.log" for i in (0, 1))
     wait_for(lambda: log0.exists() and b"hostile lines printed" in log0.read_bytes(), 90, "rank 0")
     since = max(ticks(log1.read_bytes(), 1))
     wait_for(lambda: max(ticks(log1.read_bytes(), 1)) > since + 20, 30, "rank 1's lines")
     stop.touch()
     assert cli.wait() == 0, cli.stderr[-3000:]
     assert "lost" not in cli.stderr, cli.stderr[-3000:]
-    shapes = [line[:199_992] + line[-8:] for line in SHAPES.values()]
+    shapes = [printed(line, 200_000) for line in SHAPES.values()]
     assert log0.read_bytes().split(b"\n")[1:-2] == [s.encode() for s in shapes]  # each whole
     assert ticks(log1.read_bytes(), 1) == list(range(len(ticks(log1.read_bytes(), 1))))
     assert_nothing_left(cluster, run_id)

@@ -183,6 +183,51 @@ def test_the_queue_is_first_come_first_served(gpus: Path, tmp_path: Path) -> Non
     asyncio.run(asyncio.wait_for(queue(), 120))
 
 
+def test_many_launches_at_once_each_get_gpus_nobody_else_holds(gpus: Path, tmp_path: Path) -> None:
+    """The issue's race: 8 launches in the same instant, each with its own agent (as 8
+    launchers have), each wanting 2 GPUs of the 6 free ones (2 and 5 are busy), all with
+    --wait. Each gets GPUs no other launch holds meanwhile, the busy ones never, and all of
+    them in turn: the first takes race over the host's lock, the rest go through the queue."""
+    inv = local_inventory(tmp_path)
+    holding: dict[str, set[int]] = {}  # launch → its GPUs, from its take until it lets go
+    taken: list[set[int]] = []
+    answered: set[str] = set()  # launches holding or queued: the first answers all came
+
+    async def launch(name: str, fleet: Fleet, everyone: asyncio.Event) -> None:
+        def answer() -> None:
+            answered.add(name)
+            if len(answered) == 8:
+                everyone.set()
+
+        def tell(event: object) -> None:
+            if isinstance(event, Notice) and "waiting for GPUs" in event.text:
+                answer()
+
+        leases = take.Leases(fleet, tell, list[Failure]())
+        assert await leases.take([(0, take.want(name, inv.hosts[0], 2, inv.job))], wait=60)
+        mine = set(leases.held[0].gpus)
+        assert not any(mine & theirs for theirs in holding.values()), (name, mine, holding)
+        holding[name] = mine
+        taken.append(mine)
+        answer()
+        await everyone.wait()  # the first takes' holders hold until every launch has asked
+        del holding[name]
+        leases.close()
+
+    async def race() -> None:
+        fleets = [Fleet(inv.hosts[:1]) for _ in range(8)]
+        everyone = asyncio.Event()
+        try:
+            await asyncio.gather(*(launch(f"L{i}", f, everyone) for i, f in enumerate(fleets)))
+        finally:
+            for f in fleets:
+                await f.close()
+
+    asyncio.run(asyncio.wait_for(race(), 120))
+    assert len(taken) == 8 and all(len(t) == 2 for t in taken)
+    assert not set().union(*taken) & {2, 5}  # busy: never taken (busy_gpus: refuse)
+
+
 async def _until(cond: object, timeout: float = 60) -> None:
     async def poll() -> None:
         while not cond():  # type: ignore[operator]

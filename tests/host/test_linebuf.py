@@ -85,3 +85,10 @@ def test_an_endless_line_costs_linear_time_and_bounded_memory(tmp_path: Path) ->
     assert lines[-1] == b"" and lines[-2].endswith(b"end")
     assert max(map(len, lines)) <= 1 << 16
     assert b"".join(lines) == b"x" * (32 << 20) + b"end"
+
+
+def test_a_long_printed_line_is_one_line(tmp_path: Path) -> None:
+    """A print() over the 64 KiB held leaves as a piece ending its line: print's own newline
+    after it was an empty line of its own after every long line (the env and spawn styles)."""
+    code = "print('a' * 100000); print(); print('b' * 70000, end=''); print('c')"
+    assert run(tmp_path, code) == ["a" * 100000, "", "b" * 70000, "c", ""]

@@ -54,13 +54,20 @@ SHAPES = {
 }
 
 
+def printed(line: str, size: int) -> str:
+    """What a job prints of a shape: its head and its last 8 characters, `size` bytes at most in
+    UTF-8 (a host passes a longer line on in pieces: wire.RECORD_MAX)."""
+    room = size - len(line[-8:].encode())
+    return line[:room].encode()[:room].decode(errors="ignore") + line[-8:]
+
+
 def _parsers() -> dict[str, Callable[[str], object]]:
     """name -> a parser's entry point, fed one line of a rank's (or a host's) text."""
     from ddptui.remote.host import hangtraces, health, ranktag, torchrun
     from ddptui.remote.host.progress import Tracker
     from ddptui.remote.run import ranktag as run_ranktag
     from ddptui.remote.run.failures import FailureTracker
-    from ddptui.remote.run.progress import Watch
+    from ddptui.remote.run.progress import ProgressReader
     from ddptui.tui.dashboard.logbuffer import clean
     from ddptui.tui.headless.console import terminal_safe
     from ddptui.tui.text import Fold
@@ -72,7 +79,7 @@ def _parsers() -> dict[str, Callable[[str], object]]:
         Tracker(r"it (?P<step>\d+) of (?P<total>\d+)").feed_text(f"[0]:{line}\n", 0)  # type: ignore[no-untyped-call]
 
     def launcher(line: str) -> None:  # the launcher's relay
-        Watch(None, lambda event: None).feed(f"[1]:{line}\n[1]:{line}\n", 0)
+        ProgressReader(None, lambda event: None).feed(f"[1]:{line}\n[1]:{line}\n", 0)
 
     def failures(line: str) -> None:
         tracker = FailureTracker()

@@ -324,3 +324,12 @@ def test_wait_limits() -> None:
         90, 30, 600, 7200, 86400,
     ]  # fmt: skip
     assert "75   launch: its GPUs are held by another run" in cli.EPILOG
+
+
+def test_wait_is_refused_for_a_job_handed_to_slurm(tmp_path: Path) -> None:
+    """Slurm's queue holds a handed job (sbatch): --wait would be ignored, so it is refused."""
+    slurm = tmp_path / "slurm.yaml"
+    slurm.write_text("slurm: {login: hpc-login, nodes: 2}\njob: {script: train.py}\n")
+    res = ddptui("--headless", "launch", "-i", str(slurm), "--wait", "10m")
+    one_line_exit_2(res, "--wait: ")
+    assert "hands the job to Slurm (slurm:), whose queue it waits in" in res.stderr

@@ -20,7 +20,7 @@ from hangscenarios import (
 
 from ddptui.remote.host import hangrule
 from ddptui.remote.host.hangrule import HangRule
-from ddptui.remote.host.watch import POLL_S, Guard, Watch, keep, merge
+from ddptui.remote.host.watch import POLL_S, Guard, HangWatch, keep, merge
 
 TARGET_S = 120.0  # a hang named within this of the last progress, with default settings
 
@@ -127,7 +127,9 @@ class Cluster:
         self.now = 0.0
         self.asked: list[bool] = []
         self.mute: set[int] = set()
-        self.watch = Watch(["node0", "node1"], None, self.ask, self.hung, clock=lambda: self.now)
+        self.watch = HangWatch(
+            ["node0", "node1"], None, self.ask, self.hung, clock=lambda: self.now
+        )
         self.said: list[tuple[Any, dict[int, str]]] = []
 
     def ask(self, seq: int, stacks: bool) -> None:

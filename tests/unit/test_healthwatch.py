@@ -36,7 +36,9 @@ class Host:
             f"#!/bin/sh\ndata={self.data}\n" + (nvidia_smi.DATA / "stand-in.sh").read_text()
         )
         smi.chmod(0o755)
-        self.watch = healthwatch.Watch(str(smi), str(self.kmsg), None, str(self.ib), timeout=1.0)
+        self.watch = healthwatch.HealthWatch(
+            str(smi), str(self.kmsg), None, str(self.ib), timeout=1.0
+        )
 
     def sick(self, recording: str) -> None:
         for f in (nvidia_smi.DATA / "health" / recording).iterdir():
@@ -157,7 +159,7 @@ def test_the_journal_is_read_from_the_attempts_start(tmp_path: Path) -> None:
     )
     journalctl.chmod(0o755)
     smi, kmsg, _, ib, timeout = host.watch.args
-    watch = healthwatch.Watch(smi, kmsg, str(journalctl), ib, timeout)
+    watch = healthwatch.HealthWatch(smi, kmsg, str(journalctl), ib, timeout)
     watch.begin()
     assert watch.poll() == ([], [])
     with since.open("a") as f:  # the boot's Xid again, on the same GPU, and another
@@ -172,9 +174,11 @@ def test_the_journal_is_read_from_the_attempts_start(tmp_path: Path) -> None:
 # -- a read that went wrong once is not a failed GPU (issue 42) ------------------------------
 
 
-def faulty(tmp_path: Path, fault: str) -> tuple[healthwatch.Watch, FaultySmi]:
+def faulty(tmp_path: Path, fault: str) -> tuple[healthwatch.HealthWatch, FaultySmi]:
     smi = FaultySmi(tmp_path / "bin", H100_BUSY, fault)
-    watch = healthwatch.Watch(str(smi.path), str(tmp_path / "kmsg"), None, str(tmp_path / "ib"))
+    watch = healthwatch.HealthWatch(
+        str(smi.path), str(tmp_path / "kmsg"), None, str(tmp_path / "ib")
+    )
     (tmp_path / "kmsg").write_text("")
     watch.begin()
     smi.arm()
@@ -215,7 +219,7 @@ def test_a_journal_that_fails_once_is_not_replaced_by_the_ring_buffer(tmp_path: 
     journalctl.write_text(f"#!/bin/sh\n[ -f {tmp_path}/down ] && exit 1\necho kernel: ok\n")
     journalctl.chmod(0o755)
     smi, kmsg, _, ib, timeout = host.watch.args
-    watch = healthwatch.Watch(smi, kmsg, str(journalctl), ib, timeout)
+    watch = healthwatch.HealthWatch(smi, kmsg, str(journalctl), ib, timeout)
     watch.begin()
     (tmp_path / "down").write_text("")
     assert watch.poll() == ([], [])

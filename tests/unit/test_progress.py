@@ -9,7 +9,7 @@ import pytest
 
 from ddptui.remote.events import progress_text
 from ddptui.remote.host.progress import SERIES_MAX, Parser, Series, Tracker
-from ddptui.remote.run.progress import Watch
+from ddptui.remote.run.progress import ProgressReader
 
 DATA = Path(__file__).parent.parent / "data" / "progress"
 
@@ -172,7 +172,7 @@ def test_tracker_series_spans_attempts_and_follows_the_lowest_rank() -> None:
 
 def test_watch_emits_progress_once_per_news_and_each_link_once() -> None:
     got: list[Any] = []
-    watch = Watch(None, got.append)
+    watch = ProgressReader(None, got.append)
     line = "[0]:TensorBoard 2.16.2 at http://localhost:6006/ (Press CTRL+C to quit)\n"
     watch.feed(line + line, 0)
     watch.feed("[0]:step 10/100 loss 0.5\n", 0, 1.0)
@@ -200,7 +200,7 @@ def test_the_run_dir_keeps_the_curve_and_plot_draws_it(tmp_path: Path) -> None:
     from ddptui.remote.store.record import Recorder
     from ddptui.tui.headless.plot import plot
 
-    watch = Watch(None, lambda event: None)
+    watch = ProgressReader(None, lambda event: None)
     for attempt, steps in ((0, range(0, 50)), (1, range(40, 100))):
         lines = "".join(f"[0]:step {s}/100 loss {2 - s / 100:.3f} acc {s / 100}\n" for s in steps)
         watch.feed(lines, attempt, 1.0)

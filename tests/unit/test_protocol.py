@@ -61,7 +61,7 @@ def test_every_op_is_served() -> None:
         ),
         ({"t": "error", "msg": "cannot start python3"}, nodemsg.StartError("cannot start python3")),
         ({"t": "trimmed", "bytes": 10, "max": 20}, nodemsg.Trimmed(10, 20, 0)),
-        ({"t": "trimmed", "missed": 5, "at": 100}, nodemsg.Trimmed(0, 0, 5)),
+        ({"t": "trimmed", "missed": 5, "at": 100}, nodemsg.Trimmed(0, 0, 5, 100)),
         ({"t": "mode", "mode": "detached"}, nodemsg.Mode("detached")),
         (
             {"t": "started", "pid": 7, "ranks": [2], "attempt": 1},

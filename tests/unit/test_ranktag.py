@@ -1,10 +1,12 @@
-"""The `[rank]:text` tag: the host writes it and reads it (remote/host/ranktag.py), the launcher
-reads it (remote/run/ranktag.py); two copies, one reading."""
+"""The `[rank]:text` tag: the host writes it and reads it (remote/host/ranktag.py), the job's own
+python writes it (remote/host/linebuf.py), the launcher reads it (remote/run/ranktag.py): one
+tag, one reading."""
 
 from __future__ import annotations
 
 import ddptui.remote.host.ranktag
 import ddptui.remote.run.ranktag
+from ddptui.remote.host import linebuf
 
 HOST = ddptui.remote.host.ranktag  # the twins share their names: each named by its side
 LAUNCHER = ddptui.remote.run.ranktag
@@ -30,3 +32,10 @@ def test_what_the_host_writes_the_launcher_reads() -> None:
 def test_a_whole_chunk_of_one_rank() -> None:
     assert LAUNCHER.untag("[1]:a\n[1]:b\n") == ((1, "a"), (1, "b"))
     assert LAUNCHER.untag("[1]:partial") == ()  # the launcher reads whole lines only
+
+
+def test_the_jobs_own_python_writes_the_same_tag() -> None:
+    assert f"\n_FORMAT = {HOST.FORMAT!r}  #" in linebuf.SITECUSTOMIZE
+    assert "@FORMAT@" not in linebuf.SITECUSTOMIZE
+    assert LAUNCHER.untag(HOST.FORMAT % 5 + "hi\n") == ((5, "hi"),)
+    assert LAUNCHER.untag(LAUNCHER.tagged(5, "hi")) == ((5, "hi"),)

@@ -1,0 +1,224 @@
+"""GPU leases' cost: what the lease step takes of a launch, and how soon a queued run starts once
+the run before it ends.
+
+    .venv/bin/python scripts/bench_lease.py [--hosts 4] [--reps 3] [--warmup 1]
+                                            [--testhosts PREFIX:SUBNET] [--keep]
+
+Brings up ssh test hosts (prefix ddptb, 10.213.9.0/24; --testhosts picks another), each with an
+nvidia-smi stand-in (one H200 of its own: tests/data/nvidia-smi), and launches in-process (the
+engine's Run, as `ddptui --headless launch` does) a light job of one rank per host, started
+directly (launcher: env; tests/support/leasejob.py without torch: each rank holds its GPU until
+told). `--hosts 128` is the scale run (scripts/scale_test.sh's hosts; not in CI, minutes long).
+
+- Cost: each launch's lease step (every host's GPUs taken, all or none) against the baseline
+  it is part of, the whole launch (from its start, checks included, until every node's job
+  runs), as a ratio. Target (issue "Share the cluster"): <= 2 % of the launch.
+- Queue: run A holds every host's GPU; run B is launched with --wait and queues; A is told to
+  end. Time from A's last node's end (its supervisor's word) to B's every node running, each as
+  the launcher hears it; beside it, B's own launch's time from its lease to every node running
+  (what a start takes with no queue). Target: <= 2 s.
+
+Each round checks the load it claims (or the bench fails): every host leased and started, the
+lease step timed once, B said it waited, and every rank of both runs noted its GPU, B's never
+before A's had ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_common import REPO, cluster, load, round_name, table, workspace, write_inventory
+
+from ddptui.remote import inventory
+from ddptui.remote.events import Event, NodeExited, NodeStarted, Notice, RunFinished
+from ddptui.remote.run.runner import Run
+
+COST_TARGET = 0.02  # the lease step's share of a launch, at most
+QUEUE_TARGET_S = 2.0  # a run's end to the next queued run's start, at most
+
+
+class Clock:
+    """A run's events, each with when it was heard (monotonic)."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[float, Event]] = []
+
+    def __call__(self, event: Event) -> None:
+        self.heard.append((time.monotonic(), event))
+
+    def when(self, kind: type, last: bool = False) -> float:
+        times = [t for t, e in self.heard if isinstance(e, kind)]
+        assert times, f"no {kind.__name__} heard"
+        return max(times) if last else min(times)
+
+    def said(self, text: str) -> bool:
+        return any(isinstance(e, Notice) and text in e.text for _, e in self.heard)
+
+
+def timed_lease(run: Run) -> list[float]:
+    """The run's lease step, timed (its start and end)."""
+    step = run.launch.lease
+    spans: list[float] = []
+
+    async def lease(nprocs: list[int]) -> bool:
+        spans.append(time.monotonic())
+        try:
+            return await step(nprocs)
+        finally:
+            spans.append(time.monotonic())
+
+    run.launch.lease = lease  # type: ignore[method-assign]
+    return spans
+
+
+async def one_launch(inv_path: Path, out: Path, rep: str, hosts: int) -> tuple[float, float]:
+    """(lease step, launch) seconds of one launch, its job told to end once every node runs."""
+    clock = Clock()
+    run = Run(with_go(inv_path, out, f"go-{rep}"), clock, run_dir=out / rep)
+    spans = timed_lease(run)
+    t0 = time.monotonic()
+    task = asyncio.ensure_future(run.execute())
+    await until_running(task, clock, hosts, rep)
+    (out / f"go-{rep}").touch()
+    check(await task, clock, hosts, rep)
+    if len(spans) != 2:
+        raise SystemExit(f"bench: {rep}: the lease step ran {len(spans) // 2} times, not once")
+    noted(out, run.run_id, hosts, rep)
+    return spans[1] - spans[0], clock.when(NodeStarted, last=True) - t0
+
+
+async def queued(inv_path: Path, out: Path, rep: str, hosts: int) -> tuple[float, float]:
+    """(A's end to queued B's every node running, B's lease to every node running) seconds."""
+    (out / f"go-{rep}-b").touch()
+    first, second = Clock(), Clock()
+    a = Run(with_go(inv_path, out, f"go-{rep}-a"), first, run_dir=out / f"{rep}-a")
+    b = Run(with_go(inv_path, out, f"go-{rep}-b"), second, run_dir=out / f"{rep}-b",
+            wait=float("inf"))  # fmt: skip
+    ta = asyncio.ensure_future(a.execute())
+    await until_running(ta, first, hosts, f"{rep} (first)")
+    tb = asyncio.ensure_future(b.execute())
+    while not second.said("waiting for GPUs"):
+        if tb.done():
+            raise SystemExit(f"bench: {rep}: the second run never queued: {tb.result()}")
+        await asyncio.sleep(0.05)
+    (out / f"go-{rep}-a").touch()
+    check(await ta, first, hosts, f"{rep} (first)")
+    check(await tb, second, hosts, f"{rep} (queued)")
+    ends = noted(out, a.run_id, hosts, f"{rep} (first)")
+    starts = noted(out, b.run_id, hosts, f"{rep} (queued)")
+    if min(s for s, _ in starts) < max(e for _, e in ends):
+        raise SystemExit(f"bench: {rep}: the queued run's ranks ran before the first's had ended")
+    ended = first.when(NodeExited, last=True)
+    leased = min(t for t, e in second.heard if isinstance(e, Notice) and "leased" in e.text)
+    running = second.when(NodeStarted, last=True)
+    return running - ended, running - leased
+
+
+async def until_running(task: asyncio.Future[RunFinished], clock: Clock, hosts: int,
+                        rep: str) -> None:  # fmt: skip
+    while sum(isinstance(e, NodeStarted) for _, e in clock.heard) < hosts:
+        if task.done():
+            raise SystemExit(f"bench: {rep} ended before every node ran: {task.result()}")
+        await asyncio.sleep(0.05)
+
+
+def check(fin: RunFinished, clock: Clock, hosts: int, rep: str) -> None:
+    """The load claimed: every host's GPU leased, every node started, the run succeeded."""
+    leased = [e.text for _, e in clock.heard if isinstance(e, Notice) and "leased" in e.text]
+    started = sum(isinstance(e, NodeStarted) for _, e in clock.heard)
+    if fin.status != "succeeded" or started != hosts or len(leased) != 1:
+        raise SystemExit(f"bench: {rep}: {fin.status}, {started}/{hosts} nodes, {leased}")
+    if f"on node[0-{hosts - 1}]" not in leased[0]:
+        raise SystemExit(f"bench: {rep}: not every host leased: {leased[0]}")
+
+
+def noted(out: Path, run_id: str, hosts: int, rep: str) -> list[tuple[float, float]]:
+    """Each rank's (start, end), as it noted them: one per host, each on the GPU leased."""
+    notes = [json.loads(p.read_text()) for p in out.glob(f"{run_id}-r*.json")]
+    if len(notes) != hosts or {n["cvd"] for n in notes} != {"0"}:
+        raise SystemExit(f"bench: {rep}: {len(notes)}/{hosts} ranks noted their GPU")
+    return [(n["start"], n["end"]) for n in notes]
+
+
+def with_go(path: Path, out: Path, go: str) -> inventory.Inventory:
+    """The bench's inventory, its ranks holding their GPUs until OUT/GO exists."""
+    inv = inventory.load(path)
+    job = inv.job.model_copy(update={"args": [str(out), go]})
+    return dataclasses.replace(inv, job=job)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--hosts", type=int, default=4)
+    p.add_argument("--reps", type=int, default=3, help="rounds of each measure (default 3)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    p.add_argument("--keep", action="store_true", help="keep logs and outputs")
+    p.add_argument("--testhosts", default="ddptb:10.213.9", help="PREFIX:SUBNET of the hosts")
+    args = p.parse_args(argv)
+    import nvidia_smi  # tests/support, on the path once bench_common is imported
+
+    with (
+        workspace("lease", args.keep) as work,
+        cluster(args.hosts, work / "hosts", testhosts=args.testhosts) as c,
+    ):
+        for i in range(args.hosts):
+            c.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H200))
+        out = work / "out"
+        out.mkdir()
+        defaults = {**c.inventory_defaults(), "workdir": str(REPO)}
+        defaults["env"] = {**defaults.get("env", {}), "LEASEJOB_GROUP": "0"}  # no torch
+        job = {"script": "tests/support/leasejob.py", "args": [str(out), "go"],
+               "launcher": "env", "nproc_per_node": "auto", "master_port": "auto"}  # fmt: skip
+        hosts = [{"host": h.addr, "name": h.name} for h in c.hosts]
+        write_inventory(work / "inv.yaml", hosts, defaults, job)
+        costs, queues = asyncio.run(rounds(work / "inv.yaml", out, args))
+    report(costs, queues, args.hosts)
+    if len(costs) != args.reps or len(queues) != args.reps:
+        raise SystemExit(f"bench: {len(costs)} rounds measured, not {args.reps}")
+    cost_ok = statistics.median(s / t for s, t in costs) <= COST_TARGET
+    queue_ok = statistics.median(q for q, _ in queues) <= QUEUE_TARGET_S
+    return 0 if cost_ok and queue_ok else 1
+
+
+async def rounds(inv: Path, out: Path, args: argparse.Namespace) -> tuple[list[Any], list[Any]]:
+    costs: list[tuple[float, float]] = []
+    queues: list[tuple[float, float]] = []
+    for rep in range(-args.warmup, args.reps):
+        name = round_name(rep).replace(" ", "")
+        cost = await one_launch(inv, out, f"{name}-cost", args.hosts)
+        wait = await queued(inv, out, f"{name}-queue", args.hosts)
+        print(f"{round_name(rep)}: lease {cost[0]:.3f} s of a {cost[1]:.2f} s launch; end to "
+              f"queued run's start {wait[0]:.2f} s ({load()})", file=sys.stderr)  # fmt: skip
+        if rep >= 0:
+            costs.append(cost)
+            queues.append(wait)
+    return costs, queues
+
+
+def report(costs: list[tuple[float, float]], queues: list[tuple[float, float]], hosts: int) -> None:
+    rows = [
+        [f"rep {i + 1}", f"{s:.3f}", f"{t:.2f}", f"{s / t:.1%}", f"{q:.2f}", f"{b:.2f}"]
+        for i, ((s, t), (q, b)) in enumerate(zip(costs, queues, strict=True))
+    ]
+    med = statistics.median
+    rows.append(["median", f"{med(s for s, _ in costs):.3f}", f"{med(t for _, t in costs):.2f}",
+                 f"{med(s / t for s, t in costs):.1%}", f"{med(q for q, _ in queues):.2f}",
+                 f"{med(b for _, b in queues):.2f}"])  # fmt: skip
+    header = ["", "lease s", "launch s", "lease / launch", "end → queued run s",
+              "its lease → running s"]  # fmt: skip
+    print(f"{hosts} hosts, one rank (one GPU) each")
+    print(table(header, rows))
+    print(f"targets: lease / launch <= {COST_TARGET:.0%}; a run's end → the queued run running "
+          f"<= {QUEUE_TARGET_S:g} s")  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
