@@ -1,8 +1,9 @@
 """A job handed to a real Slurm, the longer stories (-m slow_slurm, scripts/slurm_e2e.sh):
 detach, attach and stop; the exported script run by hand; `hosts: slurm` inside salloc; a hang
-and a GPU failure inside a Slurm job; and the pitfalls the field hit: a head address that
-resolves to loopback on the nodes, no scontrol where the job runs, the output's directory
-missing at submit, job ids that repeat after a controller restart.
+and a GPU failure inside a Slurm job; a node Slurm fails mid-job, named and left out; and the
+pitfalls the field hit: a head address that resolves to loopback on the nodes, no scontrol where
+the job runs, the output's directory missing at submit, job ids that repeat after a controller
+restart.
 """
 
 from __future__ import annotations
