@@ -170,6 +170,33 @@ class CheckpointSaved(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class Stopping(Event):
+    """A user's stop: every rank got TERM and has `grace` seconds (job.stop_grace) to end, a
+    checkpoint's save among what it may finish, before KILL."""
+
+    grace: float
+    checkpoint: str | None  # job.checkpoint: where the ranks save
+
+    def text(self) -> str:
+        """`stopping every node: TERM sent; the ranks have 30 s (job.stop_grace) to finish
+        saving to ckpt, then KILL`."""
+        if self.checkpoint is None:
+            return f"stopping every node (TERM, then KILL after {self.grace:g} s)"
+        return (
+            f"stopping every node: TERM sent; the ranks have {self.grace:g} s (job.stop_grace) "
+            f"to finish saving to {self.checkpoint}, then KILL"
+        )
+
+    def waiting(self, left: float) -> str:
+        """While it waits, `left` seconds before KILL: `27 s left to save, then KILL`."""
+        if left <= 0:
+            return "KILL sent"
+        if self.checkpoint is None:
+            return f"KILL in {left:.0f} s"
+        return f"{left:.0f} s left to save, then KILL"
+
+
+@dataclass(frozen=True, slots=True)
 class StepsLost(Event):
     """A failed attempt against its newest checkpoint: the steps a restart does again."""
 
@@ -488,6 +515,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         HostLeases,
         JobState,
         CheckpointSaved,
+        Stopping,
         StepsLost,
     )
 }

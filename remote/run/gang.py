@@ -126,16 +126,15 @@ class Gang:
 
     # -- asking ---------------------------------------------------------------------------------
 
-    def stop(self, cause: str = "user") -> None:
-        """Stop every node (TERM, grace, KILL on each host). Safe to call more than once.
-        A user's stop ends the run; a failure's, this attempt (the hub decides what follows)."""
-        if self.verdict.stop(cause, time.time()) and cause == "user":
-            self.emit(
-                Notice("info", f"stopping every node (TERM, then KILL after {self.grace:g} s)")
-            )
+    def stop(self, cause: str = "user") -> bool:
+        """Stop every node (TERM, grace, KILL on each host). Safe to call more than once:
+        True the first time. A user's stop ends the run; a failure's, this attempt (the hub
+        decides what follows)."""
+        first = self.verdict.stop(cause, time.time())
         self.user_stop = self.user_stop or cause == "user"
         for link in self.links.values():
             link.say(self._stop_line(cause))
+        return first
 
     def _stop_line(self, cause: str) -> str:
         if cause == "user":

@@ -232,8 +232,9 @@ class Launch:
     def swap_in(self, k: int, j: int, spare: str, attempt: int) -> None:
         """The spare in fleet slot j becomes node k from `attempt` on: the inventory, the
         fleet's slots and the run dir say so; what the lost host failed is not the run's."""
+        lost = self.inv.hosts[k].name
         self.preflight.swap_in(k, j, spare, attempt)
-        runs.replaced(self.run_dir, k, spare, attempt)
+        runs.replaced(self.run_dir, k, spare, attempt, lost)
 
 
 def node_spec(

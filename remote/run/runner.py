@@ -35,6 +35,7 @@ from ddptui.remote.events import (
     Notice,
     RunFinished,
     RunStarted,
+    Stopping,
 )
 from ddptui.remote.host import protocol
 from ddptui.remote.inventory import Inventory
@@ -151,9 +152,14 @@ class Run:
 
     def stop(self) -> None:
         """Stop every node (TERM, grace, KILL on each host). Safe to call more than once."""
-        self.gang.stop("user")
+        self._stop_all()
         if self._phase is not None:  # still connecting or checking: stop that at once
             self._phase.cancel()
+
+    def _stop_all(self) -> None:
+        """A user's stop, said with the time the ranks have (to finish a save) before KILL."""
+        if self.gang.stop("user"):
+            self.emit(Stopping(self.inv.job.stop_grace, self.inv.job.checkpoint))
 
     def detach(self) -> None:
         """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself. A
@@ -250,7 +256,7 @@ class Run:
             here = {k: h.since for k, h in enumerate(inv.hosts)}  # a spare's spool is another
             stored = {k: o for k, o in rec.stored.items() if rec.since.get(k, 0) == here.get(k)}
         if self.stop_now:
-            self.gang.stop("user")
+            self._stop_all()
         starts = [
             (
                 Node(h.name, h.node_rank, since=h.since, stored=stored.get(k, 0)),

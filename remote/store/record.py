@@ -48,6 +48,7 @@ from ddptui.remote.events import (
     StepsLost,
 )
 from ddptui.remote.host.progress import SERIES  # the name node 0 writes it by too
+from ddptui.remote.store.runlist import RUN_JSON
 
 # Lines are str decoded with surrogateescape: this error handler writes those bytes back as
 # they came, and anything else the encoding cannot carry (a lone surrogate, or a console that
@@ -446,6 +447,7 @@ class Recorder:
                 os.unlink(name, dir_fd=self.fd)  # written after the checkpoint: all comes again
 
     def _summary(self, fin: RunFinished) -> None:
+        hosts, replaced = self._hosts()
         summary: dict[str, Any] = {
             "run_id": self.started.run_id if self.started else None,
             "status": fin.status,
@@ -453,7 +455,8 @@ class Recorder:
             "started_at": self.t0,
             "finished_at": time.time(),
             "elapsed": fin.elapsed,
-            "hosts": list(self.started.hosts) if self.started else [],
+            "hosts": hosts,
+            "replaced": replaced,
             "world_size": self.started.world_size if self.started else None,
             "failure": dataclasses.asdict(fin.failure) if fin.failure else None,
             "failing_rank": fin.failure.rank if fin.failure else None,
@@ -469,6 +472,25 @@ class Recorder:
         if self.series is not None:
             self.write_series(self.series)
         replace_private(self.dir / "summary.json", json.dumps(summary, indent=2) + "\n", self.fd)
+
+    def _hosts(self) -> tuple[list[str], list[dict[str, Any]]]:
+        """Each node's host as the run ended (a spare in the place of the host it replaced),
+        and the swaps ({node, host: the lost one, by: the spare, attempt: its first}): the same
+        whether this launcher saw them live or an attach learned them (run.json's `replaced`,
+        written at each swap; a run dir's text is checked, as data)."""
+        hosts = list(self.started.hosts) if self.started else []
+        try:
+            said = json.loads(read_text(self.fd, RUN_JSON)).get("replaced")
+        except (OSError, ValueError, AttributeError):  # no run.json (a test's bare dir): none
+            said = None
+        swaps = []
+        for r in said if isinstance(said, list) else ():
+            k, spare = (r.get("node"), r.get("host")) if isinstance(r, dict) else (None, None)
+            if isinstance(k, int) and 0 <= k < len(hosts) and isinstance(spare, str):
+                lost = r.get("lost") if isinstance(r.get("lost"), str) else hosts[k]
+                swaps.append({"node": k, "host": lost, "by": spare, "attempt": r.get("since")})
+                hosts[k] = spare
+        return hosts, swaps
 
     def write_series(self, series: dict[str, Any]) -> None:
         """series.json: the training's curves, thinned, across attempts (`ddptui plot`)."""

@@ -53,11 +53,13 @@ def register(run_dir: Path, run_id: str, inv: Inventory, **info: Any) -> None:
         link.symlink_to(run_dir.resolve(), target_is_directory=True)
 
 
-def replaced(run_dir: Path, node: int, spare: str, since: int) -> None:
-    """A spare took node's place from attempt `since` (attach finds it there)."""
+def replaced(run_dir: Path, node: int, spare: str, since: int, lost: str) -> None:
+    """A spare took node's place from attempt `since`, the host `lost` had it (attach finds it
+    there, and summary.json names both)."""
     path = run_dir / RUN_JSON
     old = json.loads(path.read_text()).get("replaced") or []
-    write_info(run_dir, replaced=[*old, {"node": node, "host": spare, "since": since}])
+    swap = {"node": node, "host": spare, "since": since, "lost": lost}
+    write_info(run_dir, replaced=[*old, swap])
 
 
 def write_info(run_dir: Path, **info: Any) -> None:

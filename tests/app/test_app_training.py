@@ -1,13 +1,15 @@
-"""The training panel under Pilot: step, speed, time left, links, the curve across attempts."""
+"""The training panel under Pilot: step, speed, time left, links, the curve across attempts, the
+newest checkpoint, and a stop's grace for the ranks to save."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
-from apptools import fake_app, local_inventory, screen_text, settle, two_node_script
+from apptools import RUN_ID, fake_app, local_inventory, screen_text, settle, two_node_script
 
-from ddptui.remote.events import Event
+from ddptui.remote.events import CheckpointSaved, Event, LogBatch, RunFinished, Stopping
 from ddptui.remote.run.progress import ProgressReader
 
 SIZE = (120, 40)
@@ -48,3 +50,35 @@ async def test_the_panel_shows_the_run_and_the_curve_across_attempts(inv: Path) 
         app.training.focus()
         await pilot.press("m")  # the one metric: still loss
         assert app.training.metric == "loss"
+
+
+def saving_script(run_id: str) -> list[Event]:
+    """Two nodes running; node 0 saw a checkpoint of step 10 saved 30 s before."""
+    return [*two_node_script(run_id), CheckpointSaved("/ckpt/step_10.pt", 10, time.time() - 30)]
+
+
+async def test_a_stop_counts_down_the_ranks_time_to_save_until_the_run_ends(inv: Path) -> None:
+    """The newest checkpoint in the panel; a user's stop (TERM sent: the ranks have stop_grace
+    to finish a save) said at once and counted down in the status bar, a rank's line not
+    hiding it, until the run ends."""
+    now = [100.0]
+    app, _ = fake_app(inv, saving_script, clock=lambda: now[0])
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await settle(pilot)
+        text = screen_text(app)
+        assert "checkpoint: step 10, saved 3" in text and "(/ckpt/step_10.pt)" in text
+        app.control.emit(RUN_ID, Stopping(20, "ckpt"))
+        await settle(pilot)
+        assert Stopping(20, "ckpt").text() in [n.message for n in app._notifications]
+        assert "│ stopping │ 20 s left to save, then KILL │" in app.status.text()
+        now[0] += 6
+        app.control.emit(RUN_ID, LogBatch("node0", 0, "stdout", ((0, "saving step 12"),)))
+        await settle(pilot)
+        assert "│ stopping │ 14 s left to save, then KILL │" in app.status.text()
+        now[0] += 15
+        await settle(pilot)
+        assert "│ stopping │ KILL sent │" in app.status.text()
+        app.control.emit(RUN_ID, RunFinished("stopped", 130, 20.0))
+        await settle(pilot)
+        assert "KILL" not in app.status.text() and "│ stopped │" in app.status.text()

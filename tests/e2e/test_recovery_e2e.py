@@ -107,7 +107,9 @@ def test_a_cut_host_gives_its_node_rank_to_a_spare(cluster: TestCluster, tmp_pat
         subprocess.run(["ip", "link", "set", veth, "up"], check=True)  # node1 is back
         assert cli.wait(180) == 0, cli.stderr
         summary = cli.summary()
-        assert (summary["status"], summary["hosts"]) == ("succeeded", ["node0", "node1"])
+        # the hosts as the run ended, as an attach says them, and the swap named
+        assert (summary["status"], summary["hosts"]) == ("succeeded", ["node0", "node2"])
+        assert summary["replaced"] == [{"node": 1, "host": "node1", "by": "node2", "attempt": 1}]
         assert summary["unread"] == []  # node1's spool read at the run's end: nothing left
         first, second = summary["attempts"]
         assert (first["status"], first["failure"]["host"]) == ("failed", "node1")
@@ -217,6 +219,7 @@ def test_a_detached_run_swaps_a_lost_host_for_a_hot_spare_with_nobody_attached(
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert [a["status"] for a in summary["attempts"]] == ["failed", "succeeded"]
     assert summary["hosts"] == ["node0", "node2"]  # as the attach said them: the spare's
+    assert summary["replaced"] == [{"node": 1, "host": "node1", "by": "node2", "attempt": 1}]
 
 
 @pytest.mark.slow_e2e

@@ -1,6 +1,6 @@
 """job.checkpoint on this machine (local transport): the real supervisors and hub, a job that saves
-every 5 steps and resumes from DDPTUI_CHECKPOINT; its failed attempts' steps lost, and a chain
-whose checkpoint stops advancing stopped."""
+every 5 steps and resumes from DDPTUI_CHECKPOINT; its failed attempts' steps lost, a chain
+whose checkpoint stops advancing stopped, and a user's stop that waits for a save."""
 
 from __future__ import annotations
 
@@ -13,7 +13,15 @@ import yaml
 from runtools import run_job
 
 from ddptui.remote import inventory
-from ddptui.remote.events import CheckpointSaved, Event, RunFinished, StepsLost
+from ddptui.remote.events import (
+    CheckpointSaved,
+    Event,
+    LogBatch,
+    RunFinished,
+    StepsLost,
+    Stopping,
+)
+from ddptui.remote.run.runner import Run
 
 # Both nodes step; node 0 says each step and saves every 5th (written aside, then renamed, as
 # torch.save through a temporary name does); node 0 fails at step 12 on the attempts FAIL names.
@@ -42,8 +50,36 @@ for step in range(start + 1, 21):
 """
 
 
+# Both nodes step until TERM; then node 0 takes SAVE_S to save where it stands (aside, then
+# renamed) and ends, as a job that catches SIGTERM to save does; node 1 ends at once.
+SAVE_S = 2
+SAVES_ON_TERM = f"""
+import os, signal, sys, time, types
+node = os.environ["NODE_RANK"]
+dist = sys.modules["torch.distributed"] = types.ModuleType("torch.distributed")
+dist.is_available = dist.is_initialized = lambda: True
+dist.get_rank = lambda: int(node)
+told = []
+signal.signal(signal.SIGTERM, lambda *_: told.append(1))
+os.makedirs("ckpt", exist_ok=True)
+step = 0
+while not told:
+    step += 1
+    print(f"step {{step}}", flush=True)
+    time.sleep(0.05)
+if node == "0":
+    print(f"TERM at step {{step}}: saving", flush=True)
+    time.sleep({SAVE_S})
+    with open(f"ckpt/.step_{{step}}.pt", "w") as f:
+        f.write("weights")
+    os.rename(f"ckpt/.step_{{step}}.pt", f"ckpt/step_{{step}}.pt")
+    print(f"saved step {{step}}", flush=True)
+"""
+
+
 def write(tmp: Path, fail: str, **job: Any) -> inventory.Inventory:
     (tmp / "job.py").write_text(JOB)
+    (tmp / "saves_on_term.py").write_text(SAVES_ON_TERM)
     doc = {
         "defaults": {"transport": "local", "workdir": str(tmp), "python": sys.executable},
         "hosts": [{"host": "localhost", "name": f"node{k}"} for k in range(2)],
@@ -97,3 +133,43 @@ async def test_a_chain_whose_checkpoint_stops_advancing_stops_and_says_so(tmp_pa
     why = "no progress: the newest checkpoint (step 10) did not advance over two attempts"
     assert fin.reason == why and summary["reason"] == why
     assert [a["steps_lost"] for a in summary["attempts"]] == [2, 2]
+
+
+def said(events: list[Event], text: str) -> int | None:
+    """Where in the events a rank's line `text` came, if it did."""
+    for i, e in enumerate(events):
+        if isinstance(e, LogBatch) and any(line == text for _, line in e.lines):
+            return i
+    return None
+
+
+async def test_a_stop_gives_the_ranks_stop_grace_to_finish_their_save_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """The user stops at step 5: TERM, and the ranks have stop_grace (20 s) to end. Node 0's
+    save of SAVE_S completes and lands in the directory, said before it lands; the run is
+    stopped, its newest checkpoint the one saved on the way out."""
+    inv = write(tmp_path, "0", script="saves_on_term.py", stop_grace=20, restarts=0)
+
+    def stop_at_step_5(run: Run, events: list[Event]) -> None:
+        if not run.stopping and said(events[-1:], "step 5") is not None:
+            run.stop()
+
+    fin, events = await run_job(inv, tmp_path, stop_at_step_5, timeout=90)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert fin.status == "stopped"
+    [stop] = [(i, e) for i, e in enumerate(events) if isinstance(e, Stopping)]
+    assert (stop[1].grace, stop[1].checkpoint) == (20, "ckpt")
+    assert stop[1].text() == (
+        "stopping every node: TERM sent; the ranks have 20 s (job.stop_grace) to finish saving "
+        "to ckpt, then KILL"
+    )
+    log = (tmp_path / "run" / "rank-0.log").read_text().splitlines()
+    [step] = [line.split()[-1] for line in log if line.startswith("saved step ")]
+    path = str(tmp_path / "ckpt" / f"step_{step}.pt")
+    assert (tmp_path / "ckpt" / f"step_{step}.pt").read_text() == "weights"
+    landed = said(events, f"saved step {step}")
+    assert landed is not None and stop[0] < landed  # said while the ranks save
+    saved = [e for e in events if isinstance(e, CheckpointSaved)]
+    assert saved and (saved[-1].path, saved[-1].step) == (path, int(step))
+    assert summary["checkpoint"]["path"] == path

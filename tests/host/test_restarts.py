@@ -3,6 +3,7 @@ attempt of a small job with no torch; the test hosts' end-to-end tests add torch
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -18,7 +19,11 @@ from runtools import run_job
 from ddptui.remote import inventory
 from ddptui.remote.events import Alert, Event, LogBatch, RunFinished, RunRestarting
 from ddptui.remote.host import procs
+from ddptui.remote.run import statuses
 from ddptui.remote.run.runner import Run
+from ddptui.remote.store import runs
+from ddptui.tui.headless.printer import Printer
+from ddptui.tui.text import run_cells, run_row
 
 # Node 1 fails on the attempts named in FAIL (DDPTUI_ATTEMPT), after a line; every rank says
 # its attempt, then ends (or sleeps, with HOLD, so that a stop finds it running).
@@ -158,16 +163,26 @@ async def test_restart_on_ends_the_run_for_an_exit_it_does_not_name(tmp_path: Pa
 
 async def test_an_attempt_that_gets_no_further_stops_the_chain(tmp_path: Path) -> None:
     """Node 1 fails the same way after the same line every attempt: the second such failure
-    ends the run, two restarts left unused."""
-    inv = write(tmp_path, 2, "0,1,2,3", 0.2, restarts=3)
+    ends the run, two restarts left unused, and the reason reaches the console, summary.json,
+    `runs` and job.notify's command."""
+    notified = tmp_path / "notified"
+    notify = {"command": f'echo "$DDPTUI_EVENT: $DDPTUI_MESSAGE" >> {notified}'}
+    inv = write(tmp_path, 2, "0,1,2,3", 0.2, restarts=3, notify=notify)
     fin, events = await run(inv, tmp_path)
     assert [a.status for a in fin.attempts] == ["failed", "failed"]
     last = [e for e in events if isinstance(e, Alert)][-1]
     why = "no progress: it failed as the last attempt did, no further"
     assert last.message == f"node1 failed (exit 3); {why}"  # job.notify's word
-    assert fin.reason == why  # the console's `not restarted: ...`, the dashboard's
+    assert notified.read_text().splitlines()[-1] == f"failed: node1 failed (exit 3); {why}"
+    assert fin.reason == why  # the dashboard's end
+    console = io.StringIO()
+    Printer(io.StringIO(), console)(fin)
+    assert f"ddptui: not restarted: {why}" in console.getvalue().splitlines()
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["reason"] == why
+    record = runs.read(tmp_path / "run")  # `runs`: its row's why
+    await statuses.fill([record])
+    assert run_cells(run_row(record))[-1] == why
 
 
 SICK = """

@@ -10,6 +10,7 @@ import os
 import pty
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from ddptui.remote.events import (
+    CheckpointSaved,
     ChecksDone,
     CodeSynced,
     Event,
@@ -29,6 +31,7 @@ from ddptui.remote.events import (
     Notice,
     RunFinished,
     RunStarted,
+    Stopping,
 )
 from ddptui.remote.inventory import Host
 from ddptui.tui.headless import printer as printer_module
@@ -278,6 +281,23 @@ def test_a_restart_chain_that_stops_says_why_after_the_failure() -> None:
         "ddptui: run failed: rank 3 on a2 (exit code 3): exit 3",
         f"ddptui: not restarted: {why}",
     ]
+
+
+def test_a_stop_says_the_ranks_time_to_save_and_the_checkpoint_saved_on_the_way_out() -> None:
+    err = io.StringIO()
+    printer = Printer(io.StringIO(), err)
+    printer(Stopping(30, "ckpt"))
+    printer(CheckpointSaved("/work/ckpt/step_17.pt", 17, time.time()))
+    stop, saved = err.getvalue().splitlines()
+    assert stop == (
+        "ddptui: stopping every node: TERM sent; the ranks have 30 s (job.stop_grace) to finish "
+        "saving to ckpt, then KILL"
+    )
+    assert saved.startswith("ddptui: checkpoint: step 17, saved ")
+    assert saved.endswith(" ago (/work/ckpt/step_17.pt)")
+    err = io.StringIO()
+    Printer(io.StringIO(), err)(Stopping(5, None))  # no job.checkpoint
+    assert err.getvalue() == "ddptui: stopping every node (TERM, then KILL after 5 s)\n"
 
 
 def test_on_a_terminal_a_live_line_per_phase() -> None:

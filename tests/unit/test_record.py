@@ -261,7 +261,7 @@ def test_the_summary_has_every_attempt_and_attach_finds_a_spares_place(
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     runs.register(run_dir, "r1", inv)
-    runs.replaced(run_dir, 1, "s1", 2)
+    runs.replaced(run_dir, 1, "s1", 2, "b")
     again = runs.read(run_dir).inventory()
     assert [(h.name, h.node_rank, h.since) for h in again.hosts] == [("a", 0, 0), ("s1", 1, 2)]
     assert [h.name for h in again.usable_spares] == ["s2"]
@@ -285,6 +285,35 @@ def test_the_summary_has_every_attempt_and_attach_finds_a_spares_place(
         "restarting once a spare host takes b's place (in 10 s at the earliest): "
         "attempt 2 of 3 (after b was lost)"
     )
+
+
+def test_summary_hosts_are_the_same_live_or_after_an_attach(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spare took node 1 from b at attempt 2: the launcher that saw it live began with the
+    hosts of the launch, an attach with the spare in b's place. Both summaries say the hosts
+    as the run ended and name the swap; a second swap of the same node follows the first."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    text = "hosts: [{host: a}, {host: b}, {host: 's[1-2]', spare: true}]\njob: {script: t.py}\n"
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    runs.register(run_dir, "r1", inventory.parse(text, tmp_path / "inv.yaml"))
+    runs.replaced(run_dir, 1, "s1", 1, "b")
+    runs.replaced(run_dir, 1, "s2", 2, "s1")
+    fin = RunFinished("succeeded", 0, 8.0)
+    said = []
+    for hosts, resume in ((("a", "b"), False), (("a", "s2"), True)):  # live, then an attach
+        rec = Recorder(run_dir, resume=resume)
+        rec(RunStarted("r1", str(run_dir), hosts, 2, "torchrun"))
+        rec(fin)
+        rec.close()
+        summary = json.loads((run_dir / "summary.json").read_text())
+        said.append((summary["hosts"], summary["replaced"]))
+    assert said[0] == said[1] == (
+        ["a", "s2"],
+        [{"node": 1, "host": "b", "by": "s1", "attempt": 1},
+         {"node": 1, "host": "s1", "by": "s2", "attempt": 2}],
+    )  # fmt: skip
 
 
 def test_a_spares_spool_is_read_from_its_first_byte(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from ddptui.remote.events import (
     RunFinished,
     RunRestarting,
     RunStarted,
+    Stopping,
 )
 from ddptui.remote.run.failures import first
 
@@ -59,11 +60,12 @@ class Course:
         self.started_at: float | None = None
         self.run_dir: str | None = None  # where its logs and stacks go, as it said
         self.stopping = False  # the user asked the run to stop
+        self.grace: tuple[Stopping, float] | None = None  # a stop's TERM, and when KILL comes
 
     def reset(self, run_id: str) -> None:
         """A new run: no failure, the status starts over (the hosts and world size it knew)."""
         self.failure, self.failures, self.finished = None, [], None
-        self.started_at, self.stopping = None, False
+        self.started_at, self.stopping, self.grace = None, False, None
         self.banner.hide()
         old = self.status
         self.status = Status(hosts=old.hosts, world_size=old.world_size, no_run=old.no_run)
@@ -80,6 +82,9 @@ class Course:
         if self.started_at is not None and self.finished is None:
             status.elapsed = self.clock() - self.started_at
             status.measure(self.clock(), self.pane.received)
+        if self.grace is not None and self.finished is None:  # the ranks' time to save, left
+            stop, kill_at = self.grace
+            status.waiting = stop.waiting(kill_at - self.clock())
         status.hosts_up = len(self.hosts.up)
         self.status_bar.show(status)
 
@@ -156,6 +161,14 @@ class Course:
         where = f"{ev.host}: " if ev.host else ""
         self.app.notify(where + ev.text, severity=SEVERITY[ev.level], timeout=6)
 
+    def _stopping(self, ev: Stopping) -> None:
+        """A user's stop (this dashboard's, or another launcher's): the ranks' grace counted
+        down in the status bar until the run ends."""
+        self.stopping, self.grace = True, (ev, self.clock() + ev.grace)
+        self.status.state = "stopping"
+        self.app.notify(ev.text(), timeout=max(6.0, ev.grace))
+        self.show()
+
     def _hang_detected(self, ev: HangDetected) -> None:
         """The run warned of a stall (its Notice is shown too): the status bar says so until
         a rank speaks again."""
@@ -164,6 +177,7 @@ class Course:
 
     def _run_finished(self, ev: RunFinished) -> None:
         self.finished = ev
+        self.status.waiting = ""
         self.status.state = ev.status
         self.status.elapsed = ev.elapsed
         if ev.failure is not None:
@@ -201,6 +215,7 @@ class Course:
         NodeRanks: _node_ranks,
         NodeExited: _node_exited,
         Notice: _notice,
+        Stopping: _stopping,
         JobState: _job_state,
         RunFinished: _run_finished,
         ChecksDone: _checks_done,

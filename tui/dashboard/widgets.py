@@ -32,6 +32,7 @@ class Status:
     hosts: int = 0
     lines_per_s: float | None = None  # while a run goes
     alert: str = ""  # e.g. a stall, until the ranks speak again
+    waiting: str = ""  # a stop's grace: the time the ranks have left to save, until the end
     no_run: str = "no run yet (l launches)"  # read-only: no key launches
     _rate_mark: tuple[float, int] | None = field(default=None, repr=False)  # (when, lines)
     _received_at_alert: int = field(default=0, repr=False)
@@ -61,6 +62,8 @@ class Status:
     def text(self) -> str:
         run = f"run {self.run_id}" if self.run_id else self.no_run
         parts = [run, self.state]
+        if self.waiting:
+            parts.append(self.waiting)
         if self.alert:
             parts.append(self.alert)
         if self.elapsed is not None:

@@ -24,6 +24,7 @@ from ddptui.remote.events import (
     Notice,
     RunFinished,
     RunStarted,
+    Stopping,
     attempt_from,
     failure_from,
 )
@@ -170,7 +171,7 @@ class Quiet:
         self.printer = printer
 
     def __call__(self, event: Event) -> None:
-        if isinstance(event, HostState | Notice | RunFinished | RunStarted | JobState):
+        if isinstance(event, HostState | Notice | RunFinished | RunStarted | JobState | Stopping):
             self.printer(event)
 
 

@@ -38,6 +38,7 @@ from ddptui.remote.events import (
     RunRestarting,
     RunStarted,
     StepsLost,
+    Stopping,
     TrackerLink,
 )
 from ddptui.remote.inventory import Host
@@ -114,7 +115,7 @@ class Printer:
             self.say(event.text() if isinstance(event, TrackerLink) else event.text)
         elif isinstance(event, CheckpointSaved):
             self.say("checkpoint: " + checkpoint_text(dataclasses.asdict(event)))
-        elif isinstance(event, StepsLost):
+        elif isinstance(event, StepsLost | Stopping):
             self.say(event.text())
         elif isinstance(event, Alert) and event.event in ("hang", "straggler"):  # the run's watch
             self.say(f"{event.event}: {event.message}")
