@@ -107,7 +107,7 @@ async def queued(inv_path: Path, out: Path, rep: str, hosts: int) -> tuple[float
     tb = asyncio.ensure_future(b.execute())
     while not second.said("waiting for GPUs"):
         if tb.done():
-            raise SystemExit(f"bench: {rep}: the second run never queued: {tb.result()}")
+            raise SystemExit(f"bench: {rep}: the second run never queued: {how_ended(tb.result())}")
         await asyncio.sleep(0.05)
     (out / f"go-{rep}-a").touch()
     check(await ta, first, hosts, f"{rep} (first)")
@@ -126,8 +126,14 @@ async def until_running(task: asyncio.Future[RunFinished], clock: Clock, hosts: 
                         rep: str) -> None:  # fmt: skip
     while sum(isinstance(e, NodeStarted) for _, e in clock.heard) < hosts:
         if task.done():
-            raise SystemExit(f"bench: {rep} ended before every node ran: {task.result()}")
+            raise SystemExit(f"bench: {rep}: over before all ran: {how_ended(task.result())}")
         await asyncio.sleep(0.05)
+
+
+def how_ended(fin: RunFinished) -> str:
+    """How a run ended, in one line: its status and its first failure (of how many)."""
+    first = f": {fin.failure.host}: {fin.failure.message}" if fin.failure else ""
+    return f"{fin.status}{first} ({len(fin.failures)} failure(s))"
 
 
 def check(fin: RunFinished, clock: Clock, hosts: int, rep: str) -> None:
@@ -135,7 +141,7 @@ def check(fin: RunFinished, clock: Clock, hosts: int, rep: str) -> None:
     leased = [e.text for _, e in clock.heard if isinstance(e, Notice) and "leased" in e.text]
     started = sum(isinstance(e, NodeStarted) for _, e in clock.heard)
     if fin.status != "succeeded" or started != hosts or len(leased) != 1:
-        raise SystemExit(f"bench: {rep}: {fin.status}, {started}/{hosts} nodes, {leased}")
+        raise SystemExit(f"bench: {rep}: {how_ended(fin)}, {started}/{hosts} nodes, {leased}")
     if f"on node[0-{hosts - 1}]" not in leased[0]:
         raise SystemExit(f"bench: {rep}: not every host leased: {leased[0]}")
 
