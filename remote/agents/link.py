@@ -120,7 +120,7 @@ class NodeLink:
         self._on_items = on_items
         self.closed = asyncio.Event()
         self.channel = agent.open(op, args, frame, end)
-        hello = f"{protocol.SAY_HELLO} {offset}" + (f" {protocol.SAY_VIEW}" if self.view else "")
+        hello = protocol.say(protocol.SAY_HELLO, offset, *[protocol.SAY_VIEW] * self.view)
         self._send(hello)
 
     def _hold(self, start: int, items: list[Item], replaying: bool) -> None:

@@ -11,7 +11,7 @@ attach, monitor) are read by remote/agents/link.py and remote/agents/monitor.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.transport import HostError
@@ -22,8 +22,9 @@ TEXT_MAX = 1000  # characters kept of a text a host sends (a reason, a path, a v
 GPUS_MAX = 1024  # GPUs of one host read at most (what a host sends is bounded)
 QUEUE_MAX = 256  # holders and waiters read at most
 
-NodeState = dict[str, Any]  # a node's state.json as its host reads it (remote/host/nodes.py)
-Runs = dict[str, dict[int, NodeState | None]]  # run id → node → its state (None: none kept)
+if TYPE_CHECKING:  # a node's state.json as its host writes and reads it (remote/host/nodes.py)
+    from ddptui.remote.host.protocol import NodeState
+Runs = dict[str, dict[int, "NodeState | None"]]  # run id → node → its state (None: none kept)
 
 
 class ReplyError(HostError):
@@ -117,6 +118,16 @@ async def flight(agent: Agent, run_id: str, node: int, traces: bytes, timeout: f
     args = {"run_id": run_id, "node": node}
     found = await agent.request(protocol.FLIGHT, args, data=traces, timeout=timeout)
     return str(found.get("verdict") or "")
+
+
+async def hangs(agent: Agent, run_id: str, since: int) -> dict[str, str]:
+    """The hangs node 0's host kept for the run (remote/host/watch.py): each file's name and
+    text (remote/stalls/kept.py writes only the names and JSON it knows)."""
+    found = await agent.request(protocol.HANGS, {"run_id": run_id, "since": since})
+    records = found.get("records")
+    if not isinstance(records, dict):
+        return {}
+    return {str(name): text for name, text in records.items() if isinstance(text, str)}
 
 
 async def sweep(agent: Agent, run_id: str, node: int, grace: float) -> list[str]:
@@ -305,7 +316,7 @@ def _text_long(value: Any) -> str:
 def _state(value: Any) -> NodeState | None:
     if value is not None and not isinstance(value, dict):
         raise TypeError(type(value).__name__)
-    return value
+    return cast("NodeState | None", value)
 
 
 def _rank_dump(got: dict[str, Any]) -> RankDump:

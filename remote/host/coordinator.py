@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 class Coordinator(Role):
     """hang_up_s: how long the peers get to hang up at the run's end."""
 
-    def __init__(self, spec: dict[str, Any], sup: Supervisor, hang_up_s: float) -> None:
+    def __init__(self, spec: protocol.Spec, sup: Supervisor, hang_up_s: float) -> None:
         self.spec, self.sup = spec, sup
         link_timeout = spec["link_timeout"]
         self.hub = Hub(

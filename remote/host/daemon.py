@@ -496,11 +496,11 @@ class Daemon:
             "spool_end": self.spool.end,
         }
 
-    def _command(self, words):
-        """A launcher's line on a viewer's connection."""
-        if not words:
+    def _command(self, words: list[str]) -> None:
+        """A launcher's word on a viewer's connection, its line's words."""
+        verb, args = protocol.heard(words)
+        if not verb:
             return
-        verb, args = words[0], words[1:]
         if verb == protocol.SAY_STOP and args[:1] == [protocol.SAY_STOP_FAILURE]:
             attempt = int(args[1]) if len(args) > 1 and args[1].isdigit() else None
             why = "another node failed (the launcher said stop)"

@@ -29,7 +29,7 @@ from .flightfiles import FOLDER, PIPE_VAR, TRACE, VERDICT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+    from typing import Any, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 PIECE = 40 << 10  # base64 characters of one piece: a hub-link line, with room to spare
 GATHER_MAX = 64 << 20  # bytes of every node's pieces together, as sent
@@ -45,7 +45,7 @@ _MISSING = re.compile(r"missing ranks: \{([0-9, ]+)\}")
 _NOISE = ("tabulate is not installed",)
 
 
-def wanted(spec: Dict[str, Any]) -> bool:
+def wanted(spec: Mapping[str, Any]) -> bool:
     """Whether the job's ranks keep a flight recorder (the plan set its pipe)."""
     return PIPE_VAR in (spec.get("env") or {})
 

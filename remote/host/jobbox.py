@@ -10,13 +10,13 @@ from __future__ import annotations
 import contextlib
 import os
 
-from . import container, job
+from . import container, job, protocol
 from .common import log
 from .protocol import DAEMONS
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any, Callable
+    from typing import Callable
 
     from .attempt import Attempt
 
@@ -24,11 +24,11 @@ if TYPE_CHECKING:
 class JobBox:
     """save_state: the supervisor's, where a sweep's failure is kept."""
 
-    def __init__(self, spec: dict[str, Any], ndir: str, save_state: Callable[..., None]) -> None:
+    def __init__(self, spec: protocol.Spec, ndir: str, save_state: Callable[..., None]) -> None:
         self.spec, self.dir, self.save_state = spec, ndir, save_state
         self.box = spec["container"]  # the inventory's spec, or None
         self.node, self.host = spec["node"], spec["names"][spec["node"]]
-        self.runtime = self.box and self.box["runtime"]
+        self.runtime: str | None = self.box["runtime"] if self.box else None
         self.unswept: Attempt | None = None  # the last attempt whose container is yet to be swept
 
     def command(

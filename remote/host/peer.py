@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 class Peer(Role):
-    def __init__(self, spec: dict[str, Any], sup: Supervisor) -> None:
+    def __init__(self, spec: protocol.Spec, sup: Supervisor) -> None:
         self.spec = spec
         self.resume: str | None = None  # job.checkpoint's newest, as the hub's restart said
         self.link = HubLink(

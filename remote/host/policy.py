@@ -46,7 +46,7 @@ def decide(
     attempt: int,
     restarts: int,
     spares: int,
-    restart_on: list[Any] | None = None,
+    restart_on: Sequence[Any] | None = None,
     last: Outcome | None = None,
 ) -> Decision:
     """What follows attempt `attempt` (of at most `restarts` more). spares: how many spare
@@ -70,7 +70,7 @@ def decide(
     return Decision(True, replace=tuple(out.lost))
 
 
-def spares_left(spec: dict[str, Any], hub: Hub) -> int:
+def spares_left(spec: protocol.Spec, hub: Hub) -> int:
     """Spare hosts still free to take a node's place."""
     return int(spec["spares"]) - hub.replaced
 
@@ -84,7 +84,7 @@ class Policy:
         self,
         hub: Hub,
         spares: HotSpares,
-        spec: dict[str, Any],
+        spec: protocol.Spec,
         note: Callable[..., None],
         save_state: Callable[..., None],
         word: Callable[[str, str, str], None],

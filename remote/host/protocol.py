@@ -35,7 +35,7 @@ import hashlib
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any, TypedDict
+    from typing import Any, List, Mapping, Sequence, Tuple, TypedDict
 
     # -- what the hub and its peers say (HUB_*) --
 
@@ -75,6 +75,47 @@ if TYPE_CHECKING:
         t: str
         reason: str
 
+    # -- a node's spec (START): what its supervisor is handed; SPEC_DEFAULTS below says each
+    # key's default (REQUIRED: none), the launcher's node_spec (remote/run/launch.py) its value --
+
+    class Spec(TypedDict, total=False):
+        run_id: str
+        node: int
+        names: list[str]
+        argv: list[str]
+        secret: str
+        env: dict[str, str]
+        unset: list[str]
+        expand: list[int]
+        scratch_arg: str | None
+        workdir: str | None
+        route_to: str | None
+        ifname_vars: list[str]
+        master_addr: str | None
+        ranks: list[int]
+        learn_ranks: bool
+        tail_ranks: bool
+        line_buffer: bool
+        container: dict[str, Any] | None
+        grace: float
+        link_timeout: float
+        spool_max: int
+        detached: bool
+        attempt: int
+        restarts: int
+        restart_delay: float
+        spares: int
+        standbys: list[str]
+        hub_port: int | None
+        restart_on: Sequence[int | str] | None  # exit codes and causes (job.restart_on)
+        notify: dict[str, Any] | None
+        progress: str | bool | None
+        hang_after: float | None
+        on_hang: str
+        on_straggler: str
+        checkpoint: str | None
+        lease: dict[str, Any] | None
+
     # -- a node's state file (remote/host/state.py: STATE), as its supervisor writes it --
 
     class NodeState(TypedDict, total=False):
@@ -100,6 +141,8 @@ if TYPE_CHECKING:
         run_reason: str
         run_why: str  # node 0: why no attempt follows (a restart chain that stops)
         checkpoint: dict[str, Any]  # node 0: job.checkpoint's newest {path, step, at}
+        bad_hosts: dict[str, list[str]]  # node 0: node -> [host, why]: not used again (policy.py)
+        swapped: dict[str, list[Any]]  # node 0: node -> [hot spare, attempt]: an attach follows
         alive: bool  # STATUS: its supervisor answers
         series: dict[str, Any]  # STATUS, node 0, asked for: the training's curve
 
@@ -307,7 +350,7 @@ class SpecError(ValueError):
     pass
 
 
-def spec(given: dict[str, Any]) -> dict[str, Any]:
+def spec(given: Mapping[str, Any]) -> Spec:
     """A node spec with its defaults filled in; an unknown or missing key is a SpecError (a
     launcher and a host of different versions say so instead of guessing)."""
     unknown = sorted(set(given) - set(SPEC_DEFAULTS))
@@ -321,7 +364,19 @@ def spec(given: dict[str, Any]) -> dict[str, Any]:
             raise SpecError("the spec lacks " + key)
         else:
             out[key] = type(default)(default) if isinstance(default, (list, dict)) else default
-    return out
+    return out  # type: ignore[return-value]  # every key of Spec, each checked above
+
+
+def say(verb: str, *args: object) -> str:
+    """A launcher's word to a supervisor (a SAY_* verb and its arguments), as one line; free
+    text goes last (its spaces are the reader's to join)."""
+    return " ".join([verb, *(str(a) for a in args)])
+
+
+def heard(words: List[str]) -> Tuple[str, List[str]]:
+    """A launcher's word as its supervisor reads it (its line's words): its verb ("" if none)
+    and its arguments."""
+    return (words[0], words[1:]) if words else ("", [])
 
 
 # Facts both sides act on, each said once here:

@@ -16,12 +16,12 @@ from __future__ import annotations  # py3.8: annotations stay unevaluated
 
 TYPE_CHECKING = False  # typing costs milliseconds of import on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Sequence
 
 CAUSES = ("hang", "lost", "gpu", "failed")
 
 
-def restarts_on(restart_on: list[Any] | None, outcome: dict[str, Any]) -> bool:
+def restarts_on(restart_on: Sequence[Any] | None, outcome: dict[str, Any]) -> bool:
     """job.restart_on (None: everything restarts): a cause it names, or for a rank's exit, its
     code (SkyPilot's recover_on_exit_codes)."""
     if restart_on is None:
@@ -50,7 +50,7 @@ def saved_nothing(last: dict[str, Any] | None, now: dict[str, Any]) -> bool:
     return not any(x.get("cause") in HOST_FAULTS for x in (last, now))
 
 
-def why_not(restart_on: list[Any] | None, last: dict[str, Any] | None,
+def why_not(restart_on: Sequence[Any] | None, last: dict[str, Any] | None,
             now: dict[str, Any]) -> str | None:  # fmt: skip
     """Why the failed attempt `now` is not restarted (None: it is); last: the attempt before."""
     if now.get("cause") == "straggler":  # job.on_straggler: replace chose it, a spare is there

@@ -81,11 +81,11 @@ class Viewers:
     def _client(self, sock, done):
         rfile = sock.makefile("rb")
         try:
-            words = rfile.readline(256).split()
-            offset = int(words[1]) if words[:1] == [b"hello"] else 0
+            verb, args = protocol.heard(rfile.readline(256).decode("utf-8", "replace").split())
+            offset = int(args[0]) if verb == protocol.SAY_HELLO else 0
         except (OSError, ValueError, IndexError):
-            words, offset = [], 0
-        view = words[2:3] == [protocol.SAY_VIEW.encode()]
+            args, offset = [], 0
+        view = args[1:2] == [protocol.SAY_VIEW]
         if not view:
             self.heard = time.monotonic()
         hello = self.hello()

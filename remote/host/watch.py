@@ -17,7 +17,7 @@ import re
 import threading
 import time
 
-from . import flightfiles, hangtraces, state
+from . import flightfiles, hangtraces, protocol, state
 from .hangrule import HangRule
 from .policy import spares_left
 from .straggle import Stragglers
@@ -119,7 +119,7 @@ class Guard:
     THEN = {"restart": "the attempt ends", "stop": "the run stops",
             "warn": "left running (job.on_hang: warn)"}  # fmt: skip
 
-    def __init__(self, hub: Any, spec: Dict[str, Any], where: str, node: Any, word: Any) -> None:
+    def __init__(self, hub: Any, spec: protocol.Spec, where: str, node: Any, word: Any) -> None:
         self.hub, self.spec, self.where, self.node, self.word = hub, spec, where, node, word
         self.last: Any = None  # (attempt, the culprits' hosts) of the last hang
         self.asked = 0  # flight recorder asks, for their seq

@@ -139,7 +139,7 @@ class Gang:
     def _stop_line(self, cause: str) -> str:
         if cause == "user":
             return protocol.SAY_STOP
-        return f"{protocol.SAY_STOP} {protocol.SAY_STOP_FAILURE} {self.attempts.current}"
+        return protocol.say(protocol.SAY_STOP, protocol.SAY_STOP_FAILURE, self.attempts.current)
 
     def say(self, k: int, line: str) -> None:
         """A word to node k's supervisor (node 0's: the run's hub)."""
@@ -529,7 +529,7 @@ class Gang:
     def _gone(self, k: int, attempt: int) -> None:
         """Node k's supervisor is dead: the run's hub (of node 0's, every peer) hears it now,
         instead of waiting out its silence (link_timeout) before the run can end."""
-        line = f"{protocol.SAY_GONE} {k} {attempt}"
+        line = protocol.say(protocol.SAY_GONE, k, attempt)
         for j in [0] if k else [j for j in self.links if j]:
             self.say(j, line)
 

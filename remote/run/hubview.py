@@ -26,7 +26,7 @@ class HubView:
 
     def listens(self, port: int) -> bool:
         """Node 0 said its hub's port: True if the supervisors must be told anew."""
-        line = f"{protocol.SAY_HUB} {self.addr} {port}"
+        line = protocol.say(protocol.SAY_HUB, self.addr, port)
         self.port = port
         self.heard.set()
         changed, self.line = line != self.line, line

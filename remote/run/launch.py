@@ -177,7 +177,7 @@ class Launch:
         secret: str = "",
         inv: Inventory | None = None,
         handoff: bool = False,
-    ) -> dict[str, Any]:
+    ) -> protocol.Spec:
         """Node's spec, with the key it proves to the hub (its own: remote/host/identity.py); a
         spare joins at `attempt`, proving `secret` (its ticket, its standby's key for node);
         inv: the hosts as a hot spare in node's place would have them (else the run's).
@@ -248,13 +248,12 @@ def node_spec(
     secret: str,
     attempt: int = 0,
     lease: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> protocol.Spec:
     """What node's supervisor is handed (remote/host/protocol.py's spec): its plan, and the
     job's keys its host acts on. A launch's (Launch.spec) and a Slurm job's alike."""
     job = inv.job
     notify = job.notify.model_dump() if job.notify else None
-    return protocol.spec(
-        {
+    given: protocol.Spec = {
             "run_id": run_id,
             "node": node.node_rank,
             "names": [h.name for h in inv.hosts],
@@ -289,5 +288,5 @@ def node_spec(
             "on_straggler": job.on_straggler,
             "checkpoint": job.checkpoint,
             "lease": lease,  # its GPUs' (remote/host/lease.py); a Slurm job's are Slurm's
-        }
-    )
+        }  # fmt: skip
+    return protocol.spec(given)

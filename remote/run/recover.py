@@ -119,7 +119,7 @@ class Recovery:
             self.refused.add(spare.name)
             self.emit(Notice("warning", f"spare {spare.name} not used: {why}", host=spare.name))
         why = f"no spare host could take {lost.name}'s place"
-        self.gang.say(0, f"{protocol.SAY_NO_SPARE} {why}")
+        self.gang.say(0, protocol.say(protocol.SAY_NO_SPARE, why))
         self.emit(Notice("error", f"{why}: the run ends"))
         return False
 
@@ -195,7 +195,7 @@ class Recovery:
         host = self.launch.inv.hosts[k]
         self.new_stream(k, attempt)
         ticket = secrets.token_hex(16)
-        gang.say(0, f"{protocol.SAY_REPLACE} {k} {ticket}")
+        gang.say(0, protocol.say(protocol.SAY_REPLACE, k, ticket))
         node = self.launch.node_plan(k)
         # as the run is: a detached run's spare needs no launcher either
         hub = gang.links.get(0)

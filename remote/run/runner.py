@@ -414,7 +414,7 @@ class Run:
             self._fetches.add(task)
             task.add_done_callback(self._fetches.discard)
         if isinstance(event, HangDetected):  # job.notify's command runs on node 0's host
-            self.gang.say(0, f"{protocol.SAY_NOTIFY} hang {hang.describe(event)}")
+            self.gang.say(0, protocol.say(protocol.SAY_NOTIFY, "hang", hang.describe(event)))
         self._hang.feed(event)
         if isinstance(event, BadHost) and event.host not in self.bad:
             self.bad[event.host] = event.why

@@ -15,10 +15,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Notice
-from ddptui.remote.host import protocol
 from ddptui.remote.host.flightfiles import FOLDER, TRACE, VERDICT
 from ddptui.remote.store.record import private_dir, write_private
 
@@ -32,15 +32,14 @@ async def fetch(fleet: Fleet, emit: Callable[[Event], None], run_id: str, run_di
     host = fleet.hosts[0]
     try:
         agent = await fleet.agent(0, emit)
-        got = await agent.request(protocol.HANGS, {"run_id": run_id, "since": host.since})
+        records = await ops.hangs(agent, run_id, host.since)
     except HostError as exc:
         emit(
             Notice("warning", f"the run's kept hangs could not be copied: {exc.reason}", host.name)
         )
         return
-    records = got.get("records")
-    for name, text in sorted(records.items() if isinstance(records, dict) else ()):
-        path = _local(run_dir, str(name), text)
+    for name, text in sorted(records.items()):
+        path = _local(run_dir, name, text)
         if path is None or path.exists():
             continue
         if path.parent != run_dir:

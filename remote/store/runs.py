@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,9 @@ class RunRecord:
     summary: dict[str, Any] | None
     status: str = ""  # filled by `statuses`
     detail: str = ""  # e.g. why it is lost
-    states: dict[int, dict[str, Any] | None] = field(default_factory=dict)  # per node
+    # per node: its state as its host keeps it (remote/host/protocol.py: NodeState), or
+    # {"error": why} where its host was not reached
+    states: dict[int, Mapping[str, Any] | None] = field(default_factory=dict)
 
     @property
     def started_at(self) -> float:
@@ -189,7 +192,7 @@ def resolve(spec: str) -> RunRecord:
 # -- status from the hosts ---------------------------------------------------------------
 
 
-def judge(states: dict[int, dict[str, Any] | None]) -> tuple[str, str]:
+def judge(states: Mapping[int, Mapping[str, Any] | None]) -> tuple[str, str]:
     """A run's status from its nodes' states (None: the host keeps nothing of it): the hub's
     (node 0's) word first, else the worst of the nodes' own."""
     errors = [s["error"] for s in states.values() if s and "error" in s]

@@ -4,6 +4,9 @@ not send."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+
 import pytest
 
 from ddptui.remote.host import protocol, wire
@@ -144,3 +147,21 @@ def test_the_inventorys_notify_events_are_the_hosts() -> None:
 
     assert set(get_args(inventory.NotifyEvent)) == set(protocol.NOTIFY_EVENTS)
     assert inventory.NOTIFY_DEFAULT == protocol.NOTIFY_DEFAULT
+
+
+def test_the_typed_spec_names_every_key_of_the_spec_and_no_other() -> None:
+    """protocol.Spec (read by mypy only: the hosts never import typing) and SPEC_DEFAULTS (what
+    the host checks a spec by) are the same keys."""
+    tree = ast.parse(inspect.getsource(protocol))
+    (spec,) = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Spec"]
+    typed = [ast.unparse(b.target) for b in spec.body if isinstance(b, ast.AnnAssign)]
+    assert typed == list(protocol.SPEC_DEFAULTS)
+
+
+def test_a_launcher_s_word_is_read_as_it_was_said() -> None:
+    said = protocol.say(protocol.SAY_STOP, protocol.SAY_STOP_FAILURE, 3)
+    assert protocol.heard(said.split()) == (protocol.SAY_STOP, [protocol.SAY_STOP_FAILURE, "3"])
+    words = protocol.say(protocol.SAY_NO_SPARE, "no spare host is free").split()
+    verb, args = protocol.heard(words)
+    assert (verb, " ".join(args)) == (protocol.SAY_NO_SPARE, "no spare host is free")
+    assert protocol.heard([]) == ("", [])
