@@ -162,8 +162,8 @@ class Course:
         self.app.notify(where + ev.text, severity=SEVERITY[ev.level], timeout=6)
 
     def _stopping(self, ev: Stopping) -> None:
-        """A user's stop (this dashboard's, or another launcher's): the ranks' grace counted
-        down in the status bar until the run ends."""
+        """The user's stop: the ranks' grace (their time to finish a save) counted down in the
+        status bar until the run ends."""
         self.stopping, self.grace = True, (ev, self.clock() + ev.grace)
         self.status.state = "stopping"
         self.app.notify(ev.text(), timeout=max(6.0, ev.grace))
