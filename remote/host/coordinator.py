@@ -43,6 +43,7 @@ class Coordinator(Role):
             sup.stop, spec["master_addr"], sup.launcher, self._refused, spec["hub_port"] or 0,
         )  # fmt: skip
         self.hub_port = self.hub.port
+        self.hub.attempt = spec["attempt"]  # a run's new Slurm job starts its nodes past 0
         self.spares = HotSpares(self.hub, spec["standbys"], self._spare_lost)
         self.saves: checkpoints.Saves | None = None
         if spec["checkpoint"] is not None:

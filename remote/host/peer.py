@@ -36,8 +36,10 @@ class Peer(Role):
             self.link.connect(self.spec["master_addr"], self.spec["hub_port"])
 
     def first(self, attempt: int) -> Step | None:
-        """A spare joins a run going: it starts at the hub's word."""
-        return self._step(self.link.word()) if attempt else (attempt, None)
+        """A spare joins a run going: it starts at the hub's word. A run's new Slurm job
+        starts every node at its attempt together."""
+        joins = attempt and self.spec["joins"]
+        return self._step(self.link.word()) if joins else (attempt, None)
 
     def begin(self, attempt: int) -> None:
         self.link.begin(attempt)

@@ -102,6 +102,7 @@ if TYPE_CHECKING:
         spool_max: int
         detached: bool
         attempt: int
+        joins: bool
         restarts: int
         restart_delay: float
         spares: int
@@ -319,6 +320,7 @@ SPEC_DEFAULTS = {
     "spool_max": 1 << 30,
     "detached": False,
     "attempt": 0,  # the attempt this supervisor starts at (a spare: the one it joins)
+    "joins": True,  # attempt > 0: joins a run going, at its hub's word (a new Slurm job's don't)
     "restarts": 0,  # attempts after the first, at most (job.restarts)
     "restart_delay": 10.0,  # seconds before the first restart, doubling (restart_delay())
     "spares": 0,  # node 0: spare hosts a launcher may put in a lost node's place

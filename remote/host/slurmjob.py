@@ -252,6 +252,7 @@ def fill(spec, found, secret, k, auto_ranks):
     spec["master_addr"] = master
     spec["route_to"] = master if spec["route_to"] else None
     spec["hub_port"] = found["hub"]
+    spec["joins"] = False  # every node of this job starts its attempt with node 0
     spec["secret"] = secret if k == 0 else channel.node_key(secret, k)  # its own (identity.py)
     spec["detached"] = True  # Slurm holds the job: a launcher may follow it, or none
     spec["unset"] = list(spec["unset"]) + TASK_VARS

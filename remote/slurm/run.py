@@ -36,6 +36,8 @@ from ddptui.remote.store.record import Recorder
 
 Emit = Callable[[Event], None]
 PENDING_POLL_S = 3.0  # squeue while the job waits (a site's scheduler minds more)
+FIRST_POLL_S = 0.25  # right after the submission, doubling to PENDING_POLL_S: a job Slurm
+# starts at once is followed at once (a 3 s poll cost 1.5 s of submit-to-first-line)
 RUNNING_POLL_S = 10.0  # while it runs: a node failure Slurm reports ends the attempt
 UP_POLL_S = 0.5  # how often a node is asked whether its supervisor is up yet
 FAILED_STATES = {"NODE_FAIL", "BOOT_FAIL"}  # a node's fault: a restart leaves it out
@@ -206,7 +208,7 @@ class SlurmRun:
     async def _until_running(self) -> queue.Job | None:
         """Slurm's word once the job runs or has ended (None: Slurm no longer knows it, or it
         is another's job now); its queue said meanwhile. A stop cancels it here."""
-        said = ""
+        said, wait = "", FIRST_POLL_S
         while True:
             job = await self._ask()
             if job is None or job.running or job.ended:
@@ -224,7 +226,8 @@ class SlurmRun:
                 self.emit(JobState(job.id, job.state, text, job.reason, job.start))
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), PENDING_POLL_S)
+                await asyncio.wait_for(self._wake.wait(), wait)
+            wait = min(wait * 2, PENDING_POLL_S)
 
     async def _ask(self) -> queue.Job | None:
         job = await self.login.job(self.job_id)

@@ -49,9 +49,13 @@ def job_name(run_id: str) -> str:
     return JOB_PREFIX + run_id
 
 
-def options(inv: Inventory, name: str, exclude: Sequence[str] = ()) -> list[str]:
+def options(
+    inv: Inventory, name: str, exclude: Sequence[str] = (), followed: bool = False
+) -> list[str]:
     """The job's sbatch options: one task per node (its supervisor), the inventory's keys, then
-    its `sbatch:` list as given."""
+    its `sbatch:` list as given. followed (the job ddptui submits and follows): never requeued
+    by Slurm, whose requeue would run it again unfollowed and hide its NODE_FAIL; ddptui asks
+    again itself, the failed nodes excluded (remote/slurm/run.py)."""
     s = inv.slurm
     assert s is not None
     out = [f"--job-name={name}", f"--nodes={s.nodes}", "--ntasks-per-node=1"]
@@ -67,6 +71,8 @@ def options(inv: Inventory, name: str, exclude: Sequence[str] = ()) -> list[str]
             out.append(f"--{flag}={value}")
     if exclude:
         out.append("--exclude=" + ",".join(exclude))
+    if followed:
+        out.append("--no-requeue")
     return out + list(s.sbatch)
 
 
@@ -184,4 +190,4 @@ def render(
     ]
     run = shlex.join(["sh", "-c", shipper.WRAPPER, "ddptui", python, BOOT, "head"])
     body = f"exec {run} <<'{EOF}'\n{data.decode()}{EOF}\n"
-    return header(options(inv, job_name(run_id), exclude), lines) + body
+    return header(options(inv, job_name(run_id), exclude, followed=True), lines) + body

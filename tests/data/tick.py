@@ -2,6 +2,8 @@
 
     python tests/data/tick.py COUNT EVERY [FAIL_RANK]   # FAIL_RANK raises at the middle line
 
+COUNT may be `FIRST/LATER`: FIRST lines in a run's first attempt, LATER after a restart.
+
 No torch: torchrun (or nothing) starts it; RANK comes from its environment.
 """
 
@@ -13,7 +15,9 @@ import time
 
 
 def main() -> int:
-    count, every = int(sys.argv[1]), float(sys.argv[2])
+    first, _, later = sys.argv[1].partition("/")
+    restarted = os.environ.get("DDPTUI_ATTEMPT", "0") != "0"
+    count, every = int(later if restarted and later else first), float(sys.argv[2])
     fail = int(sys.argv[3]) if len(sys.argv) > 3 else None
     rank = int(os.environ.get("RANK", "0"))
     for i in range(count):

@@ -1,14 +1,16 @@
 """A job handed to a real Slurm, the longer stories (-m slow_slurm, scripts/slurm_e2e.sh):
 detach, attach and stop; the exported script run by hand; `hosts: slurm` inside salloc; a hang
-and a GPU failure inside a Slurm job; and the pitfalls the field hit: a head address that
-resolves to loopback on the nodes, no scontrol where the job runs, the output's directory
-missing at submit, job ids that repeat after a controller restart.
+and a GPU failure inside a Slurm job; a node Slurm fails mid-job, named and left out; and the
+pitfalls the field hit: a head address that resolves to loopback on the nodes, no scontrol where
+the job runs, the output's directory missing at submit, job ids that repeat after a controller
+restart.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,3 +196,37 @@ def test_a_hang_inside_a_slurm_job_restarts_within_the_allocation(
     assert "run succeeded after 2 attempts" in cli.stderr
     summary = cli.summary()
     assert len(summary["slurm"]["jobs"]) == 1  # the restart stayed in the allocation
+
+
+def test_a_node_slurm_fails_is_named_and_the_job_asked_again_without_it(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """Node 1's slurmd killed: Slurm marks it down (SlurmdTimeout) and fails the job; the run
+    names the node and submits again without it, to success on the two nodes left."""
+    inv = slurm.write_inventory(tmp_path / "inv.yaml", tick_job("100000/20", 0.1, restarts=1))
+    cli = Cli(inv, tmp_path / "run")
+    run = cli.run_id()
+    wait_for(lambda: "[r3 " in cli.stdout, 120, "every rank's lines")
+    node1 = slurm.node_names[1]
+    slurm.stop_slurmd(1)
+    try:
+        wait_for(lambda: f"{node1} failed: Slurm says job" in cli.stderr, 120, "the node named")
+        assert cli.wait(300) == 0, cli.stderr
+        again = f"asking Slurm again without {node1} (attempt 2)"
+        assert any("NODE_FAIL" in x and again in x for x in cli.stderr.splitlines()), cli.stderr
+        summary = cli.summary()
+        first, second = summary["slurm"]["jobs"]
+        assert summary["slurm"]["state"] == "COMPLETED" and summary["slurm"]["job"] == second
+        assert summary["slurm"]["exclude"] == [node1]
+        assert node1 not in summary["slurm"]["nodes"] and len(summary["slurm"]["nodes"]) == 2
+        assert "tick 3 19" in (cli.run_dir / "rank-3.log").read_text()  # attempt 2's end
+        sacct = slurm.slurm(["sacct", "-c", "-X", "-n", "-P", "-j", first, "-o", "State"])
+        assert "NODE_FAIL" in sacct.stdout  # never requeued by Slurm behind the run
+        assert not slurm.squeue()
+    finally:
+        if cli.proc.poll() is None:
+            cli.proc.send_signal(signal.SIGINT)  # a failed test's run: scancelled, not left
+            cli.wait(60)
+        slurm.start_slurmd(1)
+        slurm.wait_idle(120)
+    assert not slurm.pids_with_env("DDPTUI_RUN_ID", run)

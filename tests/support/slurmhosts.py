@@ -261,7 +261,7 @@ MpiDefault=none
 ReturnToService=2
 KillWait=5
 MinJobAge=600
-SlurmdTimeout=30
+SlurmdTimeout=15
 InactiveLimit=0
 {nodes}
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
@@ -431,6 +431,10 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
             proc.kill()
             _reap(proc)
 
+    def start_slurmd(self, i: int) -> None:
+        """Node i's slurmd again (ReturnToService=2: the node is back once it registers)."""
+        self._start_slurmd(self.nodes[i])
+
     def wait_idle(self, timeout: float = 60.0) -> None:
         """Until every node is idle (a job's end is still completing: not idle)."""
 
@@ -517,7 +521,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         }
 
 
-def tick_job(count: int, every: float, *args: str, **job: object) -> dict[str, object]:
+def tick_job(count: int | str, every: float, *args: str, **job: object) -> dict[str, object]:
     """tests/data/tick.py under torchrun, two ranks a node: `tick RANK I` lines."""
     return {"script": "tests/data/tick.py", "args": [str(count), str(every), *args],
             "nproc_per_node": 2, **job}  # fmt: skip

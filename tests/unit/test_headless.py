@@ -186,6 +186,25 @@ async def test_a_phase_the_engine_adds_is_folded_the_same_way() -> None:
     ]
 
 
+def test_a_host_entering_a_phase_again_is_inside_it_again() -> None:
+    """Reconnects that keep failing (a node Slurm is about to fail): a host back in
+    `starting` after it went through it once holds the phase open, and never breaks it."""
+    clock = Clock()
+
+    def events() -> Iterable[Event]:
+        yield RunStarted("r1", "/runs/r1", ("a1", "a2"), 2, "torchrun")
+        yield from (HostState(f"a{k}", k, "running") for k in (1, 2))
+        for _ in range(3):
+            for k in (2, 1):
+                clock.now += 1.0
+                yield HostState(f"a{k}", k, "connecting")
+                yield HostState(f"a{k}", k, "starting")
+        yield from (HostState(f"a{k}", k, "running") for k in (1, 2))
+
+    said, _ = play(events(), clock=clock)
+    assert said[-1] == "ddptui: running: a[1-2]"
+
+
 def test_an_attach_names_the_spare_in_a_lost_hosts_place() -> None:
     """The run dir's copy says a1, a2; a hot spare a3 took node 1 with nobody attached: the
     attach's hosts are a1 and a3, and a phase ends without a2."""

@@ -121,7 +121,8 @@ def test_the_batch_scripts_options() -> None:
         "--gpus-per-node=a100:4", "--exclude=n9", "--exclusive",
     ]  # fmt: skip
     assert script.world_size(inv) == 12  # auto: gpus_per_node's count
-    text = script.render(inv, "r1")
+    text = script.render(inv, "r1", exclude=["n9"])
+    assert "#SBATCH --exclude=n9\n#SBATCH --no-requeue\n#SBATCH --exclusive\n" in text
     assert text.startswith("#!/bin/bash\n#SBATCH --job-name=ddptui-r1\n")
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 

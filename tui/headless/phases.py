@@ -86,7 +86,10 @@ class Phases:
         if state in TROUBLE:
             self.hold(host, f"{state} ({ev.detail})" if ev.detail else state)
         if state not in STEADY and state not in TROUBLE:
-            self.open.setdefault(state, Phase(state, now)).entered[host] = now
+            phase = self.open.setdefault(state, Phase(state, now))
+            phase.entered[host] = now
+            phase.took.pop(host, None)  # through it before (a reconnect tried again): inside now
+            phase.failed.discard(host)
             self.running_said = False  # a new round (a restart): say when all run again
         ended = self._ended()
         self.show(self.progress())  # the live line first: the lines below go above it

@@ -1,0 +1,181 @@
+"""Issue 39's two Slurm benchmarks on a real Slurm (tests/support/slurmhosts.py: a controller, its
+login node, three compute nodes):
+
+    scripts/bench_slurm.py [--reps 5] [--follow 300] [--slurmhosts PREFIX:SUBNET] [--keep]
+
+1. Submit to first rank line: `ddptui launch` of a 2-node torchrun job (tests/data/tick.py, two
+   ranks a node) against a plain `sbatch` of the same inventory's `ddptui export slurm` script
+   through the same login node, timed from the command's start to the first rank's line (on
+   ddptui's console; in the job's output file for sbatch), the two alternated, medians and their
+   ratio (target <= 1.1x). Each rep must run every rank's lines to COMPLETED, or the bench fails.
+2. Logins to the login node of a followed run: one run followed for --follow seconds, the login
+   node sshd's accepted logins counted (its log) at the run's start, after its first minute and at
+   its end. Target: 1 login for the whole run, none while it is followed; logins per hour is that
+   count, extrapolated from the window measured (no login after the first means none in an hour).
+   The run must have streamed its lines for the whole window, or the bench fails.
+
+Root and the Slurm packages needed (see slurmhosts.py); the cluster is the bench's own (sl9 /
+10.231.59 unless --slurmhosts says), apart from the tests'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from bench_common import REPO, ddptui_command, workspace
+from slurmhosts import SlurmCluster, tick_job
+
+TICKS, EVERY = 20, 0.05  # each rep's job: 1 s of lines a rank
+RANKS, NODES = 4, 2
+TARGET = 1.1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--follow", type=float, default=300.0, help="seconds the followed run runs")
+    p.add_argument("--slurmhosts", default="sl9:10.231.59", help="PREFIX:SUBNET of the cluster")
+    p.add_argument("--keep", action="store_true", help="keep the outputs")
+    args = p.parse_args(argv)
+    prefix, _, subnet = args.slurmhosts.partition(":")
+    with (
+        workspace("slurm", args.keep) as work,
+        SlurmCluster(3, root=work / "slurm", prefix=prefix, subnet=subnet) as c,
+    ):
+        ok = submit_to_first_line(c, work, args.reps)
+        ok = logins_per_hour(c, work, args.follow) and ok
+    return 0 if ok else 1
+
+
+# -- 1. submit to first rank line -----------------------------------------------------------
+
+
+def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
+    inv = c.write_inventory(work / "inv.yaml", tick_job(TICKS, EVERY), nodes=NODES)
+    exported = subprocess.run(
+        [*ddptui_command(), "export", "slurm", "-i", str(inv)],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    (c.home / "exported.sh").write_text(exported)
+    times: dict[str, list[float]] = {"ddptui": [], "sbatch": []}
+    for rep in range(reps):
+        for name, one in (("ddptui", by_ddptui), ("sbatch", by_sbatch)):
+            c.wait_idle()
+            took = one(c, work / f"{name}-{rep}", inv)
+            if took is None:
+                return False
+            times[name].append(took)
+            print(f"rep {rep}: {name} first rank line after {took:.2f} s", flush=True)
+    mine, base = statistics.median(times["ddptui"]), statistics.median(times["sbatch"])
+    ratio = mine / base
+    print(
+        f"submit to first rank line, median of {reps}: ddptui {mine:.2f} s, sbatch of the "
+        f"exported script {base:.2f} s: {ratio:.3f}x (target <= {TARGET}x)"
+    )
+    return ratio <= TARGET
+
+
+def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> float | None:
+    run_dir = base.with_suffix(".run")
+    argv = [*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir", str(run_dir)]
+    t0 = time.monotonic()
+    with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
+        first = None
+        lines = []
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace")
+            if first is None and line.startswith("[r"):
+                first = time.monotonic() - t0
+            lines.append(line)
+        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+        code = proc.wait()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ticks = sum(1 for line in lines if " tick " in line)
+    if code != 0 or summary["slurm"].get("state") != "COMPLETED" or ticks != RANKS * TICKS:
+        print(f"bench: ddptui's run did not complete every rank's lines ({ticks}):\n{err}")
+        return None
+    return first
+
+
+def by_sbatch(c: SlurmCluster, base: Path, inv: Path) -> float | None:
+    """sbatch through the login node, as a user submits the exported script by hand; its first
+    rank line as it lands in the job's output file (the cluster's home is this machine's)."""
+    t0 = time.monotonic()
+    reply = c.ssh(f"cd {c.home} && sbatch --parsable exported.sh")
+    job = reply.stdout.strip().split(";")[0]
+    if reply.returncode != 0 or not job:
+        print(f"bench: sbatch failed: {reply.stderr}")
+        return None
+    out = c.home / f"slurm-{job}.out"
+    first = None
+    while first is None and time.monotonic() - t0 < 300:
+        if out.exists() and "tick " in out.read_text(errors="replace"):
+            first = time.monotonic() - t0
+        else:
+            time.sleep(0.01)
+    state = ended(c, job)
+    ticks = out.read_text(errors="replace").count("tick ") if out.exists() else 0
+    if first is None or state != "COMPLETED" or ticks != RANKS * TICKS:
+        print(f"bench: the sbatch job {job} ended {state} with {ticks} lines")
+        return None
+    return first
+
+
+def ended(c: SlurmCluster, job: str) -> str:
+    while True:
+        argv = ["squeue", "-h", "--states=all", "-j", job, "-o", "%T"]
+        state = c.slurm(argv).stdout.strip()
+        if state and state not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
+            return state
+        time.sleep(0.2)
+
+
+# -- 2. logins to the login node ------------------------------------------------------------
+
+
+def logins_per_hour(c: SlurmCluster, work: Path, follow: float) -> bool:
+    every = 0.5
+    count = math.ceil(follow / every)
+    inv = c.write_inventory(work / "follow.yaml", tick_job(count, every), nodes=NODES)
+    c.wait_idle()
+    before = c.logins()
+    run_dir = work / "follow.run"
+    argv = [*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir", str(run_dir)]
+    out = work / "follow.out"
+    t0 = time.monotonic()
+    with out.open("w") as f:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
+    while "[r" not in out.read_text(errors="replace") and proc.poll() is None:
+        time.sleep(0.1)
+    streaming = time.monotonic()
+    time.sleep(60)
+    after_minute = c.logins() - before
+    code = proc.wait(follow + 600)
+    total = c.logins() - before
+    followed = time.monotonic() - streaming
+    ticks = out.read_text(errors="replace").count(" tick ")
+    later = total - after_minute
+    print(
+        f"logins to the login node: {total} in a followed run of {followed:.0f} s streamed "
+        f"({time.monotonic() - t0:.0f} s in all, {ticks} rank lines); {after_minute} by its "
+        f"first minute, {later} after: {later * 3600 / (followed - 60):.1f} more an hour "
+        "(extrapolated from the window), so 1 login an hour of a followed run (target 1)"
+        if later == 0
+        else f"logins to the login node: {total} ({later} after the first minute)"
+    )
+    if code != 0 or ticks != RANKS * count or followed < follow * 0.9:
+        print(f"bench: the followed run did not stream for {follow:.0f} s (exit {code})")
+        return False
+    return total == 1 and later == 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
