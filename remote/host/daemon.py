@@ -58,7 +58,9 @@ from .viewers import Viewers
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Unpack
+    from typing import Any, Callable, Unpack
+
+    from .lease import Held
 
 CHUNK = 1 << 16
 GATHER_S = 0.002  # what a lone line waits, at most, for the lines behind it
@@ -66,14 +68,14 @@ DRAIN_S = 10.0  # at the end, how long viewers get to take the last bytes
 REAP_WAIT_S = 0.2  # how long a rank's end waits for the reaper to give its exit code
 
 
-def now_ms():
+def now_ms() -> int:
     return int(time.time() * 1000)
 
 
 class Daemon:
     role: Role  # node 0 coordinates the run, the others are its peers: set as it serves
 
-    def __init__(self, spec, ndir):
+    def __init__(self, spec: protocol.Spec, ndir: str) -> None:
         self.spec, self.dir = spec, ndir
         self.node, self.nnodes = spec["node"], len(spec["names"])
         self.name = spec["names"][self.node]
@@ -108,15 +110,15 @@ class Daemon:
             "pid": os.getpid(),
         }
         self.state_lock = threading.Lock()
-        self.lease = None  # its GPUs' lease (remote/host/lease.py): given back at the end
+        self.lease: Held | None = None  # its GPUs' lease (lease.py): given back at the end
 
     # -- records ------------------------------------------------------------------------------
 
-    def note(self, **msg):
+    def note(self, **msg: Any) -> None:
         if not self.spool.closed:  # a thread late with its news after the end: dropped
             self._append(wire.meta(now_ms(), **msg))
 
-    def _append(self, data):
+    def _append(self, data: bytes) -> None:
         trimmed = self.spool.append(data)
         if trimmed:  # said in the spool itself, so every viewer learns it in order
             self.spool.append(
@@ -136,7 +138,7 @@ class Daemon:
 
     # -- life ---------------------------------------------------------------------------------
 
-    def serve(self, server, ready):
+    def serve(self, server: socket.socket, ready: Callable[[str], None]) -> None:
         """Run the node to its end; `ready(text)` tells the starter we are up (or why not)."""
         pid, self.guardian_pipe = self.guard
         self.exempt.add(pid)
@@ -161,7 +163,7 @@ class Daemon:
             return Coordinator(self.spec, sup, min(self.link_timeout, DRAIN_S))
         return Peer(self.spec, sup)
 
-    def _launcher_heard(self):
+    def _launcher_heard(self) -> float | None:
         """When a launcher holding the run's lease last said a word; None: none holds it."""
         return self.viewers.heard if self.mode == "attached" else None
 
@@ -324,7 +326,9 @@ class Daemon:
 
     # -- stopping -----------------------------------------------------------------------------
 
-    def stop(self, by, reason, node=None, attempt=None):
+    def stop(
+        self, by: str, reason: str, node: int | None = None, attempt: int | None = None
+    ) -> None:
         """Stop the job once; the first reason given is the one recorded. node: the node
         whose failure (or loss) this stop answers, when another node's. A user's stop or a
         lease also ends the run: no attempt follows. attempt: only if this one is running."""
@@ -379,9 +383,10 @@ class Daemon:
                     att.sick, att.evidence = why, failures[0]["evidence"]
             return bool(failures)
 
-    def _told_stop(self, reason, node, by=None):
+    def _told_stop(self, reason: str, node: int | None, by: str | None = None) -> None:
         """The run's hub says stop (a peer failed or was lost; a halt elsewhere)."""
-        self.stop(by if by in protocol.HALT_BY.values() else protocol.BY_PEER, reason, node)
+        halt = by if by in protocol.HALT_BY.values() else None  # a user's stop, or a lease
+        self.stop(halt or protocol.BY_PEER, reason, node)
 
     def _sweep(self, att):
         if self.box.box and att.job.stdin:
@@ -412,7 +417,7 @@ class Daemon:
 
     # -- the job's processes ------------------------------------------------------------------
 
-    def scratch(self, att):
+    def scratch(self, att: Attempt) -> str:
         """A fresh private directory for torchrun's --log-dir, gone when the attempt ends."""
         if att.scratch:  # one per attempt, however many places name it
             return att.scratch
@@ -424,7 +429,7 @@ class Daemon:
         att.scratch = tempfile.mkdtemp(prefix=prefix, dir=where)
         return att.scratch
 
-    def _exited(self, pid, code):
+    def _exited(self, pid: int, code: int | None) -> None:
         """The reaper's word of a child's end (under its lock): the job's ends the attempt."""
         att = self.att
         if att is not None and att.job is not None and pid == att.job.pid:
@@ -485,7 +490,7 @@ class Daemon:
 
     # -- viewers ------------------------------------------------------------------------------
 
-    def _hello(self):
+    def _hello(self) -> dict[str, Any]:
         """What a viewer is told first."""
         return {
             "node": self.node,
@@ -530,7 +535,7 @@ class Daemon:
             self.role.gone(node, attempt, why)
 
 
-def split_line(data):
+def split_line(data: bytes) -> list[bytes]:
     """A line too long for one record, cut into pieces that each end a line; a torchrun rank
     prefix is repeated on each piece so they stay that rank's. The last element is the rest."""
     prefix = ranktag.prefix(data)
