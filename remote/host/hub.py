@@ -45,10 +45,11 @@ class Ended(NamedTuple):
 
 
 class Blame(NamedTuple):
-    """The failure an attempt ends for: its words and whose it is (0: node 0, cut off too)."""
+    """The failure an attempt ends for: its words and whose it is (0: node 0, cut off too;
+    None: no node to blame, as a hang whose culprit no stack names)."""
 
     reason: str
-    node: int
+    node: int | None
 
 
 class Stopping(NamedTuple):
@@ -71,7 +72,7 @@ class Go(NamedTuple):
     as node 0 sees it ("": none yet)."""
 
     attempt: int
-    after: str
+    after: str | None  # None: the failed attempt's end gave no reason
     checkpoint: str = ""
 
 
@@ -89,15 +90,15 @@ class Hub:
 
     def __init__(
         self,
-        secret,
-        names,
-        link_timeout,
-        beat,
-        on_stop,
-        bind=None,
-        launcher=None,
-        on_refused=None,
-        port=0,
+        secret: str,
+        names: list[str],
+        link_timeout: float,
+        beat: float,
+        on_stop: Callable[[str, int | None, str | None], None],
+        bind: str | None = None,
+        launcher: Callable[[], float | None] | None = None,
+        on_refused: Callable[[str], None] | None = None,
+        port: int = 0,
     ) -> None:
         self.secret, self.names, self.link_timeout, self.beat = secret, names, link_timeout, beat
         self.on_refused = on_refused or (lambda text: None)  # a host that claimed another's node
@@ -143,7 +144,7 @@ class Hub:
         self.server = channel.listen(bind, port)
         self.port = self.server.getsockname()[1]
 
-    def start(self):
+    def start(self) -> None:
         self.ids = identity.Identities(self.secret, self.names, self.standbys)
         peers = len(self.names) + len(self.standbys)
         door = channel.Door(self.server, self._keys, peers, self._admit, self._refused)
@@ -165,13 +166,16 @@ class Hub:
 
     # -- node 0's supervisor ------------------------------------------------------------------
 
-    def own_end(self, status, reason, echo=False, facts=None):
+    def own_end(
+        self, status: str, reason: str | None, echo: bool = False,
+        facts: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
         """Node 0's job ended; a failure of its own stops the others. echo: its failing rank
         died of a peer's failure (a failure of another's own is the cause). facts: the
-        failure's, as Daemon._failure_facts gives them."""
+        failure's, as Attempt.facts gives them."""
         self._ended(0, self.attempt, status, reason, echo, facts)
 
-    def halt(self, status, reason):
+    def halt(self, status: str, reason: str) -> None:
         """No attempt follows this one: a user's stop, or a lease (no launcher heard from).
         Whatever still runs of this attempt stops for the same reason."""
         with self.cond:
@@ -183,7 +187,7 @@ class Hub:
         if running:
             self.stop_all(reason, None, protocol.HALT_BY.get(status))
 
-    def stop_all(self, reason, node, by=None):
+    def stop_all(self, reason: str, node: int | None, by: str | None = None) -> None:
         """Every node stops because of `node` (its failure or loss), or of a halt (`by`)."""
         with self.cond:
             if self.stopping is not None:
@@ -195,7 +199,10 @@ class Hub:
             chan.send(t=protocol.HUB_STOP, reason=reason, node=node, attempt=attempt, by=by)
         self.on_stop(reason, node, by)
 
-    def fail(self, reason, node, final=False, bad=False, cause="hang"):
+    def fail(
+        self, reason: str, node: int | None, final: bool = False, bad: bool = False,
+        cause: str = "hang",
+    ) -> None:  # fmt: skip
         """A failure the hub itself found (a hang, a straggler to replace): every node stops,
         the attempt fails for `node`'s sake (its cause as job.restart_on names it); final: no
         attempt follows (job.on_hang: stop); bad: `node`'s host is bad for the run (hung twice
@@ -208,13 +215,13 @@ class Hub:
         self.stop_all(reason, node)
         self._over(chan, reason)
 
-    def replace_later(self, node, reason):
+    def replace_later(self, node: int, reason: str) -> None:
         """`node`'s host is to be swapped for a spare once the attempt fails of something else
         (job.on_straggler: replace, with no spare or restart to spend now): see `swap`."""
         with self.cond:
             self.swaps.setdefault(node, reason)
 
-    def swap(self, room):
+    def swap(self, room: int) -> list[int]:
         """After a failed attempt: up to `room` of the hosts `replace_later` named become bad,
         for spares to take their places. The nodes swapped."""
         with self.cond:
@@ -238,15 +245,15 @@ class Hub:
         if chan is not None:  # its supervisor leaves once its job is stopped
             chan.send(t=protocol.HUB_OVER, reason=f"this host is bad for the run: {reason}")
 
-    def ask(self, seq, stacks):
+    def ask(self, seq: int, stacks: bool) -> None:
         """Every peer samples its ranks (their stacks too): each answers `sampled`."""
         self._tell_peers(t=protocol.HUB_SAMPLE, seq=seq, stacks=stacks)
 
-    def ask_flight(self, seq):
+    def ask_flight(self, seq: str) -> None:
         """Every peer sends its ranks' flight recorder traces: pieces to `traced`."""
         self._tell_peers(t=protocol.HUB_FLIGHT, seq=seq)
 
-    def _tell_peers(self, **msg):
+    def _tell_peers(self, **msg: Any) -> None:
         with self.cond:
             peers = list(self.peers.values())
         for chan in peers:
@@ -271,12 +278,12 @@ class Hub:
                            _opt_int(facts.get("code")), _opt_int(facts.get("rank")),
                            _int(facts.get("lines")), dict(self.bad), self.final)  # fmt: skip
 
-    def expect(self, node, ticket):
+    def expect(self, node: int, ticket: str) -> None:
         """A launcher sends a spare to take lost `node`'s place; it proves itself with ticket."""
         if 0 < node < len(self.names):
             self.tickets[node] = ticket
 
-    def give_up(self, why):
+    def give_up(self, why: str) -> None:
         with self.cond:
             self.given_up = why
             self.cond.notify_all()
@@ -300,7 +307,7 @@ class Hub:
                 lambda: self.halted or len(self.lost) > lost, max(0.0, seconds)
             )
 
-    def restart(self, attempt, after, checkpoint=""):
+    def restart(self, attempt: int, after: str | None, checkpoint: str = "") -> None:
         """Every node starts `attempt` (node 0's supervisor starts its own)."""
         with self.cond:
             self.attempt, self.go = attempt, Go(attempt, after, checkpoint)
@@ -313,7 +320,7 @@ class Hub:
         for chan in peers:
             chan.send(t=protocol.HUB_RESTART, attempt=attempt, after=after, checkpoint=checkpoint)
 
-    def finish(self, reason, wait):
+    def finish(self, reason: str, wait: float) -> None:
         """The run is over: every peer is told, and given `wait` seconds to hang up (a lost
         one's link is silent: none is waited for)."""
         with self.cond:
@@ -437,7 +444,7 @@ class Hub:
         if failed:
             self.stop_all(reason or f"{self.names[node]} failed", node)
 
-    def gone(self, node, attempt, why):
+    def gone(self, node: int, attempt: int, why: str) -> None:
         """A launcher found node's supervisor dead (its stream ended without a word): it is
         lost now, not after link_timeout of silence."""
         if 0 < node < len(self.names) and attempt == self.attempt:
