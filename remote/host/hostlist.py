@@ -13,7 +13,7 @@ import re
 _PART = re.compile(r"\[([^\]]*)\]")
 
 
-def expand(text):
+def expand(text: str) -> list[str]:
     """Every host the list names, in order; ValueError for a list that is not one."""
     out = []
     for item in _items(text):

@@ -11,20 +11,28 @@ import os
 
 from . import protocol
 
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Callable, Mapping
 
-def node_tags(run_id, node):
+
+def node_tags(run_id: str, node: int) -> dict[str, str]:
     """What every process of the node's job carries in its environment."""
     return {"DDPTUI_RUN_ID": run_id, "DDPTUI_NODE": str(node)}
 
 
-def code_dir():
+def code_dir() -> str:
     """This host's ddptui code (the directory holding ddph/): ddptui's own workers run from it.
     Asked in the supervisor only: an agent running from memory imports this module too, and
     has no file."""
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def command(spec, attempt, tags, host_env, scratch, ifname=None, site=None, checkpoint=None):
+def command(
+    spec: protocol.Spec, attempt: int, tags: Mapping[str, str], host_env: Mapping[str, str],
+    scratch: Callable[[], str], ifname: str | None = None, site: str | None = None,
+    checkpoint: str | None = None,
+) -> tuple[list[str], dict[str, str], str | None]:  # fmt: skip
     """The job's argv, environment and working directory for `attempt`, from the node's spec:
     the host's environment under the spec's (a container starts from its image's own), the
     run's tags, `~` and the code's directory resolved. scratch() is the attempt's directory for
@@ -36,9 +44,10 @@ def command(spec, attempt, tags, host_env, scratch, ifname=None, site=None, chec
     env.update(spec["env"])
     for name in spec["unset"]:  # e.g. a LOCAL_RANK the host exports stops Lightning
         env.pop(name, None)
-    for name in spec["ifname_vars"] if ifname else ():
-        if name not in spec["env"]:
-            env[name] = ifname
+    if ifname:
+        for name in spec["ifname_vars"]:
+            if name not in spec["env"]:
+                env[name] = ifname
     if site:  # spawn and Lightning: a node's processes share one stdout
         env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH")) if p)
     env.update(tags, DDPTUI_ATTEMPT=str(attempt))
@@ -54,6 +63,6 @@ def command(spec, attempt, tags, host_env, scratch, ifname=None, site=None, chec
     return argv, env, cwd
 
 
-def expand(path):
+def expand(path: str) -> str:
     """`~` and `~user` as the host's shell would (design: paths in the inventory)."""
     return os.path.expanduser(path)

@@ -131,7 +131,7 @@ finally:
 '''.replace('"@FORMAT@"', repr(ranktag.FORMAT))
 
 
-def site_dir(ndir):
+def site_dir(ndir: str) -> str:
     """The private directory holding SITECUSTOMIZE in node directory `ndir`, written once."""
     site = os.path.join(ndir, "py")
     if not os.path.isdir(site):

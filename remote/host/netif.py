@@ -15,7 +15,7 @@ import subprocess
 SIOCGIFADDR = 0x8915
 
 
-def route_ifname(addr):
+def route_ifname(addr: str) -> str | None:
     """The name of the interface this host uses to reach addr (what gloo and NCCL need)."""
     if not addr:
         return None  # '' would "route" to this host itself: never a master address
@@ -29,7 +29,7 @@ def route_ifname(addr):
     return ifname_of(local)
 
 
-def ifname_of(local_addr):
+def ifname_of(local_addr: str) -> str | None:
     local_addr = local_addr.split("%", 1)[0]  # fe80::1%eth0: the scope is not the address
     if local_addr.startswith("127.") or local_addr == "::1":
         return "lo"
@@ -38,7 +38,7 @@ def ifname_of(local_addr):
     return _primary_ifname(local_addr) or _ip_addr_ifname(local_addr)
 
 
-def _inet6_ifname(local_addr):
+def _inet6_ifname(local_addr: str) -> str | None:
     want = socket.inet_pton(socket.AF_INET6, local_addr).hex()
     try:
         with open("/proc/net/if_inet6", encoding="ascii") as f:
@@ -51,7 +51,7 @@ def _inet6_ifname(local_addr):
     return _ip_addr_ifname(local_addr)
 
 
-def _primary_ifname(local_addr):
+def _primary_ifname(local_addr: str) -> str | None:
     import fcntl
     import struct
 
@@ -67,7 +67,7 @@ def _primary_ifname(local_addr):
     return None
 
 
-def _ip_addr_ifname(local_addr):
+def _ip_addr_ifname(local_addr: str) -> str | None:
     """Every address, secondary ones too: `2: eth0    inet 10.0.0.5/24 ... secondary eth0`."""
     try:
         out = subprocess.run(
@@ -78,7 +78,7 @@ def _ip_addr_ifname(local_addr):
     return parse_ip_addr(out, local_addr)
 
 
-def parse_ip_addr(out, local_addr):
+def parse_ip_addr(out: str, local_addr: str) -> str | None:
     for line in out.splitlines():
         fields = line.split()
         if fields[2:3] in (["inet"], ["inet6"]) and fields[3].split("/")[0] == local_addr:
@@ -92,7 +92,7 @@ EPHEMERAL = (32768, 60999)  # Linux's default ip_local_port_range
 LOWEST = 10000  # below: the well-known and registered services' crowd
 
 
-def free_port(ephemeral=None, tries=64):
+def free_port(ephemeral: tuple[int, int] | None = None, tries: int = 64) -> int:
     """A port free now for the rendezvous store, from outside the kernel's ephemeral range.
 
     bind(0) would pick one inside it, where the kernel also hands out the local ports of
@@ -110,14 +110,14 @@ def free_port(ephemeral=None, tries=64):
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
-def bindable(port):
+def bindable(port: int) -> bool:
     return bind_error(port) is None
 
 
-def bind_error(port):
+def bind_error(port: int) -> str | None:
     """Why a listener could not bind the port now, as torchrun's store binds it; None if it
     could."""
     try:
@@ -129,7 +129,7 @@ def bind_error(port):
     return None
 
 
-def _ephemeral_range():
+def _ephemeral_range() -> tuple[int, int]:
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low, high = (int(v) for v in f.read().split())
@@ -138,6 +138,6 @@ def _ephemeral_range():
         return EPHEMERAL
 
 
-def _random(n):
+def _random(n: int) -> int:
     """0 <= r < n, without importing random (milliseconds on every host, for one number)."""
     return int.from_bytes(os.urandom(4), "big") % n

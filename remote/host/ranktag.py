@@ -7,6 +7,8 @@ write it (FORMAT, put into its source: this package is not importable there), an
 reads it by TAG (remote/run/ranktag.py).
 """
 
+from __future__ import annotations
+
 import re
 
 FORMAT = "[%d]:"  # a rank's tag, its global rank in it
@@ -14,17 +16,17 @@ TAG = r"\[(\d{1,9})\]:"  # FORMAT read back: the rank as int() reads it
 TAGGED = re.compile(r"^(?:" + TAG + r")?(.*)$", re.MULTILINE)  # the last line may be partial
 
 
-def tag(rank):
+def tag(rank: int) -> bytes:
     """The bytes that start each of rank's lines."""
     return (FORMAT % rank).encode()
 
 
-def untag(text):
+def untag(text: str) -> list[tuple[int | None, str]]:
     """[(rank or None, line)] for each line of text, the last one even without its newline."""
     return [(int(rank) if rank else None, line) for rank, line in TAGGED.findall(text)]
 
 
-def prefix(data):
+def prefix(data: bytes) -> bytes:
     """The tag data starts with (b"" if none): a piece of a long line repeats it."""
     if data.startswith(b"[") and b"]:" in data[:12]:
         return data[: data.index(b"]:") + 2]

@@ -51,8 +51,9 @@ def dump(spec: dict[str, Any]) -> dict[str, Any]:
     if node.get("pid") and node.get("status") in ("starting", "running"):
         tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(spec["node"])}
         mine = procs.own_descendants(node["pid"])
-        if node.get("container"):  # docker's processes are its daemon's children, not ours
-            mine += _in_container(node["runtime"], node["container"])
+        runtime, name = node.get("runtime"), node.get("container")
+        if runtime and name:  # docker's processes are its daemon's children, not ours
+            mine += _in_container(runtime, name)
         by_pid, _ = procs.ranks_by_pid(tags, spec["node"], spec["nnodes"], among=mine)
     if not by_pid:
         found["problem"] = "no rank of run {} runs on this host".format(spec["run_id"])

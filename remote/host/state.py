@@ -18,29 +18,35 @@ import shutil
 import stat
 import time
 
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Mapping
+
+    from .protocol import NodeState
+
 KEEP_DAYS = 14  # finished runs' directories are removed after this long
 STATE = "state.json"
 
 
-def state_root():
+def state_root() -> str:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
     )
     return os.path.join(base, "ddptui")
 
 
-def runs_dir():
+def runs_dir() -> str:
     return os.path.join(state_root(), "runs")
 
 
-def node_dir(run_id, node, since=0):
+def node_dir(run_id: str, node: int, since: int = 0) -> str:
     """`n1`; a spare that took node 1's place at attempt 2, `n1-a2` (a shared home holds
     both). This module runs alone at the boot, before the package is there: no imports."""
     name = "n{}".format(node) if not since else "n{}-a{}".format(node, since)
     return os.path.join(runs_dir(), run_id, name)
 
 
-def private_dirs(path):
+def private_dirs(path: str) -> None:
     """Make path (under state_root) and ddptui's parents of it 0700; refuse another's."""
     root = state_root()
     os.makedirs(os.path.dirname(root), exist_ok=True)  # ~/.local/state: the user's own
@@ -62,16 +68,16 @@ def _parents(path):
     return list(reversed(out))
 
 
-def read_state(ndir):
+def read_state(ndir: str) -> NodeState:
     try:
         with open(os.path.join(ndir, STATE)) as f:
-            found = json.load(f)
+            found: NodeState = json.load(f)  # what a supervisor wrote, or not a dict
     except (OSError, ValueError):
         return {}
     return found if isinstance(found, dict) else {}
 
 
-def prune(keep_days=KEEP_DAYS):
+def prune(keep_days: float = KEEP_DAYS) -> None:
     """Forget finished runs older than keep_days (best effort)."""
     runs = runs_dir()
     cutoff = time.time() - keep_days * 86400
@@ -98,7 +104,7 @@ def _private(path):
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
 
 
-def install_code(digest, sources):
+def install_code(digest: str, sources: Mapping[str, str]) -> str | None:
     """Keep the shipped code under the state dir, keyed by its hash: the next command sends the
     hash alone. Returns the directory holding the package `ddph`, or None if it cannot be kept
     (a read-only home): the code then runs from memory."""
@@ -125,7 +131,7 @@ def install_code(digest, sources):
         return None
 
 
-def from_memory(sources):
+def from_memory(sources: Mapping[str, str]) -> None:
     """Serve the package `ddph` from the shipped sources (where they cannot be kept on disk)."""
     import importlib.abc
     import importlib.util
