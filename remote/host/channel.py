@@ -36,6 +36,10 @@ import sys
 import threading
 import time
 
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any, Iterator
+
 CHALLENGE = b"ddptui-hub "
 HANDSHAKE_S = 10.0  # the whole handshake, from connect to the hub's proof
 MAX_PENDING = 64  # handshakes under way at once; past that, the oldest goes
@@ -44,7 +48,7 @@ HELLO_MAX = 256  # a handshake line
 BACKOFF_MAX = 1.0  # seconds the accept loop waits, at most, after a failed accept
 
 
-def log(text):
+def log(text: str) -> None:
     sys.stderr.write("{} hub: {}\n".format(time.strftime("%Y-%m-%d %H:%M:%S"), text))
     sys.stderr.flush()
 
@@ -64,7 +68,7 @@ def spare_key(key: str, node: int) -> str:
     return _mac(key.encode(), b"spare", b"%d" % node).decode()
 
 
-def peer_proof(key, hub_nonce, peer_nonce, node):
+def peer_proof(key: str, hub_nonce: bytes, peer_nonce: bytes, node: int) -> bytes:
     """A peer's proof, alone (the hub names a peer that proved the wrong node's key)."""
     return _mac(key.encode(), b"peer", hub_nonce, peer_nonce, b"%d" % node)
 
@@ -89,7 +93,7 @@ class Channel:
         self.sent = self.read = 0
         self.lock = threading.Lock()
 
-    def send(self, **msg):
+    def send(self, **msg: Any) -> bool:
         data = json.dumps(msg).encode()
         with self.lock:
             line = _mac(self.key, self.mine, b"%d" % self.sent, data) + b" " + data + b"\n"
@@ -100,7 +104,7 @@ class Channel:
                 return False
         return True
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         """The messages as they come, until EOF or a line that is not from the other end."""
         while True:
             line = self.rfile.readline(LINE_MAX)
@@ -116,7 +120,7 @@ class Channel:
             if isinstance(msg, dict):
                 yield msg
 
-    def close(self):
+    def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
@@ -242,7 +246,7 @@ class Door:
         self.sel.unregister(sock)
 
 
-def prove(chan, proof):
+def prove(chan: Channel, proof: bytes) -> bool:
     """The hub's proof, sent once a peer proved itself: False (and the channel closed) if it
     could not go."""
     try:
@@ -255,7 +259,7 @@ def prove(chan, proof):
     return True
 
 
-def dial(addr, key, node):
+def dial(addr: tuple[str, int], key: str, node: int) -> Channel:
     """A peer's channel to the hub at addr, proving node's key, once both proved themselves
     (OSError, ValueError: not now, or not the hub)."""
     deadline = time.monotonic() + HANDSHAKE_S
@@ -267,7 +271,7 @@ def dial(addr, key, node):
         raise
 
 
-def _handshake(sock, deadline, key, node):
+def _handshake(sock: socket.socket, deadline: float, key: str, node: int) -> Channel:
     """The hub's nonce; our node, nonce and proof; the hub's proof, or not the hub."""
     f = sock.makefile("rb")
 
@@ -287,7 +291,7 @@ def _handshake(sock, deadline, key, node):
     return Channel(sock, f, session.key, b"peer", b"hub")
 
 
-def listen(bind, port=0):
+def listen(bind: str | None, port: int = 0) -> socket.socket:
     """A socket at the master address (the first of a name's addresses this host has), else
     on every interface (an address this host does not have: NAT, a name resolved otherwise);
     on `port` where one was chosen ahead (under Slurm: no launcher tells the peers), else any."""

@@ -519,9 +519,9 @@ class Hub:
             self.stop_all(why, culprit)
 
 
-def _int(value):
+def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _opt_int(value):
+def _opt_int(value: object) -> int | None:
     return None if value is None else _int(value)

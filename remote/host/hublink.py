@@ -15,6 +15,8 @@ from .vitals import fit
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
+    from typing import Any, Callable
+
     from .channel import Channel
 
 RETRY_S = 1.0  # a peer's wait before it connects again
@@ -27,8 +29,11 @@ class HubLink:
     a run going, before its attempt)."""
 
     def __init__(
-        self, key, node, link_timeout, beat, on_stop, since=0, on_sample=None, on_flight=None
-    ):
+        self, key: str, node: int, link_timeout: float, beat: float,
+        on_stop: Callable[..., None], since: int = 0,
+        on_sample: Callable[[bool], dict[str, Any]] | None = None,
+        on_flight: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:  # fmt: skip
         self.key, self.node, self.link_timeout, self.beat = key, node, link_timeout, beat
         self.on_stop = on_stop
         self.on_sample = on_sample  # stacks -> this node's sample (remote/host/vitals.py)
@@ -48,7 +53,7 @@ class HubLink:
         self.addr: tuple[str, int] | None = None
         thread(self._watch)
 
-    def connect(self, addr, port):
+    def connect(self, addr: str, port: int) -> None:
         """Start talking to the hub at addr:port (the launcher says where, once known)."""
         if self.addr is not None:
             return
@@ -56,13 +61,16 @@ class HubLink:
         self.heard = time.monotonic()
         thread(self._run)
 
-    def begin(self, attempt):
+    def begin(self, attempt: int) -> None:
         """Our job of `attempt` is starting."""
         with self.cond:
             self.attempt, self.ending = attempt, None
             self.delivered.clear()
 
-    def end(self, status, reason, echo=False, facts=None):
+    def end(
+        self, status: str, reason: str | None, echo: bool = False,
+        facts: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
         """Our job ended: say so (now, or once connected), so the hub need not wait for us."""
         if self.addr is None:  # the hub's address may still come: a lease from now
             self.heard = time.monotonic()
@@ -70,7 +78,7 @@ class HubLink:
                        "reason": reason, "echo": echo, "facts": facts}  # fmt: skip
         self._say(self.ending, self.delivered)
 
-    def halt(self, status, reason):
+    def halt(self, status: str, reason: str) -> None:
         """No attempt follows, here or anywhere (a user's stop, a lease): the hub is told, and
         says `over` once every node's job has ended (leaving before it could reset the end
         we sent)."""
@@ -79,7 +87,7 @@ class HubLink:
             self._over(reason)
         self._say(self.halting)
 
-    def gone(self, why):
+    def gone(self, why: str) -> None:
         """A launcher found the hub's supervisor dead: lost now, not after link_timeout."""
         if self.over is None:
             self.on_stop(why, 0)
@@ -97,11 +105,11 @@ class HubLink:
             )
             return None if self.over is not None else self.go
 
-    def say(self, **msg):
+    def say(self, **msg: Any) -> None:
         """A word to the hub, if connected (a standby's "took")."""
         self._say(msg)
 
-    def leave(self, reason):
+    def leave(self, reason: str) -> None:
         """No more of this link: it hangs up (a standby whose part is over)."""
         self._over(reason)
         chan = self.chan
@@ -127,13 +135,14 @@ class HubLink:
                 time.sleep(RETRY_S)  # the hub is gone or unreachable: the watchdog decides
 
     def _session(self):
+        assert self.addr is not None  # connect() set it before it started this thread
         chan = channel.dial(self.addr, self.key, self.node)
         self.chan = chan
         try:
             chan.send(t=protocol.HUB_JOIN, since=self.since, attempt=self.attempt)
-            for msg in (self.halting, self.ending):
-                if msg is not None:
-                    self._say(msg, self.delivered if msg is self.ending else None)
+            for said in (self.halting, self.ending):
+                if said is not None:
+                    self._say(said, self.delivered if said is self.ending else None)
             thread(self._beat, chan)
             for msg in chan:
                 self.heard = time.monotonic()
@@ -172,12 +181,14 @@ class HubLink:
 
     def _sample(self, seq, stacks, attempt):
         """The hub's ask, answered in a thread of its own: py-spy takes a moment."""
+        assert self.on_sample is not None  # asked only where there is one
         sample = fit(self.on_sample(stacks), channel.LINE_MAX // 2)
         self._say({"t": protocol.HUB_SAMPLED, "seq": seq, "attempt": attempt, "sample": sample})
 
     def _flight(self, seq):
         """The hub's ask at a hang: our ranks' traces, in pieces (a trace is megabytes); done
         at once where they cannot be read, so the hub need not wait for them."""
+        assert self.on_flight is not None  # asked only where there is one
         try:
             found = self.on_flight()
         except Exception as exc:  # a dump gone wrong must not leave the hub waiting

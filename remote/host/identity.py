@@ -20,26 +20,28 @@ SEARCH_EVERY_S = 0.05  # a refused proof is matched against every key at most th
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Iterable
+    from typing import Iterable, Sequence
 
 
 class Identities:
     """The keys of one run's peers: names are the nodes', then the hot spares' (by slot)."""
 
-    def __init__(self, secret, names, standbys=()):
+    def __init__(self, secret: str, names: Sequence[str], standbys: Sequence[str] = ()) -> None:
         self.nodes = len(names)
         self.names = [*names, *standbys]
         self.own = [channel.node_key(secret, k) for k in range(len(self.names))]
         self.named: set[tuple[int, int]] = set()  # (host's slot, node claimed): said already
         self.searched = 0.0
 
-    def keys(self, node, ticket=None, slots: Iterable[int] = ()):
+    def keys(
+        self, node: int, ticket: str | None = None, slots: Iterable[int] = ()
+    ) -> list[tuple[str, str]]:
         """What a peer claiming `node` may prove, as (who, key): its own key, and a spare's
         (the launcher's ticket, each hot spare's standby the hub chose for it)."""
         spares = [channel.spare_key(self.own[slot], node) for slot in slots]
         return [(OWN, self.own[node]), *((SPARE, key) for key in [ticket, *spares] if key)]
 
-    def impostor(self, node, hub_nonce, peer_nonce, proof):
+    def impostor(self, node: int, hub_nonce: bytes, peer_nonce: bytes, proof: bytes) -> str | None:
         """Why a peer claiming `node` was refused, if it proved another's own key: words naming
         that host (None: a stranger, one named already, or no search due yet)."""
         now = time.monotonic()

@@ -32,8 +32,9 @@ class Peer(Role):
         )  # fmt: skip
 
     def start(self) -> None:
-        if self.spec["hub_port"]:  # a hot spare's node: no launcher need say where the hub is
-            self.link.connect(self.spec["master_addr"], self.spec["hub_port"])
+        addr, port = self.spec["master_addr"], self.spec["hub_port"]
+        if addr and port:  # a hot spare's node: no launcher need say where the hub is
+            self.link.connect(addr, port)
 
     def first(self, attempt: int) -> Step | None:
         """A spare joins a run going: it starts at the hub's word. A run's new Slurm job

@@ -12,6 +12,10 @@ import contextlib
 import os
 import threading
 
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Iterator
+
 PREFIX = "spool."
 
 
@@ -22,7 +26,7 @@ class Trimmed(Exception):
 
 
 class Spool:
-    def __init__(self, directory, max_bytes, writable=True):
+    def __init__(self, directory: str, max_bytes: int, writable: bool = True) -> None:
         self.dir = directory
         self.max_bytes = max(int(max_bytes), 1 << 16)
         self.segment_bytes = max(self.max_bytes // 8, 1 << 15)
@@ -39,10 +43,10 @@ class Spool:
             self._seg_size = os.fstat(self._fd).st_size
 
     @property
-    def start(self):
+    def start(self) -> int:
         return self.segments[0] if self.segments else self.end
 
-    def append(self, data):
+    def append(self, data: bytes) -> int:
         """Add whole records; returns the bytes trimmed from the front to stay in bounds."""
         with self.cond:
             os.write(self._fd, data)  # type: ignore[arg-type]  # a read-only spool appends nothing
@@ -55,7 +59,7 @@ class Spool:
             self.cond.notify_all()
         return trimmed
 
-    def close(self):
+    def close(self) -> None:
         with self.cond:
             self.closed = True
             if self._fd is not None:
@@ -63,7 +67,7 @@ class Spool:
                 self._fd = None
             self.cond.notify_all()
 
-    def read(self, offset, limit):
+    def read(self, offset: int, limit: int) -> bytes:
         """Up to `limit` bytes from `offset` (b"" at the end). Raises Trimmed if gone."""
         with self.cond:
             segments, end = list(self.segments), self.end
@@ -79,14 +83,14 @@ class Spool:
         except FileNotFoundError:  # trimmed between the look and the read
             return self.read(offset, limit)
 
-    def wait(self, offset, timeout):
+    def wait(self, offset: int, timeout: float | None) -> bool:
         """Block until there is data past `offset`, the spool closes, or timeout."""
         with self.cond:
             if self.end <= offset and not self.closed:
                 self.cond.wait(timeout)
             return self.end > offset
 
-    def _roll(self):
+    def _roll(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL
@@ -94,7 +98,7 @@ class Spool:
         self.segments.append(self.end)
         self._seg_size = 0
 
-    def _trim(self):
+    def _trim(self) -> int:
         dropped = 0
         while len(self.segments) > 1 and self.end - self.segments[0] > self.max_bytes:
             first = self.segments.pop(0)
@@ -103,15 +107,15 @@ class Spool:
                 os.unlink(self._path(first))
         return dropped
 
-    def _existing(self):
+    def _existing(self) -> Iterator[int]:
         for name in os.listdir(self.dir):
             if name.startswith(PREFIX) and name[len(PREFIX) :].isdigit():
                 yield int(name[len(PREFIX) :])
 
-    def _size_of_all(self):
+    def _size_of_all(self) -> int:
         if not self.segments:
             return 0
         return self.segments[-1] + os.path.getsize(self._path(self.segments[-1]))
 
-    def _path(self, start):
+    def _path(self, start: int) -> str:
         return os.path.join(self.dir, PREFIX + str(start))
