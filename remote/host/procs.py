@@ -20,7 +20,7 @@ import time
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Callable, Iterable, Mapping
 
 PR_SET_CHILD_SUBREAPER = 36
 KILL_WAIT_S = 5.0  # after KILL: what is still there then cannot be killed (D state)
@@ -42,15 +42,15 @@ def libc():
     return _LIBC[0]
 
 
-def become_subreaper():
+def become_subreaper() -> bool:
     """Whether this process now adopts its orphaned descendants (then its tree holds them all)."""
     try:
-        return libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        return bool(libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False  # not Linux: the checks refuse such hosts
 
 
-def all_pids():
+def all_pids() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
 
 
@@ -65,7 +65,7 @@ def _stat(pid):
     return head.partition(b"(")[2], tail.split()
 
 
-def stat(pid):
+def stat(pid: int) -> tuple[str, int, str] | None:
     """(state letter, ppid, command name) from /proc/PID/stat, or None if gone."""
     got = _stat(pid)
     try:
@@ -74,7 +74,7 @@ def stat(pid):
         return None
 
 
-def zombie_code(pid):
+def zombie_code(pid: int) -> int | None:
     """How a process that ended, but was not waited for yet, ended (its parent, torchrun, reaps
     it a moment later): its exit code as subprocess says it (-N: signal N). None if it runs
     or is gone. /proc/PID/stat's 52nd field (Linux >= 3.5) is the status waitpid would give."""
@@ -85,7 +85,7 @@ def zombie_code(pid):
         return None
 
 
-def environ(pid):
+def environ(pid: int) -> dict[str, str]:
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             data = f.read().decode("utf-8", "replace")
@@ -94,7 +94,7 @@ def environ(pid):
     return dict(item.split("=", 1) for item in data.split("\0") if "=" in item)
 
 
-def tagged_pids(tags, among=None):
+def tagged_pids(tags: Mapping[str, str], among: Iterable[int] | None = None) -> list[int]:
     """Live processes whose environment carries every tag (zombies have an empty environ).
     Every process on the host is read (byte searches, no parsing: a big host has thousands),
     or those `among`."""
@@ -114,7 +114,7 @@ def tagged_pids(tags, among=None):
     return found
 
 
-def descendants(root):
+def descendants(root: int) -> list[int]:
     """Live (not zombie) descendants of root: each process's children as the kernel lists them
     (Linux >= 3.5), so the cost is the job's size, not the host's; else one pass over /proc."""
     found, todo = [], [root]
@@ -128,7 +128,7 @@ def descendants(root):
     return found
 
 
-def children(pid):
+def children(pid: int) -> list[int] | None:
     """pid's children, from each of its threads' `children` file; [] if it is gone, None where
     the kernel has no such file (CONFIG_PROC_CHILDREN)."""
     try:
@@ -148,7 +148,7 @@ def children(pid):
     return kids
 
 
-def _descendants_by_scan(root):
+def _descendants_by_scan(root: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for pid in all_pids():
         st = stat(pid)
@@ -162,7 +162,9 @@ def _descendants_by_scan(root):
     return found
 
 
-def job_pids(root, tags, exempt=()):
+def job_pids(
+    root: int | None, tags: Mapping[str, str] | None, exempt: Iterable[int] = ()
+) -> list[int]:
     """Everything of the job: root's descendants and every tagged process, less `exempt`.
     No tags: the descendants alone (root is a subreaper: no orphan of the job escapes its tree,
     and a scan of every process on a big host is its cost)."""
@@ -174,7 +176,9 @@ def job_pids(root, tags, exempt=()):
     return sorted(pids)
 
 
-def sweep(find, grace, reap=None):
+def sweep(
+    find: Callable[[], list[int]], grace: float, reap: Callable[[], object] | None = None
+) -> list[str]:
     """TERM every process find() returns, KILL what is left after `grace` seconds.
 
     Returns what could not be killed, as "pid 1234 (python) in D state" texts: a process stuck
@@ -197,14 +201,14 @@ def sweep(find, grace, reap=None):
     return [describe(pid) for pid in pids]
 
 
-def describe(pid):
+def describe(pid: int) -> str:
     st = stat(pid)
     if st is None:
         return f"pid {pid}"
     return f"pid {pid} ({st[2]}) in {st[0]} state"
 
 
-def signal_all(pids, sig):
+def signal_all(pids: Iterable[int], sig: int) -> None:
     for pid in pids:
         with contextlib.suppress(OSError):
             os.kill(pid, sig)
@@ -223,7 +227,7 @@ def reap_children(on_exit=None):
             on_exit(pid, exit_code(status))
 
 
-def exit_code(status):
+def exit_code(status: int) -> int:
     """As subprocess reports it: the exit status, or -N for death by signal N."""
     if os.WIFSIGNALED(status):
         return -os.WTERMSIG(status)
@@ -276,7 +280,7 @@ class Reaper:
 # -- ranks ---------------------------------------------------------------------------------------
 
 
-def own_descendants(root):
+def own_descendants(root: int) -> list[int]:
     """root's live descendants that run as this user: what a supervisor started, and nothing a
     neighbour made look like it (a process of theirs may carry the run's tags)."""
     me = os.getuid()
@@ -290,7 +294,10 @@ def own_descendants(root):
     return found
 
 
-def ranks_by_pid(tags, node, nnodes, root=None, among=None):
+def ranks_by_pid(
+    tags: Mapping[str, str], node: int, nnodes: int, root: int | None = None,
+    among: Iterable[int] | None = None,
+) -> tuple[dict[int, int], int | None]:  # fmt: skip
     """({pid: global rank}, world size) of the job's rank processes here, ({}, None) if unknown.
 
     root: the job's own process (the script itself in the spawn and env styles); found among
@@ -341,7 +348,10 @@ def ranks_here(root, tags, node, nnodes):
     return sorted(by_pid.values()), world
 
 
-def watch_ranks(root, tags, node, nnodes, ended, report=None, tree=None):
+def watch_ranks(
+    root: int, tags: Mapping[str, str], node: int, nnodes: int, ended: threading.Event,
+    report: Callable[[list[int], int | None], None] | None = None, tree: int | None = None,
+) -> dict[int, int]:  # fmt: skip
     """The rank processes here, {pid: global rank}, once they hold still over two scans
     ({} if the job ended first); report(ranks, world) is told them, for styles where only
     the run reveals them (c10d, spawn, Lightning). A few cheap scans of /proc, further apart
@@ -363,7 +373,10 @@ def watch_ranks(root, tags, node, nnodes, ended, report=None, tree=None):
     return found[0]
 
 
-def first_end(by_pid, over, reaped, poll=RANK_POLL_S):
+def first_end(
+    by_pid: dict[int, int], over: Callable[[], bool], reaped: Callable[[int], int | None],
+    poll: float = RANK_POLL_S,
+) -> tuple[int, int | None, float] | None:  # fmt: skip
     """Which rank process ends first, and how: (global rank, exit code or None, time.time()),
     or None once over() (the job ended, or was told to stop: what follows is our doing).
     by_pid: {pid: rank}; reaped(pid): its exit code where the supervisor itself reaped it
@@ -395,7 +408,7 @@ def first_end(by_pid, over, reaped, poll=RANK_POLL_S):
             os.close(fd)
 
 
-def _first_of(gone):
+def _first_of(gone: list[tuple[int, int | None, float]]) -> tuple[int, int | None, float] | None:
     """The rank that ended first, of those found ended at one look (we were late: a busy
     host): one that died of its own (a peer's end only follows it), else none can be told."""
     if len(gone) == 1:
@@ -415,7 +428,7 @@ def pidfd(pid):
         return None
 
 
-def describe_code(code):
+def describe_code(code: int | None) -> str:
     """`killed by SIGKILL`, `exit code 1` (as the launcher's remote/run/failures.py says it)."""
     if code is None or code >= 0:
         return "exit code {}".format(code)
@@ -425,7 +438,7 @@ def describe_code(code):
         return "killed by signal {}".format(-code)
 
 
-def own_death(code):
+def own_death(code: int | None) -> bool:
     """A rank killed by a signal that no stop sends (TERM, INT, HUP: ours, or torchrun's
     passing ours on): SIGKILL (the OOM killer), SIGSEGV, SIGABRT... its own failure."""
     return code is not None and code < 0 and -code not in STOP_SIGNALS

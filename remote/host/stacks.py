@@ -47,7 +47,7 @@ def dump(spec: dict[str, Any]) -> dict[str, Any]:
     flight recorder)}."""
     found: dict[str, Any] = {"hostname": socket.gethostname(), "ranks": {}, "problem": None}
     node = state.read_state(state.node_dir(spec["run_id"], spec["node"], spec.get("since", 0)))
-    by_pid = {}
+    by_pid: dict[int, int] = {}
     if node.get("pid") and node.get("status") in ("starting", "running"):
         tags = {"DDPTUI_RUN_ID": spec["run_id"], "DDPTUI_NODE": str(spec["node"])}
         mine = procs.own_descendants(node["pid"])
