@@ -131,7 +131,7 @@ class _Lines:
         return line + nl
 
 
-def guardian(tags, grace, runtime=None):
+def guardian(tags: dict[str, str], grace: float, runtime: str | None = None) -> tuple[int, int]:
     """A tiny watcher that sweeps the job by its tags if this daemon dies (OOM, SIGKILL), and the
     run's containers with it (runtime: docker's or podman's outlive their client).
 

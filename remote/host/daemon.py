@@ -257,13 +257,13 @@ class Daemon:
             thread(self._watch_health, att)  # not joined: a hung read must not hold the end
         return threads
 
-    def _redrawn(self, rank, shown):
+    def _redrawn(self, rank: int, shown: bytes) -> None:
         """A rank's bar being redrawn: told for its progress (never a log line)."""
         text = shown.decode("utf-8", "replace")
         self.note(t=protocol.REDRAWN, rank=rank, text=text)
         self.role.feed(ranktag.tag(rank) + shown + b"\n", self.number)
 
-    def _spool_lines(self, stream, data):
+    def _spool_lines(self, stream: bytes, data: bytes) -> None:
         if self.att is not None:
             self.att.lines += data.count(b"\n")
         self._append(wire.record(stream, now_ms(), data))

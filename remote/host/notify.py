@@ -20,6 +20,10 @@ from . import protocol
 from .owncommands import OwnCommands
 from .safetext import bounded, clean
 
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
 OUTPUT_KEPT = 2048  # bytes of a failing command's output kept for its log line
 # What the command's environment says, each far below the kernel's 128 KiB for one string
 # (past it, exec fails with E2BIG: no notify at all).
@@ -33,24 +37,27 @@ class Notifier:
     never taken for one of the job's, even one started as the job is stopped (a hang's word
     goes out as its stop begins), its exit code from the supervisor's one reaper."""
 
-    def __init__(self, notify, run_id, failed, own=None, timeout=protocol.NOTIFY_TIMEOUT):
+    def __init__(
+        self, notify: dict[str, Any] | None, run_id: str, failed: Callable[[str, str], None],
+        own: OwnCommands | None = None, timeout: float = protocol.NOTIFY_TIMEOUT,
+    ) -> None:  # fmt: skip
         notify = notify or {}
-        self.command = notify.get("command")
+        self.command: str = notify.get("command") or ""  # "": none
         self.events = set(notify.get("events") or protocol.NOTIFY_DEFAULT)
         self.run_id, self.failed, self.timeout = run_id, failed, timeout
         self.own = own or OwnCommands()
         self.todo: queue.Queue[tuple[str, str, str] | None] = queue.Queue()
-        self.thread = None
-        self.links = []  # the trackers' links seen so far (remote/host/progress.py)
+        self.thread: threading.Thread | None = None
+        self.links: list[str] = []  # the trackers' links seen so far (remote/host/progress.py)
 
-    def said_links(self, links):
+    def said_links(self, links: list[str]) -> None:
         self.links = links
 
-    def wanted(self, event):
+    def wanted(self, event: str) -> bool:
         """Is word of `event` asked for (whether or not a command is set: the dashboard rings)?"""
         return event in self.events
 
-    def __call__(self, event, status, message):
+    def __call__(self, event: str, status: str, message: str) -> None:
         """Run the command for `event` (if asked for), after those before it."""
         if not (self.command and self.wanted(event)):
             return
@@ -59,7 +66,7 @@ class Notifier:
             self.thread.start()
         self.todo.put((event, status, message))
 
-    def close(self, timeout):
+    def close(self, timeout: float) -> None:
         """Wait (at most `timeout`) for the commands asked for so far."""
         if self.thread is not None:
             self.todo.put(None)

@@ -19,6 +19,8 @@ a number does (a lookbehind), and wherever two quantifiers meet, their character
 only a line's head and tail are read (LOOK each): parsing costs the same per line however long.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import re
@@ -26,6 +28,10 @@ import threading
 import time
 
 from . import ranktag
+
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Callable
 
 # A line worth parsing holds one of these (it/s, step, iter, epoch, a dict, a link); most lines
 # of a job hold none. Each alternative starts with a character rare in text, so the scan in C
@@ -466,14 +472,17 @@ class Keeper:
     its node directory (series.json), so a detached run's `runs` and `ddptui plot` have it
     from the host. Fed from the job's reader threads: one at a time."""
 
-    def __init__(self, pattern, ndir, on_link=None):
+    def __init__(
+        self, pattern: str | bool | None, ndir: str,
+        on_link: Callable[[list[str]], None] | None = None,
+    ) -> None:  # fmt: skip
         self.tracker = Tracker(pattern)
         self.path = os.path.join(ndir, SERIES)
         self.on_link = on_link  # called with every link's url (a list) when one is new
         self.lock = threading.Lock()
         self.written = 0.0
 
-    def feed(self, data, attempt):
+    def feed(self, data: bytes, attempt: int) -> None:
         with self.lock:
             links = len(self.tracker.links)
             self.tracker.feed_bytes(data, attempt)
@@ -484,13 +493,13 @@ class Keeper:
                 if self.tracker.changed:
                     self._write()
 
-    def flush(self):
+    def flush(self) -> None:
         with self.lock:
             self.tracker.flush()
             if self.tracker.changed:
                 self._write()
 
-    def step(self, attempt):
+    def step(self, attempt: int) -> int | None:
         """The step `attempt` reached, as its lines said (None: none said one)."""
         with self.lock:
             self.tracker.flush()

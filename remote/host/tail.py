@@ -20,6 +20,11 @@ import time
 
 from . import procs, ranktag, wire
 
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    import threading
+    from typing import Callable, Mapping, Sequence
+
 CHUNK = 1 << 18
 SCAN_S = 0.25  # how often new attempt and rank directories are looked for
 IDLE_S = (0.005, 0.1)  # the pause after a read that found lines, growing to this when idle
@@ -57,14 +62,20 @@ class RankTail:
     """ranks: the plan's global ranks by local rank ([] under c10d); tags: the job's; emit(kind,
     data) spools whole lines."""
 
-    def __init__(self, root, ranks, tags, emit, redrawn=None):
+    def __init__(
+        self, root: str, ranks: Sequence[int], tags: Mapping[str, str],
+        emit: Callable[[bytes, bytes], None],
+        redrawn: Callable[[int, bytes], None] | None = None,
+    ) -> None:  # fmt: skip
         self.root, self.ranks, self.tags, self.emit = root, list(ranks), tags, emit
         self.redrawn = redrawn  # (rank, text): a line still redrawn with \r, its last drawing
-        self.files = {}  # path -> RankFile
-        self.learned = {}  # (attempt, local) -> global rank, from the workers' environment
+        self.files: dict[str, RankFile] = {}  # path -> RankFile
+        self.learned: dict[
+            tuple[int, int], int
+        ] = {}  # (attempt, local) -> global rank, from the workers' environment
         self.scanned = self.asked = 0.0
 
-    def run(self, done):
+    def run(self, done: threading.Event) -> None:
         """Until `done` is set, then once more to the end of every file."""
         pause = IDLE_S[0]
         while not done.wait(pause):
@@ -76,7 +87,7 @@ class RankTail:
                 self._lines(f, f.rest + b"\n")
             f.close()
 
-    def poll(self, final=False):
+    def poll(self, final: bool = False) -> bool:
         """Read what every file has now; True if anything came."""
         if final or time.monotonic() - self.scanned > SCAN_S:
             self._scan()
@@ -111,7 +122,7 @@ class RankTail:
             return
         f.redrawn = now
         shown = f.rest[max(0, end - REDRAWN_MAX) : end].rpartition(b"\r")[2]
-        if shown.strip():
+        if shown.strip() and self.redrawn is not None:  # _feed asks only where it is
             self.redrawn(f.rank, shown)
 
     def _lines(self, f, data):

@@ -23,7 +23,10 @@ from .spool import Trimmed
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any
+    import socket
+    from typing import Any, Callable
+
+    from .spool import Spool
 
 SEND_MAX = 1 << 18  # spool bytes per wire frame
 ACCEPT_BACKOFF_S = (0.05, 2.0)  # out of file descriptors: wait, then take viewers again
@@ -35,21 +38,24 @@ class Viewers:
     """The viewers of one node: hello() is what each is told first, command(words) gets each
     line a viewer sends."""
 
-    def __init__(self, spool, hello, command, beat):
+    def __init__(
+        self, spool: Spool, hello: Callable[[], dict[str, Any]],
+        command: Callable[[list[str]], None], beat: float,
+    ) -> None:  # fmt: skip
         self.spool, self.hello, self.command, self.beat = spool, hello, command, beat
         self.heard = time.monotonic()  # the last word from any launcher
-        self.clients = {}  # socket -> [last heard, done event]
+        self.clients: dict[socket.socket, list[Any]] = {}  # socket -> [last heard, done event]
         # Held from a viewer's accept to its entry in clients: drain then sees it in the
         # backlog or among the clients, never between the two.
         self.accepting = threading.Lock()
         self.server: Any = None  # the viewers' listening socket (serve)
         self.closing = False  # the daemon is leaving: its accept loop ends
 
-    def serve(self, server):
+    def serve(self, server: socket.socket) -> None:
         self.server = server
         thread(self._accept, server)
 
-    def close_silent(self, link_timeout):
+    def close_silent(self, link_timeout: float) -> None:
         for sock, (heard, _) in list(self.clients.items()):
             if time.monotonic() - heard > link_timeout:
                 close(sock)  # a viewer behind a dead link: its relay must not linger
@@ -115,7 +121,7 @@ class Viewers:
         finally:
             done.set()
 
-    def drain(self, deadline):
+    def drain(self, deadline: float) -> None:
         """Until every viewer has its last bytes: those connected before the socket's name
         went too (an attach that came as the run ended), not only those seen so far."""
         while time.monotonic() < deadline:
@@ -130,7 +136,10 @@ class Viewers:
                 time.sleep(0.01)  # the accept thread lets it in
 
 
-def send_spool(send, spool, offset, hello, beat, done):
+def send_spool(
+    send: Callable[[bytes], object], spool: Spool, offset: int, hello: dict[str, Any],
+    beat: float, done: threading.Event,
+) -> None:  # fmt: skip
     """Everything from `offset` on, then live, until the spool closes (or `done`)."""
     send(wire.control(t=protocol.STREAM_HELLO, **hello))
     while not done.is_set():
