@@ -23,7 +23,7 @@ from .job import node_tags
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable, Iterator
 
 READ = 1 << 18
 INBOX = 64  # frames waiting for an op; more, and the reader waits (the launcher slows down)
@@ -36,19 +36,19 @@ class Ended(Exception):
 class Channel:
     """One op's channel: what the launcher sends on it, and the way to answer."""
 
-    def __init__(self, agent, chan):
+    def __init__(self, agent: Agent, chan: int) -> None:
         self.agent, self.chan = agent, chan
         self.inbox: queue.Queue[tuple[bytes, Any]] = queue.Queue(INBOX)
-        self.closers = []
+        self.closers: list[Callable[[], object]] = []
 
-    def put(self, kind, payload):
+    def put(self, kind: bytes, payload: Any) -> None:
         """From the reader thread: waits while the op is behind (the launcher slows down)."""
         self.inbox.put((kind, payload))
 
-    def on_close(self, fn):
+    def on_close(self, fn: Callable[[], object]) -> None:
         self.closers.append(fn)
 
-    def close(self):
+    def close(self) -> None:
         for fn in self.closers:
             with contextlib.suppress(Exception):
                 fn()
@@ -70,7 +70,7 @@ class Channel:
                 return kind, None
         return kind, payload
 
-    def read_all(self, limit):
+    def read_all(self, limit: int) -> bytes:
         """Every data frame until the launcher ends the channel, at most limit bytes."""
         chunks, size = [], 0
         for chunk in self.reader_chunks():
@@ -80,7 +80,7 @@ class Channel:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def reader_chunks(self):
+    def reader_chunks(self) -> Iterator[bytes]:
         while True:
             kind, payload = self.recv()
             if kind == b"e":
@@ -88,11 +88,11 @@ class Channel:
             if kind == b"d":
                 yield payload
 
-    def reader(self):
+    def reader(self) -> _ChunkFile:
         """The channel's data as a file object, for a reader that streams (tarfile's `r|`)."""
         return _ChunkFile(self.reader_chunks())
 
-    def read_line(self, limit=256):
+    def read_line(self, limit: int = 256) -> bytes:
         """The first line of data (a node stream's `hello OFFSET`)."""
         data = b""
         while b"\n" not in data and len(data) < limit:
@@ -104,10 +104,10 @@ class Channel:
 
     # -- what an op says ---------------------------------------------------------------------
 
-    def answer(self, msg):
+    def answer(self, msg: dict[str, Any]) -> None:
         self.agent.send(wire.jframe(self.chan, msg))
 
-    def data(self, payload):
+    def data(self, payload: bytes) -> None:
         self.agent.send(wire.frame(self.chan, b"d", payload))
 
 
@@ -188,7 +188,7 @@ class Agent:
         self.heard = time.monotonic()
         self.lease = protocol.AGENT_LEASE_S
 
-    def send(self, data):
+    def send(self, data: bytes) -> None:
         view = memoryview(data)
         with self.lock:
             try:
@@ -212,7 +212,7 @@ class Agent:
             sys.stderr.write("ddptui agent: {}\n".format(exc))
         self.leave()
 
-    def hello(self):
+    def hello(self) -> dict[str, Any]:
         conn = os.environ.get("SSH_CONNECTION", "").split()
         return {
             "t": protocol.HELLO,
@@ -276,7 +276,7 @@ class Agent:
                 sys.stderr.write("ddptui agent: no word from the launcher; leaving\n")
                 self.leave()
 
-    def leave(self):
+    def leave(self) -> None:
         for ch in list(self.channels.values()):
             ch.close()
         with contextlib.suppress(OSError):
@@ -284,7 +284,7 @@ class Agent:
         os._exit(0)
 
 
-def main(code_dir, sources, missing):
+def main(code_dir: str | None, sources: dict[str, str], missing: str | None) -> None:
     # A run's tags are its processes' alone (a sweep by tags takes them): an agent started from
     # inside a run (a job that runs ddptui) passes none on to its checks, supervisors, monitor.
     for tag in node_tags("", 0):
