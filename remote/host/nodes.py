@@ -29,13 +29,17 @@ import time
 from . import prefork, procs, protocol, state
 from .common import close
 
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
 START_TIMEOUT = 60.0  # seconds the supervisor may take to say it is up
 DAEMON_BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import boot;boot.daemon()"
 # ((code_dir, run_id), process, early spec or None): supervisors started ahead of their node
 _warm: list[tuple[tuple[str, str], subprocess.Popen[bytes], dict[str, object] | None]] = []
 
 
-def warm(code_dir, run_id, early=None):
+def warm(code_dir: str, run_id: str, early: dict[str, object] | None = None) -> None:
     """Start a supervisor while the launch's checks run (the probe asks for it): the start then
     only hands it its node. An interpreter and its imports are most of a start's CPU, paid here
     while the host waits on its peers' checks. Given its node's early spec (protocol.EARLY), it
@@ -55,7 +59,8 @@ def warm(code_dir, run_id, early=None):
         try:
             _tell(proc, _node_dir(early), early)
         except OSError:
-            return _end(proc)  # the start will say why, if it comes
+            _end(proc)  # the start will say why, if it comes
+            return
     _warm.append((key, proc, early))
 
 
@@ -122,11 +127,10 @@ def _end(proc):
     proc.wait()
 
 
-def start(ch, req, code_dir, sources):
+def start(ch: Any, req: dict[str, Any], code_dir: str | None, sources: dict[str, str]) -> None:
     spec = req["spec"]
     if not os.path.isdir("/proc/self"):  # the job's processes are found through /proc
-        why = "ddptui needs Linux on the hosts: this is {} (no /proc)".format(sys.platform)
-        return _error(ch, why)
+        return _error(ch, f"ddptui needs Linux on the hosts: this is {sys.platform} (no /proc)")
     try:
         spec = protocol.spec(spec)
     except protocol.SpecError as exc:
@@ -137,7 +141,7 @@ def start(ch, req, code_dir, sources):
     relay(ch, state.node_dir(spec["run_id"], spec["node"], spec["attempt"]))
 
 
-def _error(ch, msg):
+def _error(ch: Any, msg: str) -> None:
     ch.answer({"t": protocol.ERROR, "msg": msg})
 
 
@@ -152,7 +156,7 @@ def _keep_code(ndir, sources):
     return path
 
 
-def spawn(spec, code_dir, sources):
+def spawn(spec: protocol.Spec, code_dir: str | None, sources: dict[str, str]) -> str | None:
     """Start the node's supervisor (the one prepared for it, a warm one, or a fresh one); None
     once it says it is up, else why not. The go is the whole spec, on a line."""
     early = protocol.early(spec)
@@ -212,14 +216,14 @@ def _hand_over(proc, go, spec):
 # -- a node's stream -----------------------------------------------------------------------------
 
 
-def attach(ch, req, *_):
+def attach(ch: Any, req: dict[str, Any], *_: object) -> None:
     ndir = state.node_dir(req["run_id"], req["node"], req.get("since", 0))
     if not os.path.isdir(ndir):
         return _error(ch, "no such run on this host ({})".format(ndir))
     relay(ch, ndir)
 
 
-def connect(ndir):
+def connect(ndir: str) -> socket.socket | None:
     """A connection to the node's supervisor, or None when it is gone."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -237,7 +241,7 @@ def connect(ndir):
         os.close(fd)
 
 
-def relay(ch, ndir):
+def relay(ch: Any, ndir: str) -> None:
     """Bytes both ways until the supervisor hangs up; the launcher's end is passed on."""
     sock = connect(ndir)
     if sock is None:
@@ -263,7 +267,7 @@ def relay(ch, ndir):
         close(sock)
 
 
-def replay(ch, ndir):
+def replay(ch: Any, ndir: str) -> None:
     """The node's supervisor is gone: its spool from the asked offset, then its final state."""
     from .spool import Spool  # here: the agent's other ops need none of the supervisor's code
     from .viewers import send_spool
@@ -281,7 +285,7 @@ def replay(ch, ndir):
 # -- sweep, status, port -------------------------------------------------------------------------
 
 
-def sweep(ch, req, *_):
+def sweep(ch: Any, req: dict[str, Any], *_: object) -> None:
     """What is left of a node: its tagged processes, then its containers (docker's and
     podman's outlive their client)."""
     tags = {"DDPTUI_RUN_ID": req["run_id"], "DDPTUI_NODE": str(req["node"])}
@@ -300,7 +304,7 @@ def sweep(ch, req, *_):
     ch.answer(reply)
 
 
-def status(ch, req, *_):
+def status(ch: Any, req: dict[str, Any], *_: object) -> None:
     """{run_id: {node: state}} for [run_id, node(, since)] items; `alive` when its supervisor
     answers."""
     found: dict[str, dict[str, protocol.NodeState | None]] = {}
@@ -322,7 +326,7 @@ def status(ch, req, *_):
     ch.answer(reply)
 
 
-def free_port(ch, req, *_):
+def free_port(ch: Any, req: dict[str, Any], *_: object) -> None:
     """A port nobody listens on now, outside the ephemeral range (job.master_port: auto)."""
     from .netif import free_port
 

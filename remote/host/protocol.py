@@ -344,7 +344,7 @@ SPEC_DEFAULTS = {
 EARLY = ("run_id", "node", "attempt", "grace", "container")
 
 
-def early(spec: dict[str, Any]) -> dict[str, Any]:
+def early(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {key: spec[key] for key in EARLY}
 
 
