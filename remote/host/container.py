@@ -29,7 +29,7 @@ from .protocol import DAEMONS
 
 TYPE_CHECKING = False  # typing costs import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Mapping
 
 LABEL = "ddptui.run"
 TAGS = ("DDPTUI_RUN_ID", "DDPTUI_NODE")  # the supervisor's tags (remote/host/procs.py)
@@ -62,7 +62,7 @@ def name(run_id: str, node: int, suffix: str = "") -> str:
 # -- the command line ---------------------------------------------------------------------------
 
 
-def here(spec, environ=None):
+def here(spec: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """What the command line depends on in this host: the login, the GPUs' plumbing, the
     default devices. The checks report the same facts; tests hand `command()` their own."""
     environ = os.environ if environ is None else environ
@@ -279,7 +279,7 @@ def client_env(environ=None):
 # -- after the run ------------------------------------------------------------------------------
 
 
-def start_failure(spec, code, stderr, started):
+def start_failure(spec: dict[str, Any], code: int, stderr: str, started: bool) -> str | None:
     """Why the container did not start, worded for the person who launched; None when it did
     (then `code` is the job's). started: the shim's READY file exists. stderr: the runtime's
     last lines, which say what went wrong."""
@@ -298,7 +298,7 @@ def start_failure(spec, code, stderr, started):
     return "{}: {}".format(text, said) if said else text
 
 
-def sweep_commands(runtime, run_id, names=False):
+def sweep_commands(runtime: str, run_id: str, names: bool = False) -> list[str] | None:
     """List the run's containers; the ids it prints go to remove_command(). names: each
     container's name beside its id."""
     if runtime not in DAEMONS:
@@ -309,12 +309,14 @@ def sweep_commands(runtime, run_id, names=False):
     return [runtime, "ps", "-aq", "--filter", label]
 
 
-def remove_command(runtime, ids):
+def remove_command(runtime: str, ids: list[str]) -> list[str]:
     # podman's rm -f waits 10 s for a TERM by default; the tag sweep has given the grace
     return [runtime, "rm", "-f", *(["-t", "0"] if runtime == "podman" else []), *ids]
 
 
-def sweep(runtime, run_id, node=None, timeout=CMD_TIMEOUT):
+def sweep(
+    runtime: str, run_id: str, node: int | None = None, timeout: float = CMD_TIMEOUT
+) -> tuple[list[str], str | None]:
     """Remove the run's containers (a SIGKILLed supervisor's, the dry run's): the ids removed
     and an error text, if any. Only containers are named: never the pause process. With
     `node`, that node's own only (its job's and its dry run's): nodes may share one runtime
@@ -340,7 +342,10 @@ def sweep(runtime, run_id, node=None, timeout=CMD_TIMEOUT):
 # -- the checks ---------------------------------------------------------------------------------
 
 
-def check(spec, run_id, node, workdir, shim_source, env=None, pull_timeout=PULL_TIMEOUT):
+def check(
+    spec: dict[str, Any], run_id: str, node: int, workdir: str | None, shim_source: str,
+    env: dict[str, str] | None = None, pull_timeout: float = PULL_TIMEOUT,
+) -> dict[str, Any]:  # fmt: skip
     """What the checks judge (remote/checks/container.py): the runtime, the image (pulled under
     `pull: missing|always`), the GPU plumbing, leftover containers, and one short dry run with
     the exact flags that reports the image's python, torch, CUDA, NCCL and /dev/shm.

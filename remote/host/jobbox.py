@@ -85,7 +85,7 @@ class JobBox:
         """The label sweep of the last attempt's container, for a client that could not remove
         it (killed, stopped, a runtime's failure). Its failure is in the node's state."""
         att, self.unswept = self.unswept, None
-        if att is not None and self.box:
+        if att is not None and self.box and self.runtime:  # a box always names its runtime
             _, why = container.sweep(self.runtime, self.spec["run_id"], self.node)
             if why:
                 att.survivors.append("containers of the run: {}".format(why))

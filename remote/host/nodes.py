@@ -297,7 +297,7 @@ def sweep(ch: Any, req: dict[str, Any], *_: object) -> None:
     if runtime:
         from . import container  # here: a host without containers never pays its import
 
-        _, why = container.sweep(runtime, req["run_id"], req["node"])
+        why = container.sweep(runtime, req["run_id"], req["node"])[1]
         if why:
             left.append("containers of the run: {}".format(why))
     reply: protocol.SweptReply = {"t": "swept", "found": len(found), "survivors": left}
