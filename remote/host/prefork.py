@@ -15,6 +15,8 @@ agent a host is what a login costs, and what is counted); once taken, the one a 
 supervisor has, the run's id in it.
 """
 
+from __future__ import annotations
+
 import contextlib
 import json
 import os
@@ -29,11 +31,11 @@ import time
 # them for nothing. A 32-host launch: 5.6 CPU-s of the machine's before, 4.8-5.1 after.
 PRELOAD = ("hashlib", "socket", "shutil", "subprocess")
 
-_waiting = None  # the one waiting, until taken
+_waiting: Prefork | None = None  # the one waiting, until taken
 _lock = threading.Lock()  # the agent's op threads take it or end it
 
 
-def fork(code_dir):
+def fork(code_dir: str) -> None:
     """The agent's prefork, forked now: call before any thread starts."""
     global _waiting
     for name in PRELOAD:
@@ -61,7 +63,7 @@ def fork(code_dir):
     _waiting = Prefork(pid, w_in, r_out, code_dir)
 
 
-def take(argv, code_dir):
+def take(argv: list[str], code_dir: str) -> Prefork | None:
     """The prefork as the supervisor `argv` would start, or None (taken already, dead, or the
     code is not the agent's own)."""
     prefork = _pop()
@@ -79,14 +81,14 @@ def take(argv, code_dir):
     return prefork
 
 
-def discard():
+def discard() -> None:
     """No launch follows: the prefork leaves (its stdin ends) and is reaped."""
     prefork = _pop()
     if prefork is not None:
         prefork.end()
 
 
-def _pop():
+def _pop() -> Prefork | None:
     global _waiting
     with _lock:
         prefork, _waiting = _waiting, None

@@ -22,14 +22,19 @@ import sys
 from . import nodes, protocol
 from .hublink import HubLink
 
+TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
+if TYPE_CHECKING:
+    from typing import Any
+
 BOOT = "import sys;sys.path.insert(0,sys.argv[1]);from ddph import standby;standby.boot()"
 START_TIMEOUT = 30.0  # seconds the standby may take to say it is up
 
 
-def start(ch, req, code_dir):
+def start(ch: Any, req: dict[str, Any], code_dir: str | None) -> None:
     """The agent's `standby` op: the standby started, detached; "ok" or why not."""
     if not code_dir:
-        return ch.answer({"error": "this host keeps no ddptui code to stand by"})
+        ch.answer({"error": "this host keeps no ddptui code to stand by"})
+        return
     run_id = str(req["run_id"])
     argv = [sys.executable, "-S", "-c", BOOT, code_dir, run_id]  # the run's id, for `ps`
     env = dict(os.environ, DDPTUI_RUN_ID=run_id)  # found as the run's, and swept with it
@@ -38,14 +43,16 @@ def start(ch, req, code_dir):
                                 start_new_session=True, close_fds=True)  # fmt: skip
         said, _ = proc.communicate(json.dumps(req).encode() + b"\n", timeout=START_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return ch.answer({"error": "cannot stand by: {}".format(exc)})
+        ch.answer({"error": "cannot stand by: {}".format(exc)})
+        return
     if said != b"ok":
         why = said.decode("utf-8", "replace").strip() or "the standby died at its start"
-        return ch.answer({"error": why})
+        ch.answer({"error": why})
+        return
     ch.answer({"t": "ok"})
 
 
-def boot():
+def boot() -> None:
     """The standby's own process: its request on stdin, then detached ("ok" on stdout)."""
     try:
         req = json.loads(sys.stdin.buffer.readline())
@@ -76,7 +83,7 @@ def boot():
     os._exit(0)
 
 
-def become(spec, attempt, port, code_dir):
+def become(spec: object, attempt: int, port: int, code_dir: str) -> str | None:
     """Node k's supervisor started from its spec, joining at `attempt`: None, else why not."""
     if not isinstance(spec, dict):
         return "no spec for that node"
