@@ -31,7 +31,7 @@ from . import ranktag
 
 TYPE_CHECKING = False  # typing's names cost import time on every host, for nothing there
 if TYPE_CHECKING:
-    from typing import Callable
+    from typing import Any, Callable
 
 # A line worth parsing holds one of these (it/s, step, iter, epoch, a dict, a link); most lines
 # of a job hold none. Each alternative starts with a character rare in text, so the scan in C
@@ -302,25 +302,32 @@ class Series:
 class Tracker:
     """Every rank's progress, the run's series and the trackers' links, fed whole lines."""
 
-    def __init__(self, pattern=None):
+    def __init__(self, pattern: str | bool | None = None) -> None:
         self.parser = Parser(pattern)
-        self.ranks = {}  # rank -> Rank
-        self.series = {}  # metric -> Series: the metric's first rank (normally rank 0)
-        self.owner = {}  # metric -> the rank whose values the series holds
-        self.logs = {}  # rank -> metric logs without a step seen (a step of their own)
-        self.links = {}  # url -> [tracker, name, rank]
-        self.attempts = []  # [attempt, first step seen, time] as each attempt began
-        self.attempt = None
+        self.ranks: dict[int, Rank] = {}  # rank -> Rank
+        # metric -> Series: the metric's first rank (normally rank 0)
+        self.series: dict[str, Series] = {}
+        self.owner: dict[str, int] = {}  # metric -> the rank whose values the series holds
+        # rank -> metric logs without a step seen (a step of their own)
+        self.logs: dict[int, int] = {}
+        self.links: dict[str, list[Any]] = {}  # url -> [tracker, name, rank]
+        # [attempt, first step seen, time] as each attempt began
+        self.attempts: list[list[Any]] = []
+        self.attempt: int | None = None
         self.changed = False  # something new since the last `take`
         self.window = 0.0  # when this second of reading ends
         self.read = 0  # lines read in this second
-        self.pending = {}  # source -> its last chunk unread (text, attempt, at), in a flood
+        # source -> its last chunk unread (text, attempt, at), in a flood
+        self.pending: dict[Any, tuple[str, int, float | None]] = {}
 
-    def feed_bytes(self, data, attempt, at=None):
+    def feed_bytes(self, data: bytes, attempt: int, at: float | None = None) -> None:
         """A chunk of whole tagged lines as spooled (node 0's supervisor)."""
         self.feed_text(data.decode("utf-8", "replace"), attempt, at, data.count(b"\n"))
 
-    def feed_text(self, text, attempt, at=None, lines=None, source=0):
+    def feed_text(
+        self, text: str, attempt: int, at: float | None = None, lines: int | None = None,
+        source: Any = 0,
+    ) -> None:  # fmt: skip
         """A chunk of whole tagged lines from `source` (a node). Up to READ_LINES lines a
         second are all read; past that (a flood), each source's last chunk is kept for
         `flush` (once a second) to read: its links, and its last line (the news). A link
@@ -334,7 +341,7 @@ class Tracker:
             return
         self.pending[source] = (text, attempt, at)
 
-    def flush(self):
+    def flush(self) -> None:
         """Read the last chunk a flood left unread, of each source: its links, its last line."""
         pending, self.pending = self.pending, {}
         for text, attempt, at in pending.values():
@@ -389,7 +396,7 @@ class Tracker:
             self.series[key].add(step, value, attempt)
         self.changed = True
 
-    def seed(self, dump):
+    def seed(self, dump: Any) -> bool:
         """Go on from a series file (node 0's host's, for an attach whose replay comes faster
         than it is read): True if it held a curve. What a host sends is checked first."""
         try:
@@ -431,7 +438,7 @@ class Tracker:
         stepped = [r for r, s in self.ranks.items() if s.step is not None]
         return self.ranks[min(stepped)] if stepped else None
 
-    def last(self):
+    def last(self) -> dict[str, Any]:
         """The run's last values: step, total, rate, seconds left, metrics (the owners')."""
         lead = self.lead()
         metrics = {}
@@ -439,7 +446,8 @@ class Tracker:
             state = self.ranks.get(rank)
             if state is not None and key in state.metrics:
                 metrics[key] = state.metrics[key]
-        out = {"step": None, "total": None, "rate": None, "left": None, "metrics": metrics}
+        out: dict[str, Any] = {"step": None, "total": None, "rate": None, "left": None,
+                               "metrics": metrics}  # fmt: skip
         if lead is not None:
             out.update(step=lead.step, total=lead.total, rate=lead.rate)
             if lead.total and lead.rate and lead.step is not None:
@@ -447,13 +455,13 @@ class Tracker:
         out["attempt"] = self.attempt
         return out
 
-    def link_list(self):
+    def link_list(self) -> list[dict[str, Any]]:
         return [
             {"tracker": t, "name": name, "url": url, "rank": rank}
             for url, (t, name, rank) in self.links.items()
         ]
 
-    def dump(self):
+    def dump(self) -> dict[str, Any]:
         """The series file: each metric's points, each attempt's start, the last values."""
         return {
             "metrics": {k: s.points for k, s in sorted(self.series.items())},

@@ -25,7 +25,7 @@ class ProgressReader:
     watch: the hosts' watches are remote/host/watch.py's and healthwatch.py's)."""
 
     def __init__(self, pattern: str | None, emit: Callable[[Event], None]) -> None:
-        self.tracker = Tracker(pattern)  # type: ignore[no-untyped-call]
+        self.tracker = Tracker(pattern)
         self.emit = emit
         self.told: set[str] = set()  # links said
         # A chunk of a node's whole lines, tagged `[rank]:` as the supervisor sends them:
@@ -35,16 +35,16 @@ class ProgressReader:
 
     def seed(self, series: dict[str, Any]) -> bool:
         """Go on from node 0's host's curve (an attach): True if it held one."""
-        return bool(self.tracker.seed(series))  # type: ignore[no-untyped-call]
+        return bool(self.tracker.seed(series))
 
     def progress(self) -> Progress | None:
         """The news since the last call, or None."""
         tracker = self.tracker
-        tracker.flush()  # type: ignore[no-untyped-call]
+        tracker.flush()
         if not tracker.changed:
             return None
         tracker.changed = False
-        last = tracker.last()  # type: ignore[no-untyped-call]
+        last = tracker.last()
         ranks = tuple(
             RankProgress(rank, s.step, s.rate, dict(s.metrics))
             for rank, s in sorted(tracker.ranks.items())
@@ -74,7 +74,7 @@ class ProgressReader:
 
     def dump(self) -> dict[str, Any]:
         """series.json: each metric's points, each attempt's start, the last values, links."""
-        self.tracker.flush()  # type: ignore[no-untyped-call]
-        out: dict[str, Any] = self.tracker.dump()  # type: ignore[no-untyped-call]
+        self.tracker.flush()
+        out: dict[str, Any] = self.tracker.dump()
         out["written_at"] = time.time()
         return out
