@@ -140,7 +140,7 @@ class Door:
         self.backoff = 0.0
         self.paused_until = 0.0
 
-    def run(self):
+    def run(self) -> None:
         self.server.setblocking(False)
         self.sel.register(self.server, selectors.EVENT_READ)
         while self.server.fileno() >= 0:  # until the hub's socket is closed

@@ -151,13 +151,13 @@ class Hub:
         thread(door.run)
         thread(self._watch)
 
-    def _keys(self, node):
+    def _keys(self, node: int) -> list[tuple[str, str]]:
         """What a peer of `node` may prove: its own key, or the spare's awaited in its place."""
         assert self.ids is not None
         with self.cond:
             return self.ids.keys(node, self.tickets.get(node), self.chosen(node))
 
-    def _refused(self, node, hub_nonce, peer_nonce, proof):
+    def _refused(self, node: int, hub_nonce: bytes, peer_nonce: bytes, proof: bytes) -> None:
         assert self.ids is not None
         said = self.ids.impostor(node, hub_nonce, peer_nonce, proof)
         if said is not None:
@@ -340,7 +340,7 @@ class Hub:
         waited = range(len(self.names)) if self.halted is None else (0, *self.joined)
         return all(k in self.ended or k in self.lost for k in waited)
 
-    def _admit(self, node, who, chan, proof):
+    def _admit(self, node: int, who: str, chan: Channel, proof: bytes) -> None:
         """A peer proved itself (the door's thread): follow it in a thread of its own."""
         thread(self._peer, node, who == identity.SPARE, chan, proof)
 
