@@ -22,7 +22,7 @@ from .job import node_tags
 from .leasedir import LeaseError
 
 
-def daemon():
+def daemon() -> None:
     """The supervisor's own process (remote/host/nodes.py starts it, maybe ahead of its node).
     On stdin, a line each: its node's directory, the node's early spec (protocol.EARLY), then
     the whole spec, the go. It prepares as soon as it has the first two: detached from

@@ -506,7 +506,7 @@ def gpu_info(spec, facts):
     return {"via": via, "ok": smi is not None, "detail": smi or "no nvidia-smi for --nv"}
 
 
-def leftovers(runtime):
+def leftovers(runtime: str) -> list[str]:
     """Names of ddptui's containers on this host (any run): left behind, or running now."""
     if runtime not in DAEMONS:
         return []

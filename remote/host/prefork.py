@@ -151,14 +151,14 @@ class Prefork:
         self.stdin = os.fdopen(stdin_fd, "wb")
         self.stdout = os.fdopen(stdout_fd, "rb", buffering=0)
 
-    def poll(self):
+    def poll(self) -> int | None:
         if self.returncode is None:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 self.returncode = _code(status)
         return self.returncode
 
-    def wait(self, timeout=None):
+    def wait(self, timeout: float | None = None) -> int | None:
         if timeout is None:
             if self.returncode is None:
                 self.returncode = _code(os.waitpid(self.pid, 0)[1])
@@ -170,12 +170,12 @@ class Prefork:
             time.sleep(0.01)
         return self.returncode
 
-    def kill(self):
+    def kill(self) -> None:
         if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
 
-    def communicate(self, data=b"", timeout=None):
+    def communicate(self, data: bytes = b"", timeout: float | None = None) -> tuple[bytes, None]:
         """Write data, close stdin, read stdout to its end, wait: (what it said, None)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with contextlib.suppress(OSError):  # it is gone: what it said (or not) tells why
@@ -196,7 +196,7 @@ class Prefork:
         self.wait(left)
         return out, None
 
-    def end(self):
+    def end(self) -> None:
         """Unused: stdin closed (it leaves by itself), and reaped."""
         with contextlib.suppress(OSError):
             self.stdin.close()
@@ -208,7 +208,7 @@ def _readable(f, deadline):
     return left > 0 and bool(select.select([f], [], [], left)[0])
 
 
-def _code(status):
+def _code(status: int) -> int:
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 

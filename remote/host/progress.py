@@ -525,7 +525,7 @@ class Keeper:
             pass  # a full disk: the launcher's copy still has it
 
 
-def read_series(ndir):
+def read_series(ndir: str) -> dict[str, Any] | None:
     """A node directory's series.json, or None."""
     try:
         with open(os.path.join(ndir, SERIES)) as f:

@@ -145,7 +145,7 @@ if TYPE_CHECKING:
         bad_hosts: dict[str, list[str]]  # node 0: node -> [host, why]: not used again (policy.py)
         swapped: dict[str, list[Any]]  # node 0: node -> [hot spare, attempt]: an attach follows
         alive: bool  # STATUS: its supervisor answers
-        series: dict[str, Any]  # STATUS, node 0, asked for: the training's curve
+        series: dict[str, Any] | None  # STATUS, node 0, asked for: the training's curve, or None
 
     # -- the ops' replies (one answer) --
 
