@@ -54,8 +54,8 @@ def serve(ch, req):
         return ch.answer({"t": "none", "error": str(exc)})
     if not found:
         return ch.answer({"t": "none"})
-    waiter = Waiter(ch, want, *found)
-    waiter.asked_at = asked_at
+    gpus, apps = found
+    waiter = Waiter(ch, want, gpus, apps, asked_at)
     try:
         waiter.run()
     except LeaseError as exc:
@@ -76,7 +76,7 @@ def _read_gpus():
 class Waiter:
     """One node's lease on this host, from the ask to its hand-over (or its end)."""
 
-    def __init__(self, ch, want, gpus, apps):
+    def __init__(self, ch, want, gpus, apps, asked_at):
         self.ch, self.want, self.gpus, self.apps = ch, want, gpus, apps
         self.key = (str(want.get("run_id")), int(want.get("node") or 0))
         self.cands = lease.candidates(gpus, want)
@@ -85,7 +85,7 @@ class Waiter:
         self.held: lease.Held | None = None
         self.ticket = None  # (its name, its fd, its key) while it waits in the queue
         self.said = None  # the last wait/ready said
-        self.asked_at = time.monotonic()  # when nvidia-smi was last asked
+        self.asked_at = asked_at  # when nvidia-smi was last asked (monotonic)
 
     def run(self):
         if not self.count:

@@ -26,6 +26,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable, Dict, List, Optional
 
+    from .stacks import Analyser
+
 POLL_S = 5.0  # between two asks
 ANSWER_S = 10.0  # how long one ask's answers are waited for (py-spy reads a few ranks)
 KEPT_MAX = 6 << 20  # bytes of kept hangs a launcher fetches: one answer (wire.FRAME_MAX), escaped
@@ -203,6 +205,17 @@ class Guard:
             analyser = hangtraces.start_analyser()  # torch imported while the ranks dump
         except OSError:
             analyser = None
+        try:
+            return self._gathered(attempt, gather, analyser)
+        except (OSError, ValueError):
+            return None
+        finally:  # keep() stops it; anything raised before must not leave it waiting
+            if analyser is not None:
+                analyser.close()
+
+    def _gathered(
+        self, attempt: int, gather: hangtraces.Gather, analyser: Optional[Analyser]
+    ) -> Optional[Dict[str, Any]]:
         self.hub.traced = gather.add
         self.hub.ask_flight(gather.seq)
         try:
@@ -212,11 +225,9 @@ class Guard:
         for piece in hangtraces.pieces(gather.seq, own):
             gather.add(0, piece)
         traces, missing = gather.wait(hangtraces.ANSWER_S)
+        names = self.spec["names"]
         refused = {names[k]: ranks for k, ranks in gather.refused().items()}
-        try:
-            return hangtraces.keep(self.where, attempt, traces, missing, refused, analyser)
-        except (OSError, ValueError):
-            return None
+        return hangtraces.keep(self.where, attempt, traces, missing, refused, analyser)
 
 
 def _thread(fn: Callable[..., Any]) -> None:

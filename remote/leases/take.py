@@ -116,7 +116,7 @@ class Leases:
         self, fleet: Fleet, emit: Emit, failures: list[Failure], silence: float = 60.0
     ) -> None:
         self.fleet, self.emit, self.failures = fleet, emit, failures
-        self.silence = silence  # a host silent this long is cut off (job.link_timeout)
+        self.silence = Silence(silence)  # a host silent this long is cut off (link_timeout)
         self.nodes: dict[int, _Node] = {}
         self.held: dict[int, ops.Leasing] = {}  # node → what its host took
         self.refused = False  # the GPUs were taken: the launch's status says so
@@ -155,7 +155,7 @@ class Leases:
                 agent = await self.fleet.agent(k, self.emit)
             except HostError as exc:
                 return self._refuse(f"{exc.host} cannot lease its GPUs: {exc.reason}")
-            self.nodes[k] = _Node(agent.name, agent, args, Silence(self.silence))
+            self.nodes[k] = _Node(agent.name, agent, args, self.silence)
         return True
 
     async def _all(self) -> dict[int, ops.Leasing]:

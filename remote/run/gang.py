@@ -143,9 +143,9 @@ class Gang:
 
     def say(self, k: int, line: str) -> None:
         """A word to node k's supervisor (node 0's: the run's hub)."""
-        link = self.links.get(k)
-        if link is not None:
-            link.say(line)
+        node = self.nodes.get(k)
+        if node is not None and node.link is not None:
+            node.link.say(line)
 
     def detach(self) -> None:
         """Leave the run to its supervisors: no launcher lease any more; they end it alone.
