@@ -36,8 +36,9 @@ from ddptui.remote.store.record import Recorder
 
 Emit = Callable[[Event], None]
 PENDING_POLL_S = 3.0  # squeue while the job waits (a site's scheduler minds more)
-FIRST_POLL_S = 0.25  # right after the submission, doubling to PENDING_POLL_S: a job Slurm
-# starts at once is followed at once (a 3 s poll cost 1.5 s of submit-to-first-line)
+FIRST_POLL_S = 0.25  # for FAST_POLL_FOR_S after the submission, then doubling to
+FAST_POLL_FOR_S = 5.0  # PENDING_POLL_S: a job Slurm starts at once is followed at once
+# (a 3 s poll cost 1.5 s of submit-to-first-line; doubling from the start, up to 2 s)
 RUNNING_POLL_S = 10.0  # while it runs: a node failure Slurm reports ends the attempt
 UP_POLL_S = 0.5  # how often a node is asked whether its supervisor is up yet
 FAILED_STATES = {"NODE_FAIL", "BOOT_FAIL"}  # a node's fault: a restart leaves it out
@@ -208,7 +209,7 @@ class SlurmRun:
     async def _until_running(self) -> queue.Job | None:
         """Slurm's word once the job runs or has ended (None: Slurm no longer knows it, or it
         is another's job now); its queue said meanwhile. A stop cancels it here."""
-        said, wait = "", FIRST_POLL_S
+        said, wait, fast_until = "", FIRST_POLL_S, time.monotonic() + FAST_POLL_FOR_S
         while True:
             job = await self._ask()
             if job is None or job.running or job.ended:
@@ -227,7 +228,8 @@ class SlurmRun:
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
-            wait = min(wait * 2, PENDING_POLL_S)
+            if time.monotonic() > fast_until:
+                wait = min(wait * 2, PENDING_POLL_S)
 
     async def _ask(self) -> queue.Job | None:
         job = await self.login.job(self.job_id)
@@ -328,18 +330,24 @@ class SlurmRun:
         deadline = time.monotonic() + inv.job.start_timeout
         waiting = set(range(len(inv.hosts)))
         while waiting and time.monotonic() < deadline and not self.stopping:
-            for k in sorted(waiting):
-                with contextlib.suppress(HostError):
-                    agent = await self.fleet.agent(k, _quiet)  # said once the run starts
-                    found = await ops.status(agent, [(self.run_id, k, since)])
-                    if (found.get(self.run_id) or {}).get(k):
-                        waiting.discard(k)
+            asked = sorted(waiting)  # every node at once: each is an `srun --overlap` away
+            up = await asyncio.gather(*(self._up(k, since) for k in asked))
+            waiting -= {k for k, yes in zip(asked, up, strict=True) if yes}
             job = await self._ask() if waiting else self.job
             if job is None or job.ended:
                 return False
             if waiting:
                 await asyncio.sleep(UP_POLL_S)
         return not waiting
+
+    async def _up(self, k: int, since: int) -> bool:
+        """Whether node k's supervisor answers (its agent started for it if need be)."""
+        assert self.fleet is not None
+        with contextlib.suppress(HostError):
+            agent = await self.fleet.agent(k, _quiet)  # said once the run starts
+            found = await ops.status(agent, [(self.run_id, k, since)])
+            return bool((found.get(self.run_id) or {}).get(k))
+        return False
 
     async def _watch_job(self) -> None:
         """Slurm's state while the nodes are followed: a job that ended under them (a node
