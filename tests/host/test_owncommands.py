@@ -29,11 +29,16 @@ class Reaper:
         self.thread.start()
 
     def reap(self) -> None:
+        # Polled, not blocking: a reaper blocked in waitpid(-1) outlives its test whenever
+        # another thread's Popen reaps the child meant to wake it, and then takes the next
+        # test's children from under that test's reaper.
         while not self.stopping:
             try:
-                pid, status = os.waitpid(-1, 0)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                time.sleep(0.01)
+                pid = 0
+            if not pid:
+                time.sleep(0.005)
                 continue
             with self.cond:
                 self.codes[pid] = procs.exit_code(status)
@@ -51,8 +56,8 @@ def own() -> Iterator[tuple[OwnCommands, Reaper]]:
     reaper = Reaper()
     yield OwnCommands(reaper.wait, reaper.cond, reaper.codes), reaper
     reaper.stopping = True  # this test process's other children are not its to reap
-    subprocess.Popen(["true"])  # wakes it: reaped by it, its last
     reaper.thread.join(5)
+    assert not reaper.thread.is_alive()
 
 
 def test_each_exit_code_is_the_commands_own(own: tuple[OwnCommands, Reaper]) -> None:
