@@ -105,11 +105,12 @@ def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
 
 
 def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | None:
-    """(submitted, first rank line) after the command's start: its `submitted` line's time."""
+    """(submitted, first rank line) after the command's start: its `submitted` line's time
+    (its own lines go to stderr, read with stdout as they come)."""
     run_dir = base.with_suffix(".run")
     argv = [*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir", str(run_dir)]
     t0 = time.monotonic()
-    with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
         assert proc.stdout is not None
         first = sent = None
         lines = []
@@ -120,13 +121,13 @@ def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | N
             if sent is None and "submitted to Slurm" in line:
                 sent = time.monotonic() - t0
             lines.append(line)
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         code = proc.wait()
     summary = json.loads((run_dir / "summary.json").read_text())
-    ticks = sum(1 for line in lines if " tick " in line)
+    ticks = sum(1 for line in lines if line.startswith("[r") and " tick " in line)
     done = summary["slurm"].get("state") == "COMPLETED" and ticks == RANKS * TICKS
     if code != 0 or not done or first is None or sent is None:
-        print(f"bench: ddptui's run did not complete every rank's lines ({ticks}):\n{err}")
+        said = "".join(line for line in lines if not line.startswith("["))
+        print(f"bench: ddptui's run did not complete every rank's lines ({ticks}):\n{said}")
         return None
     return sent, first
 
