@@ -212,7 +212,7 @@ AGENT_LEASE_S = 60.0  # until the launcher says otherwise
 
 STARTED = "started"  # {pid, hostname, ifname, hub_port, mode, ranks, attempt}
 RANKS = "ranks"  # {ranks, world}: only the run reveals them (c10d, spawn, Lightning)
-STOPPING = "stopping"  # {by, reason, node}
+STOPPING = "stopping"  # {by, reason, node, grace, checkpoint}: TERM sent, KILL after grace
 # {code, stopped, by, reason, node, survivors, attempt, died: {rank, code, at}, evidence: what a
 # health verdict (by: health) rests on, each a line (remote/host/health.py)}
 EXIT = "exit"

@@ -156,7 +156,7 @@ class Run:
     def _stop_all(self) -> None:
         """A user's stop, said with the time the ranks have (to finish a save) before KILL."""
         if self.gang.stop("user"):
-            self.emit(Stopping(self.inv.job.stop_grace, self.inv.job.checkpoint))
+            self.gang.say_stopping(Stopping(self.inv.job.stop_grace, self.inv.job.checkpoint))
 
     def detach(self) -> None:
         """Leave the run to its hosts: it goes on, and ends (and cleans up) by itself. A
