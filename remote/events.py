@@ -171,11 +171,13 @@ class CheckpointSaved(Event):
 
 @dataclass(frozen=True, slots=True)
 class Stopping(Event):
-    """A user's stop: every rank got TERM and has `grace` seconds (job.stop_grace) to end, a
-    checkpoint's save among what it may finish, before KILL."""
+    """A stop that ends the run (a user's, from any launcher, or the hosts' lease): every rank
+    got TERM and has `grace` seconds (job.stop_grace) to end, a checkpoint's save among what it
+    may finish, before KILL."""
 
     grace: float
     checkpoint: str | None  # job.checkpoint: where the ranks save
+    left: float | None = None  # heard late (an attach's replay): the seconds of it still left
 
     def text(self) -> str:
         """`stopping every node: TERM sent; the ranks have 30 s (job.stop_grace) to finish

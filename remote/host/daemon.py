@@ -347,7 +347,9 @@ class Daemon:
             att.by, att.reason, att.node = by, reason, node
             att.stopped.set()
             running = att.job is not None
-        self.note(t=protocol.STOPPING, by=by, reason=reason, node=node)
+        # the grace said to every viewer: whoever stopped it, each counts the ranks' time down
+        self.note(t=protocol.STOPPING, by=by, reason=reason, node=node, grace=self.grace,
+                  checkpoint=self.spec["checkpoint"])  # fmt: skip
         if running:
             thread(self._sweep, att)
 

@@ -192,6 +192,7 @@ GPU_LEASE = "gpu-lease"  # a node's GPUs taken (or queued for), held until its s
 GPU_LEASES = "gpu-leases"  # every GPU's lease and the queue: `ddptui who`
 SLURM = "slurm"  # the login node: one of Slurm's commands (remote/host/slurmcmd.py)
 RELAY = "relay"  # the login node: srun into a job's node, its stdio the channel's data
+SLURM_RUN_DIR = "{run_dir}"  # in a slurm op's argv: the run's directory there, once prepared
 MARK = "mark"  # node 0's mark where job.checkpoint is, for the checks (remote/host/checkpoints.py)
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,
@@ -211,7 +212,7 @@ AGENT_LEASE_S = 60.0  # until the launcher says otherwise
 
 STARTED = "started"  # {pid, hostname, ifname, hub_port, mode, ranks, attempt}
 RANKS = "ranks"  # {ranks, world}: only the run reveals them (c10d, spawn, Lightning)
-STOPPING = "stopping"  # {by, reason, node}
+STOPPING = "stopping"  # {by, reason, node, grace, checkpoint}: TERM sent, KILL after grace
 # {code, stopped, by, reason, node, survivors, attempt, died: {rank, code, at}, evidence: what a
 # health verdict (by: health) rests on, each a line (remote/host/health.py)}
 EXIT = "exit"

@@ -39,6 +39,7 @@ from ddptui.remote.events import (
     Notice,
     RunRestarting,
     StepsLost,
+    Stopping,
     Stream,
 )
 from ddptui.remote.host import protocol
@@ -92,6 +93,7 @@ class Gang:
     detached: bool = False  # this launcher let the run go (detached it, or left it as it was)
     viewer: bool = False  # it only watches: it says nothing that changes the run (NodeLink.view)
     user_stop: bool = False  # a user's stop: never followed by a restart
+    stop_said: bool = False  # a stop that ends the run was said (Stopping): once, whoever's
     nodes: dict[int, Node] = field(default_factory=dict)  # node rank → the node in that place
     # Node 0's hub said a spare must take a lost node's place: told to on_replace once what
     # node 0 spooled is read (an attach replays old words first).
@@ -135,6 +137,22 @@ class Gang:
         for link in self.links.values():
             link.say(self._stop_line(cause))
         return first
+
+    def say_stopping(self, said: Stopping) -> None:
+        """A stop that ends the run, said once: this launcher's own as it sends TERM, else the
+        hosts' word of it (another launcher's stop, the lease), so every viewer counts down."""
+        if not self.stop_said:
+            self.stop_said = True
+            self.emit(said)
+
+    def _heard_stop(self, msg: nodemsg.Stopping, at: float, replayed: bool) -> None:
+        """A supervisor sent its ranks TERM: a halt's (a user's stop, the lease) is said with
+        its grace; one heard in a replay, only while KILL is still to come."""
+        if msg.by not in protocol.HALT_BY.values() or msg.grace is None:
+            return  # a failure's stop: the attempt's, said by its failure
+        left = max(0.0, msg.grace - (time.time() - at)) if replayed else None
+        if left is None or left > 0:
+            self.say_stopping(Stopping(msg.grace, msg.checkpoint, left))
 
     def _stop_line(self, cause: str) -> str:
         if cause == "user":
@@ -399,6 +417,7 @@ class Gang:
             self.emit(HostState(name, k, "running", _ranks_text(node.ranks)))
         elif isinstance(msg, nodemsg.Stopping):
             node.stopped_at = node.stopped_at or at  # what its ranks print now is its echo
+            self._heard_stop(msg, at, link.replaying)
             if msg.by == protocol.BY_PEER:
                 # The run's hub stopped it: another node failed (its own report follows).
                 self.attempts.of(node.attempt).stop("failure", at)

@@ -49,6 +49,8 @@ class Stopping:
     by: str
     reason: str
     node: int | None  # whose failure or loss the stop answers, when another node's
+    grace: float | None = None  # TERM went: KILL after this (None: a supervisor that says not)
+    checkpoint: str | None = None  # job.checkpoint: where the ranks may finish a save
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,7 +285,8 @@ _PARSERS: dict[Any, Callable[[dict[str, Any]], Message]] = {
     protocol.HUB_PORT: lambda m: HubPort(_int(m["port"])),
     protocol.RANKS: lambda m: Ranks(_ints(m["ranks"]), _opt_int(m.get("world"))),
     protocol.STOPPING: lambda m: Stopping(
-        _text(m.get("by", "")), _text(m.get("reason", "")), _opt_int(m.get("node"))
+        _text(m.get("by", "")), _text(m.get("reason", "")), _opt_int(m.get("node")),
+        None if m.get("grace") is None else _seconds(m["grace"]), _opt_text(m.get("checkpoint")),
     ),
     protocol.EXIT: lambda m: Exit(
         _opt_int(m.get("code")), bool(m.get("stopped")), _opt_text(m.get("by")),

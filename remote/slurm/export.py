@@ -73,15 +73,21 @@ def export(inv: Inventory) -> str:
     out.append("set -euo pipefail\n")
     out.append("# node 0 (this batch host) first; its address as the other nodes reach it\n")
     out.append("export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in given.items()) + "\n")
-    python = _word(inv.hosts[0].python, home=True)
-    out.append(f"eval \"$({python} - <<'PY'\n{_head()}PY\n)\"\n")
-    out.append(f"WORLD_SIZE=$((NPROC * {n}))\n")
-    out.append("export NODES MASTER_ADDR MASTER_PORT NPROC WORLD_SIZE\n")
-    out.append(
-        'echo "nodes: $NODES; node 0 at $MASTER_ADDR:$MASTER_PORT; world size $WORLD_SIZE"\n'
-    )
+    # Each program read into a variable, never a heredoc inside "$(...)": bash 5.2 loses such
+    # a heredoc's end where a comment in it has a quote.
+    out.append(f"read -r -d '' HEAD <<'PY' || true\n{_head()}PY\n")
+    out.append(f'eval "$({_word(inv.hosts[0].python, home=True)} -c "$HEAD")"\n')
+    said = "nodes: $NODES; node 0 at $MASTER_ADDR:$MASTER_PORT"
+    if job.launcher == "spawn":  # the script decides its world: none is said, nor exported
+        out.append("export NODES MASTER_ADDR MASTER_PORT NPROC\n")
+    else:
+        out.append(f"WORLD_SIZE=$((NPROC * {n}))\n")
+        out.append("export NODES MASTER_ADDR MASTER_PORT NPROC WORLD_SIZE\n")
+        said += "; world size $WORLD_SIZE"
+    out.append(f'echo "{said}"\n')
+    out.append(f"read -r -d '' NODE <<'NODE' || true\n{_nodes(inv, planned.nodes)}NODE\n")
     out.append(f"srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --kill-on-bad-exit=1 ")
-    out.append(f"bash -c \"$(cat <<'NODE'\n{_nodes(inv, planned.nodes)}NODE\n)\"\n")
+    out.append('bash -c "$NODE"\n')
     return "".join(out)
 
 
@@ -107,12 +113,15 @@ def _nodes(inv: Inventory, nodes: tuple[NodePlan, ...]) -> str:
         'read -r -a nodes <<< "$NODES"\n',
         'for i in "${!nodes[@]}"; do [ "${nodes[$i]}" = "$SLURMD_NODENAME" ] && k=$i; done\n',
     ]
-    if any(slurmjob.ADDR in a for node in nodes for a in node.argv):
-        out.append("# this node's own address: its route to node 0 (c10d's --local-addr)\n")
+    ifname = any(node.route_to for node in nodes)
+    if ifname or any(slurmjob.ADDR in a for node in nodes for a in node.argv):
+        out.append("# this node's own address: where its route to node 0 starts from\n")
         out.append(f"NODE_ADDR=$({ROUTE} | sed -n 's/.* src \\([^ ]*\\).*/\\1/p')\n")
-    if any(node.route_to for node in nodes):
-        out.append("# the interface that reaches node 0, for gloo and NCCL\n")
-        out.append(f"IFNAME=$({ROUTE} | sed -n 's/.* dev \\([^ ]*\\).*/\\1/p')\n")
+    if ifname:  # node 0's own route is `lo`: its address's interface is the one peers reach
+        out.append("# the interface with that address, for gloo and NCCL\n")
+        out.append("IFNAME=$(ip -o addr show to \"$NODE_ADDR\" | awk '{print $2; exit}')\n")
+    out.append("# srun's words for its one task a node, not the job's ranks (Lightning's)\n")
+    out.append(f"unset {' '.join(slurmjob.TASK_VARS)}\n")
     workdir = inv.hosts[0].workdir
     if workdir:
         out.append(f"cd {_word(workdir, home=True)}\n")

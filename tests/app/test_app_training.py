@@ -7,10 +7,22 @@ import time
 from pathlib import Path
 
 import pytest
-from apptools import RUN_ID, fake_app, local_inventory, screen_text, settle, two_node_script
+from apptools import (
+    RUN_ID,
+    FakeClusters,
+    Rejoins,
+    fake_app,
+    local_inventory,
+    past_run,
+    screen_text,
+    settle,
+    two_node_script,
+    wait_for,
+)
 
 from ddptui.remote.events import CheckpointSaved, Event, LogBatch, RunFinished, Stopping
 from ddptui.remote.run.progress import ProgressReader
+from ddptui.tui.dashboard.app import create_app
 
 SIZE = (120, 40)
 
@@ -82,3 +94,26 @@ async def test_a_stop_counts_down_the_ranks_time_to_save_until_the_run_ends(inv:
         app.control.emit(RUN_ID, RunFinished("stopped", 130, 20.0))
         await settle(pilot)
         assert "KILL" not in app.status.text() and "│ stopped │" in app.status.text()
+
+
+async def test_a_viewer_counts_down_a_stop_heard_from_the_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, inv: Path
+) -> None:
+    """A read-only dashboard on a run another launcher stops: the hosts' word of it (Stopping,
+    heard as an attach replays it, 12 s of its 20 left) said and counted down from what is
+    left, though this dashboard stopped nothing."""
+    run_id, rejoins, now = past_run(tmp_path, monkeypatch, inv), Rejoins(), [100.0]
+    app = create_app(inv, rejoin_factory=rejoins, cluster_factory=FakeClusters(), start="attach",
+                     run=run_id, read_only=True, clock=lambda: now[0])  # fmt: skip
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: rejoins.runs, "the run to open")
+        await settle(pilot)
+        heard = Stopping(20, "ckpt", left=12)
+        rejoins.runs[0].emit(heard)
+        await settle(pilot)
+        assert heard.text() in [n.message for n in app._notifications]
+        assert "│ stopping │ 12 s left to save, then KILL │" in app.status.text()
+        now[0] += 5
+        await settle(pilot)
+        assert "│ stopping │ 7 s left to save, then KILL │" in app.status.text()
+    assert rejoins.runs[0].stops == 0

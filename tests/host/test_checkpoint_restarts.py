@@ -1,9 +1,11 @@
 """job.checkpoint on this machine (local transport): the real supervisors and hub, a job that saves
 every 5 steps and resumes from DDPTUI_CHECKPOINT; its failed attempts' steps lost, a chain
-whose checkpoint stops advancing stopped, and a user's stop that waits for a save."""
+whose checkpoint stops advancing stopped, and a user's stop that waits for a save, said to
+whoever watches (a stop from another launcher too)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -22,6 +24,7 @@ from ddptui.remote.events import (
     Stopping,
 )
 from ddptui.remote.run.runner import Run
+from ddptui.remote.store import runs
 
 # Both nodes step; node 0 says each step and saves every 5th (written aside, then renamed, as
 # torch.save through a temporary name does); node 0 fails at step 12 on the attempts FAIL names.
@@ -173,3 +176,40 @@ async def test_a_stop_gives_the_ranks_stop_grace_to_finish_their_save_and_says_s
     saved = [e for e in events if isinstance(e, CheckpointSaved)]
     assert saved and (saved[-1].path, saved[-1].step) == (path, int(step))
     assert summary["checkpoint"]["path"] == path
+
+
+async def test_a_stop_from_another_launcher_says_the_grace_to_an_attached_one(
+    tmp_path: Path,
+) -> None:
+    """A detached run, attached to by one launcher and stopped by another (`ddptui stop RUN`):
+    the attached one, which stopped nothing, hears from the hosts that TERM went and says the
+    ranks' grace (20 s to finish saving to ckpt) before node 0's save lands."""
+    inv = write(tmp_path, "0", script="saves_on_term.py", stop_grace=20, restarts=0)
+    run_dir = tmp_path / "run"
+    detached = await asyncio.wait_for(Run(inv, [].append, run_dir=run_dir, checks=False,
+                                          detach=True).execute(), 60)  # fmt: skip
+    assert detached.status == "detached"
+    seen: list[Event] = []
+    step_5 = asyncio.Event()
+
+    def watch(event: Event) -> None:
+        seen.append(event)
+        if said([event], "step 5") is not None:
+            step_5.set()
+
+    attach = asyncio.ensure_future(Run.rejoin(runs.read(run_dir), watch).execute())
+    await asyncio.wait_for(step_5.wait(), 60)
+    stopper: list[Event] = []
+    stopped = await asyncio.wait_for(
+        Run.rejoin(runs.read(run_dir), stopper.append, stop=True).execute(), 60
+    )
+    fin = await asyncio.wait_for(attach, 60)
+    assert stopped.status == fin.status == "stopped"
+    [mine] = [e for e in stopper if isinstance(e, Stopping)]  # the stopper's own, at once
+    assert (mine.grace, mine.checkpoint, mine.left) == (20, "ckpt", None)
+    [(i, heard)] = [(i, e) for i, e in enumerate(seen) if isinstance(e, Stopping)]
+    assert (heard.grace, heard.checkpoint, heard.left) == (20, "ckpt", None)  # live: all of it
+    log = (run_dir / "rank-0.log").read_text().splitlines()
+    [step] = [line.split()[-1] for line in log if line.startswith("saved step ")]
+    landed = said(seen, f"saved step {step}")
+    assert landed is not None and i < landed  # said while the ranks save

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import nvidia_smi
 
+PID = 'echo $$ > "$dir/pid.new"; mv "$dir/pid.new" "$dir/pid"'  # whole, for a reader polling it
 FAULTS = {
-    "killed": 'echo $$ > "$dir/pid"; exec sleep 60',
-    "slow": 'echo $$ > "$dir/pid"; sleep 1; touch "$dir/answered"',
+    "killed": f"{PID}; exec sleep 60",
+    "slow": f'{PID}; sleep 1; touch "$dir/answered"',
     "short": 'echo "0, 00000000:18:00.0, 0"; exit 0',
     "failed": 'echo "Unable to determine the device handle for GPU0000:3A:00.0: Unknown Error"; '
     "exit 15",

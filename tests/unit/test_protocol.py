@@ -58,6 +58,11 @@ def test_every_op_is_served() -> None:
             nodemsg.Stopping("peer", "node 1 failed", 1),
         ),
         (
+            {"t": "stopping", "by": "launcher", "reason": "", "node": None, "grace": 30,
+             "checkpoint": "ckpt"},
+            nodemsg.Stopping("launcher", "", None, 30.0, "ckpt"),
+        ),
+        (
             {"t": "exit", "code": -15, "stopped": True, "by": "launcher", "reason": None,
              "node": None, "survivors": ["pid 9 (python) in D state"]},
             nodemsg.Exit(-15, True, "launcher", None, None, ("pid 9 (python) in D state",)),

@@ -162,9 +162,11 @@ class Course:
         self.app.notify(where + ev.text, severity=SEVERITY[ev.level], timeout=6)
 
     def _stopping(self, ev: Stopping) -> None:
-        """The user's stop: the ranks' grace (their time to finish a save) counted down in the
-        status bar until the run ends."""
-        self.stopping, self.grace = True, (ev, self.clock() + ev.grace)
+        """A stop that ends the run (this dashboard's, another launcher's, the hosts' lease):
+        the ranks' grace (their time to finish a save) counted down in the status bar until the
+        run ends; heard late (an attach's replay), what is left of it."""
+        left = ev.grace if ev.left is None else ev.left
+        self.stopping, self.grace = True, (ev, self.clock() + left)
         self.status.state = "stopping"
         self.app.notify(ev.text(), timeout=max(6.0, ev.grace))
         self.show()
