@@ -236,7 +236,7 @@ def read_holder(found: Any, now: float) -> LeaseHolder:
         max(0.0, now - since) if isinstance(since, int | float) else None,
         _text(found.get("mode"))[:16], _text(found.get("launcher"))[:128],
         tuple(i for i in found.get("gpus") or () if isinstance(i, int))[:GPUS_MAX],
-        _int(found.get("count")) or 0, _int(found.get("key")),
+        _int(found.get("count")) or 0, _int(found.get("key")), _int(found.get("swept")) or 0,
     )  # fmt: skip
 
 
