@@ -6,10 +6,11 @@ the job, each node is reached through the login node (`srun --overlap`,
 remote/slurm/transport.py) and its stream followed by remote/run/runner.py's rejoin: every
 rank's lines, the failure named, the hangs, health and stragglers the supervisors watch.
 While Slurm holds the job PENDING, its reason and expected start are said (JobState). A stop
-tells the supervisors (their last words read), then scancels the job; a detach leaves it to
-Slurm at once, pending or not. A job that ends under the run (a node Slurm reports failed, a
-scancel from elsewhere) ends its streams with Slurm's word; with job.restarts left, a run
-whose node failed asks Slurm again, the failed nodes excluded, the attempts counted on.
+(Ctrl-C, `s`, `ddptui stop RUN`) goes through the supervisors (TERM, job.stop_grace for the
+ranks to finish a save, KILL; their last words read), then scancels the job; a detach leaves
+it to Slurm at once, pending or not. A job that ends under the run (a node Slurm reports
+failed, a scancel from elsewhere) ends its streams with Slurm's word; with job.restarts left, a
+run whose node failed asks Slurm again, the failed nodes excluded, the attempts counted on.
 """
 
 from __future__ import annotations
@@ -246,11 +247,13 @@ class SlurmRun:
         return job
 
     async def _cancel(self) -> None:
-        """scancel, never of another's job that got the run's id (nor by a viewer)."""
-        if self.viewer or await self._ask() is None:
+        """scancel, never of another's job that got the run's id (nor by a viewer), nor of a
+        job over already (its supervisors ended it, stopped): nothing there to warn of."""
+        job = None if self.viewer else await self._ask()
+        if job is None or job.ended:
             return
         why = await self.login.cancel(self.job_id, script.job_name(self.run_id))
-        if why:
+        if why and not _over(await self._ask()):  # it ended meanwhile: Slurm's word, not ours
             self.emit(Notice("warning", f"scancel {self.job_id}: {why}"))
 
     async def _ended_unrun(self, job: queue.Job | None) -> RunFinished:
@@ -324,15 +327,20 @@ class SlurmRun:
 
     async def _supervisors_up(self, inv: Inventory) -> bool:
         """Until every node's supervisor answers (Slurm says RUNNING before its step has
-        started them); False if the job ended first, or they took longer than start_timeout."""
+        started them); False if the job ended first, or they took longer than start_timeout.
+        A stop asks once: supervisors up are followed and stopped by their own stop (TERM,
+        job.stop_grace for the ranks' save, KILL) before any scancel, whose KILL would come
+        after Slurm's KillWait instead; a stop while they come up is Slurm's to end."""
         assert self.fleet is not None
         since = int(self.info.get("since") or 0)
         deadline = time.monotonic() + inv.job.start_timeout
         waiting = set(range(len(inv.hosts)))
-        while waiting and time.monotonic() < deadline and not self.stopping:
+        while waiting and time.monotonic() < deadline:
             asked = sorted(waiting)  # every node at once: each is an `srun --overlap` away
             up = await asyncio.gather(*(self._up(k, since) for k in asked))
             waiting -= {k for k, yes in zip(asked, up, strict=True) if yes}
+            if self.stopping:
+                break
             job = await self._ask() if waiting else self.job
             if job is None or job.ended:
                 return False
@@ -434,6 +442,11 @@ class SlurmRun:
 
 def _quiet(event: Event) -> None:
     return None
+
+
+def _over(job: queue.Job | None) -> bool:
+    """Gone from Slurm, ended, or ending (COMPLETING: its processes being reaped)."""
+    return job is None or job.ended or job.state == "COMPLETING"
 
 
 def job_of(record: runs.RunRecord) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """A job handed to a real Slurm, the longer stories (-m slow_slurm, scripts/slurm_e2e.sh):
-detach, attach and stop; the exported script run by hand; `hosts: slurm` inside salloc; a hang
+detach, attach and stop; a stop that gives the ranks job.stop_grace to save before scancel; the
+exported script run by hand; `hosts: slurm` inside salloc; a hang
 and a GPU failure inside a Slurm job; a node Slurm fails mid-job, named and left out; and the
 pitfalls the field hit: a head address that resolves to loopback on the nodes, no scontrol where
 the job runs, the output's directory missing at submit, job ids that repeat after a controller
@@ -53,6 +54,37 @@ def test_detach_attach_and_stop(slurm: SlurmCluster, tmp_path: Path) -> None:
     stop = Cmd(["stop", run], tmp_path / "stop")
     assert stop.wait(90) == 0, stop.stderr
     assert "nothing of it is left" in stop.stderr
+    assert not slurm.squeue()
+    assert not slurm.pids_with_env("DDPTUI_RUN_ID", run)
+
+
+def test_a_stop_gives_the_ranks_stop_grace_to_save_before_scancel(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """`ddptui stop RUN` on a detached Slurm run: the supervisors send TERM and wait out
+    job.stop_grace (30 s), said, while rank 0 saves where it stands for 8 s, longer than
+    Slurm's KillWait (5 s) a scancel at once would have given it; then the job is scancelled
+    and nothing is left."""
+    ckpt = tmp_path / "ckpt"
+    args = [str(ckpt), "--steps", "1000", "--save-time", "8"]
+    job = {"script": str(DATA / "checkpointed.py"), "args": args, "nproc_per_node": 1,
+           "stop_grace": 30, "checkpoint": str(ckpt)}  # fmt: skip
+    inv = slurm.write_inventory(tmp_path / "inv.yaml", job)
+    cli = Cli(inv, tmp_path / "run", flags=["--detach"])
+    assert cli.wait(60) == 0, cli.stderr
+    run = cli.stdout.splitlines()[-1]
+    wait_for(lambda: (ckpt / "step_5.pt").exists(), 120, "the ranks to step and save")
+    stop = Cmd(["stop", run], tmp_path / "stop")
+    assert stop.wait(120) == 0, stop.stderr
+    said = (
+        "ddptui: stopping every node: TERM sent; the ranks have 30 s (job.stop_grace) to finish "
+        f"saving to {ckpt}, then KILL"
+    )
+    assert said in stop.stderr and "nothing of it is left" in stop.stderr
+    assert "warning: scancel" not in stop.stderr  # the job was over: nothing to cancel
+    log = (tmp_path / "run" / "rank-0.log").read_text().splitlines()
+    [saved] = [line for line in log if line.startswith("saved step ")]  # 8 s after TERM
+    assert (ckpt / f"step_{saved.split()[-1]}.pt").exists()
     assert not slurm.squeue()
     assert not slurm.pids_with_env("DDPTUI_RUN_ID", run)
 

@@ -1,12 +1,13 @@
 """A run handed to Slurm, the pure parts: `slurm:` and `hosts: slurm` read, Slurm's host lists
-expanded without scontrol, squeue's and sacct's words read, the batch script's options, and the
-exported script. A real Slurm runs them end to end: tests/e2e/test_slurm_e2e.py and
-tests/e2e/test_slurm_more_e2e.py."""
+expanded without scontrol, squeue's and sacct's words read, the batch script's options, the
+exported script, and what a stop does with the supervisors it finds up. A real Slurm runs them
+end to end: tests/e2e/test_slurm_e2e.py and tests/e2e/test_slurm_more_e2e.py."""
 
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -14,6 +15,7 @@ from ddptui.remote import fold, inventory
 from ddptui.remote.host import hostlist
 from ddptui.remote.inventory import InventoryError
 from ddptui.remote.slurm import export, queue, script
+from ddptui.remote.slurm.run import SlurmRun
 
 SLURM = """\
 defaults: {user: alice, env: {EXTRA: "it's here"}}
@@ -132,3 +134,24 @@ def test_the_exported_script_is_shell_and_names_no_ddptui_code() -> None:
     assert "#SBATCH --nodes=3" in text and "srun" in text and "--node-rank 2" in text
     assert "ddph" not in text  # no host code of ddptui's: srun and torchrun alone
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+@pytest.mark.parametrize(("up", "followed"), [({0, 1, 2}, True), ({0}, False), (set(), False)])
+async def test_a_stop_follows_the_supervisors_that_are_up(
+    tmp_path: Path, up: set[int], followed: bool
+) -> None:
+    """`ddptui stop RUN` (or Ctrl-C) as the job runs: every node's supervisor asked once, not
+    waited for; all up, the run is followed live and stopped by the supervisors' own stop (TERM,
+    job.stop_grace, KILL) before any scancel, whose KILL comes after Slurm's KillWait instead.
+    Before, a stop skipped them: the nodes were never reached, and scancel ended the ranks."""
+    run = SlurmRun(parse(SLURM), [].append, run_dir=tmp_path, stop=True)
+    asked: list[int] = []
+
+    async def answers(k: int, since: int) -> bool:
+        asked.append(k)
+        return k in up
+
+    run._up = answers  # type: ignore[method-assign]
+    run.fleet = cast(Any, object())
+    assert await run._supervisors_up(run.inv) is followed
+    assert sorted(asked) == [0, 1, 2]
