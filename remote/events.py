@@ -278,6 +278,7 @@ class LeaseHolder:
     gpus: tuple[int, ...] = ()  # their indices on that host
     count: int = 0  # a launch waiting: how many GPUs it waits for
     key: int | None = None  # a launch waiting: its place, the queue's order on every host
+    swept: int = 0  # a run that died holding GPUs: its leftover processes the launch killed
 
 
 @dataclass(frozen=True, slots=True)

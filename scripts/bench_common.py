@@ -42,12 +42,15 @@ READ_CHUNK = 1 << 20
 
 
 def cluster(
-    n: int, root: Path, containers: bool = False, testhosts: str = f"{PREFIX}:{SUBNET}"
-) -> TestCluster:
+    n: int, root: Path, containers: bool = False, testhosts: str = f"{PREFIX}:{SUBNET}",
+    lease_dirs: bool = False,
+) -> TestCluster:  # fmt: skip
     """n test hosts of the benchmarks' own (their names fail to resolve at once, see testhosts);
-    `containers`: podman and the test image on each. testhosts: PREFIX:SUBNET."""
+    `containers`: podman and the test image on each; `lease_dirs`: each host's GPU leases in a
+    directory of its own. testhosts: PREFIX:SUBNET."""
     prefix, _, subnet = testhosts.partition(":")
-    return TestCluster(n, root=root, prefix=prefix, subnet=subnet, containers=containers)
+    return TestCluster(n, root=root, prefix=prefix, subnet=subnet, containers=containers,
+                       lease_dirs=lease_dirs)  # fmt: skip
 
 
 def ddptui_command() -> list[str]:

@@ -7,12 +7,14 @@ login node, three compute nodes):
    ranks a node) against a plain `sbatch` of the same inventory's `ddptui export slurm` script
    through the same login node, timed from the command's start to the first rank's line (on
    ddptui's console; in the job's output file for sbatch), the two alternated, medians and their
-   ratio (target <= 1.1x). Each rep must run every rank's lines to COMPLETED, or the bench fails.
+   ratio (target <= 1.1x), and each one's submission (ddptui's `submitted` line; sbatch's return)
+   apart. Each rep must run every rank's lines to COMPLETED, or the bench fails.
 2. Logins to the login node of a followed run: one run followed for --follow seconds, the login
    node sshd's accepted logins counted (its log) at the run's start, after its first minute and at
    its end. Target: 1 login for the whole run, none while it is followed; logins per hour is that
    count, extrapolated from the window measured (no login after the first means none in an hour).
-   The run must have streamed its lines for the whole window, or the bench fails.
+   The run must have streamed its lines for the whole window, or the bench fails. --follow 0
+   leaves it out.
 
 Root and the Slurm packages needed (see slurmhosts.py); the cluster is the bench's own (sl9 /
 10.231.59 unless --slurmhosts says), apart from the tests'.
@@ -41,7 +43,9 @@ SETTLE_S = 3.0  # from a job's end to the next submission, for both variants
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--follow", type=float, default=300.0, help="seconds the followed run runs")
+    p.add_argument(
+        "--follow", type=float, default=300.0, help="seconds the followed run runs (0: none)"
+    )
     p.add_argument("--slurmhosts", default="sl9:10.231.59", help="PREFIX:SUBNET of the cluster")
     p.add_argument("--keep", action="store_true", help="keep the outputs")
     args = p.parse_args(argv)
@@ -51,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         SlurmCluster(3, root=work / "slurm", prefix=prefix, subnet=subnet) as c,
     ):
         ok = submit_to_first_line(c, work, args.reps)
-        ok = logins_per_hour(c, work, args.follow) and ok
+        ok = (args.follow <= 0 or logins_per_hour(c, work, args.follow)) and ok
     return 0 if ok else 1
 
 
@@ -66,6 +70,7 @@ def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
     ).stdout  # fmt: skip
     (c.home / "exported.sh").write_text(exported)
     times: dict[str, list[float]] = {"ddptui": [], "sbatch": []}
+    submitted: dict[str, list[float]] = {"ddptui": [], "sbatch": []}
     ended_at = 0.0
     for rep in range(reps):
         for name, one in (("ddptui", by_ddptui), ("sbatch", by_sbatch)):
@@ -74,12 +79,22 @@ def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
             # pass (2.2-2.3 s after the submission here, 0.5 s otherwise): each variant is
             # submitted as long after the last job as the other, not as soon as it can be
             time.sleep(max(0.0, ended_at + SETTLE_S - time.monotonic()))
-            took = one(c, work / f"{name}-{rep}", inv)
+            found = one(c, work / f"{name}-{rep}", inv)
             ended_at = time.monotonic()
-            if took is None:
+            if found is None:
                 return False
+            sent, took = found
             times[name].append(took)
-            print(f"rep {rep}: {name} first rank line after {took:.2f} s", flush=True)
+            submitted[name].append(sent)
+            print(
+                f"rep {rep}: {name} submitted after {sent:.2f} s, first rank line after "
+                f"{took:.2f} s",
+                flush=True,
+            )
+    print(
+        "submitted after (median): "
+        + ", ".join(f"{k} {statistics.median(v):.2f} s" for k, v in submitted.items())
+    )
     mine, base = statistics.median(times["ddptui"]), statistics.median(times["sbatch"])
     ratio = mine / base
     print(
@@ -89,34 +104,40 @@ def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
     return ratio <= TARGET
 
 
-def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> float | None:
+def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | None:
+    """(submitted, first rank line) after the command's start: its `submitted` line's time
+    (its own lines go to stderr, read with stdout as they come)."""
     run_dir = base.with_suffix(".run")
     argv = [*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir", str(run_dir)]
     t0 = time.monotonic()
-    with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
         assert proc.stdout is not None
-        first = None
+        first = sent = None
         lines = []
         for raw in proc.stdout:
             line = raw.decode(errors="replace")
             if first is None and line.startswith("[r"):
                 first = time.monotonic() - t0
+            if sent is None and "submitted to Slurm" in line:
+                sent = time.monotonic() - t0
             lines.append(line)
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         code = proc.wait()
     summary = json.loads((run_dir / "summary.json").read_text())
-    ticks = sum(1 for line in lines if " tick " in line)
-    if code != 0 or summary["slurm"].get("state") != "COMPLETED" or ticks != RANKS * TICKS:
-        print(f"bench: ddptui's run did not complete every rank's lines ({ticks}):\n{err}")
+    ticks = sum(1 for line in lines if line.startswith("[r") and " tick " in line)
+    done = summary["slurm"].get("state") == "COMPLETED" and ticks == RANKS * TICKS
+    if code != 0 or not done or first is None or sent is None:
+        said = "".join(line for line in lines if not line.startswith("["))
+        print(f"bench: ddptui's run did not complete every rank's lines ({ticks}):\n{said}")
         return None
-    return first
+    return sent, first
 
 
-def by_sbatch(c: SlurmCluster, base: Path, inv: Path) -> float | None:
+def by_sbatch(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | None:
     """sbatch through the login node, as a user submits the exported script by hand; its first
     rank line as it lands in the job's output file (the cluster's home is this machine's)."""
     t0 = time.monotonic()
     reply = c.ssh(f"cd {c.home} && sbatch --parsable exported.sh")
+    sent = time.monotonic() - t0
     job = reply.stdout.strip().split(";")[0]
     if reply.returncode != 0 or not job:
         print(f"bench: sbatch failed: {reply.stderr}")
@@ -133,7 +154,7 @@ def by_sbatch(c: SlurmCluster, base: Path, inv: Path) -> float | None:
     if first is None or state != "COMPLETED" or ticks != RANKS * TICKS:
         print(f"bench: the sbatch job {job} ended {state} with {ticks} lines")
         return None
-    return first
+    return sent, first
 
 
 def ended(c: SlurmCluster, job: str) -> str:

@@ -1,32 +1,38 @@
 """What the run's own watch (hangs and stragglers) costs a job, and how soon it names a hang.
 
-    .venv/bin/python scripts/bench_watch.py [--reps 5] [--hang-reps 3] [--seconds 30]
-        [--silent] [--flight-recorder]
+    .venv/bin/python scripts/bench_watch.py [--reps 5] [--hang-reps 3] [--seconds 20]
+        [--budget-min 12] [--silent] [--flight-recorder]
 
 (`--reps 0`: the hang runs alone, no throughput.)
 
 Throughput: the same 4-host job (tests/data/straggler.py, balanced: one rank a host, each step a
-few matrix products, `--device-ms` of waiting as for a GPU, and an all_reduce), launched with
-the watch (the default) and without it (`job.hang_after: null`), alternating, `--reps` each;
-steps per second of the job, medians, each set's spread, and the cost's 95 % interval (a
-bootstrap of the runs): `no figure` where it is wider than the target; the load beside each run.
-The load is checked: every rank reports the same step count, the job ran its seconds and
-succeeded, and its rate is the one its device time allows (within a factor of 2). Detection:
-tests/data/hang_once.py detached on 2 hosts x 2 ranks (rank 3 asleep before an all_reduce on
-attempt 0), `--hang-reps` times; the seconds from the job's last line to the hang named (node
-0's hang-0.json), then from the hang confirmed to attempt 1's first step (node 0's spool, the
-host's clock), and whether attempt 1 then succeeded. Test hosts of its own (root needed);
-figures in docs/benchmarks.md.
+few matrix products, `--device-ms` of waiting as for a GPU, and an all_reduce: the ranks mostly
+wait, as on a GPU host, and leave the machine's 2 cores free), launched with the watch (the
+default) and without it (`job.hang_after: null`) in pairs, back to back, which goes first
+alternating (on-off, off-on), `--reps` pairs or as many as `--budget-min` allows. Each run's
+rate is the job's own: the steps its ranks agree they made in their `--seconds` of stepping, by
+their own clock (their `done after N steps` lines), nothing of the launch in it. The cost is 1 -
+the geometric mean of each pair's watched / unwatched rate, with a 95 % t-interval over the
+pairs: what drifts on a shared machine (other work, its caches, its clock) between pairs cancels
+within each; `no figure` where the interval is not inside +-1 % (the target), met where its top
+is at most 1 %. The load beside each run. The load is checked: every rank reports the same step
+count, the job ran its seconds and succeeded, and its rate is the one its device time allows
+(within a factor of 2). Detection: tests/data/hang_once.py detached on 2 hosts x 2 ranks (rank 3
+asleep before an all_reduce on attempt 0), `--hang-reps` times; the seconds from the job's last
+line to the hang named (node 0's hang-0.json), then from the hang confirmed to attempt 1's first
+step (node 0's spool, the host's clock), and whether attempt 1 then succeeded. Test hosts of its
+own (root needed); figures in docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
-import random
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import threading
@@ -73,8 +79,10 @@ def throughput(
            "LINE_EVERY": "0" if args.silent else "20"}  # fmt: skip
     inv = c.write_inventory(work / f"{name}.yaml", job, hosts=[0, 1, 2, 3], env=env)
     with Spied() as spied:
-        run = timed([*ddptui_command(), "--headless", "launch", "-i", str(inv), "--run-dir",
-                     str(work / name)], work / f"{name}.out", work / f"{name}.err")  # fmt: skip
+        # the checks skipped: the same in both, and not what is measured
+        argv = ["--headless", "launch", "-i", str(inv), "--run-dir", str(work / name),
+                "--skip-checks"]  # fmt: skip
+        run = timed([*ddptui_command(), *argv], work / f"{name}.out", work / f"{name}.err")
     if args.silent and watch and len(spied.pids) < 4:  # 4 ranks, read at least once
         sys.exit(f"bench: {name}: the watch read {len(spied.pids)} stacks of a silent job")
     done = {int(r): int(n) for r, n in DONE.findall(run.out.read_text())}
@@ -83,6 +91,7 @@ def throughput(
     if run.wall < seconds:
         sys.exit(f"bench: {name} took {run.wall:.1f} s, less than its {seconds:g} s of steps")
     rate = done[0] / seconds
+    print(f"  {name}: {done[0]} steps in {seconds:g} s, {run.wall:.1f} s launch to end")
     if args.device_ms and not 0.5 * 1000 / args.device_ms <= rate <= 1000 / args.device_ms:
         sys.exit(f"bench: {name}: {rate:.1f} steps/s, not the load of {args.device_ms:g} ms "
                  "of device time a step (its CPU work starved, or no wait)")  # fmt: skip
@@ -117,21 +126,27 @@ class Spied:
                     self.pids.add(int(pid))
 
 
+# Student's t, 97.5th percentile, by degrees of freedom (a 95 % two-sided interval)
+T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26,
+        10: 2.23, 12: 2.18, 15: 2.13, 20: 2.09, 30: 2.04, 60: 2.00}  # fmt: skip
+
+
+def paired_cost(pairs: list[tuple[float, float]]) -> tuple[float, float, float]:
+    """(cost, low, high): 1 - the geometric mean of watched / unwatched over the pairs, and its
+    95 % interval (a t-interval of the pairs' log ratios; a df between the table's rows takes
+    the row below, the wider)."""
+    logs = [math.log(on / off) for on, off in pairs]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return 1 - math.exp(mean), -math.inf, math.inf
+    t = T975[max(df for df in T975 if df <= len(logs) - 1)]
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    return 1 - math.exp(mean), 1 - math.exp(mean + half), 1 - math.exp(mean - half)
+
+
 def spread(rates: list[float]) -> float:
     """(max - min) / median: how far one set's runs differ, the noise the cost sits in."""
     return (max(rates) - min(rates)) / median(rates) if rates else 0.0
-
-
-def cost_interval(on: list[float], off: list[float], draws: int = 4000) -> tuple[float, float]:
-    """The cost's 95 % interval: 1 - median(on) / median(off) with each set's runs drawn again
-    with replacement (a bootstrap), as far as this machine's noise lets the medians move. A
-    cost is a figure only where the interval is narrower than the target."""
-    rng = random.Random(0)
-    costs = sorted(
-        1 - median(rng.choices(on, k=len(on))) / median(rng.choices(off, k=len(off)))
-        for _ in range(draws)
-    )
-    return costs[int(0.025 * draws)], costs[int(0.975 * draws) - 1]
 
 
 def node_cpu(ranks: int = 8, rounds: int = 500, looks: int = 30) -> tuple[float, float]:
@@ -228,11 +243,32 @@ def restarted_after(node0: Path, rep: int) -> float:
     return (running - last) / 1000
 
 
+def measure(c: TestCluster, work: Path, args: argparse.Namespace) -> list[tuple[float, float]]:
+    """(watched, unwatched) steps/s, pair after pair, back to back, which goes first
+    alternating; no pair starts past --budget-min."""
+    pairs: list[tuple[float, float]] = []
+    t0, took = time.monotonic(), 0.0
+    for rep in range(args.reps):
+        if args.budget_min and time.monotonic() - t0 + took > args.budget_min * 60:
+            print(f"the budget ({args.budget_min:g} min) spent: {rep} pairs")
+            break
+        began, rate = time.monotonic(), {}
+        for watch in (rep % 2 == 0, rep % 2 != 0):
+            rate[watch] = throughput(c, work, rep, watch, args)
+            print(f"pair {rep + 1} {'watch' if watch else 'off  '}: {rate[watch]:.2f} steps/s "
+                  f"({load()})", flush=True)  # fmt: skip
+        pairs.append((rate[True], rate[False]))
+        took = max(took, time.monotonic() - began)
+    return pairs
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--hang-reps", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--seconds", type=float, default=20.0, help="of stepping, each run")
+    ap.add_argument("--budget-min", type=float, default=None,
+                    help="start no pair past this many minutes of pairs")  # fmt: skip
     # A step as on a GPU host: a little CPU work, then the device's time (the rank waits, its
     # CPU free). 4 CPU-bound ranks on a 2-core machine measure the scheduler, not the watch.
     ap.add_argument("--work", type=int, default=4, help="matrix products a step (CPU)")
@@ -251,26 +287,22 @@ def main() -> int:
         share, spies = node_cpu()
         print(f"a node's supervisor watching 8 ranks: {share:.3%} of a core, and its py-spy "
               f"looks {spies:.1%} of a core")  # fmt: skip
-        rates: dict[bool, list[float]] = {True: [], False: []}
-        for rep in range(args.reps):
-            for watch in (rep % 2 == 0, rep % 2 != 0):  # alternating which goes first
-                rates[watch].append(throughput(c, work, rep, watch, args))
-                print(f"rep {rep + 1} {'watch' if watch else 'off  '}: "
-                      f"{rates[watch][-1]:.2f} steps/s ({load()})", flush=True)  # fmt: skip
+        pairs = measure(c, work, args)
         found = [detection(c, work, rep, args.flight_recorder) for rep in range(args.hang_reps)]
         print(load())
     cost_met = True
-    if args.reps:  # --reps 0: the hangs alone
-        on, off = median(rates[True]), median(rates[False])
-        low, high = cost_interval(rates[True], rates[False])
-        print(f"steps/s, median of {args.reps}: watch {on:.2f}, off {off:.2f}: cost "
-              f"{1 - on / off:+.1%}, 95 % interval {low:+.1%} to {high:+.1%} (target <= "
-              f"{TARGET_COST:.0%}); spread of the runs: watch {spread(rates[True]):.1%}, off "
-              f"{spread(rates[False]):.1%}")  # fmt: skip
+    if pairs:  # --reps 0: the hangs alone
+        on, off = [p[0] for p in pairs], [p[1] for p in pairs]
+        cost, low, high = paired_cost(pairs)
+        print(f"steps/s, {len(pairs)} pairs: watch median {median(on):.2f}, off "
+              f"{median(off):.2f}; cost {cost:+.2%}, 95 % interval {low:+.2%} to {high:+.2%} "
+              f"(target <= {TARGET_COST:.0%}); spread of the runs: watch {spread(on):.1%}, "
+              f"off {spread(off):.1%}; of the pairs' ratios "
+              f"{spread([a / b for a, b in pairs]):.1%}")  # fmt: skip
         cost_met = high <= TARGET_COST
-        if high - low > TARGET_COST:  # the noise is wider than what is to be measured
-            print(f"no figure: the runs' noise ({high - low:.1%} wide) is wider than the "
-                  f"{TARGET_COST:.0%} target; more --reps, or a quieter machine")  # fmt: skip
+        if not -TARGET_COST <= low <= high <= TARGET_COST:  # not resolved at the target's scale
+            print(f"no figure: the interval is not inside +-{TARGET_COST:.0%}; more pairs, or a "
+                  "quieter machine")  # fmt: skip
     named, restarted = [f[0] for f in found], [f[1] for f in found]
     print(f"hang named after the last line: {', '.join(f'{s:.1f} s' for s in named)} "
           f"(target <= {TARGET_NAMED_S:g} s)")  # fmt: skip

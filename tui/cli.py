@@ -351,7 +351,7 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
         )
     import asyncio
 
-    from ddptui.remote.run.runner import new_run_id
+    from ddptui.remote.store.runs import new_run_id
 
     from .headless import launch
 

@@ -236,7 +236,7 @@ def read_holder(found: Any, now: float) -> LeaseHolder:
         max(0.0, now - since) if isinstance(since, int | float) else None,
         _text(found.get("mode"))[:16], _text(found.get("launcher"))[:128],
         tuple(i for i in found.get("gpus") or () if isinstance(i, int))[:GPUS_MAX],
-        _int(found.get("count")) or 0, _int(found.get("key")),
+        _int(found.get("count")) or 0, _int(found.get("key")), _int(found.get("swept")) or 0,
     )  # fmt: skip
 
 
@@ -263,30 +263,40 @@ async def port(agent: Agent) -> int | None:
 class SlurmReply(NamedTuple):
     """One of Slurm's commands, run on the login node (remote/host/slurmcmd.py): its exit
     status (None: it did not end), its output; `dir`, the run's directory there, when asked
-    to prepare it; `output`, the end of a file of it, when asked to read one."""
+    to prepare it; `output`, the end of a file of it, when asked to read one; `test_code` and
+    `test_err`, the command run first when asked to test (argv ran only if it exited 0)."""
 
     code: int | None
     out: str
     err: str
     dir: str
     output: str
+    test_code: int | None = None
+    test_err: str = ""
 
 
 async def slurm(
     agent: Agent, argv: Sequence[str], *, input: str = "", prepare: str = "", read: str = "",
-    timeout: float = 60.0,
+    test: Sequence[str] = (), timeout: float = 60.0,
 ) -> SlurmReply:  # fmt: skip
     ask: dict[str, Any] = {"argv": list(argv), "input": input, "timeout": timeout}
     if prepare:
         ask["prepare"] = prepare
     if read:
         ask["read"] = read
-    found = await agent.request(protocol.SLURM, ask, timeout=timeout + 10)
-    code = found.get("code")
+    if test:
+        ask["test"] = list(test)
+    found = await agent.request(protocol.SLURM, ask, timeout=(timeout + 5) * 2)
+    tested = _dict(found.get("test"))
     return SlurmReply(
-        code if isinstance(code, int) else None, _text_long(found.get("out")),
-        _text_long(found.get("err")), _text(found.get("dir")), _text_long(found.get("output")),
+        _code(found.get("code")), _text_long(found.get("out")), _text_long(found.get("err")),
+        _text(found.get("dir")), _text_long(found.get("output")), _code(tested.get("code")),
+        _text_long(tested.get("err")),
     )  # fmt: skip
+
+
+def _code(value: Any) -> int | None:
+    return value if isinstance(value, int) else None
 
 
 # -- the shape of an answer ---------------------------------------------------------------------

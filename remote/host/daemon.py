@@ -32,6 +32,7 @@ import threading
 import time
 
 from . import (
+    deathsig,
     healthwatch,
     job,
     linebuf,
@@ -213,11 +214,13 @@ class Daemon:
     def _start_job(self, att):
         spec = self.spec
         ifname = netif.route_ifname(spec["route_to"]) if spec["route_to"] else None
-        site = linebuf.site_dir(self.dir) if spec["line_buffer"] else None
+        lines = spec["line_buffer"]  # a container's ranks go with it: its own sitecustomize
+        site = linebuf.site_dir(self.dir, lines) if lines or not self.box.box else None
         argv, env, cwd = job.command(
             spec, att.number, self.tags, os.environ, lambda: self.scratch(att), ifname, site,
             self.role.checkpoint(att.number),
         )  # fmt: skip
+        env[deathsig.VAR] = str(os.getpid())  # its ranks die with their launcher
         stdin = subprocess.DEVNULL
         if self.box.box:  # the runtime's client; the job's environment reaches it by -e
             argv, env = self.box.command(argv, env, cwd, self.scratch(att))
@@ -229,6 +232,7 @@ class Daemon:
                 att.job = subprocess.Popen(
                     argv, cwd=cwd, env=env, stdin=stdin,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                    preexec_fn=deathsig.preexec(procs.libc),  # it never outlives its supervisor
                 )  # fmt: skip
             except OSError as exc:
                 what = cwd if cwd and exc.filename == cwd else argv[0]

@@ -22,6 +22,7 @@ import array
 import json
 import os
 import shutil
+import signal
 import socket
 import struct
 import time
@@ -113,6 +114,41 @@ def look(dir_fd, gpus, apps):
             os.close(fd)
         states[g.uuid] = (holder, dead, procs.get(g.uuid, []))
     return states
+
+
+def sweep_dead(states, mine):
+    """A dead run's leftovers on the GPUs this node may take (its supervisor SIGKILLed with its
+    guardian, say, and a process that escaped the kernel's kill): this user's, found by the
+    run's tags, KILLed now and no longer counted as their GPU's work. Another user's stay: their
+    GPU is busy, named by pid and user. {run id: processes killed}."""
+    nodes: dict[tuple[str, str], None] = {}
+    for u in mine:
+        holder, dead, _ = states[u]
+        if holder is None and dead and dead.get("uid") == os.getuid():
+            nodes[(str(dead.get("run_id")), str(dead.get("node")))] = None
+    if not nodes:
+        return {}
+    from . import procs  # here: a dead run's leftovers are rare
+
+    swept: dict[str, int] = {}
+    killed = set()
+    for run_id, node in nodes:
+        pids = [p for p in procs.tagged_pids({"DDPTUI_RUN_ID": run_id, "DDPTUI_NODE": node})
+                if _owned(p)]  # fmt: skip
+        procs.signal_all(pids, signal.SIGKILL)
+        swept[run_id] = swept.get(run_id, 0) + len(pids)
+        killed.update(pids)
+    for u in mine:
+        holder, dead, on_it = states[u]
+        states[u] = (holder, dead, [p for p in on_it if p[0] not in killed])
+    return swept
+
+
+def _owned(pid):
+    try:
+        return os.stat("/proc/{}".format(pid)).st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def busy(state, policy):
@@ -240,6 +276,7 @@ def take_now(want, smi=None):
         with leasedir.host_lock(dir_fd):
             states = look(dir_fd, gpus, apps)
             mine = [g.uuid for g, _ in cands]
+            sweep_dead(states, mine)
             ahead = [
                 r for _, r in leasedir.tickets(dir_fd) if set(r.get("cands") or ()) & set(states)
             ]

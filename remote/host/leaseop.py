@@ -86,6 +86,7 @@ class Waiter:
         self.ticket = None  # (its name, its fd, its key) while it waits in the queue
         self.said = None  # the last wait/ready said
         self.asked_at = asked_at  # when nvidia-smi was last asked (monotonic)
+        self.swept: dict[str, int] = {}  # a dead run's id → its leftovers killed here
 
     def run(self):
         if not self.count:
@@ -138,6 +139,8 @@ class Waiter:
         with leasedir.host_lock(self.dir_fd):
             states = lease.look(self.dir_fd, self.gpus, self.apps)
             mine = [g.uuid for g, _ in self.cands]
+            for run_id, n in lease.sweep_dead(states, mine).items():
+                self.swept[run_id] = self.swept.get(run_id, 0) + n
             ahead = self._ahead(states)
             policy = self.want.get("busy")
             uuids, never = lease.choose(mine, self.count, states, lease.claims(ahead, states),
@@ -149,7 +152,8 @@ class Waiter:
                 self.held = lease.take(self.dir_fd, self.gpus, taken, self.want)
                 with _held_lock:
                     _held[self.key] = self.held
-                dead = [_holder(r, self.gpus) for r in self.held.dead]
+                dead = [dict(_holder(r, self.gpus), swept=self.swept.get(r.get("run_id"), 0))
+                        for r in self.held.dead]  # fmt: skip
                 return dict(said, t="held", gpus=self.held.record["gpus"], cvd=self.held.cvd,
                             dead=dead)  # fmt: skip
             if uuids is not None:

@@ -11,14 +11,20 @@ line with `[<global rank>]:` as torchrun's tee does, so the launcher files it un
 An unfinished line is held up to 64 KiB, then leaves as a line piece: a rank that writes
 endlessly without a newline costs linear time and bounded memory.
 Then it runs the host's own sitecustomize, if there is one. Standard library only.
+
+Before all that, in every style's sitecustomize (torchrun's holds only this, RANKS_ONLY), each
+rank asks the kernel to end it with its launcher (remote/host/deathsig.py).
 """
 
 import os
 
-from . import ranktag
+from . import deathsig, ranktag
 
-SITECUSTOMIZE = r'''# Written by ddptui's supervisor (see remote/host/linebuf.py in ddptui).
+HEAD = r"""# Written by ddptui's supervisor (see remote/host/linebuf.py in ddptui).
 import io, os, sys, threading
+"""
+
+LINES = r'''
 
 _ident = threading.get_ident
 
@@ -115,8 +121,10 @@ _TAGS = os.environ.get("DDPTUI_RANK_TAGS") == "1"
 _FORMAT = "@FORMAT@"  # the tag: remote/host/ranktag.py's, put here as this source is written
 _wrap("stdout")
 _wrap("stderr")
+'''.replace('"@FORMAT@"', repr(ranktag.FORMAT))
 
 # Then the host's own sitecustomize, if it has one: we only went first.
+CHAIN = r"""
 _here = os.path.dirname(os.path.abspath(__file__))
 _path = sys.path[:]
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _here]
@@ -128,14 +136,19 @@ except ImportError:
 finally:
     sys.path[:] = _path
     sys.modules.setdefault("sitecustomize", _me)  # the import that ran us looks for one
-'''.replace('"@FORMAT@"', repr(ranktag.FORMAT))
+"""
+
+SITECUSTOMIZE = HEAD + deathsig.RANKS + LINES + CHAIN  # the spawn and env styles
+RANKS_ONLY = HEAD + deathsig.RANKS + CHAIN  # the others' (torchrun's)
 
 
-def site_dir(ndir: str) -> str:
-    """The private directory holding SITECUSTOMIZE in node directory `ndir`, written once."""
+def site_dir(ndir: str, lines: bool = True) -> str:
+    """The private directory holding the job's sitecustomize in node directory `ndir`, written
+    once: its ranks die with their launcher (deathsig.RANKS), their lines whole where `lines`
+    (SITECUSTOMIZE), then the host's own sitecustomize runs."""
     site = os.path.join(ndir, "py")
     if not os.path.isdir(site):
         os.mkdir(site, 0o700)
         with open(os.path.join(site, "sitecustomize.py"), "w") as f:
-            f.write(SITECUSTOMIZE)
+            f.write(SITECUSTOMIZE if lines else RANKS_ONLY)
     return site

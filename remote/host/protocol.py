@@ -192,6 +192,7 @@ GPU_LEASE = "gpu-lease"  # a node's GPUs taken (or queued for), held until its s
 GPU_LEASES = "gpu-leases"  # every GPU's lease and the queue: `ddptui who`
 SLURM = "slurm"  # the login node: one of Slurm's commands (remote/host/slurmcmd.py)
 RELAY = "relay"  # the login node: srun into a job's node, its stdio the channel's data
+SLURM_RUN_DIR = "{run_dir}"  # in a slurm op's argv: the run's directory there, once prepared
 MARK = "mark"  # node 0's mark where job.checkpoint is, for the checks (remote/host/checkpoints.py)
 OPS = (
     PROBE, COUNT, SYNC_PLAN, SYNC_PUT, MONITOR, START, ATTACH, STACKS, FLIGHT, SWEEP, STATUS, PORT,

@@ -7,7 +7,10 @@ logs into (python3 >= 3.8, standard library only):
   slurm  one of Slurm's client commands (sbatch, squeue, sacct, scancel, sinfo), given its input,
          its output bounded; `prepare`: the run's directory on the login node made first (the
          job's output file goes there, and Slurm needs it to exist at submit), answered with
-         its path; `read`: RUN_ID/NAME, the end of that file of the run's (the job's output)
+         its path (a `{run_dir}` in argv is it: the job's output file); `read`: RUN_ID/NAME,
+         the end of that file of the run's (the job's output); `test`: a command run first with
+         the same input (`sbatch --test-only`), argv run only if it succeeds, both told: a
+         submission is one round trip
   relay  `srun --jobid J --overlap ... -w NODE ...`: a process on one node of the job (its agent,
          booted as over ssh), its stdin and stdout the channel's data, its stderr's lines and its
          exit told as JSON: every node is reached through this one login, none by ssh (sites
@@ -22,8 +25,9 @@ import contextlib
 import os
 import subprocess
 import threading
+from typing import Any
 
-from . import state
+from . import protocol, state
 
 COMMANDS = ("sbatch", "squeue", "sacct", "scancel", "sinfo")
 OUT_MAX = 1 << 20  # what a command's answer carries, each of stdout and stderr
@@ -35,16 +39,25 @@ def slurm(ch, req):
     argv = [str(a) for a in req.get("argv") or ()]
     if argv and argv[0] not in COMMANDS:
         return ch.answer({"error": "not one of Slurm's commands: {!r}".format(argv[:1])})
-    answer = {"t": "slurm"}
+    test = [str(a) for a in req.get("test") or ()]
+    if test and test[0] not in COMMANDS:
+        return ch.answer({"error": "not one of Slurm's commands: {!r}".format(test[:1])})
+    answer: dict[str, Any] = {"t": "slurm"}
     if req.get("prepare") or req.get("read"):
         run_id, _, name = str(req.get("prepare") or req["read"]).partition("/")
         where = _run_dir(run_id)
         state.private_dirs(where)
         answer["dir"] = where
+        argv = [a.replace(protocol.SLURM_RUN_DIR, where) for a in argv]
         if name:
             answer["output"] = _tail(os.path.join(where, os.path.basename(name)))
+    text, timeout = str(req.get("input") or ""), float(req.get("timeout") or TIMEOUT)
+    if test:
+        tested = answer["test"] = _run(test, text, timeout)
+        if tested["code"] != 0:
+            argv = []  # refused: nothing is submitted
     if argv:
-        answer.update(_run(argv, str(req.get("input") or ""), float(req.get("timeout") or TIMEOUT)))
+        answer.update(_run(argv, text, timeout))
     ch.answer(answer)
 
 

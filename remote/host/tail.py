@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Callable, Mapping, Sequence
 
 CHUNK = 1 << 18
-SCAN_S = 0.25  # how often new attempt and rank directories are looked for
+SCAN_S = 0.25  # how often new attempt and rank directories are looked for, once one shows
 IDLE_S = (0.005, 0.1)  # the pause after a read that found lines, growing to this when idle
 UNKNOWN_S = 10.0
 REDRAWN_S = 1.0  # a line redrawn with \r: its last drawing told at most this often
@@ -88,8 +88,9 @@ class RankTail:
             f.close()
 
     def poll(self, final: bool = False) -> bool:
-        """Read what every file has now; True if anything came."""
-        if final or time.monotonic() - self.scanned > SCAN_S:
+        """Read what every file has now; True if anything came. Until a file shows, every
+        poll looks for one: the run's first line waits on it."""
+        if final or not self.files or time.monotonic() - self.scanned > SCAN_S:
             self._scan()
         got = False
         for f in list(self.files.values()):

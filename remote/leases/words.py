@@ -113,16 +113,23 @@ class Shortage:
 
 def dead(found: Mapping[str, Leasing]) -> list[str]:
     """The runs that died holding GPUs this launch took, each named once."""
-    runs: dict[tuple[str, str], tuple[LeaseHolder, dict[str, list[int]]]] = {}
+    runs: dict[tuple[str, str], tuple[LeaseHolder, dict[str, list[int]], list[int]]] = {}
     for host, f in found.items():
         for h in f.dead:
-            _, where = runs.setdefault((h.user, h.run_id), (h, {}))
+            _, where, swept = runs.setdefault((h.user, h.run_id), (h, {}, []))
             where.setdefault(host, []).extend(h.gpus)
+            swept.append(h.swept)
     return [
         holds(h, where).replace(" holds ", " held ", 1)
         + ": it died holding them (its supervisor was killed); taken"
-        for h, where in runs.values()
+        + _swept(sum(swept))
+        for h, where, swept in runs.values()
     ]
+
+
+def _swept(n: int) -> str:
+    """Its processes that outlived it, killed by the launch that took its GPUs."""
+    return f", and its {n} leftover process{'es' if n > 1 else ''} killed" if n else ""
 
 
 def leased(found: Mapping[str, Leasing]) -> str:

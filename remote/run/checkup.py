@@ -18,7 +18,8 @@ from ddptui.remote.checks.preflight import Preflight
 from ddptui.remote.events import ChecksDone, DeepChecked, DeepProgress, RunFinished
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.run import deepcheck
-from ddptui.remote.run.runner import DeepFirst, Emit, Run, new_run_id
+from ddptui.remote.run.runner import DeepFirst, Emit, Run
+from ddptui.remote.store.runs import new_run_id
 
 
 async def check(

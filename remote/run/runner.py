@@ -47,6 +47,7 @@ from ddptui.remote.run.progress import ProgressReader
 from ddptui.remote.stalls import hang, kept, stacks
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
+from ddptui.remote.store.runs import new_run_id
 
 SERIES_S = 10.0  # how often series.json is written while the run goes (`ddptui plot`)
 CHECKPOINT_S = 1.0  # how often the run dir notes how far its logs go (attach resumes there)
@@ -59,10 +60,6 @@ OnCancel = Literal["stop", "detach", "leave"]
 # The deep check before the start (`launch --deep`: remote/run/checkup.py's deep_first), handed
 # the run's inventory, fleet, emit and runs directory: a run of its own, which refuses this one.
 DeepFirst = Callable[[Inventory, Fleet, Emit, Path], Awaitable[DeepChecked]]
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 class Run:

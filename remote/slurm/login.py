@@ -15,6 +15,7 @@ from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, HostState, Notice
+from ddptui.remote.host.protocol import SLURM_RUN_DIR
 from ddptui.remote.inventory import Host
 from ddptui.remote.slurm import queue
 
@@ -52,24 +53,25 @@ class Login:
             self.emit(Notice("info", text + "node of the job go through this one login"))
 
     async def command(
-        self, argv: Sequence[str], *, input: str = "", prepare: str = "", read: str = ""
-    ) -> ops.SlurmReply:
+        self, argv: Sequence[str], *, input: str = "", prepare: str = "", read: str = "",
+        test: Sequence[str] = (),
+    ) -> ops.SlurmReply:  # fmt: skip
         agent = await self.agent()
-        return await ops.slurm(agent, argv, input=input, prepare=prepare, read=read)
+        return await ops.slurm(agent, argv, input=input, prepare=prepare, read=read, test=test)
 
-    async def submit(self, script: str, run_id: str, *, test_only: bool = False) -> str:
-        """The job's id (test_only: Slurm's estimate, `Job 3 to start at ... on nodes ...`);
-        SlurmError in Slurm's words if it refuses. The job's output goes to the run's
-        directory on the login node, made first: Slurm needs it to exist at submit."""
-        if test_only:
-            return self._words(
-                await self.command(["sbatch", "--test-only"], input=script), "sbatch --test-only"
-            )
-        where = (await self.command([], prepare=run_id)).dir
-        argv = ["sbatch", "--parsable", f"--output={where}/{OUTPUT}"]
-        reply = await self.command(argv, input=script)
+    async def submit(self, script: str, run_id: str) -> tuple[str, str]:
+        """The job's id and Slurm's estimate (`Job 3 to start at ... on nodes ...`), in one
+        round trip: `sbatch --test-only` first (a request Slurm can never satisfy is refused
+        before anything is queued), then sbatch; SlurmError in Slurm's words if it refuses.
+        The job's output goes to the run's directory on the login node, made first: Slurm
+        needs it to exist at submit."""
+        argv = ["sbatch", "--parsable", f"--output={SLURM_RUN_DIR}/{OUTPUT}"]
+        test = ["sbatch", "--test-only"]
+        reply = await self.command(argv, input=script, prepare=run_id, test=test)
+        tested = reply._replace(code=reply.test_code, err=reply.test_err)
+        estimate = self._words(tested, "sbatch --test-only")
         self._words(reply, "sbatch")
-        return reply.out.strip().split(";")[0]
+        return reply.out.strip().split(";")[0], estimate
 
     def _words(self, reply: ops.SlurmReply, what: str) -> str:
         said = " ".join(line.strip() for line in reply.err.splitlines() if line.strip())

@@ -15,6 +15,7 @@ from datetime import datetime
 from ddptui.remote import fold
 from ddptui.remote.store.runs import age
 
+JOB_PREFIX = "ddptui-"  # a run's job name: the prefix and its run id
 SQUEUE_FORMAT = "%i|%j|%T|%r|%S|%N|%B|%u"
 SACCT_FIELDS = "JobID,JobName,State,Reason,Start,NodeList,ExitCode"
 # Slurm's states of a job that will not run again (a requeue makes a new pending one)
@@ -54,6 +55,10 @@ class Job:
 
     def mine(self, name: str) -> bool:
         return self.name == name
+
+
+def job_name(run_id: str) -> str:
+    return JOB_PREFIX + run_id
 
 
 def parse_squeue(out: str) -> Job | None:

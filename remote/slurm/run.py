@@ -20,7 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.fleet import Fleet
@@ -28,12 +28,15 @@ from ddptui.remote.agents.transport import HostError
 from ddptui.remote.events import Event, Failure, JobState, Notice, RunFinished
 from ddptui.remote.exits import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_UNREACHABLE
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run.runner import OnCancel, Run, new_run_id
-from ddptui.remote.slurm import queue, script
+from ddptui.remote.slurm import queue
 from ddptui.remote.slurm.login import Login, SlurmError
 from ddptui.remote.slurm.transport import SrunTransport
 from ddptui.remote.store import runs
 from ddptui.remote.store.record import Recorder
+from ddptui.remote.store.runs import new_run_id
+
+if TYPE_CHECKING:  # the engine loads once the job is submitted (_render, _nodes)
+    from ddptui.remote.run.runner import OnCancel, Run
 
 Emit = Callable[[Event], None]
 PENDING_POLL_S = 3.0  # squeue while the job waits (a site's scheduler minds more)
@@ -155,14 +158,23 @@ class SlurmRun:
             # a node failed and restarts are left: the job again, without it
 
     async def _submit(self, attempt: int, exclude: Sequence[str] = ()) -> None:
-        """The batch script, tested by Slurm first (a request it can never satisfy is refused
-        in its words before anything is queued), then submitted. Raises HostError."""
-        text = script.render(self.inv, self.run_id, attempt, exclude, self.extra_args)
-        estimate = await self.login.submit(text, self.run_id, test_only=True)
-        job_id = await self.login.submit(text, self.run_id)
+        """The batch script, rendered while the login is made, then tested by Slurm and
+        submitted in one round trip (a request it can never satisfy is refused in its words
+        before anything is queued). Raises HostError."""
+        login = asyncio.ensure_future(self.login.agent())
+        try:
+            text, world = await asyncio.to_thread(
+                _render, self.inv, self.run_id, attempt, exclude, self.extra_args
+            )
+        except BaseException:
+            login.cancel()
+            await asyncio.gather(login, return_exceptions=True)
+            raise
+        await login
+        job_id, estimate = await self.login.submit(text, self.run_id)
         jobs = [*self.info.get("jobs", ()), job_id]
         self.info.update(job=job_id, jobs=jobs, since=attempt, nodes=[], exclude=list(exclude))
-        runs.write_info(self.run_dir, slurm=self.info, world_size=script.world_size(self.inv))
+        runs.write_info(self.run_dir, slurm=self.info, world_size=world)
         self.emit(
             JobState(
                 job_id,
@@ -170,6 +182,8 @@ class SlurmRun:
                 f"submitted to Slurm as job {job_id} through {self.login.name} ({estimate})",
             )
         )
+        import ddptui.remote.run.runner  # noqa: F401 (the engine that follows the nodes loads
+        # now, while Slurm schedules the job, not once it runs beside the job's own start)
 
     def _refused(self, exc: HostError) -> RunFinished:
         unreachable = not isinstance(exc, SlurmError) and self.login.fleet.ready(0) is None
@@ -234,7 +248,7 @@ class SlurmRun:
 
     async def _ask(self) -> queue.Job | None:
         job = await self.login.job(self.job_id)
-        if job is not None and not job.mine(script.job_name(self.run_id)):
+        if job is not None and not job.mine(queue.job_name(self.run_id)):
             self.emit(
                 Notice(
                     "warning",
@@ -252,7 +266,7 @@ class SlurmRun:
         job = None if self.viewer else await self._ask()
         if job is None or job.ended:
             return
-        why = await self.login.cancel(self.job_id, script.job_name(self.run_id))
+        why = await self.login.cancel(self.job_id, queue.job_name(self.run_id))
         if why and not _over(await self._ask()):  # it ended meanwhile: Slurm's word, not ours
             self.emit(Notice("warning", f"scancel {self.job_id}: {why}"))
 
@@ -309,6 +323,8 @@ class SlurmRun:
             if await self._ran():
                 return await self._nodes(await self._ask(), live=False)
             return await self._ended_unrun(await self._ask())
+        from ddptui.remote.run.runner import Run
+
         assert self.recorder is not None
         self.recorder.close()  # the run's own recorder takes the directory on
         self.recorder = None
@@ -442,6 +458,17 @@ class SlurmRun:
 
 def _quiet(event: Event) -> None:
     return None
+
+
+def _render(
+    inv: Inventory, run_id: str, attempt: int, exclude: Sequence[str], extra: Sequence[str]
+) -> tuple[str, int | None]:
+    """The batch script and the job's world size. Its modules (the run's planning, which
+    loads most of the engine) are imported here, in the thread that renders it, while the
+    login to the login node is made: not before the command can log in."""
+    from ddptui.remote.slurm import script
+
+    return script.render(inv, run_id, attempt, exclude, extra), script.world_size(inv)
 
 
 def _over(job: queue.Job | None) -> bool:

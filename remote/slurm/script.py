@@ -24,8 +24,8 @@ from ddptui.remote.host import slurmjob
 from ddptui.remote.inventory import Inventory
 from ddptui.remote.run.launch import node_spec
 from ddptui.remote.run.plan import Plan, build
+from ddptui.remote.slurm.queue import job_name
 
-JOB_PREFIX = "ddptui-"  # a run's job name: the prefix and its run id (remote/slurm/queue.py)
 # python3 >= 3.8, on the batch host and on every node (argv: head | node). The payload is on
 # stdin: base64 of zlib'd JSON, the code under the state dir as an agent's (or in memory).
 BOOT = """\
@@ -43,10 +43,6 @@ from ddph import slurmjob
 slurmjob.main(sys.argv[1],p,raw)
 """
 EOF = "DDPTUI_PAYLOAD"
-
-
-def job_name(run_id: str) -> str:
-    return JOB_PREFIX + run_id
 
 
 def options(

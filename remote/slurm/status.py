@@ -13,7 +13,7 @@ from ddptui.remote import fold
 from ddptui.remote.agents import ops
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.run import statuses
-from ddptui.remote.slurm import queue, script
+from ddptui.remote.slurm import queue
 from ddptui.remote.slurm.login import Login
 from ddptui.remote.slurm.run import job_of
 from ddptui.remote.store import runs
@@ -54,7 +54,7 @@ async def _ask(records: list[RunRecord]) -> None:
 async def _one(login: Login, r: RunRecord) -> None:
     info = job_of(r)
     job = await login.job(str(info.get("job") or ""))
-    if job is not None and not job.mine(script.job_name(r.run_id)):
+    if job is not None and not job.mine(queue.job_name(r.run_id)):
         job = None  # the id counted again: another's job now
     if job is not None and job.state == "PENDING":
         r.status, r.detail = "pending", queue.pending_text(job)

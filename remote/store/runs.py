@@ -11,6 +11,7 @@ remote/run/statuses.py asks, judge() here reads their answers.
 from __future__ import annotations
 
 import json
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ from ddptui.remote.store.runlist import RUN_JSON, root
 INVENTORY, SUMMARY = "inventory.yaml", "summary.json"
 # A run's status: from its summary, else from its hosts' supervisors.
 STATUSES = ("running", "succeeded", "failed", "stopped", "lost")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
 class RunError(Exception):

@@ -24,7 +24,7 @@ from typing import Any
 
 import nvidia_smi
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, supervisors, wait_for
+from e2etools import Cli, Cmd, assert_nothing_left, cmdline, supervisors, wait_for
 from testhosts import COLLEAGUE, TestCluster
 
 from ddptui.remote.exits import EXIT_REFUSED
@@ -189,6 +189,40 @@ def test_a_killed_runs_gpus_are_taken_and_its_run_named(
     assert nxt.wait(120) == 0, nxt.stderr
     assert f"root's run {run_id} held GPU 0 on node[0-1]" in nxt.stderr
     assert "it died holding them (its supervisor was killed); taken" in nxt.stderr
+
+
+@pytest.mark.parametrize("launcher", ["env", "torchrun"])
+def test_a_run_crashed_whole_leaves_no_rank_and_its_gpus_are_taken_naming_it(
+    gpu_hosts: TestCluster, tmp_path: Path, launcher: str
+) -> None:
+    """Every process of a detached run but its ranks SIGKILLed at once (its supervisor, its
+    guardian, torchrun: a crash, `pkill -9 -f`): its ranks go too, by the kernel, within seconds
+    and with no launch after it; the next launch takes its GPU and names it. One host; the
+    default run takes launcher env (its rank is what the supervisor starts), torchrun's (its
+    ranks are torchrun's) is in tests/slow_e2e.txt."""
+    cluster = gpu_hosts
+    out = cluster.shared_dir(tmp_path.name)
+    style = {"launcher": launcher}
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", job(out, "never", **style), hosts=[0])
+    doomed = Cli(inv, tmp_path / "doomed", flags=["--detach"])
+    assert doomed.wait(120) == 0, doomed.stderr
+    run_id = doomed.run_id()
+    ours = supervisors(run_id)  # the supervisor and its guardian
+    job_pids = lambda: [p for p in cluster.pids_with_env("DDPTUI_RUN_ID", run_id)  # noqa: E731
+                        if p not in ours]  # fmt: skip
+    ranks = lambda: [p for p in job_pids() if "torch" not in cmdline(p)]  # noqa: E731
+    wait_for(ranks, 60, "its rank to start")  # torchrun's imports come first
+    assert len(ours) == 2 and len(ranks()) == 1, (ours, job_pids())
+    for pid in ours + [p for p in job_pids() if p not in ranks()]:
+        os.kill(pid, signal.SIGKILL)
+    assert assert_nothing_left(cluster, run_id, timeout=5) < 5
+
+    nxt = cluster.write_inventory(tmp_path / "next.yaml", job(out, "now", **style), hosts=[0])
+    go(out, "now")
+    after = Cli(nxt, tmp_path / "next")
+    assert after.wait(120) == 0, after.stderr
+    assert f"root's run {run_id} held GPU 0 on node0" in after.stderr
+    assert "it died holding them (its supervisor was killed); taken" in after.stderr
 
 
 def test_one_gpu_launches_share_a_host_and_a_busy_one_is_refused(

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2etools import supervisors
+from e2etools import supervisors, wait_for
 from nvidia_smi import H100_BUSY, install
 from probetools import local_inventory, with_gpus
 from testhosts import REPO, neighbour, reach
@@ -26,7 +26,7 @@ from testhosts import REPO, neighbour, reach
 from ddptui.remote.agents import shipper
 from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.events import Failure, Notice
-from ddptui.remote.host import lease, leaseop, standby, state
+from ddptui.remote.host import lease, leasedir, leaseop, standby, state
 from ddptui.remote.host.leasedir import LeaseError
 from ddptui.remote.leases import take
 
@@ -84,6 +84,34 @@ def test_a_killed_holders_gpus_are_taken_and_named(gpus: Path) -> None:
     view = leaseop.view()
     assert [g["holder"] for g in view["gpus"]] == [None] * 8
     assert [g["dead"] for g in view["gpus"]] == [None] * 8  # given back: no dead run's
+
+
+def test_a_dead_runs_leftovers_of_its_node_are_killed_by_the_next_take(gpus: Path) -> None:
+    """Its supervisor killed, a process of its node left (one that escaped the kernel's kill):
+    the next take KILLs it, by the run's tags, and no other node's."""
+    first = holder(gpus, WANT)
+    assert said(first) == {"gpus": [0, 1]}
+    tagged = lambda node: subprocess.Popen(  # noqa: E731
+        ["sleep", "60"], env={**os.environ, "DDPTUI_RUN_ID": "R", "DDPTUI_NODE": node}
+    )
+    left, elsewhere = tagged("0"), tagged("1")
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    try:
+        found = lease.read_gpus()
+        assert found is not None
+        dir_fd = leasedir.open_dir()
+        try:
+            states = lease.look(dir_fd, *found)
+        finally:
+            os.close(dir_fd)
+        assert lease.sweep_dead(states, [g.uuid for g in found[0]]) == {"R": 1}
+        assert left.wait(5) == -signal.SIGKILL
+        assert elsewhere.poll() is None  # another node's: not on these GPUs
+    finally:
+        for p in (left, elsewhere):
+            p.kill()
+            p.wait()
 
 
 def test_many_launches_at_once_never_share_a_gpu(gpus: Path) -> None:
@@ -253,5 +281,5 @@ def test_a_spare_whose_gpus_are_held_is_passed_over_saying_why(
     assert why == (
         "cannot start the job: its GPUs are taken: GPU 0,1,2,3,4,5 held by root's run other"
     )
-    assert not supervisors("spare-run")  # nothing of it runs
+    wait_for(lambda: not supervisors("spare-run"), 10, "its supervisor to leave")  # nothing runs
     other.give_back()

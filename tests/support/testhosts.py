@@ -150,6 +150,7 @@ class TestCluster:
         bastion: bool = False,
         max_startups: str = "100:30:200",
         containers: bool = False,
+        lease_dirs: bool = False,
     ) -> None:
         if not 1 <= n <= (MAX_PRIVATE_HOSTS if bastion else MAX_HOSTS):
             raise ValueError(f"n must be in 1..{MAX_HOSTS}, got {n}")
@@ -162,6 +163,9 @@ class TestCluster:
         self.lock_timeout = lock_timeout
         self.max_startups = max_startups  # sshd's MaxStartups on every host (default: lenient)
         self.containers = containers  # podman on every host
+        # each host's GPU leases in a directory of its own (DDPTUI_LEASE_DIR), as on real hosts
+        # (else they share this machine's /dev/shm/ddptui: one lock and one queue for all)
+        self.lease_dirs = lease_dirs
         self.image: str | None = None  # containers=True: the test image's name
         self.bridge = bridge_name(prefix)
         self.identity_file = self.root / "id_ed25519"
@@ -325,7 +329,7 @@ class TestCluster:
             f"MaxStartups {self.max_startups}",
             "MaxSessions 20",
             f"SetEnv PATH={host.bin_dir}:{Path(self.python).parent}:{SYSTEM_PATH} HOME={host.home}"
-            + "".join(f" {k}={v}" for k, v in self._container_env(host).items()),
+            + "".join(f" {k}={v}" for k, v in self._host_env(host).items()),
             "AcceptEnv LANG LC_*",
             "UseDNS no",
             "PrintMotd no",
@@ -417,8 +421,11 @@ class TestCluster:
         for host in self.machines:
             containerhosts.write_host_files(host.dir, self.prefix)
 
-    def _container_env(self, host: TestHost) -> dict[str, str]:
-        return containerhosts.host_env(host.dir) if self.containers else {}
+    def _host_env(self, host: TestHost) -> dict[str, str]:
+        env = containerhosts.host_env(host.dir) if self.containers else {}
+        if self.lease_dirs:
+            env["DDPTUI_LEASE_DIR"] = str(host.dir / "leases")
+        return env
 
     def container_defaults(self) -> dict[str, object]:
         """An inventory's `container:` for these hosts (containers=True): podman, the test

@@ -3,6 +3,8 @@ the queue's claims before it, what a host's words say (ops), and how they are wo
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ddptui.remote.agents import ops
@@ -122,5 +124,8 @@ def test_a_dead_runs_gpus_are_named_once() -> None:
     assert said.startswith("bob's run R1 held GPU 0 on node[0-1] (since ")
     assert said.endswith("it died holding them (its supervisor was killed); taken")
     assert words.leased(found) == "leased GPU 0 on node[0-1]"
+    left = dataclasses.replace(gone, swept=2)  # its processes that outlived it, killed
+    (said,) = words.dead({"node0": leasing(kind="held", gpus=(0,), dead=(left,))})
+    assert said.endswith("taken, and its 2 leftover processes killed")
     assert [words.age(s) for s in (5, 300, 7500, 90000)] == ["5 s", "5 min", "2 h 5 min",
                                                                "1 d 1 h"]  # fmt: skip

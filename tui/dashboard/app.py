@@ -35,7 +35,7 @@ from ddptui.remote.events import (
     HostState,
     RunFinished,
 )
-from ddptui.remote.run.runner import new_run_id
+from ddptui.remote.store.runs import new_run_id
 
 from ..text import shown
 from . import hostshell

@@ -11,14 +11,16 @@ import os
 import signal
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddptui.remote.exits import EXIT_INTERRUPTED
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run import checkup
-from ddptui.remote.run.runner import Run
 from ddptui.remote.slurm.run import SlurmRun
 
 from .printer import Printer
+
+if TYPE_CHECKING:
+    from ddptui.remote.run.runner import Run
 
 
 async def launch(
@@ -60,7 +62,10 @@ async def launch(
     if inv.slurm is not None:
         run = SlurmRun(inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra,
                        detach=detach, exclude=exclude)  # fmt: skip
-    else:
+    else:  # the engine loads here: a Slurm run submits first (remote/slurm/run.py)
+        from ddptui.remote.run import checkup
+        from ddptui.remote.run.runner import Run
+
         run = Run(
             inv, printer, run_dir=run_dir, run_id=run_id, extra_args=extra, checks=checks,
             detach=detach, deep=None if deep is None else checkup.deep_first(deep), wait=wait,
