@@ -15,7 +15,6 @@ from ddptui.remote import fold
 from ddptui.remote.events import Failure, LeaseHolder, RunFinished, progress_text
 from ddptui.remote.host.safetext import clean
 from ddptui.remote.leases import words
-from ddptui.remote.run.failures import describe_exit
 from ddptui.remote.store import runs
 
 T = TypeVar("T")
@@ -57,6 +56,8 @@ def shown(value: T) -> T:
 
 def failure_line(f: Failure) -> str:
     """`rank 3 on node1 (exit code 1): RuntimeError: ...`"""
+    from ddptui.remote.run.failures import describe_exit  # the engine's, loaded once needed
+
     who = f"rank {f.rank} on {f.host}" if f.rank is not None else f.host
     code = f" ({describe_exit(f.exit_code)})" if f.exit_code is not None else ""
     return f"{who}{code}: {f.message}"

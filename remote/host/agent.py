@@ -289,6 +289,8 @@ def main(code_dir: str | None, sources: dict[str, str], missing: str | None) -> 
     # inside a run (a job that runs ddptui) passes none on to its checks, supervisors, monitor.
     for tag in node_tags("", 0):
         os.environ.pop(tag, None)
-    if code_dir:  # from memory, a supervisor needs its code written out: a fresh one, then
+    # From memory, a supervisor needs its code written out: a fresh one, then. In a Slurm job's
+    # step (srun --overlap), the supervisors are the batch script's, never this agent's.
+    if code_dir and "SLURM_STEP_ID" not in os.environ:
         prefork.fork(code_dir)  # before any thread
     Agent(code_dir, sources, missing).run()

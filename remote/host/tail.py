@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 CHUNK = 1 << 18
 SCAN_S = 0.25  # how often new attempt and rank directories are looked for, once one shows
 IDLE_S = (0.005, 0.1)  # the pause after a read that found lines, growing to this when idle
+FIRST_S = 0.02  # ... to only this until the first line came: it is not kept waiting
 UNKNOWN_S = 10.0
 REDRAWN_S = 1.0  # a line redrawn with \r: its last drawing told at most this often
 REDRAWN_MAX = 1024  # bytes of a drawing told
@@ -77,9 +78,12 @@ class RankTail:
 
     def run(self, done: threading.Event) -> None:
         """Until `done` is set, then once more to the end of every file."""
-        pause = IDLE_S[0]
+        pause, idle = IDLE_S[0], FIRST_S
         while not done.wait(pause):
-            pause = IDLE_S[0] if self.poll() else min(pause * 2, IDLE_S[1])
+            if self.poll():
+                pause, idle = IDLE_S[0], IDLE_S[1]
+            else:
+                pause = min(pause * 2, idle)
         while self.poll(final=True):
             pass
         for f in self.files.values():

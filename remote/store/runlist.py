@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import platformdirs
-
 RUN_JSON = "run.json"
 
 
 def root() -> Path:
+    import platformdirs  # ~35 ms, only where no run directory is given
+
     return platformdirs.user_data_path("ddptui") / "runs"
 
 
