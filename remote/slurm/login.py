@@ -112,5 +112,12 @@ class Login:
         reply = await self.command([], read=f"{run_id}/{OUTPUT.replace('%j', job_id)}")
         return reply.output
 
+    def drop(self) -> None:
+        """Give the login up at once, without a goodbye (its link is silent)."""
+        agent = self.fleet.agents.get(0)
+        if agent is not None:
+            agent.drop()
+        self.fleet.transports[0].drop()
+
     async def close(self) -> None:
         await self.fleet.close()

@@ -8,9 +8,12 @@ rank's lines, the failure named, the hangs, health and stragglers the supervisor
 While Slurm holds the job PENDING, its reason and expected start are said (JobState). A stop
 (Ctrl-C, `s`, `ddptui stop RUN`) goes through the supervisors (TERM, job.stop_grace for the
 ranks to finish a save, KILL; their last words read), then scancels the job; a detach leaves
-it to Slurm at once, pending or not. A job that ends under the run (a node Slurm reports
-failed, a scancel from elsewhere) ends its streams with Slurm's word; with job.restarts left, a
-run whose node failed asks Slurm again, the failed nodes excluded, the attempts counted on.
+it to Slurm at once, pending or not. A stop the login node does not answer within STOP_REACH_S
+(its link gone silent, the node down) ends then, naming the job to scancel by hand: every node
+and the scancel go through that node, and waiting for the lease would hold a Ctrl-C a minute.
+A job that ends under the run (a node Slurm reports failed, a scancel from elsewhere) ends its
+streams with Slurm's word; with job.restarts left, a run whose node failed asks Slurm again,
+the failed nodes excluded, the attempts counted on.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ FAST_POLL_FOR_S = 5.0  # PENDING_POLL_S: a job Slurm starts at once is followed 
 RUNNING_POLL_S = 10.0  # while it runs: a node failure Slurm reports ends the attempt
 UP_POLL_S = 0.5  # how often a node is asked whether its supervisor is up yet
 FAILED_STATES = {"NODE_FAIL", "BOOT_FAIL"}  # a node's fault: a restart leaves it out
+STOP_REACH_S = 5.0  # a stop's first answer from the login node: past it, the node is unreachable
 
 
 class SlurmRun:
@@ -84,6 +88,8 @@ class SlurmRun:
         self.recorder: Recorder | None = None
         self.job: queue.Job | None = None  # Slurm's last word on it
         self._wake = asyncio.Event()  # a stop or detach while the job waits
+        self._unreached = asyncio.Event()  # a stop found the login node unreachable
+        self._reach: asyncio.Future[None] | None = None  # that stop's first word to it
         self._t0 = time.monotonic()
 
     @property
@@ -97,9 +103,23 @@ class SlurmRun:
 
     def stop(self) -> None:
         self.stopping = True
+        if self._reach is None and self.job_id and not self.viewer:
+            self._reach = asyncio.ensure_future(self._reach_login())
         if self.run is not None:
             self.run.stop()
         self._wake.set()
+
+    async def _reach_login(self) -> None:
+        """The login node asked once, bounded, as a stop begins: unanswered, the stop ends
+        then (execute), not after the lease over a dead link."""
+
+        async def answered() -> None:
+            await ops.status(await self.login.agent(), [])  # its agent's own answer, no Slurm
+
+        try:
+            await asyncio.wait_for(answered(), STOP_REACH_S)
+        except (TimeoutError, HostError):
+            self._unreached.set()
 
     def detach(self) -> None:
         self.detach_now = True
@@ -124,7 +144,7 @@ class SlurmRun:
         started = self.record.started_at if self.record else None
         self.recorder = Recorder(self.run_dir, resume=self.record is not None, started_at=started)
         try:
-            return await self._execute()
+            return await self._unless_unreached(asyncio.ensure_future(self._execute()))
         except asyncio.CancelledError:
             if self.run is None and self.on_cancel == "stop":  # still queued: not left to Slurm
                 with contextlib.suppress(HostError):
@@ -134,9 +154,44 @@ class SlurmRun:
             if self.recorder is not None:
                 self.recorder.close()
                 self.recorder = None
+            if self._reach is not None:
+                self._reach.cancel()
             if self.fleet is not None:
                 await self.fleet.close()
             await self.login.close()
+
+    async def _unless_unreached(self, work: asyncio.Future[RunFinished]) -> RunFinished:
+        """The run's end; or, once a stop found the login node unreachable, the stop's: the
+        nodes left as they are (their supervisors end their part once no launcher is heard
+        from) and the job to be scancelled by hand."""
+        given_up: asyncio.Future[Any] = asyncio.ensure_future(self._unreached.wait())
+        try:
+            await asyncio.wait([work, given_up], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            given_up.cancel()
+            if self._unreached.is_set() and self.run is not None:
+                self.run.on_cancel = "leave"  # nothing to stop over a dead link
+            work.cancel()
+            await asyncio.gather(work, given_up, return_exceptions=True)
+            if self._unreached.is_set():  # once the nodes were left: their streams' ends
+                self.login.drop()  # are not news; no goodbye over a dead link
+        if not work.cancelled():
+            return work.result()
+        job = self.job_id
+        self.emit(
+            Notice(
+                "error",
+                f"could not reach the login node {self.login.name} to cancel job {job} "
+                f"(no answer in {STOP_REACH_S:g} s): run `scancel {job}` there once it "
+                "answers",
+            )
+        )
+        if self.recorder is None:  # the nodes' run had it: the stop's end is recorded too
+            started = runs.read(self.run_dir).started_at
+            self.recorder = Recorder(self.run_dir, resume=True, started_at=started)
+        fin = self._finish("stopped", EXIT_INTERRUPTED)
+        runs.add_to_summary(self.run_dir, run_id=self.run_id, hosts=self.info.get("nodes", []))
+        return fin
 
     async def _execute(self) -> RunFinished:
         if self.record is None:

@@ -5,6 +5,7 @@ end to end: tests/e2e/test_slurm_e2e.py and tests/e2e/test_slurm_more_e2e.py."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 from typing import Any, cast
@@ -12,9 +13,11 @@ from typing import Any, cast
 import pytest
 
 from ddptui.remote import fold, inventory
+from ddptui.remote.events import Notice, RunFinished
 from ddptui.remote.host import hostlist
 from ddptui.remote.inventory import InventoryError
 from ddptui.remote.slurm import export, queue, script
+from ddptui.remote.slurm import run as slurm_run
 from ddptui.remote.slurm.run import SlurmRun
 
 SLURM = """\
@@ -155,3 +158,35 @@ async def test_a_stop_follows_the_supervisors_that_are_up(
     run.fleet = cast(Any, object())
     assert await run._supervisors_up(run.inv) is followed
     assert sorted(asked) == [0, 1, 2]
+
+
+async def test_a_stop_the_login_node_never_answers_ends_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C as the login node's link has gone silent (no FIN, no RST): every node and the
+    scancel go through it, so the stop ends once it has not answered for STOP_REACH_S, naming
+    the job to scancel by hand, exit 130. Before, the stop waited on the dead link (the nodes'
+    lease, then a scancel with no answer): a Ctrl-C held for minutes."""
+    monkeypatch.setattr(slurm_run, "STOP_REACH_S", 0.2)
+    events: list[Any] = []
+    run = SlurmRun(parse(SLURM), events.append, run_dir=tmp_path)
+    run.info["job"] = "7"
+    stuck = asyncio.Event()
+
+    async def followed() -> RunFinished:  # the nodes' streams, over the dead link
+        await stuck.wait()
+        raise AssertionError("not reached")
+
+    async def silent() -> None:  # the login node: no answer, no error
+        await stuck.wait()
+
+    run._execute = followed  # type: ignore[method-assign]
+    run.login.agent = silent  # type: ignore[assignment,method-assign]
+    ending = asyncio.ensure_future(run.execute())
+    await asyncio.sleep(0)
+    run.stop()
+    fin = await asyncio.wait_for(ending, 5)
+    assert (fin.status, fin.exit_code) == ("stopped", 130)
+    said = [e.text for e in events if isinstance(e, Notice)]
+    assert any("could not reach the login node hpc-login to cancel job 7" in t for t in said)
+    assert any("scancel 7" in t for t in said)
