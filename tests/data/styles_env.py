@@ -28,7 +28,10 @@ def show(rank: int, world: int) -> None:
     names = [n for n in os.environ.get("DDPTUI_SHOW", "").split(",") if n]
     said = {"rank": rank, "world": world, "sum": int(total), "host": os.uname().nodename,
             "env": {n: os.environ.get(n) for n in names}}  # fmt: skip
-    print("seen " + json.dumps(said, sort_keys=True), flush=True)
+    # One write a line: the processes of a node share its stdout, and print() writes the text
+    # and its newline apart (the exported script has no ddptui to keep lines whole).
+    sys.stdout.write("seen " + json.dumps(said, sort_keys=True) + "\n")
+    sys.stdout.flush()
     dist.barrier()
 
 

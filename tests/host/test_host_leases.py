@@ -7,6 +7,7 @@ GPUs 2 and 5 busy); the lease directory is this session's (tests/conftest.py: le
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shutil
@@ -166,6 +167,34 @@ def test_another_users_files_are_named_never_used(
     dir_.chmod(0o755)  # a lease directory not every user may add files to
     answer = said(holder(shared / "code", WANT, as_neighbour))
     assert f"the lease directory {dir_} is root's, mode 0755: every user" in str(answer)
+
+
+def test_a_lease_file_that_cannot_be_written_is_said_and_nothing_is_held(
+    gpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full /dev/shm: the take says which file and why, and holds nothing after (no flock,
+    no record), nor does a queued launch's ticket stay."""
+
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", full)
+        with pytest.raises(LeaseError, match="GPU 0's lease file cannot be written: No space"):
+            lease.take_now(WANT)
+        dir_fd = leasedir.open_dir()
+        try:
+            with pytest.raises(LeaseError, match="its queue ticket cannot be written: No space"):
+                leasedir.new_ticket(dir_fd, 1, "R", 0, {"run_id": "R"})
+            assert not leasedir.tickets(dir_fd)
+        finally:
+            os.close(dir_fd)
+    view = leaseop.view()
+    assert [(g["holder"], g["dead"]) for g in view["gpus"]] == [(None, None)] * 8
+    assert not view["queue"]
+    taken = lease.take_now(WANT)  # free to take
+    assert taken is not None and taken.record["gpus"] == [0, 1]
+    taken.give_back()
 
 
 @pytest.fixture
