@@ -285,6 +285,36 @@ def test_many_launches_at_once_each_get_gpus_nobody_else_holds(gpus: Path, tmp_p
     assert not set().union(*taken) & {2, 5}  # busy: never taken (busy_gpus: refuse)
 
 
+def test_a_host_cut_while_another_holds_its_part_leaves_nothing_held(
+    gpus: Path, tmp_path: Path
+) -> None:
+    """node0 has taken its GPUs when node1 falls silent (its agent stopped: a cut host): after
+    the silence allowed, the launch is refused naming node1, and node0 gives its GPUs back."""
+    inv = local_inventory(tmp_path)
+    failures: list[Failure] = []
+
+    async def launch() -> take.Leases:
+        fleet = Fleet(inv.hosts)
+        leases = take.Leases(fleet, lambda e: None, failures, silence=2.0)
+        cut = (await fleet.agent(1, lambda e: None)).hello
+        assert cut is not None
+        os.kill(cut.pid, signal.SIGSTOP)
+        try:
+            asked = [(k, take.want("R", inv.hosts[k], 2, inv.job)) for k in (0, 1)]
+            assert not await leases.take(asked)
+        finally:
+            os.kill(cut.pid, signal.SIGCONT)
+            leases.close()
+            await fleet.close()
+        return leases
+
+    leases = asyncio.run(asyncio.wait_for(launch(), 60))
+    assert leases.nodes[0].last.kind == "held"  # it held its part when node1 was cut
+    assert failures[0].message.startswith("cannot lease the GPUs: node1: not heard from for")
+    free = lambda: [g["holder"] for g in leaseop.view()["gpus"]] == [None] * 8  # noqa: E731
+    wait_for(free, 10, "node0's GPUs given back")
+
+
 async def _until(cond: object, timeout: float = 60) -> None:
     async def poll() -> None:
         while not cond():  # type: ignore[operator]
