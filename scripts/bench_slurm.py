@@ -8,7 +8,9 @@ login node, three compute nodes):
    through the same login node, timed from the command's start to the first rank's line (on
    ddptui's console; in the job's output file for sbatch), the two alternated, medians and their
    ratio (target <= 1.1x), and each one's submission (ddptui's `submitted` line; sbatch's return)
-   apart. Each rep must run every rank's lines to COMPLETED, or the bench fails.
+   apart, and how long Slurm held each job before it allocated its nodes (slurmctld's log: from
+   its submission to its `Allocate`, 0 to ~2.5 s here whatever submitted it), with the medians
+   less that. Each rep must run every rank's lines to COMPLETED, or the bench fails.
 2. Logins to the login node of a followed run: one run followed for --follow seconds, the login
    node sshd's accepted logins counted (its log) at the run's start, after its first minute and at
    its end. Target: 1 login for the whole run, none while it is followed; logins per hour is that
@@ -25,11 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
+from typing import NamedTuple
 
 from bench_common import REPO, ddptui_command, workspace
 from slurmhosts import SlurmCluster, tick_job
@@ -38,6 +43,12 @@ TICKS, EVERY = 20, 0.05  # each rep's job: 1 s of lines a rank
 RANKS, NODES = 4, 2
 TARGET = 1.1
 SETTLE_S = 3.0  # from a job's end to the next submission, for both variants
+
+
+class Rep(NamedTuple):
+    sent: float  # seconds from the command's start to the submission
+    first: float  # ... to the first rank line
+    job: str  # Slurm's job id
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,8 +80,8 @@ def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
         cwd=REPO, capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     (c.home / "exported.sh").write_text(exported)
-    times: dict[str, list[float]] = {"ddptui": [], "sbatch": []}
-    submitted: dict[str, list[float]] = {"ddptui": [], "sbatch": []}
+    done: dict[str, list[Rep]] = {"ddptui": [], "sbatch": []}
+    held: dict[str, list[float]] = {"ddptui": [], "sbatch": []}
     ended_at = 0.0
     for rep in range(reps):
         for name, one in (("ddptui", by_ddptui), ("sbatch", by_sbatch)):
@@ -83,19 +94,25 @@ def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
             ended_at = time.monotonic()
             if found is None:
                 return False
-            sent, took = found
-            times[name].append(took)
-            submitted[name].append(sent)
+            done[name].append(found)
+            held[name].append(slurm_held(c, found.job))
             print(
-                f"rep {rep}: {name} submitted after {sent:.2f} s, first rank line after "
-                f"{took:.2f} s",
+                f"rep {rep}: {name} submitted after {found.sent:.2f} s, Slurm held job "
+                f"{found.job} {held[name][-1]:.2f} s, first rank line after {found.first:.2f} s",
                 flush=True,
             )
+    med = {k: statistics.median(r.sent for r in v) for k, v in done.items()}
+    print("submitted after (median): " + ", ".join(f"{k} {v:.2f} s" for k, v in med.items()))
+    less = {
+        k: statistics.median(r.first - h for r, h in zip(v, held[k], strict=True))
+        for k, v in done.items()
+    }
     print(
-        "submitted after (median): "
-        + ", ".join(f"{k} {statistics.median(v):.2f} s" for k, v in submitted.items())
+        f"less Slurm's hold, median of {reps}: ddptui {less['ddptui']:.2f} s, sbatch "
+        f"{less['sbatch']:.2f} s: {less['ddptui'] / less['sbatch']:.3f}x"
     )
-    mine, base = statistics.median(times["ddptui"]), statistics.median(times["sbatch"])
+    mine = statistics.median(r.first for r in done["ddptui"])
+    base = statistics.median(r.first for r in done["sbatch"])
     ratio = mine / base
     print(
         f"submit to first rank line, median of {reps}: ddptui {mine:.2f} s, sbatch of the "
@@ -104,7 +121,20 @@ def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
     return ratio <= TARGET
 
 
-def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | None:
+def slurm_held(c: SlurmCluster, job: str) -> float:
+    """Seconds from the job's submission to its nodes' allocation, in slurmctld's log."""
+    log = (c.root / "log" / "slurmctld.log").read_text(errors="replace")
+    found = [
+        re.search(rf"^\[(\S+)\] {what} JobId={job} ", log, re.M)
+        for what in ("_slurm_rpc_submit_batch_job:", r"sched\S*: Allocate")
+    ]
+    if not all(found):
+        raise SystemExit(f"bench: job {job}'s submission or allocation is not in slurmctld's log")
+    at = [datetime.fromisoformat(m[1]).timestamp() for m in found if m]
+    return at[1] - at[0]
+
+
+def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> Rep | None:
     """(submitted, first rank line) after the command's start: its `submitted` line's time
     (its own lines go to stderr, read with stdout as they come)."""
     run_dir = base.with_suffix(".run")
@@ -113,13 +143,14 @@ def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | N
     with subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
         assert proc.stdout is not None
         first = sent = None
+        job = ""
         lines = []
         for raw in proc.stdout:
             line = raw.decode(errors="replace")
             if first is None and line.startswith("[r"):
                 first = time.monotonic() - t0
-            if sent is None and "submitted to Slurm" in line:
-                sent = time.monotonic() - t0
+            if sent is None and (said := re.search(r"submitted to Slurm as job (\d+)", line)):
+                sent, job = time.monotonic() - t0, said[1]
             lines.append(line)
         code = proc.wait()
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -129,10 +160,10 @@ def by_ddptui(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | N
         said = "".join(line for line in lines if not line.startswith("["))
         print(f"bench: ddptui's run did not complete every rank's lines ({ticks}):\n{said}")
         return None
-    return sent, first
+    return Rep(sent, first, job)
 
 
-def by_sbatch(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | None:
+def by_sbatch(c: SlurmCluster, base: Path, inv: Path) -> Rep | None:
     """sbatch through the login node, as a user submits the exported script by hand; its first
     rank line as it lands in the job's output file (the cluster's home is this machine's)."""
     t0 = time.monotonic()
@@ -154,7 +185,7 @@ def by_sbatch(c: SlurmCluster, base: Path, inv: Path) -> tuple[float, float] | N
     if first is None or state != "COMPLETED" or ticks != RANKS * TICKS:
         print(f"bench: the sbatch job {job} ended {state} with {ticks} lines")
         return None
-    return sent, first
+    return Rep(sent, first, job)
 
 
 def ended(c: SlurmCluster, job: str) -> str:
