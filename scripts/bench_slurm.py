@@ -45,6 +45,10 @@ TARGET = 1.1
 SETTLE_S = 3.0  # from a job's end to the next submission, for both variants
 
 
+# slurmctld's words as a job gets its nodes: its main pass's, or the backfill pass's
+ALLOCATED = r"(?:sched: Allocate|sched/backfill: _start_job: Started)"
+
+
 class Rep(NamedTuple):
     sent: float  # seconds from the command's start to the submission
     first: float  # ... to the first rank line
@@ -126,7 +130,7 @@ def slurm_held(c: SlurmCluster, job: str) -> float:
     log = (c.root / "log" / "slurmctld.log").read_text(errors="replace")
     found = [
         re.search(rf"^\[(\S+)\] {what} JobId={job} ", log, re.M)
-        for what in ("_slurm_rpc_submit_batch_job:", r"sched\S*: Allocate")
+        for what in ("_slurm_rpc_submit_batch_job:", ALLOCATED)
     ]
     if not all(found):
         raise SystemExit(f"bench: job {job}'s submission or allocation is not in slurmctld's log")

@@ -24,7 +24,15 @@ from typing import Any
 
 import nvidia_smi
 import pytest
-from e2etools import Cli, Cmd, assert_nothing_left, cmdline, supervisors, wait_for
+from e2etools import (
+    Cli,
+    Cmd,
+    assert_nothing_left,
+    cmdline,
+    node_file,
+    supervisors,
+    wait_for,
+)
 from testhosts import COLLEAGUE, TestCluster
 
 from ddptui.remote.exits import EXIT_REFUSED
@@ -212,6 +220,10 @@ def test_a_run_crashed_whole_leaves_no_rank_and_its_gpus_are_taken_naming_it(
                         if p not in ours]  # fmt: skip
     ranks = lambda: [p for p in job_pids() if "torch" not in cmdline(p)]  # noqa: E731
     wait_for(ranks, 60, "its rank to start")  # torchrun's imports come first
+    if launcher == "torchrun":  # its rank's Python has started (and bound itself): it said so
+        ndir = node_file(cluster, 0, run_id, "n0", "")
+        said = lambda: any("rank 0/1" in p.read_text() for p in ndir.rglob("stdout.log"))  # noqa: E731
+        wait_for(said, 60, "its rank's first line")
     assert len(ours) == 2 and len(ranks()) == 1, (ours, job_pids())
     for pid in ours + [p for p in job_pids() if p not in ranks()]:
         os.kill(pid, signal.SIGKILL)
