@@ -107,6 +107,7 @@ class Run:
         self.stop_now = False
         self.on_cancel: OnCancel = "stop"
         self.leftovers: list[str] = []  # what a stop could not kill
+        self.unswept: list[str] = []  # ... of which the nodes its sweep could not reach
         self.bad: dict[str, str] = {}  # host -> why the run's hub will not use it again
         job = inv.job
         self.progress = ProgressReader(
@@ -290,7 +291,8 @@ class Run:
             try:
                 return [f"{name}: {text}" for text in await self.gang.sweep(k)]
             except HostError as exc:
-                return [f"{name}: {exc.reason}"]
+                self.unswept.append(f"{name}: {exc.reason}")
+                return self.unswept[-1:]
 
         reached = [k for k in range(len(self.inv.hosts)) if k not in self.preflight.unreachable]
         for left in await asyncio.gather(*(one(k) for k in reached)):

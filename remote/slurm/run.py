@@ -94,8 +94,15 @@ class SlurmRun:
 
     @property
     def leftovers(self) -> list[str]:
-        """What a stop could not kill (its nodes')."""
-        return self.run.leftovers if self.run is not None else []
+        """What a stop could not kill (its nodes'). A node its sweep could not reach once Slurm
+        has ended the job is none: the sweep is a second look after each supervisor's own, and
+        the job's end (its supervisors over, so its batch script) ends its steps, the `srun
+        --overlap` that sweep went through first, with what ran in them."""
+        if self.run is None:
+            return []
+        if self.job is not None and self.job.ended:
+            return [text for text in self.run.leftovers if text not in self.run.unswept]
+        return self.run.leftovers
 
     @property
     def job_id(self) -> str:

@@ -160,6 +160,24 @@ async def test_a_stop_follows_the_supervisors_that_are_up(
     assert sorted(asked) == [0, 1, 2]
 
 
+@pytest.mark.parametrize(("state", "left"), [("CANCELLED", 1), ("RUNNING", 2)])
+def test_a_sweep_the_jobs_end_cut_short_is_nothing_left(
+    tmp_path: Path, state: str, left: int
+) -> None:
+    """`ddptui stop RUN`: the supervisors stopped, the job's batch script ends with them, and
+    Slurm ends the job's other steps, the `srun --overlap` a node's sweep goes through among
+    them (seen: exit 143 'task 0: Terminated'). That sweep unreached is not something left once
+    Slurm says the job ended; what a sweep found and could not kill still is."""
+    run = SlurmRun(parse(SLURM), [].append, run_dir=tmp_path)
+    reached = "n0: pid 12 (python3) would not die"
+    unreached = "n1: ddptui's agent ended (exit 143): srun: error: n1: task 0: Terminated"
+    run.run = cast(
+        Any, type("Run", (), {"leftovers": [reached, unreached], "unswept": [unreached]})
+    )
+    run.job = queue.Job("7", "ddptui-x", state)
+    assert run.leftovers == [reached, unreached][:left]
+
+
 async def test_a_stop_the_login_node_never_answers_ends_within_the_bound(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
