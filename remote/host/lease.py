@@ -132,9 +132,10 @@ def sweep_dead(states, mine):
 
     swept: dict[str, int] = {}
     killed = set()
+    me = leasedir.user_name()
     for run_id, node in nodes:
         pids = [p for p in procs.tagged_pids({"DDPTUI_RUN_ID": run_id, "DDPTUI_NODE": node})
-                if _owned(p)]  # fmt: skip
+                if leasedir.user_of(p) == me]  # fmt: skip
         procs.signal_all(pids, signal.SIGKILL)
         swept[run_id] = swept.get(run_id, 0) + len(pids)
         killed.update(pids)
@@ -142,13 +143,6 @@ def sweep_dead(states, mine):
         holder, dead, on_it = states[u]
         states[u] = (holder, dead, [p for p in on_it if p[0] not in killed])
     return swept
-
-
-def _owned(pid):
-    try:
-        return os.stat("/proc/{}".format(pid)).st_uid == os.getuid()
-    except OSError:
-        return False
 
 
 def busy(state, policy):
