@@ -20,7 +20,7 @@ from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.checks.judge import master_problem
 from ddptui.remote.checks.preflight import Preflight
-from ddptui.remote.events import DeepChecked, Event, Failure, Notice
+from ddptui.remote.events import DeepChecked, Event, Failure, HostChecked, Notice
 from ddptui.remote.host import channel, protocol
 from ddptui.remote.inventory import Inventory, swap_in
 from ddptui.remote.leases import take as leases
@@ -60,6 +60,8 @@ class Launch:
         # refused at once, unless `ask`, the dashboard's question, says wait)
         self.leases = leases.Leases(preflight.fleet, emit, preflight.failures, job.link_timeout)
         self.wait, self.ask = wait, ask
+        if preflight.checks and deep is None:  # the deep check's own run would find them held
+            preflight.on_checked = self._lease_early
         self.master_port: int | None = job.master_port if job.master_port != "auto" else None
         self.nprocs_planned: list[int] = []  # what a spare is planned with: as the run began
 
@@ -116,12 +118,21 @@ class Launch:
 
     async def lease(self, nprocs: list[int]) -> bool:
         """Every node's GPUs on every host, or none (held, or busy: the launch is refused, or
-        waits in the queue): each node's host holds them for its supervisor."""
+        waits in the queue): each node's host holds them for its supervisor. Those asked as
+        each host passed its checks (`_lease_early`) are only awaited here."""
         asked = [
             (k, leases.want(self.run_id, host, n, self.inv.job))
             for k, (host, n) in enumerate(zip(self.inv.hosts, nprocs, strict=True))
         ]
         return await self.leases.take(asked, wait=self.wait, ask=self.ask)
+
+    def _lease_early(self, k: int, checked: HostChecked) -> None:
+        """Host k passed its own checks: its node's GPUs asked for now, while the slower hosts
+        are checked (the lease then costs the launch the last hosts' answers, not a round trip
+        to every host). A host its checks fail is not asked: the launch is refused anyway."""
+        if not any(f.level == "failure" for f in checked.findings):
+            host = self.inv.hosts[k]
+            self.leases.ask_early(k, leases.want(self.run_id, host, self.nprocs()[k], self.inv.job))
 
     def start(self, nprocs: list[int]) -> tuple[Plan, list[Start]]:
         """The plan, noted in the run dir, and each node's start."""
