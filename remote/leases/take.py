@@ -125,10 +125,11 @@ class Leases:
 
     async def take(
         self, asked: Sequence[tuple[int, dict[str, Any]]], *, wait: float | None = None,
-        ask: Ask | None = None,
+        ask: Ask | None = None, queued: Callable[[], None] | None = None,
     ) -> bool:  # fmt: skip
         """Every node's GPUs, or none; True when the launch may start. `wait`: seconds to wait
-        in the queue (inf: no limit; None: refused at once unless `ask` says wait)."""
+        in the queue (inf: no limit; None: refused at once unless `ask` says wait); `queued`:
+        told once it waits there (what the start needs is made meanwhile)."""
         if not await self._open(asked):
             return False
         first = await self._all()
@@ -143,6 +144,8 @@ class Leases:
         key = max(w.counter for w in first.values()) + 1
         for node in self._live():
             node.say(t="queue", key=key)
+        if queued is not None:
+            queued()
         deadline = time.monotonic() + (wait if wait is not None else float("inf"))
         try:
             return await asyncio.wait_for(self._queue(), deadline - time.monotonic())
@@ -177,6 +180,11 @@ class Leases:
         nodes = list(self.nodes.items())
         answers = await asyncio.gather(*(n.next() for _, n in nodes))
         return {k: w for (k, _), w in zip(nodes, answers, strict=True)}
+
+    @property
+    def leasing(self) -> set[int]:
+        """The nodes whose hosts have GPUs to lease them (held, once taken)."""
+        return {k for k, n in self.nodes.items() if n.last.kind not in ("none", "handed")}
 
     def _live(self) -> list[_Node]:
         """The nodes whose hosts have GPUs to lease."""
