@@ -50,6 +50,9 @@ class Preflight:
         self.gpu_counts: dict[int, int] = {}  # node rank → GPUs the job will see (`auto`)
         self.master_port: int | None = None  # the one node 0's check picked (`auto`)
         self.torch: dict[str, str] = {}  # host name → the job's torch, as its check found it
+        # told each node's host's findings as they come, before the others' (a launch leases
+        # its GPUs meanwhile: remote/run/launch.py)
+        self.on_checked: Callable[[int, HostChecked], None] | None = None
 
     async def run(self) -> bool:
         """Connect, push the code, check (or count GPUs): True when the run may start."""
@@ -178,6 +181,8 @@ class Preflight:
                 self.master_port = checked.facts.get("port")
             if k >= len(self.inv.hosts):
                 checked = judge.as_spare(checked)
+            elif self.on_checked is not None:
+                self.on_checked(k, checked)
             self.emit(checked)
             return checked
 

@@ -1,7 +1,9 @@
 """A launch's GPU leases, launcher side: every node's GPUs on every host taken at once, or none
 (remote/host/leaseop.py serves each host's part).
 
-Each node's host is asked, on a channel of its own, to take the node's GPUs now. If one cannot,
+Each node's host is asked, on a channel of its own, to take the node's GPUs now (a launch's
+checks ask each host as soon as it passed its own, while the others' go on: the launch then waits
+only for the last hosts' answers, not for a round trip to all of them). If one cannot,
 every host lets go of what it took: the launch is refused, naming who holds what, and nothing
 starts. Told to wait (`--wait`, the dashboard's answer), it joins the queue instead: one key for
 it on every host (above each host's highest: first come, first served, whatever the hosts'
@@ -67,7 +69,7 @@ class _Node:
     """One node's `gpu-lease` channel: its host's words, in order."""
 
     def __init__(self, name: str, agent: Agent, asked: dict[str, Any], silence: Silence) -> None:
-        self.name, self.agent, self.silence = name, agent, silence
+        self.name, self.agent, self.silence, self.asked = name, agent, silence, asked
         self.words: asyncio.Queue[ops.Leasing] = asyncio.Queue()
         self.last = ops.Leasing("wait")
         self.channel: Channel = agent.open(protocol.GPU_LEASE, {"want": asked}, self._frame,
@@ -123,10 +125,11 @@ class Leases:
 
     async def take(
         self, asked: Sequence[tuple[int, dict[str, Any]]], *, wait: float | None = None,
-        ask: Ask | None = None,
+        ask: Ask | None = None, queued: Callable[[], None] | None = None,
     ) -> bool:  # fmt: skip
         """Every node's GPUs, or none; True when the launch may start. `wait`: seconds to wait
-        in the queue (inf: no limit; None: refused at once unless `ask` says wait)."""
+        in the queue (inf: no limit; None: refused at once unless `ask` says wait); `queued`:
+        told once it waits there (what the start needs is made meanwhile)."""
         if not await self._open(asked):
             return False
         first = await self._all()
@@ -141,6 +144,8 @@ class Leases:
         key = max(w.counter for w in first.values()) + 1
         for node in self._live():
             node.say(t="queue", key=key)
+        if queued is not None:
+            queued()
         deadline = time.monotonic() + (wait if wait is not None else float("inf"))
         try:
             return await asyncio.wait_for(self._queue(), deadline - time.monotonic())
@@ -149,8 +154,21 @@ class Leases:
             return self._refuse(f"gave up waiting after {words.age(wait or 0)}: " + (
                 "; ".join(said.reasons()) or "its GPUs are still taken"))  # fmt: skip
 
+    def ask_early(self, k: int, asked: dict[str, Any]) -> None:
+        """Node k's host asked now, ahead of `take` (its checks answered while others' run):
+        its answer waits there. `take` decides on it with the others' as if asked then; a
+        launch refused meanwhile gives it back (close)."""
+        agent = self.fleet.ready(k)
+        if agent is not None and k not in self.nodes:
+            self.nodes[k] = _Node(agent.name, agent, asked, self.silence)
+
     async def _open(self, asked: Sequence[tuple[int, dict[str, Any]]]) -> bool:
         for k, args in asked:
+            node = self.nodes.get(k)
+            if node is not None and node.asked == args and node.agent is self.fleet.ready(k):
+                continue  # asked early, as it is asked now
+            if node is not None:
+                node.channel.end()  # asked for something else, or of an agent gone since
             try:
                 agent = await self.fleet.agent(k, self.emit)
             except HostError as exc:
@@ -162,6 +180,11 @@ class Leases:
         nodes = list(self.nodes.items())
         answers = await asyncio.gather(*(n.next() for _, n in nodes))
         return {k: w for (k, _), w in zip(nodes, answers, strict=True)}
+
+    @property
+    def leasing(self) -> set[int]:
+        """The nodes whose hosts have GPUs to lease them (held, once taken)."""
+        return {k for k, n in self.nodes.items() if n.last.kind not in ("none", "handed")}
 
     def _live(self) -> list[_Node]:
         """The nodes whose hosts have GPUs to lease."""

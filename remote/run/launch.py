@@ -20,7 +20,7 @@ from ddptui.remote.agents.fleet import Fleet
 from ddptui.remote.agents.transport import HostError
 from ddptui.remote.checks.judge import master_problem
 from ddptui.remote.checks.preflight import Preflight
-from ddptui.remote.events import DeepChecked, Event, Failure, Notice
+from ddptui.remote.events import DeepChecked, Event, Failure, HostChecked, Notice
 from ddptui.remote.host import channel, protocol
 from ddptui.remote.inventory import Inventory, swap_in
 from ddptui.remote.leases import take as leases
@@ -60,8 +60,12 @@ class Launch:
         # refused at once, unless `ask`, the dashboard's question, says wait)
         self.leases = leases.Leases(preflight.fleet, emit, preflight.failures, job.link_timeout)
         self.wait, self.ask = wait, ask
+        if preflight.checks and deep is None:  # the deep check's own run would find them held
+            preflight.on_checked = self._lease_early
         self.master_port: int | None = job.master_port if job.master_port != "auto" else None
         self.nprocs_planned: list[int] = []  # what a spare is planned with: as the run began
+        # a queued launch's starts, made while it waits: (the nodes assumed leased, plan, starts)
+        self._staged: tuple[frozenset[int], Plan, list[Start]] | None = None
 
     @property
     def inv(self) -> Inventory:
@@ -116,16 +120,29 @@ class Launch:
 
     async def lease(self, nprocs: list[int]) -> bool:
         """Every node's GPUs on every host, or none (held, or busy: the launch is refused, or
-        waits in the queue): each node's host holds them for its supervisor."""
+        waits in the queue): each node's host holds them for its supervisor. Those asked as
+        each host passed its checks (`_lease_early`) are only awaited here."""
         asked = [
             (k, leases.want(self.run_id, host, n, self.inv.job))
             for k, (host, n) in enumerate(zip(self.inv.hosts, nprocs, strict=True))
         ]
-        return await self.leases.take(asked, wait=self.wait, ask=self.ask)
+        return await self.leases.take(asked, wait=self.wait, ask=self.ask,
+                                      queued=lambda: self._stage(nprocs))  # fmt: skip
+
+    def _lease_early(self, k: int, checked: HostChecked) -> None:
+        """Host k passed its own checks: its node's GPUs asked for now, while the slower hosts
+        are checked (the lease then costs the launch the last hosts' answers, not a round trip
+        to every host). A host its checks fail is not asked: the launch is refused anyway."""
+        if not any(f.level == "failure" for f in checked.findings):
+            host = self.inv.hosts[k]
+            self.leases.ask_early(k, leases.want(self.run_id, host, self.nprocs()[k], self.inv.job))
 
     def start(self, nprocs: list[int]) -> tuple[Plan, list[Start]]:
-        """The plan, noted in the run dir, and each node's start."""
-        planned = self.plan(nprocs)
+        """The plan, noted in the run dir, and each node's start (made while the launch
+        waited in the queue, where its hosts hold what it assumed)."""
+        staged, self._staged = self._staged, None
+        held = frozenset(self.leases.held)
+        planned, starts = staged[1:] if staged and staged[0] == held else self._starts(nprocs, held)
         for text in planned.notices:
             self.emit(Notice("warning", text))
         self.nprocs_planned = nprocs
@@ -133,11 +150,22 @@ class Launch:
             self.run_dir, master_addr=planned.master_addr, world_size=planned.world_size,
             master_port=self.master_port, nprocs=nprocs, extra_args=list(self.extra_args),
         )  # fmt: skip
+        return planned, starts
+
+    def _stage(self, nprocs: list[int]) -> None:
+        """Queued: every node's start made now, as if the hosts it waits on held their GPUs
+        already, so that the GPUs freed, only its hosts are told (at 128 hosts, making them
+        is the launcher's own work of a second or so, in the start's way on a busy machine)."""
+        held = frozenset(self.leases.leasing)
+        self._staged = (held, *self._starts(nprocs, held))
+
+    def _starts(self, nprocs: list[int], held: frozenset[int]) -> tuple[Plan, list[Start]]:
+        planned = self.plan(nprocs)
         starts = [
             (
                 Node(n.host.name, n.node_rank, n.ranks),
                 protocol.START,
-                {"spec": self.spec(n, planned.master_addr, handoff=True)},
+                {"spec": self.spec(n, planned.master_addr, held=held)},
             )
             for n in planned.nodes
         ]
@@ -176,20 +204,18 @@ class Launch:
         attempt: int = 0,
         secret: str = "",
         inv: Inventory | None = None,
-        handoff: bool = False,
+        held: frozenset[int] | None = None,
     ) -> protocol.Spec:
         """Node's spec, with the key it proves to the hub (its own: remote/host/identity.py); a
         spare joins at `attempt`, proving `secret` (its ticket, its standby's key for node);
         inv: the hosts as a hot spare in node's place would have them (else the run's).
-        handoff: its GPUs' lease is held for it by its host's agent (a launch's node), else it
-        takes its own (a spare's)."""
+        held: the launch's nodes whose GPUs' lease their hosts' agents hold for them (handed
+        over at the start; no lease for the others), else it takes its own (a spare's)."""
         inv = inv or self.inv
         k = node.node_rank
         nprocs = self.nprocs_planned or self.nprocs()
         asked = leases.want(self.run_id, node.host, nprocs[k], inv.job, k)
-        lease = (
-            asked if not handoff else {**asked, "handoff": True} if k in self.leases.held else None
-        )
+        lease = asked if held is None else {**asked, "handoff": True} if k in held else None
         return node_spec(
             inv, self.run_id, node, master_addr,
             env=flight.for_torch(node.env, self.preflight.torch.get(node.host.name)),

@@ -15,9 +15,11 @@ are in test_leases_slow_e2e.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,12 @@ from e2etools import (
 )
 from testhosts import COLLEAGUE, TestCluster
 
+from ddptui.remote import inventory
+from ddptui.remote.agents.fleet import fleet_for
+from ddptui.remote.events import HostLeases
 from ddptui.remote.exits import EXIT_REFUSED
+from ddptui.remote.leases import who as leases_who
+from ddptui.remote.run.runner import Run
 
 pytestmark = pytest.mark.e2e
 
@@ -125,6 +132,48 @@ def test_a_held_gpu_refuses_a_launch_queues_the_next_and_is_given_back(
     [held], [after] = notes(out, run_id), notes(out, queued.run_id())
     assert held["cvd"] == after["cvd"] == "0" and after["user"] == COLLEAGUE
     assert after["start"] >= held["end"]  # never both at once
+
+
+def test_a_launch_its_checks_refuse_gives_back_what_a_host_leased_early(
+    gpu_hosts: TestCluster, tmp_path: Path
+) -> None:
+    """Each host is asked for its node's GPUs as soon as its own checks pass, while the others'
+    go on: node1's fail (its workdir is missing), so node0 alone was asked, and the refused
+    launch gives back what it took there, its agent still up (a dashboard's fleet outlives a
+    launch: the agent's exit is not what frees it)."""
+    cluster = gpu_hosts
+    out = cluster.shared_dir(tmp_path.name)
+    node1 = cluster.hosts[1]
+    bad = {"host": node1.addr, "name": node1.name, "workdir": "/nonexistent/ddptui"}
+    path = cluster.write_inventory(tmp_path / "inv.yaml", job(out, "never"), hosts=[0, bad])
+    inv = inventory.load(path)
+    asked: list[int] = []
+
+    async def launch() -> tuple[str, list[HostLeases]]:
+        fleet = fleet_for(inv)
+        try:
+            run = Run(inv, lambda event: None, run_dir=tmp_path / "run", fleet=fleet)
+            early = run.launch.leases.ask_early
+
+            def spied(k: int, want: dict[str, Any]) -> None:
+                asked.append(k)
+                early(k, want)
+
+            run.launch.leases.ask_early = spied  # type: ignore[method-assign]
+            status = (await run.execute()).status
+            deadline = time.monotonic() + 30  # its agent hears the lease channel's end
+            while True:
+                found = await leases_who.gather(inv, fleet=fleet)
+                gpus = [g.state for h in found for g in h.gpus or ()]
+                if gpus == ["free", "free"] or time.monotonic() > deadline:
+                    return status, found
+                await asyncio.sleep(0.1)
+        finally:
+            await fleet.close()
+
+    status, found = asyncio.run(launch())
+    assert status == "failed" and asked == [0]
+    assert [[g.state for g in h.gpus or ()] for h in found] == [["free"], ["free"]], found
 
 
 def test_a_held_gpu_refuses_another_user_queues_them_and_is_given_back(
