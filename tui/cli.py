@@ -8,8 +8,10 @@ Textual (scripts/bench_help.py measures it).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -340,6 +342,28 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
         return dashboard(args, extra)
     if args.run_dir and args.runs_root:
         raise UsageError("--run-dir and --runs-root: give one (--run-dir is the run's own)")
+    import asyncio
+
+    with _start_up():
+        launching = _launching(args, extra)
+    return asyncio.run(launching)
+
+
+@contextlib.contextmanager
+def _start_up() -> Iterator[None]:
+    """No garbage collection while start-up makes what lasts (the imports, the inventory's
+    models): collecting it is all cost, and a Slurm run's submission waits for it. Frozen
+    after, out of every later collection."""
+    gc.disable()
+    try:
+        yield
+        gc.freeze()
+    finally:
+        gc.enable()
+
+
+def _launching(args: argparse.Namespace, extra: list[str]) -> Coroutine[Any, Any, int]:
+    """The headless launch, ready to run: its inventory read, its run directory chosen."""
     inv = load_inventory(args.inventory, args.exclude)
     if args.sync is not None:
         inv = _with_sync(inv, args.sync)
@@ -349,8 +373,6 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
             f"--wait: {args.inventory} hands the job to Slurm (slurm:), whose queue it waits "
             "in: its nodes' GPUs are Slurm's to share, not leased (drop --wait)"
         )
-    import asyncio
-
     from ddptui.remote.store.runs import new_run_id
 
     from .headless import launch
@@ -360,12 +382,11 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
         run_dir = usable(args.run_dir, "--run-dir", empty=True)
     else:
         run_dir = runs_root(args) / run_id
-    launching = launch.launch(
+    return launch.launch(
         inv, run_dir, extra, not args.skip_checks, args.detach, run_id=run_id,
         deep=_deep_seconds(args), verbose=args.verbose, quiet=args.quiet, exclude=exclude,
         wait=_wait_seconds(args.wait),
     )  # fmt: skip
-    return asyncio.run(launching)
 
 
 def _wait_seconds(text: str | None) -> float | None:

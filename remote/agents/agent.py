@@ -100,9 +100,11 @@ class Channel:
 
 class Agent:
     def __init__(
-        self, transport: Transport, *, start_timeout: float = 300.0, lease: float = 60.0
-    ) -> None:
+        self, transport: Transport, *, start_timeout: float = 300.0, lease: float = 60.0,
+        prefork: bool = True,
+    ) -> None:  # fmt: skip
         self.transport, self.start_timeout, self.lease = transport, start_timeout, lease
+        self.prefork = prefork  # whether the host's agent makes a supervisor ready to launch
         self.name = transport.host.name
         self.proc: Process | None = None
         self.hello: Hello | None = None
@@ -126,7 +128,7 @@ class Agent:
     async def start(self) -> Hello:
         """The exec, then the agent's HELLO. Raises HostError saying what it waited for."""
         python = self.transport.host.python
-        self.proc = await self.transport.start(shipper.command(python))
+        self.proc = await self.transport.start(shipper.command(python, self.prefork))
         try:
             self.hello = await asyncio.wait_for(self._until_hello(), self.start_timeout)
         except TimeoutError:

@@ -38,11 +38,13 @@ class Fleet:
         lease: float = 60.0,
         transports: Sequence[Transport] | None = None,
         nnodes: int | None = None,
+        prefork: bool = True,
     ) -> None:
         self.hosts = tuple(hosts)  # the run's nodes in node rank order, then any spare hosts
         self.nnodes = len(self.hosts) if nnodes is None else nnodes
         self.transports = list(transports or [for_host(h) for h in hosts])
         self.start_timeout, self.lease = start_timeout, lease
+        self.prefork = prefork  # False: no launch follows on these hosts (Slurm's login node)
         self.agents: dict[int, Agent] = {}
         self.took: dict[int, float] = {}  # node rank → seconds from login to the agent's HELLO
         self.monitors: dict[int, Monitor] = {}
@@ -81,7 +83,7 @@ class Fleet:
         t0 = time.monotonic()
         await fanout.connect(t)  # HostError when it cannot log in
         emit(HostState(h.name, k, "starting"))
-        agent = Agent(t, start_timeout=self.start_timeout, lease=self.lease)
+        agent = Agent(t, start_timeout=self.start_timeout, lease=self.lease, prefork=self.prefork)
         agent.on_lost = lambda why: self._lost(agent, why)
         hello = await agent.start()
         t.address = own_address(t, hello.ssh_addr)

@@ -20,7 +20,7 @@ import zlib
 from functools import cache
 from pathlib import Path
 
-from ddptui.remote.host import wire
+from ddptui.remote.host import protocol, wire
 
 HOST = Path(__file__).parents[1] / "host"
 
@@ -99,9 +99,11 @@ def digest() -> str:
     return hashlib.sha256(text).hexdigest()[:20]
 
 
-def command(python: str) -> list[str]:
-    """The agent's argv (the transport quotes it for the login shell)."""
-    return ["sh", "-c", WRAPPER, "ddptui-agent", python, BOOT, digest()]
+def command(python: str, prefork: bool = True) -> list[str]:
+    """The agent's argv (the transport quotes it for the login shell); prefork: False where no
+    launch follows (Slurm's login node), so the agent answers without making one first."""
+    argv = ["sh", "-c", WRAPPER, "ddptui-agent", python, BOOT, digest()]
+    return argv if prefork else ["env", f"{protocol.NO_PREFORK}=1", *argv]
 
 
 @cache

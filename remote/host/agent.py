@@ -290,7 +290,9 @@ def main(code_dir: str | None, sources: dict[str, str], missing: str | None) -> 
     for tag in node_tags("", 0):
         os.environ.pop(tag, None)
     # From memory, a supervisor needs its code written out: a fresh one, then. In a Slurm job's
-    # step (srun --overlap), the supervisors are the batch script's, never this agent's.
-    if code_dir and "SLURM_STEP_ID" not in os.environ:
+    # step (srun --overlap), the supervisors are the batch script's, never this agent's; on
+    # Slurm's login node (NO_PREFORK, kept from what it runs: sbatch passes it on) none runs.
+    no_launch = os.environ.pop(protocol.NO_PREFORK, None)
+    if code_dir and "SLURM_STEP_ID" not in os.environ and not no_launch:
         prefork.fork(code_dir)  # before any thread
     Agent(code_dir, sources, missing).run()

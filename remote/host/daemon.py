@@ -26,17 +26,16 @@ import json
 import os
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import threading
 import time
 
 from . import (
-    deathsig,
     healthwatch,
     job,
-    linebuf,
-    netif,
+    jobstart,
     procs,
     protocol,
     ranktag,
@@ -112,6 +111,7 @@ class Daemon:
         }
         self.state_lock = threading.Lock()
         self.lease: Held | None = None  # its GPUs' lease (lease.py): given back at the end
+        self.early: jobstart.Early | None = None  # its first attempt's job, started (slurmjob)
 
     # -- records ------------------------------------------------------------------------------
 
@@ -212,31 +212,32 @@ class Daemon:
         self._append(wire.record(b"1", now_ms(), data))
 
     def _start_job(self, att):
-        spec = self.spec
-        ifname = netif.route_ifname(spec["route_to"]) if spec["route_to"] else None
-        lines = spec["line_buffer"]  # a container's ranks go with it: its own sitecustomize
-        site = linebuf.site_dir(self.dir, lines) if lines or not self.box.box else None
-        argv, env, cwd = job.command(
-            spec, att.number, self.tags, os.environ, lambda: self.scratch(att), ifname, site,
-            self.role.checkpoint(att.number),
-        )  # fmt: skip
-        env[deathsig.VAR] = str(os.getpid())  # its ranks die with their launcher
-        stdin = subprocess.DEVNULL
-        if self.box.box:  # the runtime's client; the job's environment reaches it by -e
-            argv, env = self.box.command(argv, env, cwd, self.scratch(att))
-            stdin, cwd = subprocess.PIPE, None  # the job's own cwd is inside
+        spec, early, self.early = self.spec, self.early, None
+        if early is not None and early.number != att.number:
+            early = None  # not this attempt's (never: the first is the first)
+        if early is None:
+            argv, env, cwd, ifname = jobstart.command(
+                spec, self.dir, att.number, self.tags, lambda: self.scratch(att),
+                self.role.checkpoint(att.number), bool(self.box.box),
+            )  # fmt: skip
+            stdin = subprocess.DEVNULL
+            if self.box.box:  # the runtime's client; the job's environment reaches it by -e
+                argv, env = self.box.command(argv, env, cwd, self.scratch(att))
+                stdin, cwd = subprocess.PIPE, None  # the job's own cwd is inside
+        else:
+            ifname = early.ifname
         with self.stop_once, self.reaper.cond:  # a stop, and the reaper, see it started or not
             if att.stopped.is_set():
+                if early is not None and early.proc is not None:  # a stop came first: unseen
+                    pid = early.proc.pid
+                    procs.signal_all([*procs.own_descendants(pid), pid], signal.SIGKILL)
                 return None
-            try:
-                att.job = subprocess.Popen(
-                    argv, cwd=cwd, env=env, stdin=stdin,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    preexec_fn=deathsig.preexec(procs.libc),  # it never outlives its supervisor
-                )  # fmt: skip
-            except OSError as exc:
-                what = cwd if cwd and exc.filename == cwd else argv[0]
-                att.error = f"cannot start {what}: {exc.strerror}"
+            if early is None:
+                att.job, att.error = jobstart.popen(argv, env, cwd, stdin)
+            else:
+                att.job, att.error, att.scratch = early.proc, early.error, early.scratch
+                if att.job is not None and att.job.pid in self.reaper.codes:  # ended already
+                    self._exited(att.job.pid, self.reaper.codes[att.job.pid])
         if att.error:
             self.note(t=protocol.ERROR, msg=att.error, attempt=att.number)
             return None
@@ -425,14 +426,8 @@ class Daemon:
 
     def scratch(self, att: Attempt) -> str:
         """A fresh private directory for torchrun's --log-dir, gone when the attempt ends."""
-        if att.scratch:  # one per attempt, however many places name it
-            return att.scratch
-        import tempfile
-
-        runtime = os.environ.get("XDG_RUNTIME_DIR")
-        where = runtime if runtime and os.access(runtime, os.W_OK) else self.dir
-        prefix = "ddptui-{}-n{}-".format(self.spec["run_id"], self.node)
-        att.scratch = tempfile.mkdtemp(prefix=prefix, dir=where)
+        if not att.scratch:  # one per attempt, however many places name it
+            att.scratch = jobstart.scratch_dir(self.spec["run_id"], self.node, self.dir)
         return att.scratch
 
     def _exited(self, pid: int, code: int | None) -> None:

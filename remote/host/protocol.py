@@ -206,6 +206,7 @@ PING = "ping"  # launcher, every few seconds
 PONG = "pong"  # agent, to each ping
 LEASE = "lease"  # launcher: {seconds}: leave after that long without a word
 CTL_SOCKET = "ctl.sock"  # a supervisor's socket in its node directory: viewers connect there
+NO_PREFORK = "DDPTUI_NO_PREFORK"  # in an agent's environment: no launch follows (a login node)
 AGENT_LEASE_S = 60.0  # until the launcher says otherwise
 
 # -- a node's stream (spool meta records and out-of-band control, remote/host/daemon.py) --------

@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 
-from . import channel, hostlist, netif, procs, protocol, state
+from . import channel, hostlist, jobstart, netif, procs, protocol, state
 from .common import log, thread
 
 # In the launcher's plan, what only the allocation knows (remote/slurm/script.py writes them).
@@ -264,11 +264,8 @@ def fill(spec, found, secret, k, auto_ranks):
 
 def supervise(spec, ndir):
     """The node's supervisor, here and now (not detached: Slurm's step holds it); its exit
-    status the node's."""
-    from .boot import guardian
-    from .daemon import Daemon
-    from .job import node_tags
-
+    status the node's. Its first attempt's job starts before the supervisor's own modules
+    load: torchrun imports torch meanwhile."""
     os.chdir(ndir)
     log_fd = os.open("supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 2)
@@ -280,9 +277,15 @@ def supervise(spec, ndir):
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
     subreaper = procs.become_subreaper()
+    early = jobstart.Early(spec, ndir) if jobstart.Early.fits(spec) else None
+
+    from .boot import guardian
+    from .daemon import Daemon
+    from .job import node_tags
+
     box = spec["container"]
     daemon = Daemon(spec, ndir)
-    daemon.subreaper = subreaper
+    daemon.subreaper, daemon.early = subreaper, early
     daemon.guard = guardian(
         node_tags(spec["run_id"], spec["node"]), spec["grace"], box and box["runtime"]
     )

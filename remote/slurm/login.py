@@ -32,7 +32,7 @@ class Login:
         self, host: Host, emit: Emit, *, lease: float = 60.0, start_timeout: float = 300.0
     ) -> None:
         self.host, self.emit = host, emit
-        self.fleet = Fleet([host], lease=lease, start_timeout=start_timeout)
+        self.fleet = Fleet([host], lease=lease, start_timeout=start_timeout, prefork=False)
         self.logins = 0  # how many times this run logged in (sites count them)
 
     @property

@@ -165,7 +165,8 @@ def payload(inv: Inventory, run_id: str, attempt: int = 0, extra: Sequence[str] 
         "nproc": nproc,
         "auto_ranks": nproc is None and static,
     }
-    return base64.encodebytes(zlib.compress(json.dumps(data).encode(), 6))
+    # the fastest level: the submission waits for it (the script is a little longer for it)
+    return base64.encodebytes(zlib.compress(json.dumps(data).encode(), 1))
 
 
 def render(

@@ -5,6 +5,7 @@ leaves with its agent. Every launch of the other tests starts its supervisors th
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ddptui.remote.agents import shipper
+from ddptui.remote.agents import ops, shipper
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.transport import LocalTransport
 from ddptui.remote.host import nodes, procs, protocol, state
@@ -81,10 +82,10 @@ def test_a_taken_prefork_is_the_supervisor_and_ps_names_its_run(code: str) -> No
         time.sleep(0.05)
 
 
-async def started() -> Agent:
+async def started(prefork: bool = True) -> Agent:
     host = Host(0, "localhost", "node0", "local", None, None, None, None, sys.executable, None,
                 {}, None)  # fmt: skip
-    agent = Agent(LocalTransport(host))
+    agent = Agent(LocalTransport(host), prefork=prefork)
     await agent.start()
     assert agent.hello is not None and agent.hello.code == "kept"
     return agent
@@ -113,3 +114,23 @@ async def test_an_unused_prefork_is_no_agent_in_ps_and_leaves_with_its_agent(cod
     while Path(f"/proc/{prefork}").exists() and (procs.stat(prefork) or ("Z",))[0] != "Z":
         assert time.monotonic() < deadline, "the prefork outlived its agent"
         time.sleep(0.05)
+
+
+async def test_an_agent_no_launch_follows_makes_no_prefork(
+    code: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slurm's login node: its agent answers at once, and the word does not reach what it runs
+    (sbatch would pass it on to the job's nodes)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\nexec env\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    agent = await started(prefork=False)
+    try:
+        assert agent.hello is not None and children(agent.hello.pid) == []
+        reply = await ops.slurm(agent, ["sbatch"])
+        assert reply.code == 0 and "PATH=" in reply.out
+        assert protocol.NO_PREFORK not in reply.out
+    finally:
+        await agent.close()
