@@ -268,10 +268,13 @@ async def rounds(inv: Path, out: Path, args: argparse.Namespace) -> tuple[list[C
 
 
 def report(costs: list[Cost], queues: list[Queue], hosts: int) -> None:
-    rows = [row(f"rep {i + 1}", c, q) for i, (c, q) in enumerate(zip(costs, queues, strict=True))]
+    added = [(t - bare) / bare for _, t, _, bare in costs]  # each round's pair
+    rows = [row(f"rep {i + 1}", c, a, q)
+            for i, (c, a, q) in enumerate(zip(costs, added, queues, strict=True))]  # fmt: skip
     med = statistics.median
     cost = tuple(med(c[i] for c in costs) for i in range(4))
-    rows.append(row("median", cost, (med(q for q, _ in queues), med(b for _, b in queues))))
+    queue = (med(q for q, _ in queues), med(b for _, b in queues))
+    rows.append(row("median", cost, med(added), queue))
     header = ["", "lease s", "launch s", "lease / launch", "no leases: launch s",
               "with - without", "its lease → running s", "end → queued run s",
               "queued: its lease → running s"]  # fmt: skip
@@ -281,10 +284,10 @@ def report(costs: list[Cost], queues: list[Queue], hosts: int) -> None:
           f"<= {QUEUE_TARGET_S:g} s")  # fmt: skip
 
 
-def row(name: str, cost: tuple[float, ...], queue: Queue) -> list[str]:
+def row(name: str, cost: tuple[float, ...], added: float, queue: Queue) -> list[str]:
     (s, t, r, bare), (q, b) = cost, queue
-    return [name, f"{s:.3f}", f"{t:.2f}", f"{s / t:.1%}", f"{bare:.2f}",
-            f"{(t - bare) / bare:+.1%}", f"{r:.2f}", f"{q:.2f}", f"{b:.2f}"]  # fmt: skip
+    return [name, f"{s:.3f}", f"{t:.2f}", f"{s / t:.1%}", f"{bare:.2f}", f"{added:+.1%}",
+            f"{r:.2f}", f"{q:.2f}", f"{b:.2f}"]  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -104,9 +104,10 @@ class OwnCommands:
         return code
 
     def held(self) -> set[int]:
-        """Called holding `lock`: the commands under way and everything they started."""
+        """Called holding `lock`: the commands under way and everything they started. Read
+        from a copy: a command's end (`finish`, another thread) leaves the set meanwhile."""
         pids = set(self.running)
-        for pid in self.running:
+        for pid in list(pids):
             pids.update(procs.descendants(pid))
         return pids
 

@@ -111,3 +111,21 @@ def test_what_runs_is_held_from_a_sweep(own: tuple[OwnCommands, Reaper]) -> None
     finally:
         commands.end()
         assert commands.finish(proc, 5) == -signal.SIGKILL
+
+
+def test_a_command_ending_while_a_sweep_looks_is_no_crash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A command's end (`finish`, another thread, without the lock) while `held()` reads what
+    each command started: the supervisor once died of it ('Set changed size during
+    iteration', a health read ending as the attempt's sweep began, at 128 hosts)."""
+    commands = OwnCommands()
+    commands.running.update({101, 102})
+
+    def descendants(pid: int) -> list[int]:
+        commands.running.discard(102 if pid == 101 else 101)  # the other one ends meanwhile
+        return [pid + 1000]
+
+    monkeypatch.setattr(procs, "descendants", descendants)
+    held = commands.held()
+    assert held >= {101, 102} and held & {1101, 1102}
