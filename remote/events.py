@@ -140,6 +140,12 @@ class RunFinished(Event):
     reason: str = ""  # why, where no failure says it: a lost run (the hosts' lease ended it)
 
 
+def seconds(s: float) -> str:
+    """A wait as people read it: `0.5`, `10`, `60` (the time left to a restart is measured to
+    the millisecond: 0.499 s said as 0.5)."""
+    return f"{round(s, 1):g}" if s < 10 else str(round(s))
+
+
 @dataclass(frozen=True, slots=True)
 class RunRestarting(Event):
     """The run's hub starts the job again on every node (job.restarts), after `delay` s and
@@ -153,7 +159,7 @@ class RunRestarting(Event):
 
     def text(self) -> str:
         """`restarting in 10 s: attempt 2 of 3 (after rank 3 failed on node1)`."""
-        when = f"in {self.delay:g} s"
+        when = f"in {seconds(self.delay)} s"
         if self.replace:
             names = ", ".join(self.replace)
             when = f"once a spare host takes {names}'s place ({when} at the earliest)"

@@ -287,6 +287,16 @@ def test_the_summary_has_every_attempt_and_attach_finds_a_spares_place(
     )
 
 
+@pytest.mark.parametrize(
+    ("left", "said"), [(0.499, "0.5"), (0.5, "0.5"), (0.04, "0"), (9.96, "10"), (59.998, "60")]
+)
+def test_a_restarts_wait_is_said_as_people_read_it(left: float, said: str) -> None:
+    """The hub says the time left to a restart to the millisecond; a loaded host's 0.499 s is
+    said as the 0.5 s the job asked for (a slow_e2e story failed on `restarting in 0.499 s`)."""
+    text = RunRestarting(1, 3, "rank 3 failed on node1", left).text()
+    assert text == f"restarting in {said} s: attempt 2 of 3 (after rank 3 failed on node1)"
+
+
 def test_summary_hosts_are_the_same_live_or_after_an_attach(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
