@@ -43,6 +43,8 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from bench_common import REPO, cluster, load, round_name, table, workspace, write_inventory
@@ -199,6 +201,38 @@ def with_go(path: Path, out: Path, go: str) -> inventory.Inventory:
     return dataclasses.replace(inv, job=job)
 
 
+@contextmanager
+def rig(hosts: int, testhosts: str, name: str, keep: bool) -> Iterator[tuple[Path, Path]]:
+    """The test hosts, each with a stand-in H200 and a lease directory of its own, and the
+    bench's inventories in a workspace: (workspace, the ranks' notes dir). WORK/inv.yaml is the
+    job; WORK/inv.b.yaml the same job with the queued run's python niced (NICE)."""
+    if hosts > 32:  # this rig's sshds share its 2 cores: a login may wait its turn
+        from ddptui.remote.agents import transport
+
+        transport.CONNECT_TIMEOUT = 60.0
+    import nvidia_smi  # tests/support, on the path once bench_common is imported
+
+    with (
+        workspace(name, keep) as work,
+        cluster(hosts, work / "hosts", testhosts=testhosts, lease_dirs=True) as c,
+    ):
+        for i in range(hosts):
+            c.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H200))
+        out = work / "out"
+        out.mkdir()
+        defaults = {**c.inventory_defaults(), "workdir": str(REPO)}
+        defaults["env"] = {**defaults.get("env", {}), "LEASEJOB_GROUP": "0"}  # no torch
+        job = {"script": "tests/support/leasejob.py", "args": [str(out), "go"],
+               "launcher": "env", "nproc_per_node": "auto", "master_port": "auto"}  # fmt: skip
+        named = [{"host": h.addr, "name": h.name} for h in c.hosts]
+        write_inventory(work / "inv.yaml", named, defaults, job)
+        niced = work / "nice-python"
+        niced.write_text(NICE.format(python=defaults["python"]))
+        niced.chmod(0o755)
+        write_inventory(work / "inv.b.yaml", named, {**defaults, "python": str(niced)}, job)
+        yield work, out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--hosts", type=int, default=4)
@@ -207,30 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep logs and outputs")
     p.add_argument("--testhosts", default="ddptb:10.213.9", help="PREFIX:SUBNET of the hosts")
     args = p.parse_args(argv)
-    if args.hosts > 32:  # this rig's sshds share its 2 cores: a login may wait its turn
-        from ddptui.remote.agents import transport
-
-        transport.CONNECT_TIMEOUT = 60.0
-    import nvidia_smi  # tests/support, on the path once bench_common is imported
-
-    with (
-        workspace("lease", args.keep) as work,
-        cluster(args.hosts, work / "hosts", testhosts=args.testhosts, lease_dirs=True) as c,
-    ):
-        for i in range(args.hosts):
-            c.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H200))
-        out = work / "out"
-        out.mkdir()
-        defaults = {**c.inventory_defaults(), "workdir": str(REPO)}
-        defaults["env"] = {**defaults.get("env", {}), "LEASEJOB_GROUP": "0"}  # no torch
-        job = {"script": "tests/support/leasejob.py", "args": [str(out), "go"],
-               "launcher": "env", "nproc_per_node": "auto", "master_port": "auto"}  # fmt: skip
-        hosts = [{"host": h.addr, "name": h.name} for h in c.hosts]
-        write_inventory(work / "inv.yaml", hosts, defaults, job)
-        niced = work / "nice-python"
-        niced.write_text(NICE.format(python=defaults["python"]))
-        niced.chmod(0o755)
-        write_inventory(work / "inv.b.yaml", hosts, {**defaults, "python": str(niced)}, job)
+    with rig(args.hosts, args.testhosts, "lease", args.keep) as (work, out):
         costs, queues = asyncio.run(rounds(work / "inv.yaml", out, args))
     report(costs, queues, args.hosts)
     if len(costs) != args.reps or len(queues) != args.reps:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_lease
-from bench_common import REPO, cluster, load, workspace, write_inventory
+from bench_common import load
 
 from ddptui.remote.events import NodeExited
 from ddptui.remote.run import gang as gangmod
@@ -177,30 +177,7 @@ def main() -> int:
         help="say each callback of the launcher's loop that ran this long (s)",
     )
     args = p.parse_args()
-    if args.hosts > 32:
-        from ddptui.remote.agents import transport
-
-        transport.CONNECT_TIMEOUT = 60.0
-    import nvidia_smi
-
-    with (
-        workspace("leaseprof", False) as work,
-        cluster(args.hosts, work / "hosts", testhosts=args.testhosts, lease_dirs=True) as c,
-    ):
-        for i in range(args.hosts):
-            c.put_tool(i, "nvidia-smi", nvidia_smi.stand_in(nvidia_smi.H200))
-        out = work / "out"
-        out.mkdir()
-        defaults = {**c.inventory_defaults(), "workdir": str(REPO)}
-        defaults["env"] = {**defaults.get("env", {}), "LEASEJOB_GROUP": "0"}
-        job = {"script": "tests/support/leasejob.py", "args": [str(out), "go"],
-               "launcher": "env", "nproc_per_node": "auto", "master_port": "auto"}  # fmt: skip
-        hosts = [{"host": h.addr, "name": h.name} for h in c.hosts]
-        write_inventory(work / "inv.yaml", hosts, defaults, job)
-        niced = work / "nice-python"
-        niced.write_text(bench_lease.NICE.format(python=defaults["python"]))
-        niced.chmod(0o755)
-        write_inventory(work / "inv.b.yaml", hosts, {**defaults, "python": str(niced)}, job)
+    with bench_lease.rig(args.hosts, args.testhosts, "leaseprof", False) as (work, out):
         if args.slow:
             import logging
 
