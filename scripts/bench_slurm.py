@@ -115,6 +115,15 @@ def submit_to_first_line(c: SlurmCluster, work: Path, reps: int) -> bool:
         f"less Slurm's hold, median of {reps}: ddptui {less['ddptui']:.2f} s, sbatch "
         f"{less['sbatch']:.2f} s: {less['ddptui'] / less['sbatch']:.3f}x"
     )
+    # the job's own way, from its nodes' allocation to the first line: the nodes' part alone
+    ran = {
+        k: statistics.median(r.first - r.sent - h for r, h in zip(v, held[k], strict=True))
+        for k, v in done.items()
+    }
+    print(
+        f"allocation to first rank line (less submission and hold), median of {reps}: ddptui "
+        f"{ran['ddptui']:.2f} s, sbatch {ran['sbatch']:.2f} s"
+    )
     mine = statistics.median(r.first for r in done["ddptui"])
     base = statistics.median(r.first for r in done["sbatch"])
     ratio = mine / base
