@@ -72,7 +72,7 @@ from testhosts import FIRST_HOST_OCTET, TestCluster
 
 from ddptui.remote import inventory
 from ddptui.remote.agents import fanout, openssh
-from ddptui.remote.agents.transport import SSHTransport
+from ddptui.remote.agents.sshtransport import SSHTransport
 
 SCRIPT = REPO / "tests" / "data" / "light_job.py"
 HELLO = b"hello from node"

@@ -33,7 +33,7 @@ from bench_common import REPO, TestCluster, median, table, workspace
 
 from ddptui.remote import inventory
 from ddptui.remote.agents import sync
-from ddptui.remote.agents.transport import SSHTransport
+from ddptui.remote.agents.sshtransport import SSHTransport
 
 CASES = ("cold", "warm", "one")
 

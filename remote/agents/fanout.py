@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 import weakref
 from collections.abc import AsyncIterator
 
-from ddptui.remote.agents.sshlib import asyncssh
 from ddptui.remote.agents.transport import HostError, Transport
 
 FANOUT = 64
@@ -30,7 +30,7 @@ REFUSED_TRIES = 3
 PAUSE_S = 0.1  # the first pause's ceiling; each next one doubles it, up to MAX_PAUSE_S
 MAX_PAUSE_S = 2.0
 
-DROPPED = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, asyncssh.ConnectionLost)
+DROPPED = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
 
 class _Gates:
@@ -64,9 +64,15 @@ def tries_for(exc: HostError) -> int:
     cause = exc.__context__  # transport.py raises HostError from inside its except block
     if isinstance(cause, ConnectionRefusedError):
         return REFUSED_TRIES
-    if isinstance(cause, DROPPED):
+    if isinstance(cause, (*DROPPED, _connection_lost())):
         return DROPPED_TRIES
     return 1
+
+
+def _connection_lost() -> type[BaseException] | tuple[()]:
+    """asyncssh's ConnectionLost, where asyncssh is loaded: only its logins raise it (a login
+    through OpenSSH's client never loads it, remote/agents/sshclient.py)."""
+    return getattr(sys.modules.get("asyncssh"), "ConnectionLost", ())
 
 
 def pause(attempt: int) -> float:

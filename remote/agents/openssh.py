@@ -47,7 +47,24 @@ def ssh_g_argv(
     known_hosts: str | None = None,
 ) -> list[str]:
     """The `ssh -G` command for host, with the inventory's values as the command line's."""
-    argv = [client() or "ssh", "-G"]
+    return command(
+        host, ["-G"], user=user, port=port, identity_files=identity_files,
+        config_file=config_file, known_hosts=known_hosts,
+    )  # fmt: skip
+
+
+def command(
+    host: str,
+    options: Sequence[str],
+    *,
+    user: str | None = None,
+    port: int | None = None,
+    identity_files: Sequence[str] = (),
+    config_file: str | None = None,
+    known_hosts: str | None = None,
+) -> list[str]:
+    """An ssh command line for host (options first), the inventory's values as its own."""
+    argv = [client() or "ssh", *options]
     if config_file:
         argv += ["-F", config_file]
     if known_hosts:

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ddptui.remote.agents import ops
+from ddptui.remote.agents import openssh, ops
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.fleet import Fleet
-from ddptui.remote.agents.transport import HostError
+from ddptui.remote.agents.sshclient import ClientTransport
+from ddptui.remote.agents.transport import HostError, Transport, for_host
 from ddptui.remote.events import Event, HostState, Notice
 from ddptui.remote.host.protocol import SLURM_RUN_DIR
 from ddptui.remote.inventory import Host
@@ -21,6 +22,14 @@ from ddptui.remote.slurm import queue
 
 Emit = Callable[[Event], None]
 OUTPUT = "slurm-%j.out"  # the job's own output file, in the run's directory on the login node
+
+
+def _transport(host: Host) -> Transport:
+    """OpenSSH's client where there is one: the whole run rides its one login, and the
+    submission does not wait for asyncssh to load (remote/agents/sshclient.py)."""
+    if host.transport == "local" or openssh.client() is None:
+        return for_host(host)
+    return ClientTransport(host)
 
 
 class SlurmError(HostError):
@@ -32,7 +41,10 @@ class Login:
         self, host: Host, emit: Emit, *, lease: float = 60.0, start_timeout: float = 300.0
     ) -> None:
         self.host, self.emit = host, emit
-        self.fleet = Fleet([host], lease=lease, start_timeout=start_timeout, prefork=False)
+        self.fleet = Fleet(
+            [host], lease=lease, start_timeout=start_timeout, prefork=False,
+            transports=[_transport(host)],
+        )  # fmt: skip
         self.logins = 0  # how many times this run logged in (sites count them)
 
     @property

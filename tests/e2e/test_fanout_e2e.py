@@ -14,7 +14,7 @@ from testhosts import TestCluster
 
 from ddptui.remote import inventory
 from ddptui.remote.agents import fanout
-from ddptui.remote.agents.transport import SSHTransport
+from ddptui.remote.agents.sshtransport import SSHTransport
 from ddptui.remote.events import Event, HostState
 
 pytestmark = pytest.mark.e2e

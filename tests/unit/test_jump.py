@@ -12,7 +12,8 @@ import pytest
 from ddptui.remote import inventory
 from ddptui.remote.agents import jump
 from ddptui.remote.agents.fleet import own_address
-from ddptui.remote.agents.transport import SSHTransport, routable
+from ddptui.remote.agents.sshtransport import SSHTransport
+from ddptui.remote.agents.transport import routable
 
 
 class FakeConn:
@@ -197,7 +198,7 @@ async def test_a_hop_that_fails_is_named_and_the_hops_before_it_closed(
 async def test_without_openssh_asyncssh_reads_the_config_and_a_launch_says_so_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ddptui.remote.agents import openssh, transport
+    from ddptui.remote.agents import openssh, sshtransport
 
     async def connect(host: str, **options: Any) -> FakeConn:
         assert "config" not in options  # asyncssh's own reading of ~/.ssh/config
@@ -209,7 +210,7 @@ async def test_without_openssh_asyncssh_reads_the_config_and_a_launch_says_so_on
     first, second = SSHTransport(HOST), SSHTransport(HOST)
     await first.connect()
     await second.connect()
-    assert first.notices == [transport.NO_OPENSSH] and second.notices == []
+    assert first.notices == [sshtransport.NO_OPENSSH] and second.notices == []
 
 
 async def _config() -> Any:

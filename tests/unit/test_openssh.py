@@ -24,7 +24,8 @@ import pytest
 from ddptui.remote import inventory
 from ddptui.remote.agents import jump, openssh
 from ddptui.remote.agents.sshlib import asyncssh
-from ddptui.remote.agents.transport import HostError, SSHTransport
+from ddptui.remote.agents.sshtransport import SSHTransport
+from ddptui.remote.agents.transport import HostError
 
 pytestmark = pytest.mark.skipif(openssh.client() is None, reason="no OpenSSH client")
 
@@ -345,7 +346,7 @@ async def connect(host, **options):
 jump.asyncssh.connect = connect
 jump.known_hosts = lambda files: list(files)
 from ddptui.remote.inventory import parse
-from ddptui.remote.agents.transport import SSHTransport
+from ddptui.remote.agents.sshtransport import SSHTransport
 from pathlib import Path
 h = parse('hosts: [{{host: gpu1}}]\\njob: {{script: t}}\\n', Path("i.yaml")).hosts[0]
 asyncio.run(SSHTransport(h).connect())
