@@ -344,9 +344,22 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError("--run-dir and --runs-root: give one (--run-dir is the run's own)")
     import asyncio
 
-    with _start_up():
-        launching = _launching(args, extra)
-    return asyncio.run(launching)
+    return asyncio.run(_launch(args, extra))
+
+
+async def _launch(args: argparse.Namespace, extra: list[str]) -> int:
+    """The launch, a Slurm login node logged into while its inventory is checked (a submission
+    waits for both: remote/slurm/early.py)."""
+    from ddptui.remote.slurm import early
+
+    begun = await early.begin(args.inventory)
+    try:
+        with _start_up():
+            launching = _launching(args, extra)
+        return await launching
+    finally:
+        if begun is not None:
+            begun.drop()  # unless the launch took it on
 
 
 @contextlib.contextmanager

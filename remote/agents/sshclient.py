@@ -10,19 +10,28 @@ process, beside the launcher's own work, and asyncssh (~0.2 s to import) is neve
 
 A login sshd drops (MaxStartups) or refuses is tried again as remote/agents/fanout.py tries
 asyncssh's; every other failure is an answer, named from ssh's own words (reason).
+
+A login may be begun before its host is known for sure (`begin`: a Slurm launch logs in while
+its inventory is still being checked, remote/slurm/early.py): the transport takes it on when it
+asks for the very same command line, and nothing else does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import shlex
+import signal
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
 from ddptui.remote.agents import fanout, openssh, transport
 from ddptui.remote.agents.transport import HostError, LocalProcess, Process, Result, Transport
-from ddptui.remote.inventory import Host
+
+if TYPE_CHECKING:  # the inventory's models load pydantic: an early login does not wait for it
+    from ddptui.remote.inventory import Host
 
 AUTHENTICATED = "Authenticated to "  # LogLevel VERBOSE's line once the login is done
 # ssh's own lines at LogLevel VERBOSE: not the host's words, nor why it failed
@@ -49,19 +58,75 @@ def options() -> list[str]:
     ]  # fmt: skip
 
 
-def argv_for(host: Host, command: list[str]) -> list[str]:
-    """The whole ssh command line that runs `command` on host (one shell word each)."""
-    keys = (str(Path(host.identity_file).expanduser()),) if host.identity_file else ()
+class Reach(NamedTuple):
+    """What ssh is told of a host: its name, and the inventory's keys for it."""
+
+    host: str
+    user: str | None = None
+    port: int | str | None = None
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    ssh_config: str | None = None
+
+    @classmethod
+    def of(cls, host: Host) -> Reach:
+        return cls(host.host, host.user, host.port, host.identity_file, host.known_hosts,
+                   host.ssh_config)  # fmt: skip
+
+
+def argv_for(reach: Reach, command: list[str]) -> list[str]:
+    """The whole ssh command line that runs `command` on a host (one shell word each)."""
+    keys = (str(Path(reach.identity_file).expanduser()),) if reach.identity_file else ()
     ssh = openssh.command(
-        host.host,
+        reach.host,
         options(),
-        user=host.user,
-        port=host.port,
+        user=reach.user,
+        port=int(reach.port) if reach.port else None,
         identity_files=keys,
-        config_file=host.ssh_config or openssh.home_config(),
-        known_hosts=str(Path(host.known_hosts).expanduser()) if host.known_hosts else None,
+        config_file=reach.ssh_config or openssh.home_config(),
+        known_hosts=str(Path(reach.known_hosts).expanduser()) if reach.known_hosts else None,
     )
     return [*ssh, shlex.join(command)]
+
+
+async def _spawn(ssh: list[str]) -> asyncio.subprocess.Process:
+    """ssh, running; OSError if it cannot be."""
+    return await asyncio.create_subprocess_exec(
+        *ssh,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=transport.LINE_LIMIT,
+        start_new_session=True,  # its group is killed with it (LocalProcess.kill)
+    )
+
+
+_begun: dict[tuple[str, ...], asyncio.subprocess.Process] = {}
+
+
+class Begun:
+    """A login begun early, until a transport takes it on (or it is dropped)."""
+
+    def __init__(self, ssh: list[str]) -> None:
+        self.key = tuple(ssh)
+
+    def drop(self) -> None:
+        """Killed unless taken on: a guess the checked inventory did not bear out, or a launch
+        that ended before its login was needed."""
+        proc = _begun.pop(self.key, None)
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def begin(reach: Reach, command: list[str]) -> Begun | None:
+    """Start logging in to run `command` now; None where ssh cannot be run."""
+    try:
+        ssh = argv_for(reach, command)
+        _begun[tuple(ssh)] = await _spawn(ssh)
+    except (OSError, ValueError):  # no ssh here; a port that is no number: the check says so
+        return None
+    return Begun(ssh)
 
 
 class _ClientProcess(LocalProcess):
@@ -126,16 +191,12 @@ class ClientTransport(Transport):
             await asyncio.sleep(fanout.pause(attempt))
 
     async def _spawn(self, argv: list[str]) -> asyncio.subprocess.Process:
-        ssh = argv_for(self.host, argv)
+        ssh = argv_for(Reach.of(self.host), argv)
+        begun = _begun.pop(tuple(ssh), None)
+        if begun is not None:
+            return begun
         try:
-            return await asyncio.create_subprocess_exec(
-                *ssh,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=transport.LINE_LIMIT,
-                start_new_session=True,  # its group is killed with it (LocalProcess.kill)
-            )
+            return await _spawn(ssh)
         except OSError as exc:
             raise HostError(self.host.name, f"cannot run {ssh[0]}: {exc.strerror}") from None
 

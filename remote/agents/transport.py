@@ -18,9 +18,10 @@ from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ddptui.remote.inventory import Host
+if TYPE_CHECKING:  # the inventory's models load pydantic: an early login does not wait for it
+    from ddptui.remote.inventory import Host
 
 CONNECT_TIMEOUT = 10.0
 KEEPALIVE = 5.0  # a silent host is declared lost after KEEPALIVE * 3 seconds

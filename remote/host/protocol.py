@@ -76,7 +76,7 @@ if TYPE_CHECKING:
         reason: str
 
     # -- a node's spec (START): what its supervisor is handed; SPEC_DEFAULTS below says each
-    # key's default (REQUIRED: none), the launcher's node_spec (remote/run/launch.py) its value --
+    # key's default (REQUIRED: none), the launcher's node_spec (remote/run/plan.py) its value --
 
     class Spec(TypedDict, total=False):
         run_id: str

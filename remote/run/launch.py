@@ -25,7 +25,7 @@ from ddptui.remote.host import channel, protocol
 from ddptui.remote.inventory import Inventory, swap_in
 from ddptui.remote.leases import take as leases
 from ddptui.remote.run.gang import Node, Start
-from ddptui.remote.run.plan import IFNAME_VARS, SCRATCH, NodePlan, Plan, build
+from ddptui.remote.run.plan import NodePlan, Plan, build, node_spec
 from ddptui.remote.stalls import flight
 from ddptui.remote.store import runs
 
@@ -261,58 +261,3 @@ class Launch:
         lost = self.inv.hosts[k].name
         self.preflight.swap_in(k, j, spare, attempt)
         runs.replaced(self.run_dir, k, spare, attempt, lost)
-
-
-def node_spec(
-    inv: Inventory,
-    run_id: str,
-    node: NodePlan,
-    master_addr: str,
-    *,
-    env: dict[str, str],
-    workdir: str | None,
-    secret: str,
-    attempt: int = 0,
-    lease: dict[str, Any] | None = None,
-) -> protocol.Spec:
-    """What node's supervisor is handed (remote/host/protocol.py's spec): its plan, and the
-    job's keys its host acts on. A launch's (Launch.spec) and a Slurm job's alike."""
-    job = inv.job
-    notify = job.notify.model_dump() if job.notify else None
-    given: protocol.Spec = {
-            "run_id": run_id,
-            "node": node.node_rank,
-            "names": [h.name for h in inv.hosts],
-            "argv": list(node.argv),
-            "expand": list(node.expand),
-            "scratch_arg": SCRATCH,
-            "env": env,
-            "workdir": workdir,
-            "route_to": node.route_to,
-            "ifname_vars": list(IFNAME_VARS),
-            "master_addr": master_addr,
-            "grace": job.stop_grace,
-            "unset": list(node.unset),
-            "ranks": list(node.ranks),
-            "learn_ranks": not node.ranks,  # c10d, spawn, env: only the run reveals them
-            "tail_ranks": node.tail_ranks,
-            "line_buffer": not node.tail_ranks,
-            "container": node.host.container.spec() if node.host.container else None,
-            "link_timeout": job.link_timeout,
-            "spool_max": int(job.spool_max_mb * (1 << 20)),
-            "secret": secret,
-            "attempt": attempt,
-            "restarts": job.restarts,
-            "restart_delay": job.restart_delay,
-            "spares": len(inv.usable_spares),
-            "standbys": [h.name for h in inv.usable_spares] if node.node_rank == 0 else [],
-            "restart_on": job.restart_on,
-            "notify": notify,
-            "progress": job.progress,
-            "hang_after": job.hang_after,
-            "on_hang": job.on_hang,
-            "on_straggler": job.on_straggler,
-            "checkpoint": job.checkpoint,
-            "lease": lease,  # its GPUs' (remote/host/lease.py); a Slurm job's are Slurm's
-        }  # fmt: skip
-    return protocol.spec(given)

@@ -2,7 +2,7 @@
 ddptui's supervisor on every node (remote/host/slurmjob.py) with the host code carried in the
 script itself: nothing is installed on the cluster. Pure.
 
-The nodes' specs are planned here as for SSH hosts (remote/run/plan.py, launch.node_spec), with
+The nodes' specs are planned here as for SSH hosts (remote/run/plan.py: build, node_spec), with
 what only the allocation knows left as words the batch host fills (node 0's address, each
 node's own, the ports, the processes per node for `auto`): node k's spec is the k-th, node 0
 the batch host.
@@ -22,8 +22,7 @@ from typing import Any
 from ddptui.remote.agents import shipper
 from ddptui.remote.host import slurmjob
 from ddptui.remote.inventory import Inventory
-from ddptui.remote.run.launch import node_spec
-from ddptui.remote.run.plan import Plan, build
+from ddptui.remote.run.plan import Plan, build, node_spec
 from ddptui.remote.slurm.queue import job_name
 
 # python3 >= 3.8, on the batch host and on every node (argv: head | node). The payload is on

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ddptui.remote import inventory
-from ddptui.remote.agents import fanout, sshclient
+from ddptui.remote.agents import fanout, shipper, sshclient
+from ddptui.remote.slurm import early
 
 INV = """\
 defaults: {user: alice, port: 2222, identity_file: ~/.ssh/id_x, ssh_config: /etc/cfg,
@@ -26,7 +27,9 @@ def login() -> inventory.Host:
 
 
 def test_the_command_line_verifies_keys_never_prompts_and_quotes_the_command() -> None:
-    argv = sshclient.argv_for(login(), ["sh", "-c", "echo $HOME; rm -rf /", "a b"])
+    argv = sshclient.argv_for(
+        sshclient.Reach.of(login()), ["sh", "-c", "echo $HOME; rm -rf /", "a b"]
+    )
     options = " ".join(argv)
     for option in ("BatchMode=yes", "StrictHostKeyChecking=yes", "ControlPath=none"):
         assert f"-o {option}" in options
@@ -90,3 +93,41 @@ def test_ssh_s_own_chatter_is_not_the_host_s_words() -> None:
         "Bytes per second: sent 71072.3, received 68042.8",
     ]
     assert [line for line in lines if not sshclient.CHATTER.match(line)] == [lines[1]]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        INV,
+        "slurm: {login: hpc, nodes: 1}\njob: {script: t.py}\n",
+        "defaults: {ssh_config: cfg/ssh, python: /opt/py/bin/python3, port: '2200'}\n"
+        "slurm: {login: hpc, nodes: 4}\njob: {script: t.py}\n",
+        "defaults: {ssh_config: ~/cfg, user: bob}\n"
+        "slurm: {login: hpc, nodes: 2}\njob: {script: t.py}\n",
+    ],
+)
+def test_the_early_login_is_the_one_the_checked_inventory_asks_for(
+    text: str, tmp_path: Path
+) -> None:
+    """remote/slurm/early.py reads the file as written; the checked inventory's login asks ssh
+    for the same command line, so the transport takes the early one on."""
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    found = early.guess(path)
+    login = inventory.load(path).login
+    assert found is not None and login is not None
+    reach, python = found
+    command = shipper.command(python, prefork=False)
+    assert sshclient.argv_for(reach, command) == sshclient.argv_for(
+        sshclient.Reach.of(login), shipper.command(login.python, prefork=False)
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["hosts: [a]\njob: {script: t.py}\n", "slurm: [x]\n", "slurm: {login: [a, b]}\n", ": :\n"],
+)
+def test_no_early_login_without_a_login_node_written(text: str, tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    assert early.guess(path) is None
