@@ -11,11 +11,14 @@ stories (detach, attach, stop, the exported script, `hosts: slurm`, hangs, GPUs,
 from __future__ import annotations
 
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 from e2etools import Cli, wait_for
 from slurmhosts import SlurmCluster, tick_job
+
+from ddptui.remote.host import protocol
 
 pytestmark = pytest.mark.e2e
 TICKS = 20  # 2 s of lines: squeue is asked while the ranks print
@@ -27,6 +30,25 @@ def test_refused_at_once(slurm: SlurmCluster, tmp_path: Path) -> None:
     assert cli.wait(60) == 1
     assert "Requested node configuration is not available" in cli.stderr
     assert not slurm.squeue()  # nothing was queued
+
+
+def test_a_mistake_in_the_inventory_leaves_no_login_behind(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """The login is begun while the inventory is checked (remote/slurm/early.py): a mistake the
+    check names ends the launch, and that login with it, on both sides."""
+    inv = slurm.write_inventory(tmp_path / "bad.yaml", tick_job(1, 0, bogus=1))
+    cli = Cli(inv, tmp_path / "bad")
+    assert cli.wait(60) == 2
+    assert "bogus" in cli.stderr and "Traceback" not in cli.stderr
+
+    def left() -> list[str]:
+        agents = slurm.pids_with_env(protocol.NO_PREFORK, "1")  # the login node's agent
+        ours = subprocess.run(["pgrep", "-f", f"ControlPath=none.* {slurm.login_name} "],
+                              capture_output=True, text=True).stdout.split()  # fmt: skip
+        return [*map(str, agents), *ours]
+
+    wait_for(lambda: not left(), 10, "the early login gone")
 
 
 def test_submitted_through_the_login_node_and_streamed(slurm: SlurmCluster, tmp_path: Path) -> None:
