@@ -8,10 +8,9 @@ Textual (scripts/bench_help.py measures it).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
 import sys
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -348,31 +347,22 @@ def launch_command(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 async def _launch(args: argparse.Namespace, extra: list[str]) -> int:
-    """The launch, a Slurm login node logged into while its inventory is checked (a submission
-    waits for both: remote/slurm/early.py)."""
+    """The headless launch: a Slurm login node logged into while the inventory is checked
+    (remote/slurm/early.py), no garbage collected while start-up makes what lasts (then frozen
+    out of every later collection): a Slurm submission waits for all of it."""
     from ddptui.remote.slurm import early
 
     begun = await early.begin(args.inventory)
-    try:
-        with _start_up():
-            launching = _launching(args, extra)
-        return await launching
-    finally:
-        if begun is not None:
-            begun.drop()  # unless the launch took it on
-
-
-@contextlib.contextmanager
-def _start_up() -> Iterator[None]:
-    """No garbage collection while start-up makes what lasts (the imports, the inventory's
-    models): collecting it is all cost, and a Slurm run's submission waits for it. Frozen
-    after, out of every later collection."""
     gc.disable()
     try:
-        yield
+        launching = _launching(args, extra)
         gc.freeze()
+        gc.enable()
+        return await launching
     finally:
         gc.enable()
+        if begun is not None:
+            begun.drop()  # unless the launch took it on
 
 
 def _launching(args: argparse.Namespace, extra: list[str]) -> Coroutine[Any, Any, int]:

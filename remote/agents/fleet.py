@@ -21,12 +21,20 @@ from typing import TypeVar
 from ddptui.remote.agents import fanout
 from ddptui.remote.agents.agent import Agent
 from ddptui.remote.agents.monitor import Monitor
-from ddptui.remote.agents.transport import HostError, Transport, for_host, routable
+from ddptui.remote.agents.transport import HostError, LocalTransport, Transport, routable
 from ddptui.remote.events import Event, HostState
 from ddptui.remote.inventory import Host, Inventory
 
 Emit = Callable[[Event], None]
 T = TypeVar("T")
+
+
+def for_host(host: Host) -> Transport:
+    if host.transport == "local":
+        return LocalTransport(host)
+    from ddptui.remote.agents.sshtransport import SSHTransport  # asyncssh: slow to import
+
+    return SSHTransport(host)
 
 
 class Fleet:
@@ -88,7 +96,7 @@ class Fleet:
         hello = await agent.start()
         t.address = own_address(t, hello.ssh_addr)
         self.agents[k] = agent
-        self.took[k] = time.monotonic() - t0
+        self.took[k] = time.monotonic() - min(t0, t.began or t0)
         emit(HostState(h.name, k, "connected", f"{self.took[k]:.2f} s"))
         if self.listeners:
             self._monitor(k, agent)

@@ -24,6 +24,7 @@ import os
 import re
 import shlex
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -101,7 +102,7 @@ async def _spawn(ssh: list[str]) -> asyncio.subprocess.Process:
     )
 
 
-_begun: dict[tuple[str, ...], asyncio.subprocess.Process] = {}
+_begun: dict[tuple[str, ...], tuple[asyncio.subprocess.Process, float]] = {}  # and when
 
 
 class Begun:
@@ -113,17 +114,17 @@ class Begun:
     def drop(self) -> None:
         """Killed unless taken on: a guess the checked inventory did not bear out, or a launch
         that ended before its login was needed."""
-        proc = _begun.pop(self.key, None)
-        if proc is not None:
+        begun = _begun.pop(self.key, None)
+        if begun is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(begun[0].pid, signal.SIGKILL)
 
 
 async def begin(reach: Reach, command: list[str]) -> Begun | None:
     """Start logging in to run `command` now; None where ssh cannot be run."""
     try:
         ssh = argv_for(reach, command)
-        _begun[tuple(ssh)] = await _spawn(ssh)
+        _begun[tuple(ssh)] = (await _spawn(ssh), time.monotonic())
     except (OSError, ValueError):  # no ssh here; a port that is no number: the check says so
         return None
     return Begun(ssh)
@@ -193,8 +194,9 @@ class ClientTransport(Transport):
     async def _spawn(self, argv: list[str]) -> asyncio.subprocess.Process:
         ssh = argv_for(Reach.of(self.host), argv)
         begun = _begun.pop(tuple(ssh), None)
+        self.began = begun[1] if begun is not None else None
         if begun is not None:
-            return begun
+            return begun[0]
         try:
             return await _spawn(ssh)
         except OSError as exc:

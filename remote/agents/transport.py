@@ -62,6 +62,7 @@ class Transport(ABC):
         self.address = host.host  # as peers reach it; refined on connect
         self.peer_address = host.host  # where we reached it, whatever it is
         self.notices: list[str] = []  # for a person, once connected (run.py emits them)
+        self.began: float | None = None  # when its login began, where before it was asked
 
     @abstractmethod
     async def connect(self) -> float:
@@ -78,14 +79,6 @@ class Transport(ABC):
 
     def drop(self) -> None:  # noqa: B027 (nothing to drop for most transports)
         """Forget the connection at once, without a goodbye (its link may be dead)."""
-
-
-def for_host(host: Host) -> Transport:
-    if host.transport == "local":
-        return LocalTransport(host)
-    from ddptui.remote.agents.sshtransport import SSHTransport  # asyncssh: slow to import
-
-    return SSHTransport(host)
 
 
 class StderrTail:

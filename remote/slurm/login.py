@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 
 from ddptui.remote.agents import openssh, ops
 from ddptui.remote.agents.agent import Agent
-from ddptui.remote.agents.fleet import Fleet
+from ddptui.remote.agents.fleet import Fleet, for_host
 from ddptui.remote.agents.sshclient import ClientTransport
-from ddptui.remote.agents.transport import HostError, Transport, for_host
+from ddptui.remote.agents.transport import HostError, Transport
 from ddptui.remote.events import Event, HostState, Notice
 from ddptui.remote.host.protocol import SLURM_RUN_DIR
 from ddptui.remote.inventory import Host
