@@ -41,6 +41,7 @@ CHATTER = re.compile(r"^(Authenticated to |Transferred: |Bytes per second: )")
 # ~0.13 s more CPU a login; the rest of ssh's defaults stay offered after it
 KEX = "curve25519-sha256,curve25519-sha256@libssh.org"
 EXIT_SSH = 255  # ssh's own failure (the link, the login), never the command's
+SAID_MAX = 300  # of ssh's last line, in a reason (the host's words are bounded)
 LOGIN_S = 3.0  # logging in, in CONNECT_TIMEOUTs (connecting is one of them)
 
 
@@ -232,7 +233,7 @@ def tries(said: str) -> int:
 def reason(said: str, host: Host) -> str:
     """Why the login failed, in the words ssh_reason gives asyncssh's failures."""
     target = f"{host.user + '@' if host.user else ''}{host.host}:{host.port or 22}"
-    last = said.strip().splitlines()[-1].removeprefix("ssh: ") if said.strip() else said
+    last = said.strip().splitlines()[-1].removeprefix("ssh: ")[:SAID_MAX] if said.strip() else ""
     if "Host key verification failed" in said or "IDENTIFICATION HAS CHANGED" in said:
         where = host.known_hosts or "~/.ssh/known_hosts"
         return (
