@@ -16,7 +16,7 @@ import shutil
 import signal
 import socket
 
-from . import container, procs, protocol, state
+from . import procs, protocol, state
 from .common import log, rmtree
 from .daemon import Daemon
 from .job import node_tags
@@ -146,6 +146,8 @@ def guardian(tags: dict[str, str], grace: float, runtime: str | None = None) -> 
     run's containers with it (runtime: docker's or podman's outlive their client).
 
     Returns its pid and the pipe to write b"k" into on a normal end."""
+    if runtime:
+        from . import container  # a run in containers alone: loaded now, not once it died
     r, w = os.pipe()
     pid = os.fork()
     if pid:

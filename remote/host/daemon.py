@@ -45,7 +45,6 @@ from . import (
 )
 from .attempt import Attempt
 from .common import log, rmtree, thread
-from .coordinator import Coordinator
 from .jobbox import JobBox
 from .owncommands import OwnCommands
 from .peer import Peer
@@ -161,6 +160,8 @@ class Daemon:
         sup = Supervisor(self.dir, self.note, self.save_state, self._told_stop,
                          self._launcher_heard, self.own, self.vitals)  # fmt: skip
         if self.node == 0:
+            from .coordinator import Coordinator  # node 0's alone (its hub, its watch)
+
             return Coordinator(self.spec, sup, min(self.link_timeout, DRAIN_S))
         return Peer(self.spec, sup)
 
