@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 DUMP_TIMEOUT = 20.0
 TRACE_MAX = 64 << 20  # bytes of one rank's trace
 FLIGHT_POLL = 0.1
+# py-spy's read of a live process fails now and then as a thread comes or goes under it
+# ("Failed to get stack traces ... get_stack_trace for thread"): that rank is read again
+MISREAD = "py-spy: Error: Failed to get stack traces"
+DUMP_TRIES = 2
 ANALYSER = "torch.distributed.flight_recorder.fr_trace"
 ANALYSE_TIMEOUT = 120.0
 VERDICT_MAX = 64 << 10
@@ -92,13 +96,20 @@ def dump_all(
     """{rank: {pid, threads}} for every rank process, the dumps running side by side.
     nonblocking: the ranks are not paused while read (the run's own watch)."""
     extra = (["--native"] if native else []) + (["--nonblocking"] if nonblocking else [])
-    running = {pid: _start([spy, "dump", "--json", "--pid", str(pid), *extra]) for pid in by_pid}
     deadline = time.monotonic() + timeout
-    out = {}
-    for pid, proc in running.items():
-        stack: dict[str, Any] = {"pid": pid}
-        stack.update(_dumped(proc, max(0.0, deadline - time.monotonic()), timeout))
-        out[str(by_pid[pid])] = stack
+    out: dict[str, Any] = {}
+    todo = list(by_pid)
+    for _ in range(DUMP_TRIES):
+        running = {pid: _start([spy, "dump", "--json", "--pid", str(pid), *extra]) for pid in todo}
+        todo = []
+        for pid, proc in running.items():
+            stack: dict[str, Any] = {"pid": pid}
+            stack.update(_dumped(proc, max(0.0, deadline - time.monotonic()), timeout))
+            out[str(by_pid[pid])] = stack
+            if str(stack.get("error", "")).startswith(MISREAD):
+                todo.append(pid)
+        if not todo or time.monotonic() >= deadline:
+            break
     return out
 
 

@@ -266,3 +266,21 @@ def test_a_loop_at_module_level_keeps_its_frame(tmp_path: Path, as_module: bool)
     [frame] = main["frames"]
     assert (frame["function"], frame["file"]) == ("<module>", "train_loop.py")
     assert frame["line"] in (3, 4)  # in the loop, mostly asleep on its line 4
+
+
+def test_a_rank_py_spy_misread_is_read_again(tmp_path: Path) -> None:
+    """py-spy's read of a live process fails now and then as a thread comes or goes under it: that
+    rank is read once more, not reported stackless (a stand-in py-spy that misreads once)."""
+    spy = tmp_path / "py-spy"
+    seen = tmp_path / "seen"
+    spy.write_text(
+        "#!/bin/sh\n"
+        f"if [ ! -e {seen} ]; then touch {seen}\n"
+        "  echo 'Error: Failed to get stack traces' >&2\n"
+        "  echo 'Caused by: 0: Failed to call get_stack_trace for thread 1' >&2; exit 1; fi\n"
+        """echo '[{"thread_id": 1, "thread_name": "MainThread", "active": true, """
+        """"owns_gil": false, "frames": []}]'\n"""
+    )
+    spy.chmod(0o755)
+    dumped = host_stacks.dump_all(str(spy), {os.getpid(): 0}, native=False)["0"]
+    assert "error" not in dumped and dumped["threads"], dumped
