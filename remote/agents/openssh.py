@@ -37,22 +37,6 @@ def client() -> str | None:
     return shutil.which("ssh")
 
 
-def ssh_g_argv(
-    host: str,
-    *,
-    user: str | None = None,
-    port: int | None = None,
-    identity_files: Sequence[str] = (),
-    config_file: str | None = None,
-    known_hosts: str | None = None,
-) -> list[str]:
-    """The `ssh -G` command for host, with the inventory's values as the command line's."""
-    return command(
-        host, ["-G"], user=user, port=port, identity_files=identity_files,
-        config_file=config_file, known_hosts=known_hosts,
-    )  # fmt: skip
-
-
 def command(
     host: str,
     options: Sequence[str],
@@ -63,7 +47,8 @@ def command(
     config_file: str | None = None,
     known_hosts: str | None = None,
 ) -> list[str]:
-    """An ssh command line for host (options first), the inventory's values as its own."""
+    """An ssh command line for host (options first: `-G` asks ssh for its settings), the
+    inventory's values as its own."""
     argv = [client() or "ssh", *options]
     if config_file:
         argv += ["-F", config_file]
@@ -100,8 +85,8 @@ async def ssh_g(
 ) -> Settings:
     """OpenSSH's settings for host, the inventory's values given as on ssh's command line;
     raises OpenSSHError."""
-    argv = ssh_g_argv(
-        host, user=user, port=port, identity_files=identity_files, config_file=config_file
+    argv = command(
+        host, ["-G"], user=user, port=port, identity_files=identity_files, config_file=config_file
     )
     return await _run(host, argv, timeout)
 
@@ -337,8 +322,9 @@ async def resolve(host: str, given: Given = Given()) -> Target:
     """Where `ssh HOST` connects, given the inventory's values; asked once per event loop;
     raises OpenSSHError."""
     config_file = given.config_file or home_config()
-    argv = ssh_g_argv(
+    argv = command(
         host,
+        ["-G"],
         user=given.user,
         port=given.port,
         identity_files=given.identity_files,

@@ -4,11 +4,11 @@ logins at once to it; a login dropped while another client's are pending; a host
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from e2etools import dropped_once
 from probetools import preflight
 from testhosts import TestCluster
 
@@ -62,20 +62,9 @@ def test_a_dropped_login_is_tried_again_until_it_gets_in(
     """MaxStartups 1:100:2: while another client's connection sits unauthenticated, every
     new one is dropped; once it goes, the login that was being dropped gets in."""
     cluster.restart_sshd(HOST, max_startups="1:100:2")
-    log = cluster.hosts[HOST].log_file
     try:
         inv = same_host(cluster, tmp_path, "solo")
-        drops_before = log.read_text(errors="replace").count("past MaxStartups")
-
-        async def scenario() -> list[BaseException | float]:
-            hog = socket.create_connection((cluster.hosts[HOST].addr, 22))
-            login = asyncio.ensure_future(connect_all(inv))
-            while log.read_text(errors="replace").count("past MaxStartups") == drops_before:
-                await asyncio.sleep(0.05)  # sshd logs each drop: the login was dropped once
-            hog.close()
-            return await login
-
-        took = asyncio.run(scenario())
+        took = asyncio.run(dropped_once(cluster, HOST, connect_all(inv)))
         assert isinstance(took[0], float), took
     finally:
         cluster.restart_sshd(HOST)

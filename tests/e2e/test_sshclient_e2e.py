@@ -5,11 +5,11 @@ an unknown host key, a refused key, a host that refuses; a dropped login is trie
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 from pathlib import Path
 
 import pytest
+from e2etools import dropped_once
 from testhosts import TestCluster
 
 from ddptui.remote import inventory
@@ -79,19 +79,8 @@ def test_a_dropped_login_is_tried_again_until_it_gets_in(
     new one is dropped ("kex_exchange_identification: Connection closed by remote host");
     once it goes, the login that was being dropped gets in."""
     cluster.restart_sshd(HOST, max_startups="1:100:2")
-    log = cluster.hosts[HOST].log_file
     try:
-        drops_before = log.read_text(errors="replace").count("past MaxStartups")
         host = login_host(cluster, tmp_path)
-
-        async def scenario() -> dict[str, object]:
-            hog = socket.create_connection((cluster.hosts[HOST].addr, 22))
-            login = asyncio.ensure_future(agent_status(host))
-            while log.read_text(errors="replace").count("past MaxStartups") == drops_before:
-                await asyncio.sleep(0.05)  # sshd logs each drop: the login was dropped once
-            hog.close()
-            return await login
-
-        assert asyncio.run(scenario()) == {}
+        assert asyncio.run(dropped_once(cluster, HOST, agent_status(host))) == {}
     finally:
         cluster.restart_sshd(HOST)

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from testhosts import REPO, TestCluster, veth_name
 
 from ddptui.remote.host import nodes, procs, spool, standby
+
+T = TypeVar("T")
 
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -166,3 +170,17 @@ def cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
+
+
+async def dropped_once(cluster: TestCluster, i: int, login: Awaitable[T]) -> T:
+    """`login` to host i while its sshd drops it: with MaxStartups 1:100:2 (the caller's), a
+    connection left unauthenticated makes sshd drop every new one; it goes once sshd has
+    logged a drop, and the login tried again gets in."""
+    log = cluster.hosts[i].log_file
+    drops_before = log.read_text(errors="replace").count("past MaxStartups")
+    hog = socket.create_connection((cluster.hosts[i].addr, 22))
+    trying = asyncio.ensure_future(login)
+    while log.read_text(errors="replace").count("past MaxStartups") == drops_before:
+        await asyncio.sleep(0.05)  # sshd logs each drop: the login was dropped once
+    hog.close()
+    return await trying
