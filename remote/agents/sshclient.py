@@ -19,11 +19,8 @@ asks for the very same command line, and nothing else does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
 import shlex
-import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -91,18 +88,6 @@ def argv_for(reach: Reach, command: list[str]) -> list[str]:
     return [*ssh, shlex.join(command)]
 
 
-async def _spawn(ssh: list[str]) -> asyncio.subprocess.Process:
-    """ssh, running; OSError if it cannot be."""
-    return await asyncio.create_subprocess_exec(
-        *ssh,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        limit=transport.LINE_LIMIT,
-        start_new_session=True,  # its group is killed with it (LocalProcess.kill)
-    )
-
-
 _begun: dict[tuple[str, ...], tuple[asyncio.subprocess.Process, float]] = {}  # and when
 
 
@@ -117,15 +102,14 @@ class Begun:
         that ended before its login was needed."""
         begun = _begun.pop(self.key, None)
         if begun is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(begun[0].pid, signal.SIGKILL)
+            transport.kill_group(begun[0].pid)
 
 
 async def begin(reach: Reach, command: list[str]) -> Begun | None:
     """Start logging in to run `command` now; None where ssh cannot be run."""
     try:
         ssh = argv_for(reach, command)
-        _begun[tuple(ssh)] = (await _spawn(ssh), time.monotonic())
+        _begun[tuple(ssh)] = (await transport.spawn(ssh), time.monotonic())
     except (OSError, ValueError):  # no ssh here; a port that is no number: the check says so
         return None
     return Begun(ssh)
@@ -184,7 +168,7 @@ class ClientTransport(Transport):
         attempt = 0
         while True:
             attempt += 1
-            proc = _ClientProcess(await self._spawn(argv))
+            proc = _ClientProcess(await self._ssh(argv))
             said = await proc.logged_in(within)
             if said is None:
                 return proc
@@ -192,29 +176,35 @@ class ClientTransport(Transport):
                 raise HostError(self.host.name, reason(said, self.host))
             await asyncio.sleep(fanout.pause(attempt))
 
-    async def _spawn(self, argv: list[str]) -> asyncio.subprocess.Process:
+    async def _ssh(self, argv: list[str]) -> asyncio.subprocess.Process:
+        """ssh running argv: the login begun early for it, or a new one."""
         ssh = argv_for(Reach.of(self.host), argv)
         begun = _begun.pop(tuple(ssh), None)
         self.began = begun[1] if begun is not None else None
         if begun is not None:
             return begun[0]
         try:
-            return await _spawn(ssh)
+            return await transport.spawn(ssh)
         except OSError as exc:
             raise HostError(self.host.name, f"cannot run {ssh[0]}: {exc.strerror}") from None
 
     async def run(self, argv: list[str], input: bytes = b"", timeout: float = 30) -> Result:
-        proc = await self.start(argv)
-        assert isinstance(proc, _ClientProcess)
+        proc = await self.start(argv)  # its stderr is already read (StderrTail): stdout here
         try:
-            out, err = await asyncio.wait_for(proc.proc.communicate(input), timeout)
+            out = await asyncio.wait_for(_output(proc, input), timeout)
         except TimeoutError:
             proc.kill()
             raise HostError(self.host.name, f"{argv[0]} did not answer in {timeout:g} s") from None
-        with contextlib.suppress(Exception):
-            await proc._err.task
-        code = proc.proc.returncode
-        return Result(None if code == EXIT_SSH else code, out, err)
+        return Result(await proc.wait(), out, proc.stderr_tail().encode())
+
+
+async def _output(proc: Process, input: bytes) -> bytes:
+    proc.write(input)
+    proc.close_stdin()
+    chunks = []
+    while chunk := await proc.read(1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def tries(said: str) -> int:

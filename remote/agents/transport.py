@@ -138,8 +138,25 @@ class LocalProcess:
     def kill(self) -> None:
         """Its whole process group: a login wrapper's children go too (node supervisors leave
         the group at their start: they live on)."""
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+        kill_group(self.proc.pid)
+
+
+async def spawn(argv: list[str]) -> asyncio.subprocess.Process:
+    """A process with pipes, in a group of its own, as an ssh session's (kill_group ends it
+    with its children); OSError if it cannot start."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=LINE_LIMIT,
+        start_new_session=True,
+    )
+
+
+def kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 class LocalTransport(Transport):
@@ -154,17 +171,9 @@ class LocalTransport(Transport):
 
     async def start(self, argv: list[str]) -> Process:
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                limit=LINE_LIMIT,
-                start_new_session=True,  # a group of its own, as an ssh session's
-            )
+            return LocalProcess(await spawn(argv))
         except OSError as exc:
             raise HostError(self.host.name, f"cannot run {argv[0]}: {exc.strerror}") from None
-        return LocalProcess(proc)
 
     async def run(self, argv: list[str], input: bytes = b"", timeout: float = 30) -> Result:
         try:

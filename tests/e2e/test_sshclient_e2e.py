@@ -84,3 +84,9 @@ def test_a_dropped_login_is_tried_again_until_it_gets_in(
         assert asyncio.run(dropped_once(cluster, HOST, agent_status(host))) == {}
     finally:
         cluster.restart_sshd(HOST)
+
+
+def test_a_command_runs_to_its_end(cluster: TestCluster, tmp_path: Path) -> None:
+    t = ClientTransport(login_host(cluster, tmp_path))
+    done = asyncio.run(t.run(["sh", "-c", "cat; echo said >&2; exit 3"], input=b"in\n"))
+    assert (done.code, done.stdout, done.stderr) == (3, b"in\n", b"said")
